@@ -1,0 +1,210 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Well-known names shared by the API, the webhook and the controllers.
+const (
+	// PodGroupLabel is the pod label that makes a pod a member of the PodGroup named by its value,
+	// in the pod's own namespace.
+	PodGroupLabel = "scheduling.berth.dev/pod-group"
+
+	// SchedulingGate is the scheduling gate berth's webhook adds to member pods; the PodGroup
+	// controller removes it from every member in one pass once the whole gang fits.
+	SchedulingGate = "scheduling.berth.dev/gang"
+
+	// GPUPoolLabel marks a Karpenter NodePool as a GPU pool for the consolidation guard, even
+	// when its requirements do not name GPU instance types.
+	GPUPoolLabel = "scheduling.berth.dev/gpu-pool"
+
+	// DefaultScheduleTimeoutSeconds is how long a gang may wait for admission when
+	// spec.scheduleTimeoutSeconds is not set.
+	DefaultScheduleTimeoutSeconds int32 = 600
+)
+
+// PodGroupPhase is the coarse lifecycle stage of a PodGroup.
+// +kubebuilder:validation:Enum=Pending;Provisioning;Admitted;Running;Succeeded;Failed
+type PodGroupPhase string
+
+// The phases a PodGroup moves through. A gang moves forward only; Failed and Succeeded are final.
+const (
+	// PodGroupPending: fewer than minMember members exist, or the gang does not fit yet.
+	PodGroupPending PodGroupPhase = "Pending"
+	// PodGroupProvisioning: capacity for the whole gang has been requested from Karpenter.
+	PodGroupProvisioning PodGroupPhase = "Provisioning"
+	// PodGroupAdmitted: every member has been assigned a node and released from its gate.
+	PodGroupAdmitted PodGroupPhase = "Admitted"
+	// PodGroupRunning: at least minMember members are running.
+	PodGroupRunning PodGroupPhase = "Running"
+	// PodGroupSucceeded: at least minMember members completed successfully.
+	PodGroupSucceeded PodGroupPhase = "Succeeded"
+	// PodGroupFailed: the gang timed out before admission, or too many members failed for
+	// minMember to still be reached.
+	PodGroupFailed PodGroupPhase = "Failed"
+)
+
+// Condition types on a PodGroup.
+const (
+	// ConditionScheduled is True once the whole gang has been placed and released.
+	ConditionScheduled = "Scheduled"
+	// ConditionReady is True while at least minMember members are running.
+	ConditionReady = "Ready"
+	// ConditionCapacityProvisioned is True once Karpenter capacity for every member is in place.
+	ConditionCapacityProvisioned = "CapacityProvisioned"
+	// ConditionDisrupted is True when a node backing a running gang was disrupted.
+	ConditionDisrupted = "Disrupted"
+)
+
+// PodGroupSpec is the desired gang: how many members must be placed together, and where.
+// +kubebuilder:validation:XValidation:rule="has(oldSelf.topology) == has(self.topology)",message="topology is immutable"
+type PodGroupSpec struct {
+	// MinMember is the number of members that must all fit before any of them is released to the
+	// scheduler. Members are the pods in the PodGroup's namespace labelled
+	// scheduling.berth.dev/pod-group=<PodGroup name>. Immutable.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="minMember is immutable; create a new PodGroup to change the gang size"
+	MinMember int32 `json:"minMember"`
+
+	// MinResources is the total of resources the gang needs before it is worth placing; used
+	// as an early check before member pods exist. Optional.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=16
+	// +kubebuilder:validation:XValidation:rule="self.all(r, !string(self[r]).startsWith('-'))",message="minResources must not be negative"
+	MinResources corev1.ResourceList `json:"minResources,omitempty"`
+
+	// Topology constrains where members may be placed together. Immutable.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="topology is immutable"
+	Topology *TopologySpec `json:"topology,omitempty"`
+
+	// NodePool is the name of the Karpenter NodePool to provision capacity from when the gang
+	// does not fit existing nodes. Empty means any NodePool whose requirements fit the members.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
+	NodePool string `json:"nodePool,omitempty"`
+
+	// ScheduleTimeoutSeconds is how long the gang may wait, from creation, to be admitted whole;
+	// after it the PodGroup moves to Failed and everything promised to it is released.
+	// 0 waits forever. Defaults to 600.
+	// +optional
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=0
+	ScheduleTimeoutSeconds *int32 `json:"scheduleTimeoutSeconds,omitempty"`
+
+	// Disruption controls how members are shielded from voluntary disruption while they run.
+	// +optional
+	// +kubebuilder:default={protect: true}
+	Disruption *DisruptionSpec `json:"disruption,omitempty"`
+}
+
+// TopologySpec co-locates members by a node label.
+type TopologySpec struct {
+	// RequiredKey is a node label key; every member is placed on nodes that share one value of
+	// it, for example topology.kubernetes.io/zone, or a placement-group or NVLink-domain label.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=316
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$')",message="requiredKey must be a valid label key, for example topology.kubernetes.io/zone"
+	RequiredKey string `json:"requiredKey"`
+}
+
+// DisruptionSpec controls voluntary disruption of a running gang.
+type DisruptionSpec struct {
+	// Protect shields running members from voluntary disruption (berth marks them
+	// karpenter.sh/do-not-disrupt while they run, and removes the mark when the gang ends).
+	// +optional
+	// +kubebuilder:default=true
+	Protect *bool `json:"protect,omitempty"`
+}
+
+// PodGroupStatus is what berth last observed and decided about the gang.
+type PodGroupStatus struct {
+	// ObservedGeneration is the spec generation this status was computed from.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Phase is the coarse lifecycle stage of the gang.
+	// +optional
+	Phase PodGroupPhase `json:"phase,omitempty"`
+
+	// Conditions are the detailed state, each with a reason and observedGeneration.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Members counts the gang's pods by state.
+	// +optional
+	Members MemberCounts `json:"members,omitempty"`
+
+	// AdmittedAt is when the whole gang was released from its gates.
+	// +optional
+	AdmittedAt *metav1.Time `json:"admittedAt,omitempty"`
+
+	// Nodes are the names of the nodes that back the gang, sorted.
+	// +optional
+	// +listType=set
+	Nodes []string `json:"nodes,omitempty"`
+
+	// NodeClaims are the names of the Karpenter NodeClaims that back the gang, sorted.
+	// +optional
+	// +listType=set
+	NodeClaims []string `json:"nodeClaims,omitempty"`
+}
+
+// MemberCounts counts a gang's member pods by state. A pod is counted once under total and
+// once under the first of gated, succeeded, failed, running, scheduled that applies.
+type MemberCounts struct {
+	// Total is the number of member pods that exist and are not being deleted.
+	Total int32 `json:"total"`
+	// Gated members still carry berth's scheduling gate.
+	Gated int32 `json:"gated"`
+	// Scheduled members are bound to a node but not yet running.
+	Scheduled int32 `json:"scheduled"`
+	// Running members are in phase Running.
+	Running int32 `json:"running"`
+	// Succeeded members completed successfully.
+	Succeeded int32 `json:"succeeded"`
+	// Failed members completed unsuccessfully.
+	Failed int32 `json:"failed"`
+}
+
+// PodGroup makes the pods labelled scheduling.berth.dev/pod-group=<name> one gang: they are held
+// by a scheduling gate until every member fits, then released together.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=pg;pgs,categories=berth
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Min",type=integer,JSONPath=`.spec.minMember`
+// +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.members.total`
+// +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.members.running`
+// +kubebuilder:printcolumn:name="NodePool",type=string,JSONPath=`.spec.nodePool`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Scheduled")].reason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type PodGroup struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired gang.
+	Spec PodGroupSpec `json:"spec"`
+	// Status is what berth observed and decided.
+	// +optional
+	Status PodGroupStatus `json:"status,omitempty"`
+}
+
+// PodGroupList is a list of PodGroups.
+//
+// +kubebuilder:object:root=true
+type PodGroupList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the PodGroups.
+	Items []PodGroup `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&PodGroup{}, &PodGroupList{})
+}

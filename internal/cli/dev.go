@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-dev/berth/internal/devcluster"
+	"github.com/berth-dev/berth/test/rig"
+)
+
+func newDevCommand() *cobra.Command {
+	o := devcluster.Options{}
+	dev := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a local cluster with real Kubernetes, Karpenter (kwok) and berth on loopback",
+		Long: `Run berth's local dev cluster: etcd, kube-apiserver, kube-scheduler,
+kube-controller-manager, kwok (fake kubelets), Karpenter's kwok provider with AWS-shaped GPU
+instance types and one NodePool per GPU family, and berth's own components — all real
+binaries on 127.0.0.1, no Docker, no cloud.
+
+The binaries come from hack/build-tools.sh (make tools), which builds them from the Go module
+proxy once and caches them; pass that folder with --tools-dir or $BERTH_TOOLS_DIR.
+
+State lives in --state-dir (default ` + devcluster.DefaultStateDir() + `); the admin kubeconfig
+is written to --kubeconfig (default <state-dir>/kubeconfig).`,
+	}
+	pf := dev.PersistentFlags()
+	pf.StringVar(&o.StateDir, "state-dir", devcluster.DefaultStateDir(), "folder for the cluster's state and logs (removed by 'down')")
+	pf.StringVar(&o.Kubeconfig, "kubeconfig", "", "where to write the admin kubeconfig (default <state-dir>/kubeconfig)")
+
+	up := &cobra.Command{
+		Use:   "up",
+		Short: "Start the dev cluster in the background and wait until it is ready",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("finding the berth binary: %w", err)
+			}
+			o.BerthBinary = bin
+			return devcluster.Up(cmd.Context(), o, cmd.OutOrStdout())
+		},
+	}
+	addRigFlags(up, &o)
+
+	serve := &cobra.Command{
+		Use:    "serve",
+		Short:  "Run the dev cluster in the foreground (what 'up' starts in the background)",
+		Args:   cobra.NoArgs,
+		Hidden: false,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("finding the berth binary: %w", err)
+			}
+			o.BerthBinary = bin
+			o.Logf = func(format string, args ...any) {
+				fmt.Fprintf(cmd.ErrOrStderr(), time.Now().Format("15:04:05.000")+" "+format+"\n", args...)
+			}
+			return devcluster.Serve(cmd.Context(), o)
+		},
+	}
+	addRigFlags(serve, &o)
+
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show what the dev cluster runs (exit status 1 when it is not up)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			up, err := devcluster.Status(o, cmd.OutOrStdout())
+			if err != nil {
+				return err
+			}
+			if !up {
+				return fmt.Errorf("dev cluster is not up")
+			}
+			return nil
+		},
+	}
+	down := &cobra.Command{
+		Use:   "down",
+		Short: "Stop every process of the dev cluster and remove its state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return devcluster.Down(o, cmd.OutOrStdout())
+		},
+	}
+	demo := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the scripted demo scenario against the running dev cluster",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, ok, err := devcluster.ReadState(o.StateDir)
+			if err != nil {
+				return err
+			}
+			if !ok || !st.Ready {
+				return fmt.Errorf("no dev cluster is up in %s: run 'berth dev up' first", o.StateDir)
+			}
+			return devcluster.Demo(cmd.Context(), st.Kubeconfig, cmd.OutOrStdout())
+		},
+	}
+	dev.AddCommand(up, serve, status, down, demo)
+	return dev
+}
+
+func addRigFlags(cmd *cobra.Command, o *devcluster.Options) {
+	cmd.Flags().StringVar(&o.ToolsDir, "tools-dir", os.Getenv(rig.ToolsDirEnv), "folder made by hack/build-tools.sh (default $"+rig.ToolsDirEnv+")")
+	cmd.Flags().DurationVar(&o.NodeReadyDelay, "node-ready-delay", 0, "how long new nodes take to become Ready (about 70s looks like a real GPU node)")
+}

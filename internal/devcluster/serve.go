@@ -1,0 +1,191 @@
+package devcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/berth-dev/berth/config"
+	"github.com/berth-dev/berth/internal/gpu"
+	"github.com/berth-dev/berth/test/rig"
+)
+
+// Options configure the dev cluster.
+type Options struct {
+	// StateDir holds state.json, the rig's work folder and logs. Removed by Down.
+	StateDir string
+	// ToolsDir is the folder made by hack/build-tools.sh.
+	ToolsDir string
+	// Kubeconfig is where the admin kubeconfig is written; <StateDir>/kubeconfig when empty.
+	Kubeconfig string
+	// NodeReadyDelay is how long new nodes take to become Ready (0: immediately).
+	NodeReadyDelay time.Duration
+	// BerthBinary is the berth executable run for berth's own components.
+	BerthBinary string
+	// Logf reports progress.
+	Logf func(format string, args ...any)
+}
+
+func (o *Options) defaults() {
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir()
+	}
+	if o.Kubeconfig == "" {
+		o.Kubeconfig = filepath.Join(o.StateDir, "kubeconfig")
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+}
+
+// Serve brings the whole dev cluster up in this process, records it in state.json and holds it
+// until ctx ends; then it stops every component and removes the state folder. It is what the
+// background process started by Up runs.
+func Serve(ctx context.Context, o Options) error {
+	o.defaults()
+	start := time.Now()
+	st := State{PID: os.Getpid(), StartedAt: start, Kubeconfig: o.Kubeconfig, Endpoints: map[string]string{}}
+	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
+		return fmt.Errorf("creating state folder: %w", err)
+	}
+	if err := writeState(o.StateDir, st); err != nil {
+		return err
+	}
+	r, err := bringUp(ctx, o, &st)
+	if r != nil {
+		st.LogDir = r.LogDir()
+		st.Components = components(r)
+	}
+	if err != nil {
+		st.Error = err.Error()
+		_ = writeState(o.StateDir, st)
+		if r != nil {
+			_ = r.Stop()
+		}
+		return err
+	}
+	st.Ready = true
+	st.ReadyAfter = time.Since(start).Round(100 * time.Millisecond).String()
+	if err := writeState(o.StateDir, st); err != nil {
+		_ = r.Stop()
+		return err
+	}
+	o.Logf("dev cluster ready after %s", st.ReadyAfter)
+
+	// Hold the cluster; report a component that dies, but keep the rest up for inspection.
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	reported := false
+	for {
+		select {
+		case <-ctx.Done():
+			o.Logf("stopping dev cluster")
+			_ = r.Stop()
+			if err := os.RemoveAll(o.StateDir); err != nil {
+				return fmt.Errorf("removing state folder: %w", err)
+			}
+			return nil
+		case <-tick.C:
+			if name, err, dead := r.Exited(); dead && !reported {
+				o.Logf("component %s exited: %v (see %s)", name, err, r.LogDir())
+				reported = true
+			}
+		}
+	}
+}
+
+func components(r *rig.Rig) []ComponentState {
+	var out []ComponentState
+	for _, c := range r.Components() {
+		out = append(out, ComponentState{Name: c.Name, PID: c.PID, Log: c.LogPath})
+	}
+	return out
+}
+
+// bringUp starts every component in dependency order.
+func bringUp(ctx context.Context, o Options, st *State) (*rig.Rig, error) {
+	r, err := rig.Start(ctx, rig.Options{ToolsDir: o.ToolsDir, WorkDir: filepath.Join(o.StateDir, "rig"), Logf: o.Logf})
+	if err != nil {
+		return nil, err
+	}
+	st.APIServer = r.APIServerURL
+	data, err := os.ReadFile(r.Kubeconfig)
+	if err != nil {
+		return r, fmt.Errorf("reading rig kubeconfig: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(o.Kubeconfig), 0o755); err != nil {
+		return r, fmt.Errorf("creating kubeconfig folder: %w", err)
+	}
+	if err := os.WriteFile(o.Kubeconfig, data, 0o600); err != nil {
+		return r, fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	crds, err := config.CRDs()
+	if err != nil {
+		return r, err
+	}
+	if err := r.InstallCRDs(ctx, crds); err != nil {
+		return r, err
+	}
+	if err := r.StartControllerManager(ctx); err != nil {
+		return r, err
+	}
+	if err := r.StartScheduler(ctx); err != nil {
+		return r, err
+	}
+	if err := r.StartKwok(ctx, rig.KwokOptions{NodeReadyDelay: o.NodeReadyDelay}); err != nil {
+		return r, err
+	}
+	types, err := gpu.KwokInstanceTypesJSON()
+	if err != nil {
+		return r, err
+	}
+	typesFile := filepath.Join(r.WorkDir(), "instance-types.json")
+	if err := os.WriteFile(typesFile, types, 0o644); err != nil {
+		return r, fmt.Errorf("writing instance types: %w", err)
+	}
+	if err := r.StartKarpenter(ctx, rig.KarpenterOptions{InstanceTypesFile: typesFile}); err != nil {
+		return r, err
+	}
+	if err := r.InstallDevNodePools(ctx); err != nil {
+		return r, err
+	}
+	return r, startBerth(ctx, o, r, st)
+}
+
+// startBerth runs berth's own components against the rig as separate processes, as in a real
+// cluster.
+func startBerth(ctx context.Context, o Options, r *rig.Rig, st *State) error {
+	ports, err := freePorts(2)
+	if err != nil {
+		return err
+	}
+	metrics := "127.0.0.1:" + strconv.Itoa(ports[0])
+	health := "127.0.0.1:" + strconv.Itoa(ports[1])
+	if err := r.StartComponent(ctx, "berth-controller", o.BerthBinary, []string{
+		"controller", "--kubeconfig=" + r.Kubeconfig, "--leader-elect=false", "--development",
+		"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + health,
+	}, nil, "http://"+health+"/readyz"); err != nil {
+		return err
+	}
+	st.Endpoints["controller-metrics"] = "http://" + metrics + "/metrics"
+	return nil
+}
+
+func freePorts(n int) ([]int, error) {
+	seen := map[int]bool{}
+	var out []int
+	for len(out) < n {
+		p, err := rig.FreePort()
+		if err != nil {
+			return nil, err
+		}
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,53 @@
+// Package events holds every Event reason berth emits, and typed constructors for them, so
+// reasons stay consistent across controllers and are documented in one place.
+package events
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
+)
+
+// Event reasons. Each is CamelCase and names what happened, as `kubectl describe` shows it.
+const (
+	// ReasonGangRunning: at least minMember members of a PodGroup are running.
+	ReasonGangRunning = "GangRunning"
+	// ReasonGangSucceeded: at least minMember members of a PodGroup completed successfully.
+	ReasonGangSucceeded = "GangSucceeded"
+	// ReasonGangFailed: a PodGroup can no longer reach minMember.
+	ReasonGangFailed = "GangFailed"
+)
+
+// Actions, the machine-readable verb of an events.k8s.io Event.
+const (
+	// ActionReconcile marks events raised while reconciling an object's state.
+	ActionReconcile = "Reconcile"
+)
+
+// maxNoteLength keeps notes well under the API's 1 kB limit.
+const maxNoteLength = 512
+
+// Recorder emits berth's Events.
+type Recorder struct {
+	rec events.EventRecorder
+}
+
+// NewRecorder wraps an events.k8s.io recorder.
+func NewRecorder(rec events.EventRecorder) *Recorder { return &Recorder{rec: rec} }
+
+// Normal emits a Normal event with one of the reasons above.
+func (r *Recorder) Normal(obj runtime.Object, reason, note string) {
+	r.rec.Eventf(obj, nil, corev1.EventTypeNormal, reason, ActionReconcile, "%s", truncate(note))
+}
+
+// Warning emits a Warning event with one of the reasons above.
+func (r *Recorder) Warning(obj runtime.Object, reason, note string) {
+	r.rec.Eventf(obj, nil, corev1.EventTypeWarning, reason, ActionReconcile, "%s", truncate(note))
+}
+
+func truncate(s string) string {
+	if len(s) <= maxNoteLength {
+		return s
+	}
+	return s[:maxNoteLength-3] + "..."
+}

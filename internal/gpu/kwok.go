@@ -1,0 +1,89 @@
+package gpu
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Labels Karpenter needs on every offering of the rig's instance types.
+const (
+	labelCapacityType = "karpenter.sh/capacity-type"
+	labelZone         = "topology.kubernetes.io/zone"
+)
+
+type kwokRequirement struct {
+	Key      string   `json:"key"`
+	Operator string   `json:"operator"`
+	Values   []string `json:"values"`
+}
+
+type kwokOffering struct {
+	Price        float64           `json:"Price"`
+	Available    bool              `json:"Available"`
+	Requirements []kwokRequirement `json:"Requirements"`
+}
+
+type kwokInstanceType struct {
+	Name             string            `json:"name"`
+	Architecture     string            `json:"architecture"`
+	OperatingSystems []string          `json:"operatingSystems"`
+	Resources        map[string]string `json:"resources"`
+	Offerings        []kwokOffering    `json:"offerings"`
+}
+
+// KwokInstanceTypesJSON renders the catalogue in the instance-types file format of Karpenter's
+// kwok provider (INSTANCE_TYPES_FILE_PATH). Every offering carries the AWS well-known labels
+// (family, size, GPU count/name/memory/manufacturer) as single-value requirements, which the
+// kwok provider turns into node labels, so fake nodes look like real EKS GPU nodes.
+func KwokInstanceTypesJSON() ([]byte, error) {
+	var out []kwokInstanceType
+	for _, f := range families {
+		for _, s := range f.Sizes {
+			labels := []kwokRequirement{
+				in(LabelInstanceFamily, f.Name),
+				in(LabelInstanceSize, s.Name),
+			}
+			resources := map[string]string{
+				"cpu":    strconv.FormatInt(s.VCPU, 10),
+				"memory": fmt.Sprintf("%dGi", s.MemoryGiB),
+				"pods":   "110",
+			}
+			if f.GPU != "" {
+				resources[ResourceGPU] = strconv.FormatInt(s.GPUs, 10)
+				labels = append(labels,
+					in(LabelInstanceGPUCount, strconv.FormatInt(s.GPUs, 10)),
+					in(LabelInstanceGPUName, f.GPU),
+					in(LabelInstanceGPUMemory, strconv.FormatInt(f.GPUMemoryMiB, 10)),
+					in(LabelInstanceGPUManufacturer, "nvidia"),
+				)
+			}
+			it := kwokInstanceType{
+				Name: f.InstanceType(s), Architecture: "amd64", OperatingSystems: []string{"linux"},
+				Resources: resources,
+			}
+			for _, z := range f.Zones {
+				for _, ct := range []struct {
+					name  string
+					price float64
+				}{{"spot", s.OnDemandUSD * f.SpotDiscount}, {"on-demand", s.OnDemandUSD}} {
+					reqs := append([]kwokRequirement{in(labelCapacityType, ct.name), in(labelZone, z)}, labels...)
+					it.Offerings = append(it.Offerings, kwokOffering{Price: round4(ct.price), Available: true, Requirements: reqs})
+				}
+			}
+			out = append(out, it)
+		}
+	}
+	data, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encoding instance types: %w", err)
+	}
+	return append(data, '\n'), nil
+}
+
+func in(key, value string) kwokRequirement {
+	return kwokRequirement{Key: key, Operator: "In", Values: []string{value}}
+}
+
+func round4(v float64) float64 { return math.Round(v*1e4) / 1e4 }

@@ -1,0 +1,106 @@
+package rig
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	kwokv1alpha1 "sigs.k8s.io/karpenter/kwok/apis/v1alpha1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/gpu"
+)
+
+// KarpenterGroupVersion is the group and version of Karpenter's NodePool and NodeClaim.
+var KarpenterGroupVersion = schema.GroupVersion{Group: "karpenter.sh", Version: "v1"}
+
+// KwokGroupVersion is the group and version of Karpenter-kwok's KWOKNodeClass.
+var KwokGroupVersion = schema.GroupVersion{Group: "karpenter.kwok.sh", Version: "v1alpha1"}
+
+// KwokNodeClassName is the KWOKNodeClass every rig NodePool refers to.
+const KwokNodeClassName = "default"
+
+// CPUNodePoolName is the rig's NodePool for CPU-only pods.
+const CPUNodePoolName = "cpu"
+
+// GPUNodePoolName is the name of the rig's NodePool for a GPU product, e.g. "gpu-h100".
+func GPUNodePoolName(product string) string { return "gpu-" + product }
+
+// KwokNodeClass is the node class of the rig's NodePools.
+func KwokNodeClass() *kwokv1alpha1.KWOKNodeClass {
+	return &kwokv1alpha1.KWOKNodeClass{
+		TypeMeta:   metav1.TypeMeta{APIVersion: KwokGroupVersion.String(), Kind: "KWOKNodeClass"},
+		ObjectMeta: metav1.ObjectMeta{Name: KwokNodeClassName},
+	}
+}
+
+// DevNodePools are the rig's NodePools: one per GPU family (tainted nvidia.com/gpu, labelled as
+// a berth GPU pool, consolidated only when empty) and one CPU pool.
+func DevNodePools() []*karpv1.NodePool {
+	var out []*karpv1.NodePool
+	for _, f := range gpu.GPUFamilies() {
+		np := nodePool(GPUNodePoolName(f.GPU), f.Name)
+		np.Labels = map[string]string{berthv1alpha1.GPUPoolLabel: "true"}
+		np.Spec.Template.Spec.Taints = []corev1.Taint{{Key: gpu.ResourceGPU, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+		np.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmpty
+		np.Spec.Limits = karpv1.Limits{gpu.ResourceGPU: resource.MustParse("64")}
+		out = append(out, np)
+	}
+	cpu := nodePool(CPUNodePoolName, "m5", "c5")
+	cpu.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized
+	cpu.Spec.Limits = karpv1.Limits{corev1.ResourceCPU: resource.MustParse("256")}
+	return append(out, cpu)
+}
+
+func nodePool(name string, families ...string) *karpv1.NodePool {
+	return &karpv1.NodePool{
+		TypeMeta:   metav1.TypeMeta{APIVersion: KarpenterGroupVersion.String(), Kind: "NodePool"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: karpv1.NodePoolSpec{
+			Template: karpv1.NodeClaimTemplate{
+				Spec: karpv1.NodeClaimTemplateSpec{
+					NodeClassRef: &karpv1.NodeClassReference{Group: "karpenter.kwok.sh", Kind: "KWOKNodeClass", Name: KwokNodeClassName},
+					Requirements: []karpv1.NodeSelectorRequirementWithMinValues{
+						{Key: gpu.LabelInstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: families},
+						{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeSpot, karpv1.CapacityTypeOnDemand}},
+						{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}},
+						{Key: corev1.LabelOSStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"linux"}},
+					},
+					ExpireAfter: karpv1.MustParseNillableDuration("Never"),
+				},
+			},
+			Disruption: karpv1.Disruption{
+				ConsolidateAfter: karpv1.MustParseNillableDuration("30s"),
+				Budgets:          []karpv1.Budget{{Nodes: "10%"}},
+			},
+			Weight: ptr.To[int32](10),
+		},
+	}
+}
+
+// InstallDevNodePools applies the KWOKNodeClass and DevNodePools.
+func (r *Rig) InstallDevNodePools(ctx context.Context) error {
+	objs := []runtime.Object{KwokNodeClass()}
+	for _, np := range DevNodePools() {
+		objs = append(objs, np)
+	}
+	for _, o := range objs {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+		if err != nil {
+			return fmt.Errorf("rig: converting %T: %w", o, err)
+		}
+		obj := &unstructured.Unstructured{Object: u}
+		delete(obj.Object, "status")
+		if err := r.Apply(ctx, obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
