@@ -23,12 +23,12 @@ import (
 )
 
 type controllerFlags struct {
-	kubeconfig          string
-	metricsAddress      string
-	healthProbeAddress  string
-	leaderElect         bool
-	leaderElectionNS    string
-	development         bool
+	kubeconfig         string
+	metricsAddress     string
+	healthProbeAddress string
+	leaderElect        bool
+	leaderElectionNS   string
+	development        bool
 }
 
 func newControllerCommand() *cobra.Command {

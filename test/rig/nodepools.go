@@ -2,14 +2,15 @@ package rig
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	kwokv1alpha1 "sigs.k8s.io/karpenter/kwok/apis/v1alpha1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -92,11 +93,14 @@ func (r *Rig) InstallDevNodePools(ctx context.Context) error {
 		objs = append(objs, np)
 	}
 	for _, o := range objs {
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+		data, err := json.Marshal(o)
 		if err != nil {
-			return fmt.Errorf("rig: converting %T: %w", o, err)
+			return fmt.Errorf("rig: encoding %T: %w", o, err)
 		}
-		obj := &unstructured.Unstructured{Object: u}
+		obj := &unstructured.Unstructured{}
+		if err := json.Unmarshal(data, &obj.Object); err != nil {
+			return fmt.Errorf("rig: decoding %T: %w", o, err)
+		}
 		delete(obj.Object, "status")
 		if err := r.Apply(ctx, obj); err != nil {
 			return err

@@ -367,4 +367,3 @@ func httpOK(c *http.Client, url string) func(context.Context) error {
 
 // insecureHTTP talks to components' self-signed health endpoints on loopback.
 var insecureHTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback health checks of self-signed rig components
-

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/test/rig/rigtest"
 	"github.com/berth-dev/berth/test/builders"
+	"github.com/berth-dev/berth/test/rig/rigtest"
 )
 
 func TestPodGroupDefaults(t *testing.T) {
