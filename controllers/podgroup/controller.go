@@ -35,8 +35,8 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile recomputes one PodGroup's status from its member pods and patches it when it
-// changed. A conflict is returned as an error and retried with backoff.
+// Reconcile recomputes one PodGroup's status from its member pods and writes it when it
+// changed semantically. A conflict requeues.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var pg berthv1alpha1.PodGroup
 	if err := r.Client.Get(ctx, req.NamespacedName, &pg); err != nil {
@@ -51,15 +51,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if equality.Semantic.DeepEqual(status, pg.Status) {
 		return reconcile.Result{}, nil
 	}
-	stored := pg.DeepCopy()
+	before := pg.Status.Phase
 	pg.Status = status
-	if err := r.Client.Status().Patch(ctx, &pg, client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})); err != nil {
+	// A full status update (optimistic lock on resourceVersion): merge patches would drop the
+	// zero-valued member counts, which the schema requires.
+	if err := r.Client.Status().Update(ctx, &pg); err != nil {
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{Requeue: true}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("patching status of %s: %w", req.NamespacedName, err)
 	}
-	r.recordPhaseChange(&pg, stored.Status.Phase)
+	r.recordPhaseChange(&pg, before)
 	return reconcile.Result{}, nil
 }
 

@@ -26,7 +26,15 @@ func Main(m *testing.M, opts rig.Options, setup func(context.Context, *rig.Rig) 
 	os.Exit(run(m, opts, setup))
 }
 
-var current *rig.Rig
+var (
+	current *rig.Rig
+	// deferred runs after the tests and before the rig stops (see Defer).
+	deferred []func()
+)
+
+// Defer registers f to run after the package's tests, before the rig stops: stop in-process
+// controllers there so they do not hold the apiserver's watches open while it shuts down.
+func Defer(f func()) { deferred = append(deferred, f) }
 
 // Current is the rig started by Main.
 func Current() *rig.Rig { return current }
@@ -60,6 +68,9 @@ func run(m *testing.M, opts rig.Options, setup func(context.Context, *rig.Rig) e
 	current = r
 	code := 1
 	defer func() {
+		for i := len(deferred) - 1; i >= 0; i-- {
+			deferred[i]()
+		}
 		_ = r.Stop()
 		if code != 0 {
 			dumpLogs(r)

@@ -1,0 +1,93 @@
+package controllers
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+)
+
+// ManagerOptions configure the controller manager.
+type ManagerOptions struct {
+	Options
+	// MetricsAddress serves /metrics; "0" disables it.
+	MetricsAddress string
+	// HealthProbeAddress serves /healthz and /readyz; "" or "0" disables them.
+	HealthProbeAddress string
+	// LeaderElection makes only one replica reconcile at a time.
+	LeaderElection bool
+	// LeaderElectionNamespace holds the Lease; the pod's namespace when empty.
+	LeaderElectionNamespace string
+}
+
+// LeaderElectionID names the Lease replicas of the controller compete for.
+const LeaderElectionID = "berth-controller.scheduling.berth.dev"
+
+// NewScheme has every type berth's controllers read and write.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("adding core types: %w", err)
+	}
+	if err := berthv1alpha1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("adding berth types: %w", err)
+	}
+	return s, nil
+}
+
+// NewManager builds a controller-runtime manager with every berth controller registered and
+// health checks installed. Only pods that carry the pod-group label are cached: every other
+// pod in the cluster is irrelevant to berth's controllers.
+func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	members, err := labels.NewRequirement(berthv1alpha1.PodGroupLabel, selection.Exists, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building member selector: %w", err)
+	}
+	if o.MetricsAddress == "" {
+		o.MetricsAddress = "0"
+	}
+	if o.HealthProbeAddress == "0" {
+		o.HealthProbeAddress = ""
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddress},
+		HealthProbeBindAddress:  o.HealthProbeAddress,
+		LeaderElection:          o.LeaderElection,
+		LeaderElectionID:        LeaderElectionID,
+		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.Pod{}: {Label: labels.NewSelector().Add(*members)},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := Setup(mgr, o.Options); err != nil {
+		return nil, err
+	}
+	if o.HealthProbeAddress != "" {
+		if err := mgr.AddHealthzCheck("ping", healthz.Ping); err != nil {
+			return nil, fmt.Errorf("adding health check: %w", err)
+		}
+		if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
+			return nil, fmt.Errorf("adding readiness check: %w", err)
+		}
+	}
+	return mgr, nil
+}

@@ -1,0 +1,121 @@
+package podgroup_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/test/builders"
+	"github.com/berth-dev/berth/test/rig/rigtest"
+)
+
+func newNamespace(t *testing.T, c client.Client) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "pg-"}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}
+
+// setPhase moves a pod to a phase through the status subresource, as a kubelet would.
+func setPhase(t *testing.T, c client.Client, p *corev1.Pod, phase corev1.PodPhase) {
+	t.Helper()
+	p.Status.Phase = phase
+	if err := c.Status().Update(context.Background(), p); err != nil {
+		t.Fatalf("setting %s to %s: %v", p.Name, phase, err)
+	}
+}
+
+func TestStatusFollowsMembers(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	ns := newNamespace(t, c)
+	pg := builders.PodGroup("train", ns).MinMember(3).Obj()
+	if err := c.Create(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, c, pg, func(st berthv1alpha1.PodGroupStatus) bool {
+		return st.Phase == berthv1alpha1.PodGroupPending && st.ObservedGeneration == 1
+	})
+
+	var pods []*corev1.Pod
+	for i := range 3 {
+		p := builders.Pod(fmt.Sprintf("train-%d", i), ns).Member("train").GPU(1).Node("node-a").Obj()
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, p)
+	}
+	// An unlabelled pod is not a member.
+	if err := c.Create(ctx, builders.Pod("bystander", ns).Node("node-a").Obj()); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, c, pg, func(st berthv1alpha1.PodGroupStatus) bool {
+		return st.Members == berthv1alpha1.MemberCounts{Total: 3, Scheduled: 3}
+	})
+	for _, p := range pods {
+		setPhase(t, c, p, corev1.PodRunning)
+	}
+	got := waitStatus(t, c, pg, func(st berthv1alpha1.PodGroupStatus) bool {
+		return st.Phase == berthv1alpha1.PodGroupRunning && st.Members.Running == 3
+	})
+	ready := findCondition(got.Conditions, berthv1alpha1.ConditionReady)
+	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Message != "3 of 3 members running" || ready.ObservedGeneration != 1 {
+		t.Errorf("Ready condition = %+v", ready)
+	}
+	waitEvent(t, c, ns, pg.Name, "GangRunning")
+
+	setPhase(t, c, pods[0], corev1.PodFailed)
+	got = waitStatus(t, c, pg, func(st berthv1alpha1.PodGroupStatus) bool { return st.Phase == berthv1alpha1.PodGroupFailed })
+	if got.Members.Failed != 1 || got.Members.Running != 2 {
+		t.Errorf("members after one failure = %+v", got.Members)
+	}
+	waitEvent(t, c, ns, pg.Name, "GangFailed")
+}
+
+func findCondition(cs []metav1.Condition, t string) *metav1.Condition {
+	for i := range cs {
+		if cs[i].Type == t {
+			return &cs[i]
+		}
+	}
+	return nil
+}
+
+func waitStatus(t *testing.T, c client.Client, pg *berthv1alpha1.PodGroup, ok func(berthv1alpha1.PodGroupStatus) bool) berthv1alpha1.PodGroupStatus {
+	t.Helper()
+	var got berthv1alpha1.PodGroup
+	rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, "PodGroup status", func(ctx context.Context) (bool, string, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), &got); err != nil {
+			return false, "", err
+		}
+		return ok(got.Status), fmt.Sprintf("%+v", got.Status), nil
+	})
+	return got.Status
+}
+
+func waitEvent(t *testing.T, c client.Client, ns, name, reason string) {
+	t.Helper()
+	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "event "+reason, func(ctx context.Context) (bool, string, error) {
+		var evs eventsv1.EventList
+		if err := c.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return false, "", err
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if e.Regarding.Name == name && e.Reason == reason {
+				return true, "", nil
+			}
+			seen = append(seen, e.Reason)
+		}
+		return false, fmt.Sprintf("events so far: %v", seen), nil
+	})
+}
