@@ -137,3 +137,88 @@ func (b *PodBuilder) Deleting() *PodBuilder {
 
 // Obj returns the Pod.
 func (b *PodBuilder) Obj() *corev1.Pod { return b.p.DeepCopy() }
+
+// Tolerate adds a toleration (operator Exists when value is empty).
+func (b *PodBuilder) Tolerate(key, value string, effect corev1.TaintEffect) *PodBuilder {
+	t := corev1.Toleration{Key: key, Operator: corev1.TolerationOpEqual, Value: value, Effect: effect}
+	if value == "" {
+		t.Operator = corev1.TolerationOpExists
+	}
+	b.p.Spec.Tolerations = append(b.p.Spec.Tolerations, t)
+	return b
+}
+
+// InitContainer adds an init container requesting cpu; restartable makes it a sidecar.
+func (b *PodBuilder) InitContainer(name, cpu string, restartable bool) *PodBuilder {
+	c := corev1.Container{Name: name, Image: "registry.k8s.io/pause:3.10",
+		Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}
+	if restartable {
+		always := corev1.ContainerRestartPolicyAlways
+		c.RestartPolicy = &always
+	}
+	b.p.Spec.InitContainers = append(b.p.Spec.InitContainers, c)
+	return b
+}
+
+// Overhead sets the pod's runtime-class overhead.
+func (b *PodBuilder) Overhead(name corev1.ResourceName, q string) *PodBuilder {
+	if b.p.Spec.Overhead == nil {
+		b.p.Spec.Overhead = corev1.ResourceList{}
+	}
+	b.p.Spec.Overhead[name] = resource.MustParse(q)
+	return b
+}
+
+func (b *PodBuilder) affinity() *corev1.Affinity {
+	if b.p.Spec.Affinity == nil {
+		b.p.Spec.Affinity = &corev1.Affinity{}
+	}
+	return b.p.Spec.Affinity
+}
+
+// PodAffinity requires a pod labelled k=v in the same topologyKey domain.
+func (b *PodBuilder) PodAffinity(topologyKey, k, v string) *PodBuilder {
+	a := b.affinity()
+	if a.PodAffinity == nil {
+		a.PodAffinity = &corev1.PodAffinity{}
+	}
+	a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution,
+		corev1.PodAffinityTerm{TopologyKey: topologyKey, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}})
+	return b
+}
+
+// PodAntiAffinity forbids pods labelled k=v in the same topologyKey domain.
+func (b *PodBuilder) PodAntiAffinity(topologyKey, k, v string) *PodBuilder {
+	a := b.affinity()
+	if a.PodAntiAffinity == nil {
+		a.PodAntiAffinity = &corev1.PodAntiAffinity{}
+	}
+	a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution,
+		corev1.PodAffinityTerm{TopologyKey: topologyKey, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{k: v}}})
+	return b
+}
+
+// NodeAffinityIn requires node label key to be one of values.
+func (b *PodBuilder) NodeAffinityIn(key string, values ...string) *PodBuilder {
+	a := b.affinity()
+	a.NodeAffinity = &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: values}}}},
+	}}
+	return b
+}
+
+// Spread adds a DoNotSchedule topology spread constraint over pods labelled k=v.
+func (b *PodBuilder) Spread(topologyKey string, maxSkew int32, k, v string) *PodBuilder {
+	b.p.Spec.TopologySpreadConstraints = append(b.p.Spec.TopologySpreadConstraints, corev1.TopologySpreadConstraint{
+		MaxSkew: maxSkew, TopologyKey: topologyKey, WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{k: v}},
+	})
+	return b
+}
+
+// PVC mounts a PersistentVolumeClaim.
+func (b *PodBuilder) PVC(volume, claim string) *PodBuilder {
+	b.p.Spec.Volumes = append(b.p.Spec.Volumes, corev1.Volume{Name: volume,
+		VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}})
+	return b
+}

@@ -1,0 +1,20 @@
+// Package scheduling is berth's gang placement: pure functions from a snapshot of the cluster
+// and a gang of member pods to either a node for every member or a reason, a human can act on,
+// why the gang does not fit.
+//
+// It holds no Kubernetes client and does no I/O. The PodGroup controller lists nodes and pods,
+// builds a Snapshot, calls Place, pins members to the nodes chosen and records them with
+// Snapshot.Assume so two gangs are never promised the same capacity.
+//
+// Placement counts what kube-scheduler counts — pod requests including init containers,
+// sidecars and overhead (k8s.io/component-helpers/resource), nodeSelector and required node
+// affinity, NoSchedule/NoExecute taints, unschedulable nodes, allocatable pod count, required
+// inter-pod affinity and anti-affinity, and DoNotSchedule topology spread — so that a member
+// is never pinned where kube-scheduler would then refuse to bind it. Features it does not model
+// (dynamic resource claims, host ports, volumes with node topology, namespaceSelector in pod
+// affinity) are detected and reported as unsupported instead of guessed.
+//
+// Gangs are packed tightly: fewest nodes first, then the least capacity left stranded on the
+// nodes used, preferring existing free capacity in every case. Results are deterministic for a
+// given snapshot.
+package scheduling

@@ -1,0 +1,644 @@
+package scheduling
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+)
+
+// Gang is what to place: every member, all or nothing.
+type Gang struct {
+	// Members are the member pods, in a stable order (e.g. by name).
+	Members []*corev1.Pod
+	// TopologyKey, when set, puts every member on nodes sharing one value of this node label.
+	TopologyKey string
+}
+
+// Assignment places one member on one node.
+type Assignment struct {
+	Pod  string
+	Node string
+}
+
+// Result is a placement decision: either Assignments for every member, or a Reason.
+type Result struct {
+	// Assignments hold one node per member when the gang fits, in member order.
+	Assignments []Assignment
+	// Domain is the value of the gang's topology key that was chosen.
+	Domain string
+	// Reason says why the gang does not fit, for a human; empty when it fits.
+	Reason string
+	// Unsupported is true when a member uses something placement does not model.
+	Unsupported bool
+	// Placeable is how many members the best attempt could place (all of them when it fits).
+	Placeable int
+
+	// reqs are the members' requests as placement counted them, for Assume.
+	reqs []vec
+}
+
+// Fits reports whether every member was placed.
+func (r Result) Fits() bool { return r.Reason == "" }
+
+// Nodes are the distinct nodes of the assignments, sorted.
+func (r Result) Nodes() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, a := range r.Assignments {
+		if !seen[a.Node] {
+			seen[a.Node] = true
+			out = append(out, a.Node)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// class is a set of members that placement cannot tell apart.
+type class struct {
+	members []int
+	rep     *corev1.Pod
+	req     vec
+	terms   []term
+	aff     nodeaffinity.RequiredNodeAffinity
+	slow    bool // depends on where other pods run
+	cands   []*NodeState
+	rejects rejections
+}
+
+// Place decides where every member of the gang goes, without changing the snapshot.
+func Place(s *Snapshot, g Gang) Result {
+	if len(g.Members) == 0 {
+		return Result{Reason: "the gang has no members"}
+	}
+	for _, m := range g.Members {
+		if why := unsupported(m); why != "" {
+			return Result{Reason: fmt.Sprintf("member %s %s, which berth's placement does not model; berth will not pin it where kube-scheduler might refuse it", m.Name, why), Unsupported: true}
+		}
+	}
+	classes := s.classify(g.Members)
+	domains := []string{""}
+	if g.TopologyKey != "" {
+		domains = s.domains(g.TopologyKey)
+		if len(domains) == 0 {
+			return Result{Reason: fmt.Sprintf("no node has the label %s that the gang's topology.requiredKey names", g.TopologyKey)}
+		}
+	}
+	var best *attempt
+	for _, d := range domains {
+		a := s.try(g, classes, d)
+		if best == nil || a.better(best) {
+			best = a
+		}
+	}
+	if best.placed == len(g.Members) {
+		r := Result{Domain: best.domain, Placeable: best.placed, Assignments: make([]Assignment, len(g.Members)), reqs: make([]vec, len(g.Members))}
+		for i, m := range g.Members {
+			r.Assignments[i] = Assignment{Pod: m.Name, Node: best.assigned[i].Name()}
+		}
+		for _, c := range classes {
+			for _, m := range c.members {
+				r.reqs[m] = c.req
+			}
+		}
+		return r
+	}
+	return Result{Reason: s.explain(g, classes, best, len(domains)), Placeable: best.placed}
+}
+
+// classify groups members that ask for the same things. Labels only matter when some member
+// has inter-pod rules (members may then select each other).
+func (s *Snapshot) classify(members []*corev1.Pod) []*class {
+	labelsMatter := false
+	for _, m := range members {
+		if hasInterPodRules(m) {
+			labelsMatter = true
+		}
+	}
+	byKey := map[string]*class{}
+	var out []*class
+	for i, m := range members {
+		reqs := podRequests(m)
+		key := classKey(m, reqs, labelsMatter)
+		c, ok := byKey[key]
+		if !ok {
+			c = &class{rep: m, req: s.ri.vecOf(reqs), aff: nodeaffinity.GetRequiredNodeAffinity(m), slow: labelsMatter}
+			byKey[key] = c
+			out = append(out, c)
+			c.cands, c.rejects = s.staticFilter(key, c)
+		}
+		c.members = append(c.members, i)
+	}
+	for _, c := range out {
+		c.req = s.ri.grow(c.req)
+		for i, a := range c.req {
+			if a > 0 {
+				c.terms = append(c.terms, term{slot: i, amt: a})
+			}
+		}
+	}
+	// Biggest members first: they are the hardest to fit.
+	sort.SliceStable(out, func(i, j int) bool { return s.weight(out[i].req) > s.weight(out[j].req) })
+	return out
+}
+
+// staticFilter splits the snapshot's nodes into those a class may use and why the others
+// are ruled out. What a node is (labels, taints, cordon, availability) does not change within
+// a snapshot, so results are cached by class key: gangs of the same shape filter once.
+func (s *Snapshot) staticFilter(key string, c *class) ([]*NodeState, rejections) {
+	if hit, ok := s.filterCache[key]; ok {
+		return hit.cands, hit.rejects
+	}
+	var cands []*NodeState
+	rej := rejections{}
+	for _, n := range s.nodes {
+		if why := staticReject(n, c.rep, c.aff); why != "" {
+			rej.add(why)
+			continue
+		}
+		cands = append(cands, n)
+	}
+	if s.filterCache == nil {
+		s.filterCache = map[string]filtered{}
+	}
+	s.filterCache[key] = filtered{cands: cands, rejects: rej}
+	return cands, rej
+}
+
+// filtered is a cached staticFilter result.
+type filtered struct {
+	cands   []*NodeState
+	rejects rejections
+}
+
+// weight orders requests: accelerators and other extended resources first, then cpu, memory.
+func (s *Snapshot) weight(v vec) float64 {
+	var w float64
+	for i, a := range v {
+		w += weightOf(s.ri.names[i], a)
+	}
+	return w
+}
+
+func weightOf(name corev1.ResourceName, milli int64) float64 {
+	switch name {
+	case corev1.ResourcePods:
+		return 0
+	case corev1.ResourceCPU:
+		return float64(milli) / 1e3
+	case corev1.ResourceMemory:
+		return float64(milli) / 1e3 / (1 << 30)
+	default:
+		return float64(milli) / 1e3 * 1e6
+	}
+}
+
+func classKey(p *corev1.Pod, reqs corev1.ResourceList, withLabels bool) string {
+	var b strings.Builder
+	b.WriteString(p.Namespace)
+	b.WriteByte('|')
+	writeSorted(&b, len(reqs), func(yield func(string)) {
+		for name, q := range reqs {
+			yield(string(name) + "=" + strconv.FormatInt(q.MilliValue(), 10))
+		}
+	})
+	writeSorted(&b, len(p.Spec.NodeSelector), func(yield func(string)) {
+		for k, v := range p.Spec.NodeSelector {
+			yield(k + "=" + v)
+		}
+	})
+	for _, t := range p.Spec.Tolerations {
+		fmt.Fprintf(&b, "%s/%s/%s/%s/%v;", t.Key, t.Operator, t.Value, t.Effect, t.TolerationSeconds)
+	}
+	b.WriteByte('|')
+	if p.Spec.Affinity != nil || len(p.Spec.TopologySpreadConstraints) > 0 {
+		// Rare enough that an exact encoding is worth its cost.
+		data, _ := json.Marshal(struct {
+			A *corev1.Affinity
+			S []corev1.TopologySpreadConstraint
+		}{p.Spec.Affinity, p.Spec.TopologySpreadConstraints})
+		b.Write(data)
+	}
+	if withLabels {
+		b.WriteByte('|')
+		writeSorted(&b, len(p.Labels), func(yield func(string)) {
+			for k, v := range p.Labels {
+				yield(k + "=" + v)
+			}
+		})
+	}
+	return b.String()
+}
+
+// writeSorted writes the strings produced by gen in sorted order, then a separator.
+func writeSorted(b *strings.Builder, n int, gen func(yield func(string))) {
+	items := make([]string, 0, n)
+	gen(func(s string) { items = append(items, s) })
+	sort.Strings(items)
+	for _, it := range items {
+		b.WriteString(it)
+		b.WriteByte(';')
+	}
+	b.WriteByte('|')
+}
+
+// domainOf is the value of a node label per node index ("" where absent), cached per key.
+func (s *Snapshot) domainOf(key string) []string {
+	if d, ok := s.domainCache[key]; ok {
+		return d
+	}
+	d := make([]string, len(s.nodes))
+	for i, n := range s.nodes {
+		d[i] = n.Node.Labels[key]
+	}
+	if s.domainCache == nil {
+		s.domainCache = map[string][]string{}
+	}
+	s.domainCache[key] = d
+	return d
+}
+
+// domains lists the values of key on nodes, sorted.
+func (s *Snapshot) domains(key string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range s.nodes {
+		if v, ok := n.Node.Labels[key]; ok && !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// attempt is one try at placing the gang in one topology domain.
+type attempt struct {
+	domain   string
+	assigned []*NodeState
+	placed   int
+	used     map[*NodeState]vec // extra use on top of the snapshot
+	view     *podView
+	failed   *class // first class that did not fit
+	s        *Snapshot
+}
+
+func (a *attempt) free(n *NodeState, slot int) int64 {
+	return at(n.alloc, slot) - at(n.used, slot) - at(a.used[n], slot)
+}
+
+// capacity is how many members of c still fit on n by resources alone.
+func (a *attempt) capacity(n *NodeState, c *class) int {
+	k := int(^uint(0) >> 1)
+	extra := a.used[n]
+	for _, t := range c.terms {
+		k = min(k, int((at(n.alloc, t.slot)-at(n.used, t.slot)-at(extra, t.slot))/t.amt))
+		if k <= 0 {
+			return 0
+		}
+	}
+	return k
+}
+
+func (a *attempt) put(n *NodeState, c *class, member int, p *corev1.Pod) {
+	u := a.used[n]
+	if u == nil {
+		u = make(vec, len(a.s.ri.names))
+	}
+	for _, t := range c.terms {
+		u[t.slot] += t.amt
+	}
+	a.used[n] = u
+	a.assigned[member] = n
+	a.placed++
+	a.view.extra[n] = append(a.view.extra[n], p)
+}
+
+// stranded is the accelerator and cpu capacity left free on the nodes the attempt uses: less
+// is tighter packing.
+func (a *attempt) stranded() float64 {
+	var w float64
+	for n := range a.used {
+		left := make(vec, len(a.s.ri.names))
+		for i := range left {
+			left[i] = max(0, a.free(n, i))
+		}
+		w += a.s.weight(left)
+	}
+	return w
+}
+
+// better orders attempts: more members placed, then fewer nodes, then less stranded capacity,
+// then the domain name (determinism).
+func (a *attempt) better(b *attempt) bool {
+	if a.placed != b.placed {
+		return a.placed > b.placed
+	}
+	if len(a.used) != len(b.used) {
+		return len(a.used) < len(b.used)
+	}
+	sa, sb := a.stranded(), b.stranded()
+	if sa != sb {
+		return sa < sb
+	}
+	return a.domain < b.domain
+}
+
+// try places the gang inside one domain ("" = everywhere).
+func (s *Snapshot) try(g Gang, classes []*class, domain string) *attempt {
+	a := &attempt{domain: domain, s: s, assigned: make([]*NodeState, len(g.Members)), used: map[*NodeState]vec{},
+		view: &podView{nodes: s.nodes, extra: map[*NodeState][]*corev1.Pod{}}}
+	for _, c := range classes {
+		cands := c.cands
+		if domain != "" {
+			dom := s.domainOf(g.TopologyKey)
+			cands = make([]*NodeState, 0, len(c.cands))
+			for _, n := range c.cands {
+				if dom[n.idx] == domain {
+					cands = append(cands, n)
+				}
+			}
+		}
+		var ok bool
+		if c.slow {
+			ok = a.placeOneByOne(g, c, cands)
+		} else {
+			ok = a.placeInBulk(g, c, cands)
+		}
+		if !ok {
+			a.failed = c
+			return a
+		}
+	}
+	return a
+}
+
+// placeInBulk places members that do not depend on each other: fill the node that takes the
+// most of them, and finish on the node that takes the rest most tightly ("largest first,
+// best fit last"), so a gang lands on as few nodes as possible with little left stranded.
+func (a *attempt) placeInBulk(g Gang, c *class, cands []*NodeState) bool {
+	next := 0
+	for next < len(c.members) {
+		remaining := len(c.members) - next
+		var pick bulkCand
+		for _, n := range cands {
+			k := a.capacity(n, c)
+			if k == 0 {
+				continue
+			}
+			cand := bulkCand{n: n, k: k, fw: -1}
+			if pick.n == nil || a.preferBulk(&cand, &pick, remaining) {
+				pick = cand
+			}
+		}
+		if pick.n == nil {
+			return false
+		}
+		for i := 0; i < min(pick.k, remaining); i++ {
+			m := c.members[next]
+			a.put(pick.n, c, m, g.Members[m])
+			next++
+		}
+	}
+	return true
+}
+
+// bulkCand is a candidate node with how many members it takes; fw caches its free weight
+// (-1 until computed).
+type bulkCand struct {
+	n  *NodeState
+	k  int
+	fw float64
+}
+
+// preferBulk: a node that takes all remaining members beats one that does not; among those, the
+// tightest fit; otherwise the node that takes the most. Ties go to nodes the gang already
+// uses, then to fuller nodes, then to the name.
+func (a *attempt) preferBulk(n, p *bulkCand, remaining int) bool {
+	nAll, pAll := n.k >= remaining, p.k >= remaining
+	if nAll != pAll {
+		return nAll
+	}
+	if nAll && n.k != p.k {
+		return n.k < p.k
+	}
+	if !nAll && n.k != p.k {
+		return n.k > p.k
+	}
+	_, nUsed := a.used[n.n]
+	_, pUsed := a.used[p.n]
+	if nUsed != pUsed {
+		return nUsed
+	}
+	if n.fw < 0 {
+		n.fw = a.freeWeight(n.n)
+	}
+	if p.fw < 0 {
+		p.fw = a.freeWeight(p.n)
+	}
+	if n.fw != p.fw {
+		return n.fw < p.fw
+	}
+	return n.n.Name() < p.n.Name()
+}
+
+// placeOneByOne places members whose feasibility depends on where other pods run (pod
+// affinity, anti-affinity, topology spread), re-checking those rules for every member. Greedy
+// choices can strand later members (the first member of a self-affine group picks the zone for
+// all), so when the greedy pass fails it retries with the first member on each other candidate
+// node, up to maxSeeds, and keeps the first success.
+func (a *attempt) placeOneByOne(g Gang, c *class, cands []*NodeState) bool {
+	saved := a.save()
+	if a.greedy(g, c, cands, nil) {
+		return true
+	}
+	best := a.save()
+	for i, seed := range cands {
+		if i == maxSeeds {
+			break
+		}
+		a.restore(saved)
+		if a.greedy(g, c, cands, seed) {
+			return true
+		}
+		if a.placed > best.placed {
+			best = a.save()
+		}
+	}
+	a.restore(best)
+	return false
+}
+
+// maxSeeds bounds the retries of placeOneByOne.
+const maxSeeds = 64
+
+func (a *attempt) greedy(g Gang, c *class, cands []*NodeState, seed *NodeState) bool {
+	for i, m := range c.members {
+		p := g.Members[m]
+		var pick *NodeState
+		for _, n := range cands {
+			if i == 0 && seed != nil && n != seed {
+				continue
+			}
+			if a.capacity(n, c) == 0 || !affinityOK(p, n, a.view) || !antiAffinityOK(p, n, a.view) || !spreadOK(p, n, a.view, c.aff) {
+				continue
+			}
+			if pick == nil || a.tieBreak(n, pick) {
+				pick = n
+			}
+		}
+		if pick == nil {
+			return false
+		}
+		a.put(pick, c, m, p)
+	}
+	return true
+}
+
+// attemptState is a copy of an attempt's mutable state.
+type attemptState struct {
+	assigned []*NodeState
+	placed   int
+	used     map[*NodeState]vec
+	extra    map[*NodeState][]*corev1.Pod
+}
+
+func (a *attempt) save() attemptState {
+	st := attemptState{assigned: append([]*NodeState(nil), a.assigned...), placed: a.placed,
+		used: make(map[*NodeState]vec, len(a.used)), extra: make(map[*NodeState][]*corev1.Pod, len(a.view.extra))}
+	for n, v := range a.used {
+		st.used[n] = append(vec(nil), v...)
+	}
+	for n, ps := range a.view.extra {
+		st.extra[n] = append([]*corev1.Pod(nil), ps...)
+	}
+	return st
+}
+
+func (a *attempt) restore(st attemptState) {
+	c := st
+	a.assigned = append([]*NodeState(nil), c.assigned...)
+	a.placed = c.placed
+	a.used = make(map[*NodeState]vec, len(c.used))
+	for n, v := range c.used {
+		a.used[n] = append(vec(nil), v...)
+	}
+	a.view.extra = make(map[*NodeState][]*corev1.Pod, len(c.extra))
+	for n, ps := range c.extra {
+		a.view.extra[n] = append([]*corev1.Pod(nil), ps...)
+	}
+}
+
+// explain says why the best attempt failed, naming the resource that ran short where one did.
+func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int) string {
+	c := best.failed
+	total := len(g.Members)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d members fit", best.placed, total)
+	if g.TopologyKey != "" {
+		fmt.Fprintf(&b, " in the best %s (%s, of %d)", g.TopologyKey, best.domain, nDomains)
+	}
+	if c == nil {
+		return b.String()
+	}
+	var eligible []*NodeState
+	for _, n := range c.cands {
+		if best.domain == "" || n.Node.Labels[g.TopologyKey] == best.domain {
+			eligible = append(eligible, n)
+		}
+	}
+	if len(eligible) == 0 {
+		fmt.Fprintf(&b, ": no node can take member %s (%d nodes: %s)", c.rep.Name, len(s.nodes), c.rejects.String())
+		return b.String()
+	}
+	// Needs vs. free per resource over the class's eligible nodes, before this gang.
+	for _, t := range c.terms {
+		name := s.ri.names[t.slot]
+		need := int64(len(c.members)) * t.amt
+		var free, largest int64
+		for _, n := range eligible {
+			f := at(n.alloc, t.slot) - at(n.used, t.slot)
+			free += max(0, f)
+			largest = max(largest, f)
+		}
+		if free < need {
+			scope := "eligible nodes have"
+			if g.TopologyKey != "" {
+				scope = fmt.Sprintf("the best %s has", g.TopologyKey)
+			}
+			fmt.Fprintf(&b, "; needs %s %s for %d members in one %s, %s %s free",
+				fmtQty(name, need), name, len(c.members), orCluster(g.TopologyKey), scope, fmtQty(name, free))
+			return b.String() + rejectSuffix(c)
+		}
+		if largest < t.amt {
+			fmt.Fprintf(&b, "; each member needs %s %s on one node, the largest free on an eligible node is %s",
+				fmtQty(name, t.amt), name, fmtQty(name, largest))
+			return b.String() + rejectSuffix(c)
+		}
+	}
+	if c.slow {
+		b.WriteString("; the members' pod affinity, anti-affinity or topology spread rules cannot all be met")
+	} else {
+		b.WriteString("; free capacity is split across nodes so no node holds a whole member")
+	}
+	return b.String() + rejectSuffix(c)
+}
+
+func orCluster(key string) string {
+	if key == "" {
+		return "cluster"
+	}
+	return key
+}
+
+func rejectSuffix(c *class) string {
+	if len(c.rejects) == 0 {
+		return ""
+	}
+	return " (other nodes excluded: " + c.rejects.String() + ")"
+}
+
+// fmtQty prints a milli-unit amount in the resource's usual unit.
+func fmtQty(name corev1.ResourceName, milli int64) string {
+	switch name {
+	case corev1.ResourceCPU:
+		if milli%1000 == 0 {
+			return fmt.Sprintf("%d", milli/1000)
+		}
+		return fmt.Sprintf("%dm", milli)
+	case corev1.ResourceMemory, corev1.ResourceEphemeralStorage:
+		return fmt.Sprintf("%.1fGi", float64(milli)/1000/(1<<30))
+	default:
+		return fmt.Sprintf("%d", milli/1000)
+	}
+}
+
+// tieBreak orders two nodes for one-by-one placement: nodes the gang already uses, then fuller
+// nodes, then the name.
+func (a *attempt) tieBreak(n, p *NodeState) bool {
+	_, nUsed := a.used[n]
+	_, pUsed := a.used[p]
+	if nUsed != pUsed {
+		return nUsed
+	}
+	fn, fp := a.freeWeight(n), a.freeWeight(p)
+	if fn != fp {
+		return fn < fp
+	}
+	return n.Name() < p.Name()
+}
+
+// freeWeight is the weighted free capacity of n during this attempt (less is fuller).
+func (a *attempt) freeWeight(n *NodeState) float64 {
+	extra := a.used[n]
+	var w float64
+	for i, name := range a.s.ri.names {
+		w += weightOf(name, max(0, at(n.alloc, i)-at(n.used, i)-at(extra, i)))
+	}
+	return w
+}

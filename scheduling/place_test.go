@@ -1,0 +1,385 @@
+package scheduling_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/berth-dev/berth/scheduling"
+	"github.com/berth-dev/berth/test/builders"
+)
+
+const zone = corev1.LabelTopologyZone
+
+// members makes n pods named prefix-0..n-1 from a builder function.
+func members(n int, mk func(name string) *builders.PodBuilder) []*corev1.Pod {
+	out := make([]*corev1.Pod, n)
+	for i := range out {
+		out[i] = mk(fmt.Sprintf("m-%02d", i)).Obj()
+	}
+	return out
+}
+
+func gpuMember(gpus int) func(string) *builders.PodBuilder {
+	return func(name string) *builders.PodBuilder { return builders.Pod(name, "ml").Member("g").GPU(gpus) }
+}
+
+// bound is an existing pod on a node using gpus GPUs.
+func bound(name, node string, gpus int) scheduling.PodOnNode {
+	return scheduling.PodOnNode{Pod: builders.Pod(name, "other").GPU(gpus).Obj(), Node: node}
+}
+
+// perNode counts members per node.
+func perNode(r scheduling.Result) map[string]int {
+	out := map[string]int{}
+	for _, a := range r.Assignments {
+		out[a.Node]++
+	}
+	return out
+}
+
+func TestPlace(t *testing.T) {
+	tests := []struct {
+		name        string
+		nodes       []*corev1.Node
+		pods        []scheduling.PodOnNode
+		unavailable map[string]string
+		gang        scheduling.Gang
+		want        map[string]int // members per node; nil when it must not fit
+		reason      []string       // substrings of the reason when it does not fit
+		unsupported bool
+	}{
+		{
+			name:  "fits on one node",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			gang:  scheduling.Gang{Members: members(8, gpuMember(1))},
+			want:  map[string]int{"a": 8},
+		},
+		{
+			name:   "seven free GPUs for eight members",
+			nodes:  []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			pods:   []scheduling.PodOnNode{bound("other", "a", 1)},
+			gang:   scheduling.Gang{Members: members(8, gpuMember(1))},
+			reason: []string{"7 of 8 members fit", "needs 8 nvidia.com/gpu for 8 members", "have 7 free"},
+		},
+		{
+			name:  "fewest nodes: the big node over two small ones",
+			nodes: []*corev1.Node{builders.Node("a-small").GPU(4).Obj(), builders.Node("b-big").GPU(8).Obj(), builders.Node("c-small").GPU(4).Obj()},
+			gang:  scheduling.Gang{Members: members(8, gpuMember(1))},
+			want:  map[string]int{"b-big": 8},
+		},
+		{
+			name:  "largest first, tightest last",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj(), builders.Node("b").GPU(8).Obj(), builders.Node("c").GPU(4).Obj()},
+			gang:  scheduling.Gang{Members: members(10, gpuMember(1))},
+			want:  map[string]int{"a": 8, "c": 2},
+		},
+		{
+			name: "free capacity on a busy node first",
+			nodes: []*corev1.Node{builders.Node("a-empty").GPU(8).Obj(), builders.Node("b-busy").GPU(8).Obj()},
+			pods:  []scheduling.PodOnNode{bound("x", "b-busy", 4)},
+			gang:  scheduling.Gang{Members: members(4, gpuMember(1))},
+			want:  map[string]int{"b-busy": 4},
+		},
+		{
+			name: "topology: the zone where the gang fits",
+			nodes: []*corev1.Node{
+				builders.Node("a1").GPU(8).Zone("a").Obj(),
+				builders.Node("b1").GPU(4).Zone("b").Obj(), builders.Node("b2").GPU(4).Zone("b").Obj(),
+			},
+			pods: []scheduling.PodOnNode{bound("x", "a1", 1)},
+			gang: scheduling.Gang{Members: members(8, gpuMember(1)), TopologyKey: zone},
+			want: map[string]int{"b1": 4, "b2": 4},
+		},
+		{
+			name: "topology: total is enough but no zone is",
+			nodes: []*corev1.Node{
+				builders.Node("a1").GPU(8).Zone("a").Obj(), builders.Node("b1").GPU(8).Zone("b").Obj(),
+			},
+			pods:   []scheduling.PodOnNode{bound("x", "a1", 1), bound("y", "b1", 2)},
+			gang:   scheduling.Gang{Members: members(8, gpuMember(1)), TopologyKey: zone},
+			reason: []string{"7 of 8 members fit in the best topology.kubernetes.io/zone (a, of 2)", "needs 8 nvidia.com/gpu for 8 members in one topology.kubernetes.io/zone, the best topology.kubernetes.io/zone has 7 free"},
+		},
+		{
+			name:   "topology key on no node",
+			nodes:  []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			gang:   scheduling.Gang{Members: members(2, gpuMember(1)), TopologyKey: "example.com/nvlink-domain"},
+			reason: []string{"no node has the label example.com/nvlink-domain"},
+		},
+		{
+			name:   "untolerated taint",
+			nodes:  []*corev1.Node{builders.Node("a").GPU(8).Taint("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).Obj()},
+			gang:   scheduling.Gang{Members: members(1, gpuMember(1))},
+			reason: []string{"no node can take member m-00", "1 had untolerated taint {nvidia.com/gpu: true}"},
+		},
+		{
+			name:  "tolerated taint",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Taint("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).Obj()},
+			gang: scheduling.Gang{Members: members(2, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).Tolerate("nvidia.com/gpu", "", corev1.TaintEffectNoSchedule)
+			})},
+			want: map[string]int{"a": 2},
+		},
+		{
+			name:  "PreferNoSchedule taints do not block",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Taint("x", "y", corev1.TaintEffectPreferNoSchedule).Obj()},
+			gang:  scheduling.Gang{Members: members(1, gpuMember(1))},
+			want:  map[string]int{"a": 1},
+		},
+		{
+			name:  "node selector",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Label("gpu", "l4").Obj(), builders.Node("b").GPU(8).Label("gpu", "h100").Obj()},
+			gang: scheduling.Gang{Members: members(3, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).NodeSelector("gpu", "h100")
+			})},
+			want: map[string]int{"b": 3},
+		},
+		{
+			name:  "required node affinity",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Label("family", "g6").Obj(), builders.Node("b").GPU(8).Label("family", "p5").Obj()},
+			gang: scheduling.Gang{Members: members(2, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).NodeAffinityIn("family", "p4d", "p5")
+			})},
+			want: map[string]int{"b": 2},
+		},
+		{
+			name:   "cordoned and unavailable nodes are skipped",
+			nodes:  []*corev1.Node{builders.Node("a").GPU(8).Unschedulable().Obj(), builders.Node("b").GPU(8).Obj(), builders.Node("c").GPU(8).Obj()},
+			unavailable: map[string]string{"b": "AcceleratedHardwareReady is False"},
+			gang:   scheduling.Gang{Members: members(8, gpuMember(1))},
+			want:   map[string]int{"c": 8},
+		},
+		{
+			name:        "unavailable reason is reported",
+			nodes:       []*corev1.Node{builders.Node("b").GPU(8).Obj()},
+			unavailable: map[string]string{"b": "AcceleratedHardwareReady is False"},
+			gang:        scheduling.Gang{Members: members(1, gpuMember(1))},
+			reason:      []string{"1 unavailable (AcceleratedHardwareReady is False)"},
+		},
+		{
+			name:  "init container larger than the app counts",
+			nodes: []*corev1.Node{builders.Node("a").Obj()}, // 8 CPUs
+			gang: scheduling.Gang{Members: members(2, func(n string) *builders.PodBuilder {
+				return builders.Pod(n, "ml").Request(corev1.ResourceCPU, "1").InitContainer("warmup", "5", false)
+			})},
+			reason: []string{"1 of 2 members fit", "needs 10 cpu"},
+		},
+		{
+			name:  "sidecars add to the app",
+			nodes: []*corev1.Node{builders.Node("a").Obj()}, // 8 CPUs
+			gang: scheduling.Gang{Members: members(2, func(n string) *builders.PodBuilder {
+				return builders.Pod(n, "ml").Request(corev1.ResourceCPU, "3").InitContainer("proxy", "1", true)
+			})},
+			want: map[string]int{"a": 2},
+		},
+		{
+			name:  "overhead counts",
+			nodes: []*corev1.Node{builders.Node("a").Obj()},
+			gang: scheduling.Gang{Members: members(2, func(n string) *builders.PodBuilder {
+				return builders.Pod(n, "ml").Request(corev1.ResourceCPU, "3").Overhead(corev1.ResourceCPU, "2")
+			})},
+			reason: []string{"1 of 2 members fit"},
+		},
+		{
+			name:   "node pod limit",
+			nodes:  []*corev1.Node{builders.Node("a").GPU(8).Allocatable(corev1.ResourcePods, "3").Obj()},
+			pods:   []scheduling.PodOnNode{bound("x", "a", 0)},
+			gang:   scheduling.Gang{Members: members(3, gpuMember(1))},
+			reason: []string{"2 of 3 members fit", "needs 3 pods"},
+		},
+		{
+			name:  "finished pods free their capacity",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			pods: []scheduling.PodOnNode{{Pod: builders.Pod("done", "x").GPU(8).Phase(corev1.PodSucceeded).Obj(), Node: "a"},
+				{Pod: builders.Pod("failed", "x").GPU(8).Phase(corev1.PodFailed).Obj(), Node: "a"}},
+			gang: scheduling.Gang{Members: members(8, gpuMember(1))},
+			want: map[string]int{"a": 8},
+		},
+		{
+			name:   "extended resource no node has",
+			nodes:  []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			gang:   scheduling.Gang{Members: members(1, func(n string) *builders.PodBuilder { return builders.Pod(n, "ml").Request("nvidia.com/mig-1g.10gb", "1") })},
+			reason: []string{"needs 1 nvidia.com/mig-1g.10gb", "have 0 free"},
+		},
+		{
+			name:  "each member too big for any node",
+			nodes: []*corev1.Node{builders.Node("a").GPU(4).Obj(), builders.Node("b").GPU(4).Obj()},
+			gang:  scheduling.Gang{Members: members(1, gpuMember(8))},
+			reason: []string{"each member needs 8 nvidia.com/gpu on one node, the largest free on an eligible node is 4"},
+		},
+		{
+			name:  "mixed members: launcher on CPU, workers on GPUs",
+			nodes: []*corev1.Node{builders.Node("cpu").Obj(), builders.Node("gpu").GPU(8).Taint("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).Obj()},
+			gang: scheduling.Gang{Members: append(members(4, func(n string) *builders.PodBuilder {
+				return gpuMember(2)(n).Tolerate("nvidia.com/gpu", "", corev1.TaintEffectNoSchedule)
+			}),
+				builders.Pod("launcher", "ml").Member("g").Request(corev1.ResourceCPU, "6").Obj())},
+			want: map[string]int{"gpu": 4, "cpu": 1},
+		},
+		{
+			name:  "anti-affinity: one member per node",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj(), builders.Node("b").GPU(8).Obj(), builders.Node("c").GPU(8).Obj(), builders.Node("d").GPU(8).Obj()},
+			gang: scheduling.Gang{Members: members(4, func(n string) *builders.PodBuilder {
+				return gpuMember(8)(n).Label("job", "ddp").PodAntiAffinity(corev1.LabelHostname, "job", "ddp")
+			})},
+			want: map[string]int{"a": 1, "b": 1, "c": 1, "d": 1},
+		},
+		{
+			name:  "anti-affinity: too few nodes",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj(), builders.Node("b").GPU(8).Obj()},
+			gang: scheduling.Gang{Members: members(3, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).Label("job", "ddp").PodAntiAffinity(corev1.LabelHostname, "job", "ddp")
+			})},
+			reason: []string{"2 of 3 members fit", "anti-affinity"},
+		},
+		{
+			name:  "existing pod's anti-affinity repels members",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj(), builders.Node("b").GPU(8).Obj()},
+			pods: []scheduling.PodOnNode{{Node: "a", Pod: builders.Pod("loner", "ml").PodAntiAffinity(corev1.LabelHostname, "job", "ddp").Obj()}},
+			gang: scheduling.Gang{Members: members(2, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).Label("job", "ddp").PodAntiAffinity(corev1.LabelHostname, "other", "x")
+			})},
+			want: map[string]int{"b": 2},
+		},
+		{
+			name:  "pod affinity to an existing parameter server's zone",
+			nodes: []*corev1.Node{builders.Node("a1").GPU(8).Zone("a").Obj(), builders.Node("b1").GPU(8).Zone("b").Obj()},
+			pods:  []scheduling.PodOnNode{{Node: "b1", Pod: builders.Pod("ps", "ml").Label("role", "ps").Obj()}},
+			gang: scheduling.Gang{Members: members(3, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).PodAffinity(zone, "role", "ps")
+			})},
+			want: map[string]int{"b1": 3},
+		},
+		{
+			name:  "pod affinity among members: the first may go anywhere",
+			nodes: []*corev1.Node{builders.Node("a1").GPU(2).Zone("a").Obj(), builders.Node("b1").GPU(8).Zone("b").Obj()},
+			gang: scheduling.Gang{Members: members(4, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).Label("job", "ddp").PodAffinity(zone, "job", "ddp")
+			})},
+			want: map[string]int{"b1": 4},
+		},
+		{
+			name: "topology spread across zones",
+			nodes: []*corev1.Node{builders.Node("a1").GPU(8).Zone("a").Obj(), builders.Node("b1").GPU(8).Zone("b").Obj()},
+			gang: scheduling.Gang{Members: members(4, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).Label("job", "ddp").Spread(zone, 1, "job", "ddp")
+			})},
+			want: map[string]int{"a1": 2, "b1": 2},
+		},
+		{
+			name:  "PVC volumes are not modelled",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			gang: scheduling.Gang{Members: members(1, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).PVC("ckpt", "checkpoints")
+			})},
+			reason:      []string{"member m-00 uses volume ckpt backed by a PersistentVolumeClaim"},
+			unsupported: true,
+		},
+		{
+			name:   "empty gang",
+			nodes:  []*corev1.Node{builders.Node("a").Obj()},
+			gang:   scheduling.Gang{},
+			reason: []string{"no members"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := scheduling.NewSnapshot(tt.nodes, tt.pods, tt.unavailable)
+			r := scheduling.Place(s, tt.gang)
+			if tt.want == nil {
+				if r.Fits() {
+					t.Fatalf("placed %v; want no fit", perNode(r))
+				}
+				for _, want := range tt.reason {
+					if !strings.Contains(r.Reason, want) {
+						t.Errorf("reason %q\nlacks %q", r.Reason, want)
+					}
+				}
+				if r.Unsupported != tt.unsupported {
+					t.Errorf("Unsupported = %v, want %v", r.Unsupported, tt.unsupported)
+				}
+				return
+			}
+			if !r.Fits() {
+				t.Fatalf("does not fit: %s", r.Reason)
+			}
+			if diff := cmp.Diff(tt.want, perNode(r)); diff != "" {
+				t.Errorf("members per node (-want +got):\n%s", diff)
+			}
+			if len(r.Assignments) != len(tt.gang.Members) {
+				t.Errorf("%d assignments for %d members", len(r.Assignments), len(tt.gang.Members))
+			}
+			for i, a := range r.Assignments {
+				if a.Pod != tt.gang.Members[i].Name {
+					t.Errorf("assignment %d is for %s, want %s (member order)", i, a.Pod, tt.gang.Members[i].Name)
+				}
+			}
+		})
+	}
+}
+
+func TestAssumeKeepsGangsApart(t *testing.T) {
+	// 12 free GPUs, two gangs of 8: exactly one fits, and after it is assumed the other does not.
+	nodes := []*corev1.Node{builders.Node("a").GPU(8).Obj(), builders.Node("b").GPU(4).Obj()}
+	s := scheduling.NewSnapshot(nodes, nil, nil)
+	g1 := scheduling.Gang{Members: members(8, gpuMember(1))}
+	g2 := scheduling.Gang{Members: members(8, func(n string) *builders.PodBuilder { return gpuMember(1)("two-" + n) })}
+	r1 := scheduling.Place(s, g1)
+	if !r1.Fits() {
+		t.Fatalf("first gang: %s", r1.Reason)
+	}
+	if r := scheduling.Place(s, g2); !r.Fits() {
+		t.Fatalf("second gang alone should fit: %s", r.Reason)
+	}
+	if err := s.Assume(g1.Members, r1); err != nil {
+		t.Fatal(err)
+	}
+	r2 := scheduling.Place(s, g2)
+	if r2.Fits() {
+		t.Fatalf("second gang placed on GPUs promised to the first: %v", perNode(r2))
+	}
+	if !strings.Contains(r2.Reason, "4 of 8 members fit") {
+		t.Errorf("reason = %q", r2.Reason)
+	}
+	if got := s.Free("a", "nvidia.com/gpu"); got != 0 {
+		t.Errorf("free GPUs on a after assume = %d, want 0", got)
+	}
+	if err := s.Assume(g2.Members, r2); err == nil {
+		t.Error("assuming a placement that does not fit succeeded")
+	}
+}
+
+func TestCloneIsIndependent(t *testing.T) {
+	s := scheduling.NewSnapshot([]*corev1.Node{builders.Node("a").GPU(8).Obj()}, nil, nil)
+	c := s.Clone()
+	g := scheduling.Gang{Members: members(8, gpuMember(1))}
+	if err := c.Assume(g.Members, scheduling.Place(c, g)); err != nil {
+		t.Fatal(err)
+	}
+	if s.Free("a", "nvidia.com/gpu") != 8 || c.Free("a", "nvidia.com/gpu") != 0 {
+		t.Errorf("free after assume on clone: original %d, clone %d", s.Free("a", "nvidia.com/gpu"), c.Free("a", "nvidia.com/gpu"))
+	}
+}
+
+func TestPlaceIsDeterministic(t *testing.T) {
+	var nodes []*corev1.Node
+	for i := range 20 {
+		nodes = append(nodes, builders.Node(fmt.Sprintf("n%02d", i)).GPU(8).Zone([]string{"a", "b", "c"}[i%3]).Obj())
+	}
+	g := scheduling.Gang{Members: members(12, gpuMember(1)), TopologyKey: zone}
+	first := scheduling.Place(scheduling.NewSnapshot(nodes, nil, nil), g)
+	// Same snapshot built from nodes in another order.
+	rev := append([]*corev1.Node(nil), nodes...)
+	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+		rev[i], rev[j] = rev[j], rev[i]
+	}
+	for range 5 {
+		if diff := cmp.Diff(first, scheduling.Place(scheduling.NewSnapshot(rev, nil, nil), g), cmpopts.IgnoreUnexported(scheduling.Result{})); diff != "" {
+			t.Fatalf("placement changed between runs:\n%s", diff)
+		}
+	}
+}

@@ -1,0 +1,74 @@
+package scheduling
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+)
+
+// vec is a resource vector in milli-units, indexed by a resIndex.
+type vec []int64
+
+// resIndex assigns each resource name a slot in vec.
+type resIndex struct {
+	slot  map[corev1.ResourceName]int
+	names []corev1.ResourceName
+}
+
+func newResIndex() *resIndex {
+	ri := &resIndex{slot: map[corev1.ResourceName]int{}}
+	ri.add(corev1.ResourcePods) // slot 0: every pod takes one
+	return ri
+}
+
+func (ri *resIndex) add(name corev1.ResourceName) int {
+	if i, ok := ri.slot[name]; ok {
+		return i
+	}
+	ri.slot[name] = len(ri.names)
+	ri.names = append(ri.names, name)
+	return len(ri.names) - 1
+}
+
+// vecOf converts a ResourceList, adding unseen names to the index.
+func (ri *resIndex) vecOf(l corev1.ResourceList) vec {
+	for name := range l {
+		ri.add(name)
+	}
+	v := make(vec, len(ri.names))
+	for name, q := range l {
+		v[ri.slot[name]] = q.MilliValue()
+	}
+	return v
+}
+
+// grow pads v to the index's current size.
+func (ri *resIndex) grow(v vec) vec {
+	for len(v) < len(ri.names) {
+		v = append(v, 0)
+	}
+	return v
+}
+
+// term is one non-zero entry of a sparse request.
+type term struct {
+	slot int
+	amt  int64
+}
+
+// podRequests is what kube-scheduler counts against a node for this pod: the larger of the
+// sum of app containers (plus restartable init containers) and the largest init container,
+// plus pod overhead, plus one pod.
+func podRequests(p *corev1.Pod) corev1.ResourceList {
+	reqs := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	out := make(corev1.ResourceList, len(reqs)+1)
+	for name, q := range reqs {
+		if !q.IsZero() {
+			out[name] = q
+		}
+	}
+	out[corev1.ResourcePods] = *resourceOne()
+	return out
+}
+
+func resourceOne() *resource.Quantity { return resource.NewQuantity(1, resource.DecimalSI) }

@@ -1,0 +1,154 @@
+package scheduling
+
+import (
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// PodOnNode is a pod that counts against a node: bound to it, or promised it (pinned to it by
+// an admission that kube-scheduler has not bound yet).
+type PodOnNode struct {
+	Pod  *corev1.Pod
+	Node string
+}
+
+// NodeState is one node as placement sees it.
+type NodeState struct {
+	// Node is the API object (labels, taints, unschedulable); never modified.
+	Node *corev1.Node
+	// Unavailable, when not empty, says why no new member may go here (not Ready, GPU
+	// unhealthy, being deleted…); set by the caller.
+	Unavailable string
+
+	idx   int
+	alloc vec
+	used  vec
+	pods  []*corev1.Pod
+}
+
+// Name is the node's name.
+func (n *NodeState) Name() string { return n.Node.Name }
+
+// Snapshot is the cluster state a placement decides on. It is not safe for concurrent use;
+// copy it (Clone) to simulate without committing.
+type Snapshot struct {
+	ri          *resIndex
+	nodes       []*NodeState
+	byName      map[string]*NodeState
+	filterCache map[string]filtered
+	domainCache map[string][]string
+}
+
+// NewSnapshot builds a snapshot from nodes and the pods that count against them. Pods on
+// nodes that are not in the list are ignored; terminated pods (Succeeded/Failed) free their
+// capacity, as in kube-scheduler. unavailable maps node names to why they may not take new
+// members. Nodes are kept in name order so results are deterministic.
+func NewSnapshot(nodes []*corev1.Node, pods []PodOnNode, unavailable map[string]string) *Snapshot {
+	s := &Snapshot{ri: newResIndex(), byName: make(map[string]*NodeState, len(nodes))}
+	sorted := append([]*corev1.Node(nil), nodes...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for _, n := range sorted {
+		ns := &NodeState{Node: n, Unavailable: unavailable[n.Name], idx: len(s.nodes), alloc: s.ri.vecOf(n.Status.Allocatable)}
+		if n.DeletionTimestamp != nil && ns.Unavailable == "" {
+			ns.Unavailable = "node is being deleted"
+		}
+		s.nodes = append(s.nodes, ns)
+		s.byName[n.Name] = ns
+	}
+	for _, pn := range pods {
+		if pn.Pod.Status.Phase == corev1.PodSucceeded || pn.Pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if ns, ok := s.byName[pn.Node]; ok {
+			s.add(ns, pn.Pod, s.ri.vecOf(podRequests(pn.Pod)))
+		}
+	}
+	return s
+}
+
+func (s *Snapshot) add(ns *NodeState, p *corev1.Pod, req vec) {
+	ns.alloc = s.ri.grow(ns.alloc)
+	ns.used = s.ri.grow(ns.used)
+	for i, a := range req {
+		ns.used[i] += a
+	}
+	ns.pods = append(ns.pods, p)
+}
+
+// Nodes are the snapshot's nodes in name order.
+func (s *Snapshot) Nodes() []*NodeState { return s.nodes }
+
+// Node finds a node by name.
+func (s *Snapshot) Node(name string) (*NodeState, bool) {
+	n, ok := s.byName[name]
+	return n, ok
+}
+
+// Free is what is left of a resource on a node, in the resource's usual units rounded down
+// (milli-units for cpu is "m": Free(n, "cpu") returns cores).
+func (s *Snapshot) Free(node string, name corev1.ResourceName) int64 {
+	ns, ok := s.byName[node]
+	if !ok {
+		return 0
+	}
+	i, ok := s.ri.slot[name]
+	if !ok {
+		return 0
+	}
+	return (at(ns.alloc, i) - at(ns.used, i)) / 1000
+}
+
+func at(v vec, i int) int64 {
+	if i < len(v) {
+		return v[i]
+	}
+	return 0
+}
+
+// Assume records a placement in the snapshot: each member's requests count against its node
+// from now on, as if it were bound. The PodGroup controller assumes a gang as it admits it.
+func (s *Snapshot) Assume(members []*corev1.Pod, r Result) error {
+	if !r.Fits() {
+		return fmt.Errorf("assuming a placement that does not fit: %s", r.Reason)
+	}
+	byName := make(map[string]*corev1.Pod, len(members))
+	for _, m := range members {
+		byName[m.Name] = m
+	}
+	for i, a := range r.Assignments {
+		ns, ok := s.byName[a.Node]
+		if !ok {
+			return fmt.Errorf("assumed node %s is not in the snapshot", a.Node)
+		}
+		p, ok := byName[a.Pod]
+		if !ok {
+			return fmt.Errorf("assumed member %s is not in the gang", a.Pod)
+		}
+		var req vec
+		if len(r.reqs) == len(r.Assignments) && members[i] == p {
+			req = r.reqs[i] // counted by Place for this very pod
+		} else {
+			req = s.ri.vecOf(podRequests(p))
+		}
+		s.add(ns, p, req)
+	}
+	return nil
+}
+
+// Clone copies the snapshot so a placement can be simulated without touching the original.
+func (s *Snapshot) Clone() *Snapshot {
+	c := &Snapshot{ri: &resIndex{slot: make(map[corev1.ResourceName]int, len(s.ri.slot)), names: append([]corev1.ResourceName(nil), s.ri.names...)},
+		byName: make(map[string]*NodeState, len(s.nodes))}
+	for k, v := range s.ri.slot {
+		c.ri.slot[k] = v
+	}
+	for _, n := range s.nodes {
+		cn := &NodeState{Node: n.Node, Unavailable: n.Unavailable, idx: n.idx, alloc: append(vec(nil), n.alloc...),
+			used: append(vec(nil), n.used...), pods: append([]*corev1.Pod(nil), n.pods...)}
+		c.nodes = append(c.nodes, cn)
+		c.byName[cn.Node.Name] = cn
+	}
+	return c
+}
