@@ -79,7 +79,7 @@ func TestPlace(t *testing.T) {
 			want:  map[string]int{"a": 8, "c": 2},
 		},
 		{
-			name: "free capacity on a busy node first",
+			name:  "free capacity on a busy node first",
 			nodes: []*corev1.Node{builders.Node("a-empty").GPU(8).Obj(), builders.Node("b-busy").GPU(8).Obj()},
 			pods:  []scheduling.PodOnNode{bound("x", "b-busy", 4)},
 			gang:  scheduling.Gang{Members: members(4, gpuMember(1))},
@@ -147,11 +147,11 @@ func TestPlace(t *testing.T) {
 			want: map[string]int{"b": 2},
 		},
 		{
-			name:   "cordoned and unavailable nodes are skipped",
-			nodes:  []*corev1.Node{builders.Node("a").GPU(8).Unschedulable().Obj(), builders.Node("b").GPU(8).Obj(), builders.Node("c").GPU(8).Obj()},
+			name:        "cordoned and unavailable nodes are skipped",
+			nodes:       []*corev1.Node{builders.Node("a").GPU(8).Unschedulable().Obj(), builders.Node("b").GPU(8).Obj(), builders.Node("c").GPU(8).Obj()},
 			unavailable: map[string]string{"b": "AcceleratedHardwareReady is False"},
-			gang:   scheduling.Gang{Members: members(8, gpuMember(1))},
-			want:   map[string]int{"c": 8},
+			gang:        scheduling.Gang{Members: members(8, gpuMember(1))},
+			want:        map[string]int{"c": 8},
 		},
 		{
 			name:        "unavailable reason is reported",
@@ -200,15 +200,17 @@ func TestPlace(t *testing.T) {
 			want: map[string]int{"a": 8},
 		},
 		{
-			name:   "extended resource no node has",
-			nodes:  []*corev1.Node{builders.Node("a").GPU(8).Obj()},
-			gang:   scheduling.Gang{Members: members(1, func(n string) *builders.PodBuilder { return builders.Pod(n, "ml").Request("nvidia.com/mig-1g.10gb", "1") })},
+			name:  "extended resource no node has",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			gang: scheduling.Gang{Members: members(1, func(n string) *builders.PodBuilder {
+				return builders.Pod(n, "ml").Request("nvidia.com/mig-1g.10gb", "1")
+			})},
 			reason: []string{"needs 1 nvidia.com/mig-1g.10gb", "have 0 free"},
 		},
 		{
-			name:  "each member too big for any node",
-			nodes: []*corev1.Node{builders.Node("a").GPU(4).Obj(), builders.Node("b").GPU(4).Obj()},
-			gang:  scheduling.Gang{Members: members(1, gpuMember(8))},
+			name:   "each member too big for any node",
+			nodes:  []*corev1.Node{builders.Node("a").GPU(4).Obj(), builders.Node("b").GPU(4).Obj()},
+			gang:   scheduling.Gang{Members: members(1, gpuMember(8))},
 			reason: []string{"each member needs 8 nvidia.com/gpu on one node, the largest free on an eligible node is 4"},
 		},
 		{
@@ -239,7 +241,7 @@ func TestPlace(t *testing.T) {
 		{
 			name:  "existing pod's anti-affinity repels members",
 			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj(), builders.Node("b").GPU(8).Obj()},
-			pods: []scheduling.PodOnNode{{Node: "a", Pod: builders.Pod("loner", "ml").PodAntiAffinity(corev1.LabelHostname, "job", "ddp").Obj()}},
+			pods:  []scheduling.PodOnNode{{Node: "a", Pod: builders.Pod("loner", "ml").PodAntiAffinity(corev1.LabelHostname, "job", "ddp").Obj()}},
 			gang: scheduling.Gang{Members: members(2, func(n string) *builders.PodBuilder {
 				return gpuMember(1)(n).Label("job", "ddp").PodAntiAffinity(corev1.LabelHostname, "other", "x")
 			})},
@@ -263,7 +265,7 @@ func TestPlace(t *testing.T) {
 			want: map[string]int{"b1": 4},
 		},
 		{
-			name: "topology spread across zones",
+			name:  "topology spread across zones",
 			nodes: []*corev1.Node{builders.Node("a1").GPU(8).Zone("a").Obj(), builders.Node("b1").GPU(8).Zone("b").Obj()},
 			gang: scheduling.Gang{Members: members(4, func(n string) *builders.PodBuilder {
 				return gpuMember(1)(n).Label("job", "ddp").Spread(zone, 1, "job", "ddp")
