@@ -8,6 +8,8 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/berth-dev/berth/controllers/adapter"
+	"github.com/berth-dev/berth/controllers/admission"
 	"github.com/berth-dev/berth/controllers/podgroup"
 	"github.com/berth-dev/berth/internal/events"
 )
@@ -35,6 +37,8 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		c    controller
 	}{
 		{podgroup.Name, &podgroup.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Recorder: rec}},
+		{adapter.Name, &adapter.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec}},
+		{admission.Name, &admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: rec}},
 	}
 	for _, c := range all {
 		if err := c.c.SetupWithManager(mgr); err != nil {

@@ -3,15 +3,11 @@ package controllers
 import (
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/selection"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -29,6 +25,8 @@ type ManagerOptions struct {
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease; the pod's namespace when empty.
 	LeaderElectionNamespace string
+	// Webhook configures the pod-gate admission webhook; disabled when Port is 0.
+	Webhook WebhookOptions
 }
 
 // LeaderElectionID names the Lease replicas of the controller compete for.
@@ -46,17 +44,12 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// NewManager builds a controller-runtime manager with every berth controller registered and
-// health checks installed. Only pods that carry the pod-group label are cached: every other
-// pod in the cluster is irrelevant to berth's controllers.
+// NewManager builds a controller-runtime manager with every berth controller and the pod-gate
+// webhook registered, and health checks installed.
 func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	scheme, err := NewScheme()
 	if err != nil {
 		return nil, err
-	}
-	members, err := labels.NewRequirement(berthv1alpha1.PodGroupLabel, selection.Exists, nil)
-	if err != nil {
-		return nil, fmt.Errorf("building member selector: %w", err)
 	}
 	if o.MetricsAddress == "" {
 		o.MetricsAddress = "0"
@@ -71,14 +64,18 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		LeaderElection:          o.LeaderElection,
 		LeaderElectionID:        LeaderElectionID,
 		LeaderElectionNamespace: o.LeaderElectionNamespace,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.Pod{}: {Label: labels.NewSelector().Add(*members)},
-		}},
+		// Admission needs every pod on every node (capacity in use), so pods are cached
+		// cluster-wide, without managed fields to keep the cache small.
+		Cache:         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		WebhookServer: o.webhookServer(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
 	if err := Setup(mgr, o.Options); err != nil {
+		return nil, err
+	}
+	if err := o.setupWebhook(mgr, cfg); err != nil {
 		return nil, err
 	}
 	if o.HealthProbeAddress != "" {

@@ -213,7 +213,11 @@ func classKey(p *corev1.Pod, reqs corev1.ResourceList, withLabels bool) string {
 		}
 	})
 	for _, t := range p.Spec.Tolerations {
-		fmt.Fprintf(&b, "%s/%s/%s/%s/%v;", t.Key, t.Operator, t.Value, t.Effect, t.TolerationSeconds)
+		secs := "-"
+		if t.TolerationSeconds != nil {
+			secs = strconv.FormatInt(*t.TolerationSeconds, 10)
+		}
+		fmt.Fprintf(&b, "%s/%s/%s/%s/%s;", t.Key, t.Operator, t.Value, t.Effect, secs)
 	}
 	b.WriteByte('|')
 	if p.Spec.Affinity != nil || len(p.Spec.TopologySpreadConstraints) > 0 {
@@ -556,10 +560,14 @@ func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int
 		fmt.Fprintf(&b, ": no node can take member %s (%d nodes: %s)", c.rep.Name, len(s.nodes), c.rejects.String())
 		return b.String()
 	}
-	// Needs vs. free per resource over the class's eligible nodes, before this gang.
+	// Needs (of the whole gang) vs. free per resource over the class's eligible nodes, before
+	// this gang.
 	for _, t := range c.terms {
 		name := s.ri.names[t.slot]
-		need := int64(len(c.members)) * t.amt
+		var need int64
+		for _, other := range classes {
+			need += int64(len(other.members)) * at(other.req, t.slot)
+		}
 		var free, largest int64
 		for _, n := range eligible {
 			f := at(n.alloc, t.slot) - at(n.used, t.slot)
@@ -572,7 +580,7 @@ func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int
 				scope = fmt.Sprintf("the best %s has", g.TopologyKey)
 			}
 			fmt.Fprintf(&b, "; needs %s %s for %d members in one %s, %s %s free",
-				fmtQty(name, need), name, len(c.members), orCluster(g.TopologyKey), scope, fmtQty(name, free))
+				fmtQty(name, need), name, total, orCluster(g.TopologyKey), scope, fmtQty(name, free))
 			return b.String() + rejectSuffix(c)
 		}
 		if largest < t.amt {

@@ -385,3 +385,19 @@ func TestPlaceIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestTolerationSecondsDoNotSplitMembers: identical members whose tolerations carry
+// tolerationSeconds (as the DefaultTolerationSeconds admission plugin adds) are one class.
+func TestTolerationSecondsDoNotSplitMembers(t *testing.T) {
+	secs := func() *int64 { v := int64(300); return &v }
+	nodes := []*corev1.Node{builders.Node("a").GPU(8).Obj()}
+	pods := []scheduling.PodOnNode{bound("x", "a", 1)}
+	ms := members(8, gpuMember(1))
+	for _, m := range ms {
+		m.Spec.Tolerations = append(m.Spec.Tolerations, corev1.Toleration{Key: "node.kubernetes.io/not-ready", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: secs()})
+	}
+	r := scheduling.Place(scheduling.NewSnapshot(nodes, pods, nil), scheduling.Gang{Members: ms})
+	if !strings.Contains(r.Reason, "needs 8 nvidia.com/gpu for 8 members") {
+		t.Errorf("reason = %q", r.Reason)
+	}
+}

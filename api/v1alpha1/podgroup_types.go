@@ -148,10 +148,27 @@ type PodGroupStatus struct {
 	// +listType=set
 	Nodes []string `json:"nodes,omitempty"`
 
+	// Assignments record where admission placed each member. They are the durable promise of
+	// capacity to the gang: written before any member is released, they let a restarted
+	// controller finish a release it started, and keep the capacity of members that are not
+	// bound yet from being promised to another gang.
+	// +optional
+	// +listType=map
+	// +listMapKey=pod
+	Assignments []MemberAssignment `json:"assignments,omitempty"`
+
 	// NodeClaims are the names of the Karpenter NodeClaims that back the gang, sorted.
 	// +optional
 	// +listType=set
 	NodeClaims []string `json:"nodeClaims,omitempty"`
+}
+
+// MemberAssignment places one member pod on one node.
+type MemberAssignment struct {
+	// Pod is the member pod's name.
+	Pod string `json:"pod"`
+	// Node is the node it was placed on.
+	Node string `json:"node"`
 }
 
 // MemberCounts counts a gang's member pods by state. A pod is counted once under total and

@@ -16,6 +16,25 @@ const (
 	ReasonGangSucceeded = "GangSucceeded"
 	// ReasonGangFailed: a PodGroup can no longer reach minMember.
 	ReasonGangFailed = "GangFailed"
+	// ReasonGangAdmitted: every member was placed and released together.
+	ReasonGangAdmitted = "GangAdmitted"
+	// ReasonGangUnschedulable: the gang does not fit yet; the note says why.
+	ReasonGangUnschedulable = "GangUnschedulable"
+	// ReasonGangTimedOut: the gang was not admitted within scheduleTimeoutSeconds.
+	ReasonGangTimedOut = "GangTimedOut"
+	// ReasonMemberReplaced: a pinned member's node vanished before it bound; it was deleted so
+	// its controller recreates it.
+	ReasonMemberReplaced = "MemberReplaced"
+	// ReasonMemberStranded: a pinned member's node vanished and nothing will recreate it.
+	ReasonMemberStranded = "MemberStranded"
+	// ReasonLateMemberAdmitted: a member created after admission was placed and released.
+	ReasonLateMemberAdmitted = "LateMemberAdmitted"
+	// ReasonGangAdapted: a PodGroup was created for a gang declared for another scheduler.
+	ReasonGangAdapted = "GangAdapted"
+	// ReasonGangSizeUnknown: a pod of a foreign gang cannot be admitted: its size is unknown.
+	ReasonGangSizeUnknown = "GangSizeUnknown"
+	// ReasonLateMemberWaiting: a member created after admission does not fit yet.
+	ReasonLateMemberWaiting = "LateMemberWaiting"
 )
 
 // Actions, the machine-readable verb of an events.k8s.io Event.

@@ -1,0 +1,19 @@
+package admission
+
+import (
+	"fmt"
+	"os"
+)
+
+// FaultEnv names a fault-injection point at which the controller process exits at once, for
+// the restart-safety tests: "after-pin" (members pinned, still gated) or "after-ungate" (gates
+// removed, barrier still up). Never set in production.
+const FaultEnv = "BERTH_FAULT_EXIT_AT"
+
+// faultPoint exits the process when FaultEnv names this point.
+func faultPoint(name string) {
+	if os.Getenv(FaultEnv) == name {
+		fmt.Fprintf(os.Stderr, "berth: fault injection: exiting at %s\n", name)
+		os.Exit(3)
+	}
+}

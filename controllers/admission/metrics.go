@@ -1,0 +1,84 @@
+package admission
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	bmetrics "github.com/berth-dev/berth/internal/metrics"
+)
+
+var (
+	// placements counts placement attempts by result: admitted, no_fit, unsupported, timeout.
+	placements = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "placement_attempts_total",
+		Help: "Gang placement attempts by result (admitted, no_fit, unsupported, timeout).",
+	}, []string{bmetrics.LabelResult})
+
+	// admissionLatency is the time from a gang's last member being created to all its gates
+	// removed (stage=released) and to all its members bound (stage=bound).
+	admissionLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "admission_latency_seconds",
+		Help:    "Seconds from a gang's last member being created until all gates were removed (stage=released) or all members were bound (stage=bound).",
+		Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
+	}, []string{bmetrics.LabelStage})
+
+	// gangs counts PodGroups by phase, as of the last admission cycle.
+	gangs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "gangs",
+		Help: "PodGroups by phase, as of the last admission cycle.",
+	}, []string{bmetrics.LabelPhase})
+
+	// cycleDuration is how long one admission cycle takes.
+	cycleDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "admission_cycle_duration_seconds",
+		Help:    "Seconds one gang admission cycle takes (snapshot, placement and releases).",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 8),
+	})
+)
+
+func init() {
+	metrics.Registry.MustRegister(placements, admissionLatency, gangs, cycleDuration)
+}
+
+// resultLabel maps a Scheduled condition reason to a placement result label.
+func resultLabel(reason string) string {
+	if reason == ReasonUnsupported {
+		return "unsupported"
+	}
+	return "no_fit"
+}
+
+// lastCreated is when the newest of the members was created.
+func lastCreated(members []*corev1.Pod) time.Time {
+	var t time.Time
+	for _, m := range members {
+		if m.CreationTimestamp.After(t) {
+			t = m.CreationTimestamp.Time
+		}
+	}
+	return t
+}
+
+func observeReleased(members []*corev1.Pod, at time.Time) {
+	admissionLatency.WithLabelValues("released").Observe(at.Sub(lastCreated(members)).Seconds())
+}
+
+// recordPhases sets the gangs gauge.
+func recordPhases(gs []*berthv1alpha1.PodGroup) {
+	counts := map[berthv1alpha1.PodGroupPhase]float64{}
+	for _, g := range gs {
+		p := g.Status.Phase
+		if p == "" {
+			p = berthv1alpha1.PodGroupPending
+		}
+		counts[p]++
+	}
+	for _, p := range []berthv1alpha1.PodGroupPhase{berthv1alpha1.PodGroupPending, berthv1alpha1.PodGroupProvisioning,
+		berthv1alpha1.PodGroupAdmitted, berthv1alpha1.PodGroupRunning, berthv1alpha1.PodGroupSucceeded, berthv1alpha1.PodGroupFailed} {
+		gangs.WithLabelValues(string(p)).Set(counts[p])
+	}
+}

@@ -1,0 +1,199 @@
+package admission
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+)
+
+// NodeAnnotation records on a member the node admission pinned it to.
+const NodeAnnotation = "scheduling.berth.dev/node"
+
+// BarrierPrefix starts the node label that holds a released gang back until all its gates are
+// gone: members require "<BarrierPrefix><gang UID>" on their node, and berth sets that label on
+// the gang's nodes only after removing the last gate. kube-scheduler can therefore bind no
+// member before every member is released. The label is removed once the members are bound.
+const BarrierPrefix = "admit.scheduling.berth.dev/"
+
+// barrierKey is the node label of one gang's release barrier.
+func barrierKey(g *berthv1alpha1.PodGroup) string { return BarrierPrefix + string(g.UID) }
+
+// pinned reports the node a member was pinned to, if any.
+func pinned(p *corev1.Pod) (string, bool) {
+	n, ok := p.Annotations[NodeAnnotation]
+	return n, ok
+}
+
+// gateIndex is the position of berth's gate in the pod's schedulingGates, or -1.
+func gateIndex(p *corev1.Pod) int {
+	for i, g := range p.Spec.SchedulingGates {
+		if g.Name == berthv1alpha1.SchedulingGate {
+			return i
+		}
+	}
+	return -1
+}
+
+// withPin returns a copy of p required to run on node: a metadata.name match (and, with a
+// barrier, the barrier label) added to every required node-affinity term (or one new term),
+// which Kubernetes accepts while the pod is still gated, plus the NodeAnnotation.
+func withPin(p *corev1.Pod, node, barrier string) *corev1.Pod {
+	out := p.DeepCopy()
+	pin := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
+	var wait []corev1.NodeSelectorRequirement
+	if barrier != "" {
+		wait = []corev1.NodeSelectorRequirement{{Key: barrier, Operator: corev1.NodeSelectorOpExists}}
+	}
+	if out.Spec.Affinity == nil {
+		out.Spec.Affinity = &corev1.Affinity{}
+	}
+	if out.Spec.Affinity.NodeAffinity == nil {
+		out.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := out.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchFields: []corev1.NodeSelectorRequirement{pin}, MatchExpressions: wait}}}
+	} else {
+		terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+		for i := range terms {
+			terms[i].MatchFields = append(terms[i].MatchFields, pin)
+			terms[i].MatchExpressions = append(terms[i].MatchExpressions, wait...)
+		}
+	}
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[NodeAnnotation] = node
+	return out
+}
+
+// pin writes the pin to a gated member (optimistic lock: a concurrent change is retried by the
+// next cycle, never overwritten) and returns the pod as stored.
+func (r *Reconciler) pin(ctx context.Context, p *corev1.Pod, node, barrier string) (*corev1.Pod, error) {
+	if n, ok := pinned(p); ok {
+		if n != node {
+			return nil, fmt.Errorf("member %s is already pinned to %s, not %s", p.Name, n, node)
+		}
+		return p, nil
+	}
+	out := withPin(p, node, barrier)
+	if err := r.Client.Patch(ctx, out, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
+		return nil, fmt.Errorf("pinning member %s to %s: %w", p.Name, node, err)
+	}
+	return out, nil
+}
+
+// ungate removes berth's gate with a JSON patch that first tests the gate is where we saw it.
+func (r *Reconciler) ungate(ctx context.Context, p *corev1.Pod) error {
+	i := gateIndex(p)
+	if i < 0 {
+		return nil
+	}
+	patch, _ := json.Marshal([]map[string]any{
+		{"op": "test", "path": fmt.Sprintf("/spec/schedulingGates/%d/name", i), "value": berthv1alpha1.SchedulingGate},
+		{"op": "remove", "path": fmt.Sprintf("/spec/schedulingGates/%d", i)},
+	})
+	if err := r.Client.Patch(ctx, p, client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("removing the gate of member %s: %w", p.Name, err)
+	}
+	return nil
+}
+
+// release pins every gated member to its assigned node behind the gang's barrier, removes all
+// their gates in one parallel burst, and only then lifts the barrier on the gang's nodes: no
+// member can be bound before the last gate is gone. Every step is idempotent, so a restarted
+// controller simply runs it again.
+func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string) error {
+	barrier := barrierKey(g)
+	var gated []*corev1.Pod
+	for _, m := range members {
+		if gateIndex(m) >= 0 {
+			if _, ok := nodeOf[m.Name]; ok {
+				gated = append(gated, m)
+			}
+		}
+	}
+	// 1. Pin (still gated: nothing can be scheduled yet).
+	stored := make([]*corev1.Pod, len(gated))
+	if err := parallel(gated, func(i int, m *corev1.Pod) error {
+		p, err := r.pin(ctx, m, nodeOf[m.Name], barrier)
+		stored[i] = p
+		return err
+	}); err != nil {
+		return err
+	}
+	faultPoint("after-pin")
+	// 2. Remove every gate. Members are pinned behind the barrier: still nothing binds.
+	if err := parallel(stored, func(_ int, m *corev1.Pod) error { return r.ungate(ctx, m) }); err != nil {
+		return err
+	}
+	faultPoint("after-ungate")
+	// 3. Lift the barrier on the gang's nodes: kube-scheduler binds the members now.
+	nodes := map[string]bool{}
+	for _, m := range gated {
+		nodes[nodeOf[m.Name]] = true
+	}
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := r.setNodeLabel(ctx, n, barrier, true); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		return errs[0]
+	}
+	return nil
+}
+
+// setNodeLabel adds (value "true") or removes a label on a node with a merge patch.
+func (r *Reconciler) setNodeLabel(ctx context.Context, node, key string, present bool) error {
+	var value any
+	if present {
+		value = "true"
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: value}}})
+	n := &corev1.Node{}
+	n.Name = node
+	if err := r.Client.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("setting release barrier on node %s: %w", node, err)
+	}
+	return nil
+}
+
+// parallel runs f for every pod at once and returns the first error.
+func parallel(pods []*corev1.Pod, f func(int, *corev1.Pod) error) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(pods))
+	for i, p := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(i, p)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

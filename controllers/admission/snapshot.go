@@ -1,0 +1,67 @@
+package admission
+
+import (
+	corev1 "k8s.io/api/core/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/scheduling"
+)
+
+// Condition type and reason for GPU health reported by berth's agent (and Karpenter's AWS
+// node-repair policies).
+const (
+	ConditionAcceleratedHardwareReady = "AcceleratedHardwareReady"
+)
+
+// unavailableNodes says which nodes may not take new members, and why.
+func unavailableNodes(nodes []*corev1.Node) map[string]string {
+	out := map[string]string{}
+	for _, n := range nodes {
+		ready := false
+		for _, c := range n.Status.Conditions {
+			switch {
+			case c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue:
+				ready = true
+			case string(c.Type) == ConditionAcceleratedHardwareReady && c.Status == corev1.ConditionFalse:
+				out[n.Name] = "GPU unhealthy: " + c.Reason
+			}
+		}
+		if !ready && out[n.Name] == "" {
+			out[n.Name] = "not Ready"
+		}
+	}
+	return out
+}
+
+// podsOnNodes is what counts against nodes: bound, running pods, and members promised a node
+// by an admission (status.assignments) that kube-scheduler has not bound yet.
+func podsOnNodes(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup, assumed map[string][]berthv1alpha1.MemberAssignment) []scheduling.PodOnNode {
+	byKey := make(map[string]*corev1.Pod, len(pods))
+	var out []scheduling.PodOnNode
+	for _, p := range pods {
+		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		byKey[p.Namespace+"/"+p.Name] = p
+		if p.Spec.NodeName != "" {
+			out = append(out, scheduling.PodOnNode{Pod: p, Node: p.Spec.NodeName})
+		}
+	}
+	for _, g := range groups {
+		for _, a := range assignmentsOf(g, assumed) {
+			if p, ok := byKey[g.Namespace+"/"+a.Pod]; ok && p.Spec.NodeName == "" {
+				out = append(out, scheduling.PodOnNode{Pod: p, Node: a.Node})
+			}
+		}
+	}
+	return out
+}
+
+// assignmentsOf is a group's assignments: from the cache, or from this process's own recent
+// admission when the cache has not caught up with it yet.
+func assignmentsOf(g *berthv1alpha1.PodGroup, assumed map[string][]berthv1alpha1.MemberAssignment) []berthv1alpha1.MemberAssignment {
+	if len(g.Status.Assignments) > 0 {
+		return g.Status.Assignments
+	}
+	return assumed[string(g.UID)]
+}

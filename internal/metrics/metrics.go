@@ -1,0 +1,16 @@
+// Package metrics holds the names shared by every berth metric: the namespace and the label
+// names, so metrics read berth_<subsystem>_<name> with snake_case labels everywhere.
+package metrics
+
+// Namespace prefixes every berth metric.
+const Namespace = "berth"
+
+// Label names.
+const (
+	// LabelResult is an outcome, e.g. admitted, no_fit.
+	LabelResult = "result"
+	// LabelStage is a step of a multi-step latency, e.g. released, bound.
+	LabelStage = "stage"
+	// LabelPhase is a PodGroup phase.
+	LabelPhase = "phase"
+)

@@ -1,0 +1,80 @@
+// Package gang_test checks gang admission on a real control plane: kube-apiserver,
+// kube-scheduler, kube-controller-manager and kwok nodes, with berth's controller manager and
+// pod-gate webhook running in-process.
+package gang_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/berth-dev/berth/config"
+	"github.com/berth-dev/berth/controllers"
+	bwebhook "github.com/berth-dev/berth/internal/webhook"
+	"github.com/berth-dev/berth/test/rig"
+	"github.com/berth-dev/berth/test/rig/rigtest"
+)
+
+// webhookPort is where the in-process webhook listens.
+var webhookPort int
+
+func TestMain(m *testing.M) {
+	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
+		crds, err := config.CRDs()
+		if err != nil {
+			return err
+		}
+		if err := r.InstallCRDs(ctx, crds); err != nil {
+			return err
+		}
+		for _, start := range []func(context.Context) error{r.StartControllerManager, r.StartScheduler} {
+			if err := start(ctx); err != nil {
+				return err
+			}
+		}
+		if err := r.StartKwok(ctx, rig.KwokOptions{}); err != nil {
+			return err
+		}
+		if webhookPort, err = rig.FreePort(); err != nil {
+			return err
+		}
+		return startBerth(ctx, r)
+	})
+}
+
+// startBerth installs the webhook configuration (pointing at loopback) and runs the manager.
+func startBerth(ctx context.Context, r *rig.Rig) error {
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", webhookPort, bwebhook.Path)
+	adapters := []bwebhook.Source{bwebhook.SourceCoscheduling, bwebhook.SourceKueue}
+	cfg := bwebhook.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, adapters)
+	if err := r.Client.Create(ctx, cfg); err != nil {
+		return fmt.Errorf("creating webhook configuration: %w", err)
+	}
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	mgr, err := controllers.NewManager(r.Config, controllers.ManagerOptions{
+		Webhook: controllers.WebhookOptions{
+			Host: "127.0.0.1", Port: webhookPort, CertDir: filepath.Join(r.WorkDir(), "webhook-certs"),
+			Adapters: adapters, ManageCertificate: true, SecretNamespace: "kube-system", SecretName: "berth-webhook-cert",
+			Hosts: []string{"127.0.0.1"},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	mgrCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(mgrCtx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager stopped:", err)
+		}
+	}()
+	rigtest.Defer(func() { cancel(); <-done })
+	return nil
+}
