@@ -2,6 +2,9 @@ package cli
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -10,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/berth-dev/berth/controllers"
+	bwebhook "github.com/berth-dev/berth/internal/webhook"
 )
 
 type controllerFlags struct {
@@ -19,6 +23,14 @@ type controllerFlags struct {
 	leaderElect        bool
 	leaderElectionNS   string
 	development        bool
+	webhookHost        string
+	webhookPort        int
+	webhookCertDir     string
+	webhookSelfSigned  bool
+	webhookSecret      string
+	webhookNamespace   string
+	webhookHosts       []string
+	adapters           []string
 }
 
 func newControllerCommand() *cobra.Command {
@@ -28,9 +40,11 @@ func newControllerCommand() *cobra.Command {
 		Short: "Run berth's controllers (PodGroup gang admission and status)",
 		Long: `Run berth's controllers against a cluster.
 
-The controller reconciles PodGroups (scheduling.berth.dev/v1alpha1): it counts each gang's
-member pods (pods labelled scheduling.berth.dev/pod-group=<name>) and keeps the PodGroup's
-phase, member counts and conditions current. Only pods carrying that label are cached.`,
+The controller admits gangs. Member pods (labelled scheduling.berth.dev/pod-group=<name>, or
+labelled for an enabled adapter) get a scheduling gate from the pod-gate webhook it serves;
+once every member of a PodGroup (scheduling.berth.dev/v1alpha1) fits, it pins each member to
+its node and releases them together. It keeps PodGroup phase, member counts, conditions and
+Events current, and by default issues and rotates its own webhook certificate.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runController(cmd, f) },
 	}
@@ -41,7 +55,39 @@ phase, member counts and conditions current. Only pods carrying that label are c
 	fl.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles at a time")
 	fl.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease; empty uses the pod's namespace")
 	fl.BoolVar(&f.development, "development", false, "human-readable console logs instead of JSON")
+	fl.StringVar(&f.webhookHost, "webhook-host", "", "address the pod-gate webhook listens on (all when empty)")
+	fl.IntVar(&f.webhookPort, "webhook-port", 9443, "port of the pod-gate webhook; 0 disables it (gang members are then not gated)")
+	fl.StringVar(&f.webhookCertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "berth-webhook-certs"), "folder with the webhook's tls.crt and tls.key")
+	fl.BoolVar(&f.webhookSelfSigned, "webhook-self-signed", true, "issue, rotate and inject the webhook certificate itself (false: cert-manager provides --webhook-cert-dir)")
+	fl.StringVar(&f.webhookSecret, "webhook-secret", "berth-webhook-cert", "Secret holding the self-signed webhook certificate")
+	fl.StringVar(&f.webhookNamespace, "webhook-secret-namespace", envOr("POD_NAMESPACE", "berth-system"), "namespace of --webhook-secret")
+	fl.StringSliceVar(&f.webhookHosts, "webhook-hosts", []string{"berth-webhook.berth-system.svc"}, "DNS names (or IPs) the webhook certificate is for")
+	fl.StringSliceVar(&f.adapters, "adapters", []string{"coscheduling", "volcano", "kueue"}, "foreign gang sources treated as berth gangs: coscheduling, volcano, kai, kueue (none: empty)")
 	return cmd
+}
+
+// parseAdapters turns --adapters into sources, rejecting unknown names.
+func parseAdapters(names []string) ([]bwebhook.Source, error) {
+	var out []bwebhook.Source
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		if n == "" || n == "none" {
+			continue
+		}
+		s, ok := bwebhook.AdapterSources[n]
+		if !ok {
+			return nil, fmt.Errorf("--adapters: unknown source %q (known: coscheduling, volcano, kai, kueue)", n)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 func loadConfig(kubeconfig string) (*rest.Config, error) {
@@ -65,11 +111,21 @@ func runController(cmd *cobra.Command, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
+	adapters, err := parseAdapters(f.adapters)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 100, 200 // a gang's release is a burst of patches
 	mgr, err := controllers.NewManager(cfg, controllers.ManagerOptions{
 		MetricsAddress:          f.metricsAddress,
 		HealthProbeAddress:      f.healthProbeAddress,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionNamespace: f.leaderElectionNS,
+		Webhook: controllers.WebhookOptions{
+			Host: f.webhookHost, Port: f.webhookPort, CertDir: f.webhookCertDir, Adapters: adapters,
+			ManageCertificate: f.webhookSelfSigned, SecretNamespace: f.webhookNamespace, SecretName: f.webhookSecret,
+			Hosts: f.webhookHosts,
+		},
 	})
 	if err != nil {
 		return err

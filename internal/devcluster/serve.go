@@ -3,6 +3,8 @@ package devcluster
 import (
 	"context"
 	"fmt"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/internal/gpu"
+	bwebhook "github.com/berth-dev/berth/internal/webhook"
 	"github.com/berth-dev/berth/test/rig"
 )
 
@@ -158,15 +161,24 @@ func bringUp(ctx context.Context, o Options, st *State) (*rig.Rig, error) {
 // startBerth runs berth's own components against the rig as separate processes, as in a real
 // cluster.
 func startBerth(ctx context.Context, o Options, r *rig.Rig, st *State) error {
-	ports, err := freePorts(2)
+	ports, err := freePorts(3)
 	if err != nil {
 		return err
 	}
 	metrics := "127.0.0.1:" + strconv.Itoa(ports[0])
 	health := "127.0.0.1:" + strconv.Itoa(ports[1])
+	// The pod-gate webhook listens on loopback; the apiserver reaches it by URL.
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", ports[2], bwebhook.Path)
+	adapters := []bwebhook.Source{bwebhook.SourceCoscheduling, bwebhook.SourceVolcano, bwebhook.SourceKueue}
+	if err := r.Client.Create(ctx, bwebhook.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, adapters)); err != nil {
+		return fmt.Errorf("installing webhook configuration: %w", err)
+	}
 	if err := r.StartComponent(ctx, "berth-controller", o.BerthBinary, []string{
 		"controller", "--kubeconfig=" + r.Kubeconfig, "--leader-elect=false", "--development",
 		"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + health,
+		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(ports[2]),
+		"--webhook-cert-dir=" + filepath.Join(r.WorkDir(), "webhook-certs"), "--webhook-secret-namespace=kube-system",
+		"--webhook-hosts=127.0.0.1", "--adapters=coscheduling,volcano,kueue",
 	}, nil, "http://"+health+"/readyz"); err != nil {
 		return err
 	}

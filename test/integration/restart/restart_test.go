@@ -1,0 +1,213 @@
+// Package restart_test kills berth's controller process in the middle of releasing a gang and
+// checks that a restarted controller finishes the release: nothing is left half-released.
+package restart_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/config"
+	"github.com/berth-dev/berth/controllers/admission"
+	bwebhook "github.com/berth-dev/berth/internal/webhook"
+	"github.com/berth-dev/berth/test/builders"
+	"github.com/berth-dev/berth/test/rig"
+	"github.com/berth-dev/berth/test/rig/rigtest"
+)
+
+var (
+	berthBin    string
+	webhookPort int
+)
+
+func TestMain(m *testing.M) {
+	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
+		berthBin = filepath.Join(r.WorkDir(), "berth")
+		if out, err := exec.Command("go", "build", "-o", berthBin, "github.com/berth-dev/berth/cmd/berth").CombinedOutput(); err != nil {
+			return fmt.Errorf("building berth: %v\n%s", err, out)
+		}
+		crds, err := config.CRDs()
+		if err != nil {
+			return err
+		}
+		if err := r.InstallCRDs(ctx, crds); err != nil {
+			return err
+		}
+		for _, start := range []func(context.Context) error{r.StartControllerManager, r.StartScheduler} {
+			if err := start(ctx); err != nil {
+				return err
+			}
+		}
+		if err := r.StartKwok(ctx, rig.KwokOptions{}); err != nil {
+			return err
+		}
+		if webhookPort, err = rig.FreePort(); err != nil {
+			return err
+		}
+		url := fmt.Sprintf("https://127.0.0.1:%d%s", webhookPort, bwebhook.Path)
+		return r.Client.Create(ctx, bwebhook.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, nil))
+	})
+}
+
+// startController runs `berth controller` as its own process, optionally with a fault point.
+func startController(t *testing.T, name, fault string) {
+	t.Helper()
+	r := rigtest.Current()
+	health, err := rig.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	if fault != "" {
+		env = append(env, admission.FaultEnv+"="+fault)
+	}
+	err = r.StartComponent(context.Background(), name, berthBin, []string{
+		"controller", "--kubeconfig=" + r.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
+		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(webhookPort), "--webhook-hosts=127.0.0.1",
+		"--webhook-cert-dir=" + filepath.Join(r.WorkDir(), name+"-certs"), "--webhook-secret-namespace=kube-system",
+	}, env, fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func exited(name string) bool {
+	for _, c := range rigtest.Current().Components() {
+		if c.Name == name {
+			return !c.Running
+		}
+	}
+	return false
+}
+
+func TestRestartFinishesRelease(t *testing.T) {
+	for i, fault := range []string{"after-pin", "after-ungate"} {
+		t.Run(fault, func(t *testing.T) {
+			ctx := context.Background()
+			r := rigtest.Current()
+			c := r.Client
+			node := fmt.Sprintf("restart-%d", i)
+			n := builders.Node(node).GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
+			n.Annotations = map[string]string{rig.KwokNodeAnnotation: "fake"}
+			n.Status.Conditions = nil
+			if err := c.Create(ctx, n); err != nil {
+				t.Fatal(err)
+			}
+			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "restart-"}}
+			if err := c.Create(ctx, ns); err != nil {
+				t.Fatal(err)
+			}
+			first, second := "berth-"+fault+"-1", "berth-"+fault+"-2"
+			startController(t, first, fault)
+			if err := c.Create(ctx, builders.PodGroup("ddp", ns.Name).MinMember(4).Obj()); err != nil {
+				t.Fatal(err)
+			}
+			for j := range 4 {
+				if err := c.Create(ctx, builders.Pod(fmt.Sprintf("ddp-%d", j), ns.Name).Member("ddp").GPU(1).Obj()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rigtest.Eventually(t, 60*time.Second, 100*time.Millisecond, "controller dies at "+fault, func(context.Context) (bool, string, error) {
+				return exited(first), "still running", nil
+			})
+			log, _ := os.ReadFile(filepath.Join(r.LogDir(), first+".log"))
+			if !strings.Contains(string(log), "fault injection: exiting at "+fault) {
+				t.Fatalf("controller exited, but not at the fault point:\n%s", lastLines(string(log), 20))
+			}
+			// Half-way state: every member pinned to the same node, none bound.
+			pods := members(t, ns.Name)
+			node = pods[0].Annotations[admission.NodeAnnotation]
+			for _, p := range pods {
+				if p.Annotations[admission.NodeAnnotation] != node || node == "" {
+					t.Errorf("member %s not pinned with the others after the crash (annotations %v)", p.Name, p.Annotations)
+				}
+				if p.Spec.NodeName != "" {
+					t.Errorf("member %s bound to %s while the release was interrupted", p.Name, p.Spec.NodeName)
+				}
+			}
+			time.Sleep(2 * time.Second)
+			for _, p := range members(t, ns.Name) {
+				if p.Spec.NodeName != "" {
+					t.Errorf("member %s bound while no controller ran", p.Name)
+				}
+			}
+
+			startController(t, second, "")
+			rigtest.Eventually(t, 60*time.Second, 100*time.Millisecond, "restarted controller releases every member", func(ctx context.Context) (bool, string, error) {
+				bound := 0
+				for _, p := range members(t, ns.Name) {
+					if p.Spec.NodeName == node {
+						bound++
+					}
+				}
+				return bound == 4, fmt.Sprintf("%d of 4 bound", bound), nil
+			})
+			// The barrier label is cleaned up once all members are bound.
+			rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, "barrier removed", func(ctx context.Context) (bool, string, error) {
+				var got corev1.Node
+				if err := c.Get(ctx, client.ObjectKey{Name: node}, &got); err != nil {
+					return false, "", err
+				}
+				for k := range got.Labels {
+					if strings.HasPrefix(k, admission.BarrierPrefix) {
+						return false, "label " + k, nil
+					}
+				}
+				return true, "", nil
+			})
+			var pg berthv1alpha1.PodGroup
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns.Name, Name: "ddp"}, &pg); err != nil {
+				t.Fatal(err)
+			}
+			if len(pg.Status.Assignments) != 4 {
+				t.Errorf("assignments = %v", pg.Status.Assignments)
+			}
+			stopController(t, second)
+		})
+	}
+}
+
+func stopController(t *testing.T, name string) {
+	t.Helper()
+	for _, comp := range rigtest.Current().Components() {
+		if comp.Name == name && comp.Running {
+			p, err := os.FindProcess(comp.PID)
+			if err == nil {
+				_ = p.Signal(os.Interrupt)
+			}
+		}
+	}
+	rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, name+" stops", func(context.Context) (bool, string, error) {
+		return exited(name), "running", nil
+	})
+}
+
+func members(t *testing.T, ns string) []corev1.Pod {
+	t.Helper()
+	var pods corev1.PodList
+	if err := rigtest.Current().Client.List(context.Background(), &pods, client.InNamespace(ns), client.MatchingLabels{berthv1alpha1.PodGroupLabel: "ddp"}); err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
