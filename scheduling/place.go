@@ -579,8 +579,12 @@ func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int
 			if g.TopologyKey != "" {
 				scope = fmt.Sprintf("the best %s has", g.TopologyKey)
 			}
-			fmt.Fprintf(&b, "; needs %s %s for %d members in one %s, %s %s free",
-				fmtQty(name, need), name, total, orCluster(g.TopologyKey), scope, fmtQty(name, free))
+			where := ""
+			if g.TopologyKey != "" {
+				where = " in one " + g.TopologyKey
+			}
+			fmt.Fprintf(&b, "; needs %s %s for %d members%s, %s %s free",
+				fmtQty(name, need), name, total, where, scope, fmtQty(name, free))
 			return b.String() + rejectSuffix(c)
 		}
 		if largest < t.amt {
@@ -595,13 +599,6 @@ func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int
 		b.WriteString("; free capacity is split across nodes so no node holds a whole member")
 	}
 	return b.String() + rejectSuffix(c)
-}
-
-func orCluster(key string) string {
-	if key == "" {
-		return "cluster"
-	}
-	return key
 }
 
 func rejectSuffix(c *class) string {

@@ -10,12 +10,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/test/rig"
 )
@@ -25,7 +27,8 @@ const DemoNamespace = "berth-demo"
 
 // Demo runs the scripted scenario against the dev cluster whose kubeconfig is given, printing
 // what happens as it happens: a pending 8-GPU training pod makes Karpenter launch a p5 node,
-// the node becomes Ready, kube-scheduler binds the pod and kwok runs it.
+// the node becomes Ready, kube-scheduler binds the pod and kwok runs it; then a 4-member gang
+// is held at its gate while that node is busy, and released and bound whole once it frees.
 func Demo(ctx context.Context, kubeconfig string, out io.Writer) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -54,8 +57,95 @@ func Demo(ctx context.Context, kubeconfig string, out io.Writer) error {
 	if err := p.follow(ctx, c, client.ObjectKeyFromObject(pod)); err != nil {
 		return err
 	}
-	p.say("done: Karpenter provisioned a GPU node for the pending pod, which now runs.")
-	p.say("inspect with KUBECONFIG=%s; stop everything with 'berth dev down'", kubeconfig)
+	p.say("Karpenter provisioned a GPU node for the pending pod, which now runs.")
+
+	p.say("scene 2: a 4-member gang (2 GPUs each) while the H100 node is busy")
+	if err := gangScene(ctx, c, p, pod); err != nil {
+		return err
+	}
+	p.say("done. Inspect with KUBECONFIG=%s; stop everything with 'berth dev down'", kubeconfig)
+	return nil
+}
+
+// gangScene holds a gang at its gate while its GPUs are taken, then frees them and shows the
+// whole gang released and bound together.
+func gangScene(ctx context.Context, c client.Client, p *printer, busy *corev1.Pod) error {
+	pg := &berthv1alpha1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: "ddp", Namespace: DemoNamespace},
+		Spec:       berthv1alpha1.PodGroupSpec{MinMember: 4},
+	}
+	if err := c.Create(ctx, pg); err != nil {
+		return fmt.Errorf("creating PodGroup: %w", err)
+	}
+	for i := range 4 {
+		m := demoTrainingPod(fmt.Sprintf("ddp-%d", i), "h100", 2)
+		m.Labels[berthv1alpha1.PodGroupLabel] = "ddp"
+		if err := c.Create(ctx, m); err != nil {
+			return fmt.Errorf("creating member %s: %w", m.Name, err)
+		}
+	}
+	p.say("created PodGroup ddp (minMember 4) and 4 members; the webhook gated them")
+	var cond string
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && cond == "" {
+		var got berthv1alpha1.PodGroup
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), &got); err != nil {
+			return fmt.Errorf("reading PodGroup: %w", err)
+		}
+		if sc := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionScheduled); sc != nil && sc.Reason != "WaitingForMembers" {
+			cond = sc.Reason + ": " + sc.Message
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	p.say("PodGroup ddp is held — %s", cond)
+	if err := p.members(ctx, c, "held", 3*time.Second); err != nil {
+		return err
+	}
+	p.say("the busy pod %s finishes; its 8 GPUs are free", busy.Name)
+	if err := c.Delete(ctx, busy, client.GracePeriodSeconds(0)); err != nil {
+		return fmt.Errorf("deleting %s: %w", busy.Name, err)
+	}
+	return p.members(ctx, c, "released", 60*time.Second)
+}
+
+// members prints each member's state (gated, released, bound, running) as it changes, until
+// all run or the time is up (for phase "held": the whole time, failing if any is bound).
+func (p *printer) members(ctx context.Context, c client.Client, phase string, d time.Duration) error {
+	last := map[string]string{}
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(DemoNamespace), client.MatchingLabels{berthv1alpha1.PodGroupLabel: "ddp"}); err != nil {
+			return fmt.Errorf("listing members: %w", err)
+		}
+		running := 0
+		for _, m := range pods.Items {
+			st := "gated"
+			switch {
+			case m.Status.Phase == corev1.PodRunning:
+				st, running = "running on "+m.Spec.NodeName, running+1
+			case m.Spec.NodeName != "":
+				st = "bound to " + m.Spec.NodeName
+			case len(m.Spec.SchedulingGates) == 0:
+				st = "released"
+			}
+			if last[m.Name] != st {
+				last[m.Name] = st
+				p.say("  member %s: %s", m.Name, st)
+				if phase == "held" && st != "gated" {
+					return fmt.Errorf("member %s left its gate while the gang could not fit", m.Name)
+				}
+			}
+		}
+		if phase == "released" && running == len(pods.Items) && running > 0 {
+			p.say("all %d members of ddp run together", running)
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if phase == "released" {
+		return fmt.Errorf("the gang did not start within %s", d)
+	}
 	return nil
 }
 
@@ -63,6 +153,9 @@ func resetNamespace(ctx context.Context, c client.Client) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}
 	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", DemoNamespace, err)
+	}
+	if err := c.DeleteAllOf(ctx, &berthv1alpha1.PodGroup{}, client.InNamespace(DemoNamespace)); err != nil {
+		return fmt.Errorf("removing earlier demo PodGroups: %w", err)
 	}
 	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(DemoNamespace), client.GracePeriodSeconds(0)); err != nil {
 		return fmt.Errorf("removing earlier demo pods: %w", err)

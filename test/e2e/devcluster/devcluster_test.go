@@ -77,7 +77,8 @@ func TestDevUpDemoDown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("berth dev demo: %v\n%s", err, out)
 	}
-	for _, want := range []string{"Karpenter created NodeClaim", "p5.48xlarge", "is Ready", "kube-scheduler bound pod llm-train-0", "is Running with IP 127.1."} {
+	for _, want := range []string{"Karpenter created NodeClaim", "p5.48xlarge", "is Ready", "kube-scheduler bound pod llm-train-0", "is Running with IP 127.1.",
+		"PodGroup ddp is held — Unschedulable", "member ddp-3: gated", "all 4 members of ddp run together"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}

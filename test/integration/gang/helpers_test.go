@@ -196,3 +196,5 @@ func (r *recorder) lastUngateBeforeFirstBind(t *testing.T, members int) {
 		t.Errorf("a member was bound (resourceVersion %d) before the last gate was removed (resourceVersion %d)", firstBind, lastUngate)
 	}
 }
+
+func metaName(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: name} }
