@@ -1,0 +1,130 @@
+package admission
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/test/builders"
+)
+
+func TestWithPin(t *testing.T) {
+	pin := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}
+	barrier := corev1.NodeSelectorRequirement{Key: "admit.scheduling.berth.dev/uid", Operator: corev1.NodeSelectorOpExists}
+	t.Run("no affinity: one term", func(t *testing.T) {
+		p := builders.Pod("a", "ml").Member("g").Gated().Obj()
+		got := withPin(p, "n1", barrier.Key)
+		want := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{pin}, MatchExpressions: []corev1.NodeSelectorRequirement{barrier}}}}
+		if diff := cmp.Diff(want, got.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution); diff != "" {
+			t.Errorf("pin (-want +got):\n%s", diff)
+		}
+		if got.Annotations[NodeAnnotation] != "n1" {
+			t.Errorf("annotation = %v", got.Annotations)
+		}
+		if p.Spec.Affinity != nil {
+			t.Error("input modified")
+		}
+	})
+	t.Run("existing terms: each narrowed", func(t *testing.T) {
+		p := builders.Pod("a", "ml").NodeAffinityIn("family", "p5").Obj()
+		p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms = append(
+			p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms,
+			corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "family", Operator: corev1.NodeSelectorOpIn, Values: []string{"p4d"}}}})
+		got := withPin(p, "n1", "")
+		for i, term := range got.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+			if diff := cmp.Diff([]corev1.NodeSelectorRequirement{pin}, term.MatchFields); diff != "" {
+				t.Errorf("term %d fields (-want +got):\n%s", i, diff)
+			}
+			if len(term.MatchExpressions) != 1 {
+				t.Errorf("term %d expressions changed: %v", i, term.MatchExpressions)
+			}
+		}
+	})
+}
+
+func TestUnavailableNodes(t *testing.T) {
+	ready := builders.Node("ready").Obj()
+	notReady := builders.Node("not-ready").Obj()
+	notReady.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	sick := builders.Node("sick").Obj()
+	sick.Status.Conditions = append(sick.Status.Conditions, corev1.NodeCondition{Type: ConditionAcceleratedHardwareReady, Status: corev1.ConditionFalse, Reason: "XidCritical"})
+	got := unavailableNodes([]*corev1.Node{ready, notReady, sick})
+	want := map[string]string{"not-ready": "not Ready", "sick": "GPU unhealthy: XidCritical"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("unavailable (-want +got):\n%s", diff)
+	}
+}
+
+func TestPodsOnNodesCountsPromises(t *testing.T) {
+	g := builders.PodGroup("g", "ml").Obj()
+	g.UID = types.UID("uid-1")
+	g.Status.Assignments = []berthv1alpha1.MemberAssignment{{Pod: "m0", Node: "n1"}, {Pod: "m1", Node: "n1"}, {Pod: "gone", Node: "n1"}}
+	pods := []*corev1.Pod{
+		builders.Pod("m0", "ml").Member("g").Obj(),                             // promised, unbound: counts on n1
+		builders.Pod("m1", "ml").Member("g").Node("n1").Obj(),                  // bound: counts once
+		builders.Pod("x", "ml").Node("n2").Obj(),                               // other bound pod
+		builders.Pod("done", "ml").Node("n2").Phase(corev1.PodSucceeded).Obj(), // finished: nothing
+	}
+	got := podsOnNodes(pods, []*berthv1alpha1.PodGroup{g}, nil)
+	count := map[string]int{}
+	for _, pn := range got {
+		count[pn.Pod.Name+"@"+pn.Node]++
+	}
+	want := map[string]int{"m0@n1": 1, "m1@n1": 1, "x@n2": 1}
+	if diff := cmp.Diff(want, count); diff != "" {
+		t.Errorf("pods on nodes (-want +got):\n%s", diff)
+	}
+
+	// A fresh admission the cache does not show yet still counts.
+	stale := builders.PodGroup("g", "ml").Obj()
+	stale.UID = g.UID
+	got = podsOnNodes(pods[:1], []*berthv1alpha1.PodGroup{stale}, map[string][]berthv1alpha1.MemberAssignment{"uid-1": g.Status.Assignments})
+	if len(got) != 1 || got[0].Node != "n1" {
+		t.Errorf("assumed promise not counted: %+v", got)
+	}
+}
+
+func TestForgetCaughtUp(t *testing.T) {
+	r := &Reconciler{assumed: map[string][]berthv1alpha1.MemberAssignment{
+		"caught-up": {{Pod: "a", Node: "n"}}, "stale": {{Pod: "a", Node: "n"}}, "deleted": {{Pod: "a", Node: "n"}},
+	}}
+	caught := builders.PodGroup("a", "ml").Obj()
+	caught.UID = "caught-up"
+	caught.Status.Assignments = []berthv1alpha1.MemberAssignment{{Pod: "a", Node: "n"}}
+	stale := builders.PodGroup("b", "ml").Obj()
+	stale.UID = "stale"
+	r.forgetCaughtUp([]*berthv1alpha1.PodGroup{caught, stale})
+	if _, ok := r.assumed["stale"]; !ok || len(r.assumed) != 1 {
+		t.Errorf("assumed after forget = %v, want only the stale one", r.assumed)
+	}
+}
+
+func TestTimeouts(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	r := &Reconciler{Clock: clk}
+	mk := func(age time.Duration, timeout *int32) *berthv1alpha1.PodGroup {
+		g := builders.PodGroup("g", "ml").Obj()
+		g.CreationTimestamp = metav1.NewTime(clk.Now().Add(-age))
+		g.Spec.ScheduleTimeoutSeconds = timeout
+		return g
+	}
+	if _, over := r.timedOut(mk(9*time.Minute, nil)); over {
+		t.Error("default 600s timed out after 9 minutes")
+	}
+	if _, over := r.timedOut(mk(11*time.Minute, nil)); !over {
+		t.Error("default 600s not timed out after 11 minutes")
+	}
+	if _, over := r.timedOut(mk(100*time.Hour, ptr.To[int32](0))); over {
+		t.Error("timeout 0 (wait forever) timed out")
+	}
+	if got := r.untilTimeout(mk(50*time.Second, ptr.To[int32](60))); got != 10*time.Second {
+		t.Errorf("untilTimeout = %v, want 10s", got)
+	}
+}

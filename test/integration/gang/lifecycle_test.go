@@ -1,0 +1,121 @@
+package gang_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/test/builders"
+	"github.com/berth-dev/berth/test/rig/rigtest"
+)
+
+// TestScheduleTimeout: a gang that cannot fit moves to Failed when its timeout passes.
+func TestScheduleTimeout(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	ns := namespace(t)
+	if err := c.Create(ctx, builders.PodGroup("huge", ns).MinMember(2).ScheduleTimeout(3).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if err := c.Create(ctx, builders.Pod(fmt.Sprintf("huge-%d", i), ns).Member("huge").GPU(64).Obj()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "gang fails after its timeout", func(ctx context.Context) (bool, string, error) {
+		var pg berthv1alpha1.PodGroup
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "huge"}, &pg); err != nil {
+			return false, "", err
+		}
+		cond := scheduledCondition(t, ns, "huge")
+		return pg.Status.Phase == berthv1alpha1.PodGroupFailed && cond != nil && cond.Reason == "ScheduleTimeout", fmt.Sprintf("phase %s, %+v", pg.Status.Phase, cond), nil
+	})
+	waitEvent(t, ns, "huge", "GangTimedOut")
+	_, gated, bound, err := memberStates(ctx, ns, "huge")
+	if err != nil || bound != 0 || gated != 2 {
+		t.Errorf("after timeout: %d gated, %d bound (err %v); members must stay held", gated, bound, err)
+	}
+}
+
+// TestLateMemberJoinsAdmittedGang: a member created after admission (a replacement for one that
+// was deleted) is placed on its own, recorded in the assignments, and released.
+func TestLateMemberJoinsAdmittedGang(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	ns := namespace(t)
+	kwokNode(t, "late-a", 8, nil)
+	pods := gang(t, ns, "elastic", 3)
+	waitAllBound(t, ns, "elastic", 3, 60*time.Second)
+	if err := c.Delete(ctx, pods[2], client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	replacement := builders.Pod("elastic-2-retry", ns).Member("elastic").GPU(1).Obj()
+	if err := c.Create(ctx, replacement); err != nil {
+		t.Fatal(err)
+	}
+	rigtest.Eventually(t, 60*time.Second, 100*time.Millisecond, "replacement bound", func(ctx context.Context) (bool, string, error) {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(replacement), &p); err != nil {
+			return false, "", err
+		}
+		return p.Spec.NodeName == "late-a", fmt.Sprintf("node %q gates %v", p.Spec.NodeName, p.Spec.SchedulingGates), nil
+	})
+	waitEvent(t, ns, "elastic", "LateMemberAdmitted")
+	var pg berthv1alpha1.PodGroup
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "elastic"}, &pg); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, a := range pg.Status.Assignments {
+		found = found || a.Pod == replacement.Name
+	}
+	if !found {
+		t.Errorf("replacement not in assignments %v", pg.Status.Assignments)
+	}
+}
+
+// TestMetricsExposed: the berth_podgroup_* metrics are registered and have samples.
+func TestMetricsExposed(t *testing.T) {
+	ns := namespace(t)
+	kwokNode(t, "metrics-a", 8, nil)
+	gang(t, ns, "m", 2)
+	waitAllBound(t, ns, "m", 2, 60*time.Second)
+	families, err := ctrlmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, f := range families {
+		seen[f.GetName()] = len(f.GetMetric()) > 0
+	}
+	for _, name := range []string{"berth_podgroup_placement_attempts_total", "berth_podgroup_admission_latency_seconds", "berth_podgroup_gangs", "berth_podgroup_admission_cycle_duration_seconds"} {
+		if !seen[name] {
+			t.Errorf("metric %s missing or without samples", name)
+		}
+	}
+}
+
+func waitEvent(t *testing.T, ns, name, reason string) {
+	t.Helper()
+	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "event "+reason, func(ctx context.Context) (bool, string, error) {
+		var evs eventsv1.EventList
+		if err := rigtest.Current().Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return false, "", err
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if e.Regarding.Name == name && e.Reason == reason {
+				return true, "", nil
+			}
+			seen = append(seen, e.Reason)
+		}
+		return false, fmt.Sprintf("events: %v", seen), nil
+	})
+}
