@@ -30,6 +30,7 @@ generate: tools ## Regenerate deepcopy, CRDs, RBAC and the rig's instance types.
 	"$(TOOLS_DIR)/bin/controller-gen" crd rbac:roleName=berth-controller paths=./api/... paths=./controllers/... \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	go run ./hack/gen-instance-types test/testdata/gpu-instance-types.json
+	go run ./hack/gen-webhook config/webhook/manifests.yaml
 
 vet: ## go vet and gofmt.
 	go vet ./...

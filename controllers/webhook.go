@@ -15,6 +15,10 @@ import (
 	bwebhook "github.com/berth-dev/berth/internal/webhook"
 )
 
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",namespace=berth-system,resources=secrets,verbs=get;create;update
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=berth-system,resources=leases,verbs=get;create;update
+
 // WebhookOptions configure the pod-gate webhook and its certificate.
 type WebhookOptions struct {
 	// Host and Port the webhook server listens on; Port 0 disables the webhook.

@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-dev/berth/test/rig"
@@ -24,6 +27,30 @@ func TestSamplesApply(t *testing.T) {
 		if filepath.Base(f) == "kustomization.yaml" {
 			continue
 		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := rig.DecodeManifests(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, o := range objs {
+			if err := c.Create(context.Background(), o, client.DryRunAll); err != nil {
+				t.Errorf("%s: %s %s rejected: %v", filepath.Base(f), o.GetKind(), o.GetName(), err)
+			}
+		}
+	}
+}
+
+// TestConfigApplies: the kustomize manifests (RBAC, webhook) are accepted by the apiserver.
+func TestConfigApplies(t *testing.T) {
+	c := rigtest.Current().Client
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "berth-system"}}
+	if err := c.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"../../../config/rbac/role.yaml", "../../../config/webhook/manifests.yaml"} {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
