@@ -58,7 +58,9 @@ func applied(t *testing.T, p *corev1.Pod, patches []jsonpatch.Operation) *corev1
 	return out
 }
 
-func unescape(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~") }
+func unescape(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
+}
 
 func TestGate(t *testing.T) {
 	dec := admission.NewDecoder(clientgoscheme.Scheme)
