@@ -50,6 +50,7 @@ const (
 	ReasonUnsupported       = "Unsupported"
 	ReasonAdmitted          = "Admitted"
 	ReasonTimeout           = "ScheduleTimeout"
+	ReasonNotGated          = "MembersNotGated"
 )
 
 // resync bounds how long a cycle may wait without events (time-outs, missed events).
@@ -164,7 +165,10 @@ func (r *Reconciler) admit(ctx context.Context, snap *scheduling.Snapshot, g *be
 			fmt.Sprintf("%d of %d members exist", len(members), g.Spec.MinMember))
 	}
 	if len(gated) == 0 {
-		return wait, nil
+		// Members exist but none carries the gate: created before berth's webhook was
+		// installed, or past it. berth cannot hold them; say so instead of claiming admission.
+		return wait, r.setScheduled(ctx, g, metav1.ConditionFalse, ReasonNotGated,
+			fmt.Sprintf("none of the %d members carries the %s scheduling gate (created before berth's webhook was installed?); kube-scheduler places them one by one", len(members), berthv1alpha1.SchedulingGate))
 	}
 	gang := scheduling.Gang{Members: gated}
 	if g.Spec.Topology != nil {
