@@ -6,7 +6,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/test/rig"
 	"github.com/berth-dev/berth/test/rig/rigtest"
 )
@@ -16,20 +15,7 @@ const instanceTypes = "../testdata/gpu-instance-types.json"
 
 func TestMain(m *testing.M) {
 	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
-		crds, err := config.CRDs()
-		if err != nil {
-			return err
-		}
-		if err := r.InstallCRDs(ctx, crds); err != nil {
-			return err
-		}
-		if err := r.StartControllerManager(ctx); err != nil {
-			return err
-		}
-		if err := r.StartScheduler(ctx); err != nil {
-			return err
-		}
-		if err := r.StartKwok(ctx, rig.KwokOptions{}); err != nil {
+		if err := rigtest.StartCluster(ctx, r, rig.KwokOptions{}); err != nil {
 			return err
 		}
 		if err := r.StartKarpenter(ctx, rig.KarpenterOptions{InstanceTypesFile: instanceTypes}); err != nil {

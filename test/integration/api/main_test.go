@@ -4,20 +4,12 @@
 package api_test
 
 import (
-	"context"
 	"testing"
 
-	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/test/rig"
 	"github.com/berth-dev/berth/test/rig/rigtest"
 )
 
 func TestMain(m *testing.M) {
-	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
-		crds, err := config.CRDs()
-		if err != nil {
-			return err
-		}
-		return r.InstallCRDs(ctx, crds)
-	})
+	rigtest.Main(m, rig.Options{}, rigtest.InstallBerthCRDs)
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -37,7 +36,7 @@ func TestScheduleTimeout(t *testing.T) {
 		cond := scheduledCondition(t, ns, "huge")
 		return pg.Status.Phase == berthv1alpha1.PodGroupFailed && cond != nil && cond.Reason == "ScheduleTimeout", fmt.Sprintf("phase %s, %+v", pg.Status.Phase, cond), nil
 	})
-	waitEvent(t, ns, "huge", "GangTimedOut")
+	rigtest.WaitEvent(t, ns, "huge", "GangTimedOut")
 	_, gated, bound, err := memberStates(ctx, ns, "huge")
 	if err != nil || bound != 0 || gated != 2 {
 		t.Errorf("after timeout: %d gated, %d bound (err %v); members must stay held", gated, bound, err)
@@ -67,7 +66,7 @@ func TestLateMemberJoinsAdmittedGang(t *testing.T) {
 		}
 		return p.Spec.NodeName == "late-a", fmt.Sprintf("node %q gates %v", p.Spec.NodeName, p.Spec.SchedulingGates), nil
 	})
-	waitEvent(t, ns, "elastic", "LateMemberAdmitted")
+	rigtest.WaitEvent(t, ns, "elastic", "LateMemberAdmitted")
 	var pg berthv1alpha1.PodGroup
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "elastic"}, &pg); err != nil {
 		t.Fatal(err)
@@ -100,22 +99,4 @@ func TestMetricsExposed(t *testing.T) {
 			t.Errorf("metric %s missing or without samples", name)
 		}
 	}
-}
-
-func waitEvent(t *testing.T, ns, name, reason string) {
-	t.Helper()
-	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "event "+reason, func(ctx context.Context) (bool, string, error) {
-		var evs eventsv1.EventList
-		if err := rigtest.Current().Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
-			return false, "", err
-		}
-		var seen []string
-		for _, e := range evs.Items {
-			if e.Regarding.Name == name && e.Reason == reason {
-				return true, "", nil
-			}
-			seen = append(seen, e.Reason)
-		}
-		return false, fmt.Sprintf("events: %v", seen), nil
-	})
 }

@@ -14,7 +14,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/controllers"
 	bwebhook "github.com/berth-dev/berth/internal/webhook"
 	"github.com/berth-dev/berth/test/rig"
@@ -26,21 +25,10 @@ var webhookPort int
 
 func TestMain(m *testing.M) {
 	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
-		crds, err := config.CRDs()
-		if err != nil {
+		if err := rigtest.StartCluster(ctx, r, rig.KwokOptions{}); err != nil {
 			return err
 		}
-		if err := r.InstallCRDs(ctx, crds); err != nil {
-			return err
-		}
-		for _, start := range []func(context.Context) error{r.StartControllerManager, r.StartScheduler} {
-			if err := start(ctx); err != nil {
-				return err
-			}
-		}
-		if err := r.StartKwok(ctx, rig.KwokOptions{}); err != nil {
-			return err
-		}
+		var err error
 		if webhookPort, err = rig.FreePort(); err != nil {
 			return err
 		}
@@ -67,14 +55,6 @@ func startBerth(ctx context.Context, r *rig.Rig) error {
 	if err != nil {
 		return err
 	}
-	mgrCtx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := mgr.Start(mgrCtx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager stopped:", err)
-		}
-	}()
-	rigtest.Defer(func() { cancel(); <-done })
+	rigtest.RunManager(mgr)
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -71,14 +70,14 @@ func TestStatusFollowsMembers(t *testing.T) {
 	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Message != "3 of 3 members running" || ready.ObservedGeneration != 1 {
 		t.Errorf("Ready condition = %+v", ready)
 	}
-	waitEvent(t, c, ns, pg.Name, "GangRunning")
+	rigtest.WaitEvent(t, ns, pg.Name, "GangRunning")
 
 	setPhase(t, c, pods[0], corev1.PodFailed)
 	got = waitStatus(t, c, pg, func(st berthv1alpha1.PodGroupStatus) bool { return st.Phase == berthv1alpha1.PodGroupFailed })
 	if got.Members.Failed != 1 || got.Members.Running != 2 {
 		t.Errorf("members after one failure = %+v", got.Members)
 	}
-	waitEvent(t, c, ns, pg.Name, "GangFailed")
+	rigtest.WaitEvent(t, ns, pg.Name, "GangFailed")
 }
 
 func findCondition(cs []metav1.Condition, t string) *metav1.Condition {
@@ -100,22 +99,4 @@ func waitStatus(t *testing.T, c client.Client, pg *berthv1alpha1.PodGroup, ok fu
 		return ok(got.Status), fmt.Sprintf("%+v", got.Status), nil
 	})
 	return got.Status
-}
-
-func waitEvent(t *testing.T, c client.Client, ns, name, reason string) {
-	t.Helper()
-	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "event "+reason, func(ctx context.Context) (bool, string, error) {
-		var evs eventsv1.EventList
-		if err := c.List(ctx, &evs, client.InNamespace(ns)); err != nil {
-			return false, "", err
-		}
-		var seen []string
-		for _, e := range evs.Items {
-			if e.Regarding.Name == name && e.Reason == reason {
-				return true, "", nil
-			}
-			seen = append(seen, e.Reason)
-		}
-		return false, fmt.Sprintf("events so far: %v", seen), nil
-	})
 }

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/controllers/admission"
 	bwebhook "github.com/berth-dev/berth/internal/webhook"
 	"github.com/berth-dev/berth/test/builders"
@@ -38,21 +37,10 @@ func TestMain(m *testing.M) {
 		if out, err := exec.Command("go", "build", "-o", berthBin, "github.com/berth-dev/berth/cmd/berth").CombinedOutput(); err != nil {
 			return fmt.Errorf("building berth: %v\n%s", err, out)
 		}
-		crds, err := config.CRDs()
-		if err != nil {
+		if err := rigtest.StartCluster(ctx, r, rig.KwokOptions{}); err != nil {
 			return err
 		}
-		if err := r.InstallCRDs(ctx, crds); err != nil {
-			return err
-		}
-		for _, start := range []func(context.Context) error{r.StartControllerManager, r.StartScheduler} {
-			if err := start(ctx); err != nil {
-				return err
-			}
-		}
-		if err := r.StartKwok(ctx, rig.KwokOptions{}); err != nil {
-			return err
-		}
+		var err error
 		if webhookPort, err = rig.FreePort(); err != nil {
 			return err
 		}
