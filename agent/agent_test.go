@@ -1,0 +1,285 @@
+package agent
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// healthy gives every device of a mock server healthy answers to the health readings the
+// mocks leave unset, and returns the devices for fault injection.
+func healthy(s *server.Server) []*server.Device {
+	var out []*server.Device
+	for _, d := range s.Devices {
+		dev := d.(*server.Device)
+		dev.GetTotalEccErrorsFunc = func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) { return 0, nvml.SUCCESS }
+		dev.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_DISABLED, nvml.SUCCESS }
+		dev.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.SUCCESS }
+		dev.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return nvml.ClocksThrottleReasonGpuIdle, nvml.SUCCESS }
+		dev.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+		out = append(out, dev)
+	}
+	return out
+}
+
+func TestInventoryOnMockServers(t *testing.T) {
+	tests := []struct {
+		name    string
+		server  *server.Server
+		product string
+		minMiB  uint64
+	}{
+		{"dgx-h100", dgxh100.New(), "H100", 80000},
+		{"dgx-h200", dgxh200.New(), "H200", 140000},
+		{"dgx-a100", dgxa100.New(), "A100", 40000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			healthy(tt.server)
+			rep, err := Once(tt.server, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			inv := rep.Inventory
+			if len(inv.GPUs) != 8 || inv.DriverVersion == "" || inv.CUDAVersion == "" {
+				t.Fatalf("inventory = %+v", inv)
+			}
+			seen := map[string]bool{}
+			for i, g := range inv.GPUs {
+				if g.Index != i || !strings.Contains(g.Name, tt.product) || g.MemoryMiB < tt.minMiB || g.UUID == "" || seen[g.UUID] {
+					t.Errorf("GPU %d = %+v", i, g)
+				}
+				seen[g.UUID] = true
+			}
+			if rep.Condition != string(corev1.ConditionTrue) || rep.Reason != ReasonHealthy {
+				t.Errorf("healthy DGX reported %s/%s: %s", rep.Condition, rep.Reason, rep.Message)
+			}
+			labels := Labels(inv)
+			if labels[LabelGPUCount] != "8" || !strings.Contains(labels[LabelGPUProduct], tt.product) || strings.Contains(labels[LabelGPUProduct], " ") {
+				t.Errorf("labels = %v", labels)
+			}
+		})
+	}
+}
+
+func TestFaultsFlipTheCondition(t *testing.T) {
+	tests := []struct {
+		name   string
+		inject func(d *server.Device)
+		reason string
+		detail string
+	}{
+		{"ECC double-bit errors", func(d *server.Device) {
+			d.GetTotalEccErrorsFunc = func(typ nvml.MemoryErrorType, _ nvml.EccCounterType) (uint64, nvml.Return) {
+				if typ == nvml.MEMORY_ERROR_TYPE_UNCORRECTED {
+					return 2, nvml.SUCCESS
+				}
+				return 0, nvml.SUCCESS
+			}
+		}, "EccDoubleBitErrors", "GPU 3: ecc_double_bit (2 uncorrectable ECC errors since boot)"},
+		{"thermal throttling", func(d *server.Device) {
+			d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return nvml.ClocksThrottleReasonHwThermalSlowdown, nvml.SUCCESS }
+		}, "ThermalThrottle", "GPU 3: thermal_throttle"},
+		{"power brake", func(d *server.Device) {
+			d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, nvml.SUCCESS }
+		}, "PowerBrake", "GPU 3: power_brake"},
+		{"retired pages pending", func(d *server.Device) {
+			d.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_ENABLED, nvml.SUCCESS }
+		}, "RetiredPagesPending", "GPU 3: retired_pages_pending"},
+		{"row remapping failed", func(d *server.Device) {
+			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 1, false, true, nvml.SUCCESS }
+		}, "RowRemapFailed", "GPU 3: row_remap_failed"},
+		{"GPU fell off the bus", func(d *server.Device) {
+			d.GetTotalEccErrorsFunc = func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) {
+				return 0, nvml.ERROR_GPU_IS_LOST
+			}
+		}, "GPULost", "GPU 3: fell_off_bus"},
+		{"software power cap is normal", func(d *server.Device) {
+			d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return nvml.ClocksThrottleReasonSwPowerCap, nvml.SUCCESS }
+		}, "", ""},
+		{"readings a GPU does not support are skipped", func(d *server.Device) {
+			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.ERROR_NOT_SUPPORTED }
+		}, "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := dgxh100.New()
+			devs := healthy(s)
+			tt.inject(devs[3])
+			rep, err := Once(s, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.reason == "" {
+				if rep.Condition != string(corev1.ConditionTrue) {
+					t.Errorf("condition %s/%s: %s; want True", rep.Condition, rep.Reason, rep.Message)
+				}
+				return
+			}
+			if rep.Condition != string(corev1.ConditionFalse) || rep.Reason != tt.reason || !strings.Contains(rep.Message, tt.detail) {
+				t.Errorf("condition %s/%s: %q; want False/%s naming %q", rep.Condition, rep.Reason, rep.Message, tt.reason, tt.detail)
+			}
+		})
+	}
+}
+
+// fakeEvents is an NVML event set fed by the test.
+type fakeEvents struct {
+	mu  sync.Mutex
+	q   []nvml.EventData
+	set *mock.EventSet
+}
+
+func newFakeEvents() *fakeEvents {
+	f := &fakeEvents{}
+	f.set = &mock.EventSet{
+		WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if len(f.q) == 0 {
+				time.Sleep(5 * time.Millisecond)
+				return nvml.EventData{}, nvml.ERROR_TIMEOUT
+			}
+			ev := f.q[0]
+			f.q = f.q[1:]
+			return ev, nvml.SUCCESS
+		},
+		FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+	}
+	return f
+}
+
+func (f *fakeEvents) push(ev nvml.EventData) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.q = append(f.q, ev)
+}
+
+// TestXID79FlipsAndRecoversWithHysteresis: a critical Xid seen by the event loop marks its GPU
+// faulty; after the Xid ages out the condition stays False until the hysteresis is satisfied.
+func TestXID79FlipsAndRecoversWithHysteresis(t *testing.T) {
+	s := dgxh100.New()
+	devs := healthy(s)
+	events := newFakeEvents()
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return events.set, nvml.SUCCESS }
+	r, err := Open(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv, err := r.Inventory()
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	xids := &xidLog{}
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	go func() { done <- r.WatchXIDs(xids, clock, stop) }()
+	defer func() { close(stop); <-done }()
+
+	h := Hysteresis{HealthyProbes: 3, HealthyFor: 2 * time.Minute}
+	hold := 10 * time.Minute
+	probe := func(st State) State {
+		faults, err := r.Probe(xids, clock(), hold)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Evaluate(st, faults, clock(), h)
+	}
+	st := probe(State{})
+	if !st.Healthy {
+		t.Fatalf("healthy node reported faults: %v", st.Faults)
+	}
+	events.push(nvml.EventData{Device: devs[5], EventType: nvml.EventTypeXidCriticalError, EventData: 79})
+	events.push(nvml.EventData{Device: devs[2], EventType: nvml.EventTypeXidCriticalError, EventData: 13}) // not critical
+	deadline := time.Now().Add(5 * time.Second)
+	for len(xids.recent(5, clock(), hold)) == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	st = probe(st)
+	status, reason, msg := NodeCondition(st, inv, h)
+	if status != corev1.ConditionFalse || reason != "XidCriticalError" || msg != "GPU 5: xid (Xid 79)" {
+		t.Fatalf("after Xid 79: %s/%s %q", status, reason, msg)
+	}
+	// The Xid ages out; clean probes follow every minute.
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+	advance(hold)
+	var got []corev1.ConditionStatus
+	for range 4 {
+		st = probe(st)
+		s, _, _ := NodeCondition(st, inv, h)
+		got = append(got, s)
+		advance(time.Minute)
+	}
+	want := []corev1.ConditionStatus{corev1.ConditionFalse, corev1.ConditionFalse, corev1.ConditionTrue, corev1.ConditionTrue}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("condition over clean probes (-want +got):\n%s", diff)
+	}
+}
+
+func TestEvaluateHysteresis(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	h := Hysteresis{HealthyProbes: 3, HealthyFor: 2 * time.Minute}
+	fault := []Fault{{GPU: 0, Kind: FaultECCDoubleBit}}
+	type step struct {
+		at      time.Duration
+		faults  []Fault
+		healthy bool
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"first clean probe is healthy", []step{{0, nil, true}}},
+		{"first fault flips at once", []step{{0, nil, true}, {time.Second, fault, false}}},
+		{"three clean probes, but too soon", []step{{0, fault, false}, {10 * time.Second, nil, false}, {20 * time.Second, nil, false}, {30 * time.Second, nil, false}}},
+		{"three clean probes over two minutes", []step{{0, fault, false}, {time.Minute, nil, false}, {2 * time.Minute, nil, false}, {3 * time.Minute, nil, true}}},
+		{"a fault in between restarts the count", []step{{0, fault, false}, {time.Minute, nil, false}, {2 * time.Minute, fault, false}, {3 * time.Minute, nil, false}, {4 * time.Minute, nil, false}, {5 * time.Minute, nil, true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var st State
+			for i, s := range tt.steps {
+				st = Evaluate(st, s.faults, t0.Add(s.at), h)
+				if st.Healthy != s.healthy {
+					t.Fatalf("step %d: healthy = %v, want %v (state %+v)", i, st.Healthy, s.healthy, st)
+				}
+			}
+		})
+	}
+}
+
+func TestOpenWithoutNVML(t *testing.T) {
+	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
+	if _, err := Open(lib); !IsNoNVML(err) || !strings.Contains(err.Error(), "NVML") {
+		t.Errorf("Open without the library: %v, want ErrNoNVML naming NVML", err)
+	}
+	panicky := &mock.Interface{InitFunc: func() nvml.Return { panic("libnvidia-ml.so.1: cannot open shared object file") }}
+	if _, err := Open(panicky); !IsNoNVML(err) {
+		t.Errorf("Open with a panicking loader: %v, want ErrNoNVML", err)
+	}
+}
+
+func TestLabelValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"NVIDIA H100 80GB HBM3": "NVIDIA-H100-80GB-HBM3",
+		"NVIDIA A100-SXM4-40GB": "NVIDIA-A100-SXM4-40GB",
+		" weird (name) ":        "weird--name",
+	} {
+		if got := labelValue(in); got != want {
+			t.Errorf("labelValue(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

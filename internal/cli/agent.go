@@ -1,0 +1,117 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/berth-dev/berth/agent"
+)
+
+type agentFlags struct {
+	kubeconfig      string
+	nodeName        string
+	interval        time.Duration
+	xidHold         time.Duration
+	once            bool
+	jsonOutput      bool
+	exitWithoutNVML bool
+	metricsAddress  string
+}
+
+func newAgentCommand() *cobra.Command {
+	var f agentFlags
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Report GPU inventory and health of this node (NVML) to Kubernetes",
+		Long: `Run berth's node GPU agent (a DaemonSet on GPU nodes).
+
+It reads GPU inventory and health through NVML — critical Xid events, uncorrectable ECC
+errors, pending page retirement and row remapping, thermal throttling and power brake, GPUs
+that fall off the bus — and publishes the node condition AcceleratedHardwareReady (False on
+the first fault, True again after clean probes; Karpenter's node repair and berth's gang
+admission act on it), GPU labels where GPU feature discovery set none, and berth_agent_*
+metrics.
+
+--once prints the inventory and health once and exits (non-zero when NVML is absent).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG or in-cluster config")
+	fl.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "the node to report on (default $NODE_NAME, from the downward API)")
+	fl.DurationVar(&f.interval, "interval", 30*time.Second, "time between health probes")
+	fl.DurationVar(&f.xidHold, "xid-hold", 10*time.Minute, "how long a critical Xid keeps its GPU faulty")
+	fl.BoolVar(&f.once, "once", false, "print inventory and health once and exit")
+	fl.BoolVar(&f.jsonOutput, "json", false, "with --once: print JSON")
+	fl.BoolVar(&f.exitWithoutNVML, "exit-without-nvml", false, "exit with an error when NVML is absent instead of reporting NVMLUnavailable and idling")
+	fl.StringVar(&f.metricsAddress, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; 0 disables it")
+	return cmd
+}
+
+func runAgent(cmd *cobra.Command, f agentFlags) error {
+	lib := nvml.New()
+	if f.once {
+		rep, err := agent.Once(lib, time.Now())
+		if err != nil {
+			return fmt.Errorf("NVML: %w", err)
+		}
+		return rep.Print(cmd.OutOrStdout(), f.jsonOutput)
+	}
+	ctrl.SetLogger(zap.New())
+	if f.nodeName == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	cfg, err := loadConfig(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(agent.Collectors()...)
+	ctx := cmd.Context()
+	if f.metricsAddress != "0" {
+		if err := serveMetrics(ctx, f.metricsAddress, reg); err != nil {
+			return err
+		}
+	}
+	pub := &agent.Publisher{Client: c, NodeName: f.nodeName, Now: time.Now}
+	return agent.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), lib, pub, agent.Options{
+		Interval: f.interval, XIDHold: f.xidHold, ExitWithoutNVML: f.exitWithoutNVML,
+	})
+}
+
+// serveMetrics serves /metrics until ctx ends.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s for metrics: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
+	return nil
+}
