@@ -55,6 +55,9 @@ const (
 	ConditionCapacityProvisioned = "CapacityProvisioned"
 	// ConditionDisrupted is True when a node backing a running gang was disrupted.
 	ConditionDisrupted = "Disrupted"
+	// ConditionGPUHealthy is False while a node backing the gang reports unhealthy GPUs
+	// (node condition AcceleratedHardwareReady=False, from berth's agent).
+	ConditionGPUHealthy = "GPUHealthy"
 )
 
 // PodGroupSpec is the desired gang: how many members must be placed together, and where.

@@ -250,6 +250,9 @@ func (r *Reconciler) continueAdmitted(ctx context.Context, snap *scheduling.Snap
 		}
 	}
 	r.observeBound(g, members, nodeOf)
+	if err := r.tendGPUHealth(ctx, snap, g, assigned); err != nil {
+		return err
+	}
 	if len(resume) > 0 {
 		if err := r.resume(ctx, snap, g, resume, nodeOf); err != nil {
 			return err
@@ -316,6 +319,53 @@ func (r *Reconciler) sweepBarriers(ctx context.Context, nodes []*corev1.Node, gs
 				}
 			}
 		}
+	}
+	return nil
+}
+
+// tendGPUHealth keeps the GPUHealthy condition of an admitted gang: False, naming the nodes,
+// while any node it was placed on reports unhealthy GPUs.
+func (r *Reconciler) tendGPUHealth(ctx context.Context, snap *scheduling.Snapshot, g *berthv1alpha1.PodGroup, assigned []berthv1alpha1.MemberAssignment) error {
+	seen := map[string]bool{}
+	var sick []string
+	for _, a := range assigned {
+		n, ok := snap.Node(a.Node)
+		if !ok || seen[a.Node] {
+			continue
+		}
+		seen[a.Node] = true
+		if strings.HasPrefix(n.Unavailable, gpuUnhealthyPrefix) {
+			sick = append(sick, a.Node+" ("+n.Unavailable+")")
+		}
+	}
+	sort.Strings(sick)
+	want := metav1.Condition{Type: berthv1alpha1.ConditionGPUHealthy, Status: metav1.ConditionTrue, Reason: "NodesHealthy",
+		Message: fmt.Sprintf("%d node(s) report healthy GPUs", len(seen)), ObservedGeneration: g.Generation}
+	if len(sick) > 0 {
+		want.Status, want.Reason = metav1.ConditionFalse, "GPUUnhealthy"
+		want.Message = "nodes with unhealthy GPUs: " + strings.Join(sick, ", ")
+	}
+	cur := meta.FindStatusCondition(g.Status.Conditions, want.Type)
+	if cur == nil && len(sick) == 0 {
+		return nil // nothing to say until something goes wrong
+	}
+	if cur != nil && cur.Status == want.Status && cur.Message == want.Message {
+		return nil
+	}
+	var fresh berthv1alpha1.PodGroup
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(g), &fresh); err != nil {
+		return fmt.Errorf("reading PodGroup: %w", err)
+	}
+	want.LastTransitionTime = metav1.NewTime(r.Clock.Now())
+	meta.SetStatusCondition(&fresh.Status.Conditions, want)
+	if err := r.Client.Status().Update(ctx, &fresh); err != nil {
+		if apierrors.IsConflict(err) {
+			return nil // next cycle
+		}
+		return fmt.Errorf("updating GPUHealthy condition: %w", err)
+	}
+	if len(sick) > 0 {
+		r.Recorder.Warning(&fresh, events.ReasonGangNodeUnhealthy, want.Message)
 	}
 	return nil
 }

@@ -13,6 +13,9 @@ const (
 	ConditionAcceleratedHardwareReady = "AcceleratedHardwareReady"
 )
 
+// gpuUnhealthyPrefix starts the unavailability reason of nodes with unhealthy GPUs.
+const gpuUnhealthyPrefix = "GPU unhealthy: "
+
 // unavailableNodes says which nodes may not take new members, and why.
 func unavailableNodes(nodes []*corev1.Node) map[string]string {
 	out := map[string]string{}
@@ -23,7 +26,7 @@ func unavailableNodes(nodes []*corev1.Node) map[string]string {
 			case c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue:
 				ready = true
 			case string(c.Type) == ConditionAcceleratedHardwareReady && c.Status == corev1.ConditionFalse:
-				out[n.Name] = "GPU unhealthy: " + c.Reason
+				out[n.Name] = gpuUnhealthyPrefix + c.Reason
 			}
 		}
 		if !ready && out[n.Name] == "" {

@@ -29,6 +29,8 @@ const (
 	ReasonMemberStranded = "MemberStranded"
 	// ReasonLateMemberAdmitted: a member created after admission was placed and released.
 	ReasonLateMemberAdmitted = "LateMemberAdmitted"
+	// ReasonGangNodeUnhealthy: a node backing an admitted gang reports unhealthy GPUs.
+	ReasonGangNodeUnhealthy = "GangNodeUnhealthy"
 	// ReasonGangAdapted: a PodGroup was created for a gang declared for another scheduler.
 	ReasonGangAdapted = "GangAdapted"
 	// ReasonGangSizeUnknown: a pod of a foreign gang cannot be admitted: its size is unknown.

@@ -3,10 +3,13 @@ package gang_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -99,4 +102,54 @@ func TestMetricsExposed(t *testing.T) {
 			t.Errorf("metric %s missing or without samples", name)
 		}
 	}
+}
+
+// TestUnhealthyGPUNodes: a node whose agent reports AcceleratedHardwareReady=False takes no new
+// gang, and a gang running on it says so in its GPUHealthy condition.
+func TestUnhealthyGPUNodes(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	ns := namespace(t)
+	kwokNode(t, "health-a", 8, nil)
+	gang(t, ns, "victim", 2)
+	waitAllBound(t, ns, "victim", 2, 60*time.Second)
+
+	setGPUHealth(t, "health-a", corev1.ConditionFalse)
+	rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, "GPUHealthy=False on the running gang", func(ctx context.Context) (bool, string, error) {
+		var pg berthv1alpha1.PodGroup
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "victim"}, &pg); err != nil {
+			return false, "", err
+		}
+		cond := meta.FindStatusCondition(pg.Status.Conditions, berthv1alpha1.ConditionGPUHealthy)
+		return cond != nil && cond.Status == metav1.ConditionFalse && strings.Contains(cond.Message, "health-a"), fmt.Sprintf("%+v", cond), nil
+	})
+	rigtest.WaitEvent(t, ns, "victim", "GangNodeUnhealthy")
+
+	gang(t, ns, "newcomer", 2)
+	rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, "newcomer held with the node named", func(ctx context.Context) (bool, string, error) {
+		cond := scheduledCondition(t, ns, "newcomer")
+		return cond != nil && strings.Contains(cond.Message, "GPU unhealthy: XidCriticalError"), fmt.Sprintf("%+v", cond), nil
+	})
+	_, _, bound, err := memberStates(ctx, ns, "newcomer")
+	if err != nil || bound != 0 {
+		t.Errorf("newcomer members bound onto an unhealthy node: %d (err %v)", bound, err)
+	}
+}
+
+// setGPUHealth sets the AcceleratedHardwareReady condition on a node, as berth's agent does.
+func setGPUHealth(t *testing.T, node string, status corev1.ConditionStatus) {
+	t.Helper()
+	c := rigtest.Current().Client
+	rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, "set node condition", func(ctx context.Context) (bool, string, error) {
+		var n corev1.Node
+		if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			return false, "", err
+		}
+		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: "AcceleratedHardwareReady", Status: status, Reason: "XidCriticalError",
+			Message: "GPU 3: xid (Xid 79)", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()})
+		if err := c.Status().Update(ctx, &n); err != nil {
+			return false, err.Error(), nil
+		}
+		return true, "", nil
+	})
 }
