@@ -3,16 +3,10 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -24,6 +18,8 @@ import (
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/berth-dev/berth/internal/pki"
 )
 
 // CertManager keeps the webhook's serving certificate valid without cert-manager: it keeps a
@@ -164,50 +160,16 @@ func parseCert(p []byte) (*x509.Certificate, error) {
 
 func (m *CertManager) generate() (map[string][]byte, error) {
 	now := m.Clock.Now()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	from, until := now.Add(-time.Hour), now.Add(m.Validity)
+	ca, err := pki.Issue(pki.CA("berth-webhook-ca", from, until), nil)
 	if err != nil {
-		return nil, fmt.Errorf("generating CA key: %w", err)
+		return nil, fmt.Errorf("issuing webhook CA: %w", err)
 	}
-	caTmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: "berth-webhook-ca"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(m.Validity), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	serving, err := pki.Issue(pki.Serving(m.Hosts[0], m.Hosts, from, until), ca)
 	if err != nil {
-		return nil, fmt.Errorf("signing CA: %w", err)
+		return nil, fmt.Errorf("issuing webhook serving certificate: %w", err)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generating serving key: %w", err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: pkix.Name{CommonName: m.Hosts[0]},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(m.Validity),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	for _, h := range m.Hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("signing serving certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("encoding serving key: %w", err)
-	}
-	return map[string][]byte{
-		keyCACert: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
-		keyCert:   pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		keyKey:    pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-	}, nil
-}
-
-func serial() *big.Int {
-	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	return n
+	return map[string][]byte{keyCACert: ca.CertPEM, keyCert: serving.CertPEM, keyKey: serving.KeyPEM}, nil
 }
 
 func (m *CertManager) writeFiles(data map[string][]byte) error {

@@ -72,7 +72,7 @@ type Rig struct {
 	// APIServerURL is the apiserver's https URL.
 	APIServerURL string
 
-	pki *pki
+	pki *rigPKI
 
 	mu      sync.Mutex
 	procs   []*process
@@ -327,8 +327,8 @@ func NewScheme() (*runtime.Scheme, error) {
 
 func (r *Rig) writeKubeconfig() error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["berth-dev"] = &clientcmdapi.Cluster{Server: r.APIServerURL, CertificateAuthorityData: r.pki.ca.certPEM}
-	cfg.AuthInfos["berth-dev-admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: r.pki.admin.certPEM, ClientKeyData: r.pki.admin.keyPEM}
+	cfg.Clusters["berth-dev"] = &clientcmdapi.Cluster{Server: r.APIServerURL, CertificateAuthorityData: r.pki.ca.CertPEM}
+	cfg.AuthInfos["berth-dev-admin"] = &clientcmdapi.AuthInfo{ClientCertificateData: r.pki.admin.CertPEM, ClientKeyData: r.pki.admin.KeyPEM}
 	cfg.Contexts["berth-dev"] = &clientcmdapi.Context{Cluster: "berth-dev", AuthInfo: "berth-dev-admin", Namespace: "default"}
 	cfg.CurrentContext = "berth-dev"
 	r.Kubeconfig = filepath.Join(r.opts.WorkDir, "kubeconfig")
