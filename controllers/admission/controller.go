@@ -36,6 +36,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
+	bwebhook "github.com/berth-dev/berth/internal/webhook"
 	"github.com/berth-dev/berth/scheduling"
 )
 
@@ -71,6 +72,8 @@ type Reconciler struct {
 	assumed map[string][]berthv1alpha1.MemberAssignment
 	// boundSeen marks gangs whose all-bound latency was observed, by UID.
 	boundSeen map[string]bool
+	// orphansSeen marks gated members without a PodGroup that were already reported, by UID.
+	orphansSeen map[types.UID]bool
 }
 
 // +kubebuilder:rbac:groups=scheduling.berth.dev,resources=podgroups,verbs=get;list;watch
@@ -82,6 +85,7 @@ type Reconciler struct {
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	r.assumed = map[string][]berthv1alpha1.MemberAssignment{}
 	r.boundSeen = map[string]bool{}
+	r.orphansSeen = map[types.UID]bool{}
 	toCycle := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{cycleKey}
 	})
@@ -120,6 +124,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	r.mu.Unlock()
 
 	members := membersByGroup(pods)
+	r.reportOrphans(gs, members)
 	next := resync
 	var errs []error
 	for _, g := range gs {
@@ -320,6 +325,35 @@ func (r *Reconciler) forgetCaughtUp(gs []*berthv1alpha1.PodGroup) {
 			delete(r.assumed, uid)
 		}
 	}
+}
+
+// reportOrphans tells, once per pod, gated members whose PodGroup does not exist that they
+// wait for one: without it they would stay gated with no explanation.
+func (r *Reconciler) reportOrphans(gs []*berthv1alpha1.PodGroup, members map[string][]*corev1.Pod) {
+	exists := map[string]bool{}
+	for _, g := range gs {
+		exists[g.Namespace+"/"+g.Name] = true
+	}
+	for key, ms := range members {
+		if exists[key] {
+			continue
+		}
+		for _, m := range gatedOnly(ms) {
+			if r.orphansSeen[m.UID] || isAdapted(m) {
+				continue // adapted gangs get their PodGroup from the adapter, which reports itself
+			}
+			r.orphansSeen[m.UID] = true
+			r.Recorder.Warning(m, events.ReasonPodGroupMissing, fmt.Sprintf(
+				"pod is a member of gang %q (label %s) but no PodGroup of that name exists in namespace %s; it stays gated until one is created",
+				m.Labels[berthv1alpha1.PodGroupLabel], berthv1alpha1.PodGroupLabel, m.Namespace))
+		}
+	}
+}
+
+// isAdapted reports whether the webhook adopted the pod from another gang scheduler.
+func isAdapted(p *corev1.Pod) bool {
+	s := p.Annotations[bwebhook.SourceAnnotation]
+	return s != "" && s != bwebhook.SourceBerth.Name
 }
 
 // membersByGroup indexes pods carrying the pod-group label by namespace/group, sorted by name,

@@ -31,6 +31,8 @@ const (
 	ReasonLateMemberAdmitted = "LateMemberAdmitted"
 	// ReasonGangNodeUnhealthy: a node backing an admitted gang reports unhealthy GPUs.
 	ReasonGangNodeUnhealthy = "GangNodeUnhealthy"
+	// ReasonPodGroupMissing: a gated member names a PodGroup that does not exist.
+	ReasonPodGroupMissing = "PodGroupMissing"
 	// ReasonGangAdapted: a PodGroup was created for a gang declared for another scheduler.
 	ReasonGangAdapted = "GangAdapted"
 	// ReasonGangSizeUnknown: a pod of a foreign gang cannot be admitted: its size is unknown.

@@ -153,3 +153,14 @@ func setGPUHealth(t *testing.T, node string, status corev1.ConditionStatus) {
 		return true, "", nil
 	})
 }
+
+// TestMemberWithoutPodGroupIsTold: a labelled pod whose PodGroup does not exist stays gated and
+// gets an Event saying why.
+func TestMemberWithoutPodGroupIsTold(t *testing.T) {
+	ns := namespace(t)
+	p := builders.Pod("lonely", ns).Member("nobody").Obj()
+	if err := rigtest.Current().Client.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	rigtest.WaitEvent(t, ns, "lonely", "PodGroupMissing")
+}
