@@ -54,12 +54,6 @@ func (b *PodGroupBuilder) Protect(p bool) *PodGroupBuilder {
 	return b
 }
 
-// Phase sets status.phase.
-func (b *PodGroupBuilder) Phase(p berthv1alpha1.PodGroupPhase) *PodGroupBuilder {
-	b.pg.Status.Phase = p
-	return b
-}
-
 // Obj returns the PodGroup.
 func (b *PodGroupBuilder) Obj() *berthv1alpha1.PodGroup { return b.pg.DeepCopy() }
 

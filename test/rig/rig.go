@@ -121,9 +121,6 @@ func (r *Rig) WorkDir() string { return r.opts.WorkDir }
 // LogDir is the folder with one log file per component.
 func (r *Rig) LogDir() string { return filepath.Join(r.opts.WorkDir, "logs") }
 
-// ToolsDir is the folder with the rig's binaries and assets.
-func (r *Rig) ToolsDir() string { return r.opts.ToolsDir }
-
 func (r *Rig) bin(name string) string { return filepath.Join(r.opts.ToolsDir, "bin", name) }
 
 // Component is a running rig process, as reported by Components.
