@@ -5,12 +5,17 @@ package controllers
 import (
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/berth-dev/berth/controllers/adapter"
 	"github.com/berth-dev/berth/controllers/admission"
+	"github.com/berth-dev/berth/controllers/disruption"
+	"github.com/berth-dev/berth/controllers/nodepool"
 	"github.com/berth-dev/berth/controllers/podgroup"
+	"github.com/berth-dev/berth/controllers/protect"
 	"github.com/berth-dev/berth/internal/events"
 )
 
@@ -18,11 +23,23 @@ import (
 type Options struct {
 	// Clock is the time source; the real clock when nil.
 	Clock clock.PassiveClock
+	// Provisioning configures whole-gang provisioning through Karpenter. It is turned off at
+	// start when Karpenter's API (karpenter.sh/v1 NodeClaim) is not served.
+	Provisioning admission.ProvisioningOptions
+	// ConsolidationGuard is the consolidation guard's mode for NodePools without the
+	// consolidation-guard annotation; enforce when empty.
+	ConsolidationGuard nodepool.Mode
 }
 
 // controller is what each reconciler package provides.
 type controller interface {
 	SetupWithManager(ctrl.Manager) error
+}
+
+// registration is one controller of Setup's list, with the name setup errors give.
+type registration struct {
+	name string
+	c    controller
 }
 
 // Setup builds every controller and registers it with mgr. An error names the controller that
@@ -32,13 +49,31 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		opts.Clock = clock.RealClock{}
 	}
 	rec := events.NewRecorder(mgr.GetEventRecorder("berth-controller"))
-	all := []struct {
-		name string
-		c    controller
-	}{
+	if opts.Provisioning.Enabled {
+		if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: "karpenter.sh", Kind: "NodeClaim"}, "v1"); err != nil {
+			ctrl.Log.WithName("setup").Info("Karpenter's API is not served; whole-gang provisioning is off", "reason", err.Error())
+			opts.Provisioning.Enabled = false
+		} else if err := mgr.Add(admission.SeatPriorityClassInstaller(mgr.GetClient())); err != nil {
+			return fmt.Errorf("adding the seat PriorityClass installer: %w", err)
+		}
+	}
+	// The consolidation guard and NodeClaim watches need Karpenter's API: a watch of a kind the
+	// cluster does not serve would stop the manager.
+	karpenter, err := served(mgr, schema.GroupKind{Group: "karpenter.sh", Kind: "NodePool"}, "v1")
+	if err != nil {
+		return err
+	}
+	all := []registration{
 		{podgroup.Name, &podgroup.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Recorder: rec}},
 		{adapter.Name, &adapter.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec}},
-		{admission.Name, &admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: rec}},
+		{admission.Name, &admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: rec, Provisioning: opts.Provisioning}},
+		{protect.Name, &protect.Reconciler{Client: mgr.GetClient()}},
+		{disruption.Name, &disruption.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: rec, Karpenter: karpenter}},
+	}
+	if karpenter {
+		all = append(all, registration{nodepool.Name, &nodepool.Reconciler{Client: mgr.GetClient(), Recorder: rec, DefaultMode: opts.ConsolidationGuard}})
+	} else {
+		ctrl.Log.WithName("setup").Info("Karpenter's API (karpenter.sh/v1 NodePool) is not served; the consolidation guard is off until berth restarts")
 	}
 	for _, c := range all {
 		if err := c.c.SetupWithManager(mgr); err != nil {
@@ -46,4 +81,16 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		}
 	}
 	return nil
+}
+
+// served reports whether the cluster serves a kind at a version.
+func served(mgr ctrl.Manager, gk schema.GroupKind, version string) (bool, error) {
+	_, err := mgr.GetRESTMapper().RESTMapping(gk, version)
+	switch {
+	case err == nil:
+		return true, nil
+	case meta.IsNoMatchError(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("looking up %s/%s: %w", gk, version, err)
 }

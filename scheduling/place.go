@@ -353,8 +353,15 @@ func (a *attempt) better(b *attempt) bool {
 	return a.domain < b.domain
 }
 
-// try places the gang inside one domain ("" = everywhere).
+// try places the gang inside one domain ("" = everywhere), stopping at the first class of
+// members that does not fit.
 func (s *Snapshot) try(g Gang, classes []*class, domain string) *attempt {
+	return s.attempt(g, classes, domain, false)
+}
+
+// attempt places the gang inside one domain; with keepGoing it places every member it can
+// instead of stopping at the first class that does not fit.
+func (s *Snapshot) attempt(g Gang, classes []*class, domain string, keepGoing bool) *attempt {
 	a := &attempt{domain: domain, s: s, assigned: make([]*NodeState, len(g.Members)), used: map[*NodeState]vec{},
 		view: &podView{nodes: s.nodes, extra: map[*NodeState][]*corev1.Pod{}}}
 	for _, c := range classes {
@@ -375,8 +382,12 @@ func (s *Snapshot) try(g Gang, classes []*class, domain string) *attempt {
 			ok = a.placeInBulk(g, c, cands)
 		}
 		if !ok {
-			a.failed = c
-			return a
+			if a.failed == nil {
+				a.failed = c
+			}
+			if !keepGoing {
+				return a
+			}
 		}
 	}
 	return a

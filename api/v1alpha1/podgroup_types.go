@@ -55,6 +55,9 @@ const (
 	// DefaultScheduleTimeoutSeconds is how long a gang may wait for admission when
 	// spec.scheduleTimeoutSeconds is not set.
 	DefaultScheduleTimeoutSeconds int32 = 600
+	// DefaultProvisioningTimeoutSeconds bounds one capacity request when
+	// spec.provisioningTimeoutSeconds is not set.
+	DefaultProvisioningTimeoutSeconds int32 = 600
 )
 
 // PodGroupPhase is the coarse lifecycle stage of a PodGroup.
@@ -130,6 +133,16 @@ type PodGroupSpec struct {
 	// +kubebuilder:validation:Minimum=0
 	ScheduleTimeoutSeconds *int32 `json:"scheduleTimeoutSeconds,omitempty"`
 
+	// ProvisioningTimeoutSeconds is how long one request for new capacity may take: when the
+	// gang does not fit existing nodes, berth asks Karpenter for capacity for every member that
+	// has no place (seat pods); if not all of it is Ready within this time, the request is
+	// withdrawn (seats deleted, empty nodes left for Karpenter to reclaim) and retried with
+	// backoff. Defaults to 600.
+	// +optional
+	// +kubebuilder:default=600
+	// +kubebuilder:validation:Minimum=10
+	ProvisioningTimeoutSeconds *int32 `json:"provisioningTimeoutSeconds,omitempty"`
+
 	// Disruption controls how members are shielded from voluntary disruption while they run.
 	// +optional
 	// +kubebuilder:default={protect: true}
@@ -193,10 +206,43 @@ type PodGroupStatus struct {
 	// +listMapKey=pod
 	Assignments []MemberAssignment `json:"assignments,omitempty"`
 
+	// Provisioning is the state of berth's requests to Karpenter for the gang's capacity.
+	// +optional
+	Provisioning *ProvisioningStatus `json:"provisioning,omitempty"`
+
 	// NodeClaims are the names of the Karpenter NodeClaims that back the gang, sorted.
 	// +optional
 	// +listType=set
 	NodeClaims []string `json:"nodeClaims,omitempty"`
+}
+
+// ProvisioningStatus is the state of berth's requests for new capacity for a gang. Each
+// attempt creates one seat pod per member that has no place on existing nodes; Karpenter
+// provisions nodes for the seats in one batch, and the gang is admitted onto them once every
+// seat is on a Ready node.
+type ProvisioningStatus struct {
+	// Attempt counts the requests made so far.
+	Attempt int32 `json:"attempt"`
+	// Seats is how many seat pods the current (or last) attempt asked for.
+	Seats int32 `json:"seats"`
+	// StartedAt is when the current (or last) attempt started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// FinishedAt is when the last attempt ended; unset while an attempt runs.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// RetryAt is when a failed attempt will be retried.
+	// +optional
+	RetryAt *metav1.Time `json:"retryAt,omitempty"`
+	// LastFailure says why the last failed attempt failed.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	LastFailure string `json:"lastFailure,omitempty"`
+}
+
+// Active reports whether an attempt is running.
+func (p *ProvisioningStatus) Active() bool {
+	return p != nil && p.StartedAt != nil && p.FinishedAt == nil
 }
 
 // MemberAssignment places one member pod on one node.

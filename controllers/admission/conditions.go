@@ -38,6 +38,7 @@ func (r *Reconciler) setScheduled(ctx context.Context, g *berthv1alpha1.PodGroup
 		}
 		return fmt.Errorf("updating Scheduled condition: %w", err)
 	}
+	*g = *updated
 	if reason != ReasonWaitingForMembers {
 		r.Recorder.Warning(updated, events.ReasonGangUnschedulable, msg)
 	}

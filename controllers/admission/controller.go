@@ -51,6 +51,8 @@ const (
 	ReasonAdmitted          = "Admitted"
 	ReasonTimeout           = "ScheduleTimeout"
 	ReasonNotGated          = "MembersNotGated"
+	// ReasonWaitingForCapacity: the gang does not fit, and capacity was requested from Karpenter.
+	ReasonWaitingForCapacity = "WaitingForCapacity"
 )
 
 // resync bounds how long a cycle may wait without events (time-outs, missed events).
@@ -66,19 +68,26 @@ type Reconciler struct {
 	APIReader client.Reader
 	Clock     clock.PassiveClock
 	Recorder  *events.Recorder
+	// Provisioning configures whole-gang provisioning through Karpenter (seat pods).
+	Provisioning ProvisioningOptions
 
 	mu sync.Mutex
 	// assumed are assignments this process wrote that the cache may not show yet, by UID.
 	assumed map[string][]berthv1alpha1.MemberAssignment
 	// boundSeen marks gangs whose all-bound latency was observed, by UID.
 	boundSeen map[string]bool
+	// withBooting returns this cycle's snapshot in which nodes that are coming up count as
+	// available (set at the start of every cycle; cycles never run concurrently).
+	withBooting func() *scheduling.Snapshot
 	// orphansSeen marks gated members without a PodGroup that were already reported, by UID.
 	orphansSeen map[types.UID]bool
 }
 
 // +kubebuilder:rbac:groups=scheduling.berth.dev,resources=podgroups,verbs=get;list;watch
 // +kubebuilder:rbac:groups=scheduling.berth.dev,resources=podgroups/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=list
+// +kubebuilder:rbac:groups=karpenter.sh,resources=nodeclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 
 // SetupWithManager registers the cycle: any change to PodGroups, pods or nodes triggers it.
@@ -120,22 +129,40 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	recordPhases(gs)
 	r.mu.Lock()
 	r.forgetCaughtUp(gs)
-	snap := scheduling.NewSnapshot(nodes, podsOnNodes(pods, gs, r.assumed), unavailableNodes(nodes))
+	onNodes := podsOnNodes(pods, gs, r.assumed)
+	unavailable := unavailableNodes(nodes)
+	snap := scheduling.NewSnapshot(nodes, onNodes, unavailable)
 	r.mu.Unlock()
+	// What capacity a gang lacks is judged counting nodes that are still booting: built on
+	// first use, at most once per cycle.
+	var booting *scheduling.Snapshot
+	r.withBooting = func() *scheduling.Snapshot {
+		if booting == nil {
+			booting = scheduling.NewSnapshot(nodes, onNodes, withoutBooting(unavailable, nodes, r.Clock.Now()))
+		}
+		return booting
+	}
 
 	members := membersByGroup(pods)
+	seats := seatsByGroup(pods)
 	r.reportOrphans(gs, members)
 	next := resync
 	var errs []error
 	for _, g := range gs {
 		ms := members[g.Namespace+"/"+g.Name]
-		wait, err := r.admit(ctx, snap, g, ms)
+		wait, err := r.admit(ctx, snap, g, ms, seats[g.UID])
 		if err != nil {
 			errs = append(errs, fmt.Errorf("PodGroup %s/%s: %w", g.Namespace, g.Name, err))
 		}
 		if wait > 0 && wait < next {
 			next = wait
 		}
+	}
+	if err := r.sweepSeats(ctx, gs, seats); err != nil {
+		errs = append(errs, err)
+	}
+	if err := r.sweepReservations(ctx, nodes, gs); err != nil {
+		errs = append(errs, err)
 	}
 	if err := r.sweepBarriers(ctx, nodes, gs); err != nil {
 		errs = append(errs, err)
@@ -148,7 +175,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 }
 
 // admit moves one gang forward and says how soon it wants another look (0: only on events).
-func (r *Reconciler) admit(ctx context.Context, snap *scheduling.Snapshot, g *berthv1alpha1.PodGroup, members []*corev1.Pod) (time.Duration, error) {
+func (r *Reconciler) admit(ctx context.Context, snap *scheduling.Snapshot, g *berthv1alpha1.PodGroup, members, seats []*corev1.Pod) (time.Duration, error) {
 	switch g.Status.Phase {
 	case berthv1alpha1.PodGroupFailed, berthv1alpha1.PodGroupSucceeded:
 		return 0, nil
@@ -157,7 +184,7 @@ func (r *Reconciler) admit(ctx context.Context, snap *scheduling.Snapshot, g *be
 	assigned := assignmentsOf(g, r.assumed)
 	r.mu.Unlock()
 	if len(assigned) > 0 {
-		return 0, r.continueAdmitted(ctx, snap, g, members, assigned)
+		return 0, r.continueAdmitted(ctx, snap, g, members, assigned, seats)
 	}
 	if timeout, over := r.timedOut(g); over {
 		return 0, r.fail(ctx, g, fmt.Sprintf("not admitted within scheduleTimeoutSeconds (%s)", timeout))
@@ -178,24 +205,47 @@ func (r *Reconciler) admit(ctx context.Context, snap *scheduling.Snapshot, g *be
 	if g.Spec.Topology != nil {
 		gang.TopologyKey = g.Spec.Topology.RequiredKey
 	}
-	res := scheduling.Place(snap, gang)
+	// The gang's own seats hold capacity for it: they are free when placing it.
+	res := scheduling.Place(snap.Without(seats), gang)
 	if !res.Fits() {
 		reason := ReasonUnschedulable
 		if res.Unsupported {
 			reason = ReasonUnsupported
 		}
 		placements.WithLabelValues(resultLabel(reason)).Inc()
+		if reason == ReasonUnschedulable && r.Provisioning.Enabled {
+			if err := r.setScheduled(ctx, g, metav1.ConditionFalse, ReasonWaitingForCapacity,
+				"the gang does not fit existing nodes; capacity for the members without a place is requested from Karpenter (see condition CapacityProvisioned)"); err != nil {
+				return 0, err
+			}
+			next, err := r.provision(ctx, snap, r.withBooting(), g, gang, seats, res.Reason)
+			if err != nil {
+				return 0, err
+			}
+			return minPositive(wait, next), nil
+		}
 		return wait, r.setScheduled(ctx, g, metav1.ConditionFalse, reason, res.Reason)
 	}
 	placements.WithLabelValues("admitted").Inc()
 	if err := snap.Assume(gated, res); err != nil {
 		return 0, err
 	}
-	return 0, r.commit(ctx, g, gated, res)
+	return 0, r.commit(ctx, g, gated, res, seats)
+}
+
+// minPositive is the smaller of two waits, where 0 means "no wait wanted".
+func minPositive(a, b time.Duration) time.Duration {
+	switch {
+	case a <= 0:
+		return b
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
 }
 
 // commit records the placement as the gang's promise and releases the members.
-func (r *Reconciler) commit(ctx context.Context, g *berthv1alpha1.PodGroup, gated []*corev1.Pod, res scheduling.Result) error {
+func (r *Reconciler) commit(ctx context.Context, g *berthv1alpha1.PodGroup, gated []*corev1.Pod, res scheduling.Result, seats []*corev1.Pod) error {
 	now := metav1.NewTime(r.Clock.Now())
 	assignments := make([]berthv1alpha1.MemberAssignment, len(res.Assignments))
 	nodeOf := map[string]string{}
@@ -208,6 +258,9 @@ func (r *Reconciler) commit(ctx context.Context, g *berthv1alpha1.PodGroup, gate
 	updated.Status.Phase = berthv1alpha1.PodGroupAdmitted
 	updated.Status.AdmittedAt = &now
 	updated.Status.Nodes = res.Nodes()
+	if g.Status.Provisioning.Active() {
+		finishProvisioning(&updated.Status, g, now, r.nodeClaimsOf(ctx, updated.Status.Nodes))
+	}
 	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
 		Type: berthv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: ReasonAdmitted,
 		Message:            fmt.Sprintf("%d members placed on %d node(s)%s", len(assignments), len(updated.Status.Nodes), domainNote(g, res)),
@@ -220,7 +273,7 @@ func (r *Reconciler) commit(ctx context.Context, g *berthv1alpha1.PodGroup, gate
 	r.mu.Lock()
 	r.assumed[string(g.UID)] = assignments
 	r.mu.Unlock()
-	if err := r.release(ctx, updated, gated, nodeOf); err != nil {
+	if err := r.release(ctx, updated, gated, nodeOf, seats); err != nil {
 		return err
 	}
 	released := r.Clock.Now()
@@ -239,7 +292,7 @@ func domainNote(g *berthv1alpha1.PodGroup, res scheduling.Result) string {
 
 // continueAdmitted finishes a release that was started and places members that appeared after
 // admission.
-func (r *Reconciler) continueAdmitted(ctx context.Context, snap *scheduling.Snapshot, g *berthv1alpha1.PodGroup, members []*corev1.Pod, assigned []berthv1alpha1.MemberAssignment) error {
+func (r *Reconciler) continueAdmitted(ctx context.Context, snap *scheduling.Snapshot, g *berthv1alpha1.PodGroup, members []*corev1.Pod, assigned []berthv1alpha1.MemberAssignment, seats []*corev1.Pod) error {
 	nodeOf := map[string]string{}
 	for _, a := range assigned {
 		nodeOf[a.Pod] = a.Node
@@ -258,9 +311,11 @@ func (r *Reconciler) continueAdmitted(ctx context.Context, snap *scheduling.Snap
 		return err
 	}
 	if len(resume) > 0 {
-		if err := r.resume(ctx, snap, g, resume, nodeOf); err != nil {
+		if err := r.resume(ctx, snap, g, resume, nodeOf, seats); err != nil {
 			return err
 		}
+	} else if err := r.giveWay(ctx, seats); err != nil {
+		return err // seats of an admitted gang go before its barrier is (re)lifted
 	}
 	if err := r.tendBarrier(ctx, snap, g, members, nodeOf); err != nil {
 		return err
@@ -290,7 +345,7 @@ func (r *Reconciler) observeBound(g *berthv1alpha1.PodGroup, members []*corev1.P
 // patch interrupted the release). A member whose node is gone can never bind where it is
 // pinned: a member with a controller is deleted so it is recreated (and placed as a late
 // member); one without is reported.
-func (r *Reconciler) resume(ctx context.Context, snap *scheduling.Snapshot, g *berthv1alpha1.PodGroup, pods []*corev1.Pod, nodeOf map[string]string) error {
+func (r *Reconciler) resume(ctx context.Context, snap *scheduling.Snapshot, g *berthv1alpha1.PodGroup, pods []*corev1.Pod, nodeOf map[string]string, seats []*corev1.Pod) error {
 	var ok []*corev1.Pod
 	for _, p := range pods {
 		if _, exists := snap.Node(nodeOf[p.Name]); exists {
@@ -310,7 +365,7 @@ func (r *Reconciler) resume(ctx context.Context, snap *scheduling.Snapshot, g *b
 		return nil
 	}
 	log.FromContext(ctx).Info("resuming release", "podgroup", client.ObjectKeyFromObject(g), "members", len(ok))
-	return r.release(ctx, g, ok, nodeOf)
+	return r.release(ctx, g, ok, nodeOf, seats)
 }
 
 // forgetCaughtUp drops assumed assignments once the cache shows them (or the group is gone).

@@ -6,8 +6,9 @@ import (
 )
 
 // FaultEnv names a fault-injection point at which the controller process exits at once, for
-// the restart-safety tests: "after-pin" (members pinned, still gated) or "after-ungate" (gates
-// removed, barrier still up). Never set in production.
+// the restart-safety tests: "after-pin" (members pinned, still gated), "after-ungate" (gates
+// removed, barrier still up) or "mid-seats" (half of a gang's seats created). Never set in
+// production.
 const FaultEnv = "BERTH_FAULT_EXIT_AT"
 
 // faultPoint exits the process when FaultEnv names this point.
@@ -17,3 +18,6 @@ func faultPoint(name string) {
 		os.Exit(3)
 	}
 }
+
+// faultArmed reports whether FaultEnv names this point.
+func faultArmed(name string) bool { return os.Getenv(FaultEnv) == name }

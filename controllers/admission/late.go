@@ -57,7 +57,7 @@ func (r *Reconciler) admitLate(ctx context.Context, snap *scheduling.Snapshot, g
 		r.assumed[string(g.UID)] = cur.Status.Assignments
 		r.mu.Unlock()
 		placements.WithLabelValues("admitted").Inc()
-		if err := r.release(ctx, g, []*corev1.Pod{p}, map[string]string{p.Name: node}); err != nil {
+		if err := r.release(ctx, g, []*corev1.Pod{p}, map[string]string{p.Name: node}, nil); err != nil {
 			return err
 		}
 		r.Recorder.Normal(g, events.ReasonLateMemberAdmitted, fmt.Sprintf("member %s, created after admission, released onto %s", p.Name, node))

@@ -33,6 +33,19 @@ var (
 	}, []string{bmetrics.LabelPhase})
 
 	// cycleDuration is how long one admission cycle takes.
+	provisioningAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "provisioning_attempts_total",
+		Help: "Capacity requests for gangs that did not fit existing nodes, by result (started, provisioned, timeout).",
+	}, []string{bmetrics.LabelResult})
+	provisioningDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "provisioning_duration_seconds",
+		Help:    "Seconds from a gang's capacity request (seats created) to every seat on a Ready node and the gang admitted.",
+		Buckets: prometheus.ExponentialBuckets(5, 2, 10),
+	})
+	seatsCreated = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "seats_created_total",
+		Help: "Seat pods created to hold capacity for gang members.",
+	})
 	cycleDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "admission_cycle_duration_seconds",
 		Help:    "Seconds one gang admission cycle takes (snapshot, placement and releases).",
@@ -41,7 +54,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(placements, admissionLatency, gangs, cycleDuration)
+	metrics.Registry.MustRegister(placements, admissionLatency, gangs, cycleDuration, provisioningAttempts, provisioningDuration, seatsCreated)
 }
 
 // resultLabel maps a Scheduled condition reason to a placement result label.

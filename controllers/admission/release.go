@@ -112,7 +112,7 @@ func (r *Reconciler) ungate(ctx context.Context, p *corev1.Pod) error {
 // their gates in one parallel burst, and only then lifts the barrier on the gang's nodes: no
 // member can be bound before the last gate is gone. Every step is idempotent, so a restarted
 // controller simply runs it again.
-func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string) error {
+func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string, seats []*corev1.Pod) error {
 	barrier := barrierKey(g)
 	var gated []*corev1.Pod
 	for _, m := range members {
@@ -137,7 +137,12 @@ func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, mem
 		return err
 	}
 	faultPoint("after-ungate")
-	// 3. Lift the barrier on the gang's nodes: kube-scheduler binds the members now.
+	// 3. Seats give way: the capacity they held is the members' now, and the barrier still
+	// keeps every member from binding until all of it is free.
+	if err := r.giveWay(ctx, seats); err != nil {
+		return err
+	}
+	// 4. Lift the barrier on the gang's nodes: kube-scheduler binds the members now.
 	nodes := map[string]bool{}
 	for _, m := range gated {
 		nodes[nodeOf[m.Name]] = true
@@ -173,7 +178,7 @@ func (r *Reconciler) setNodeLabel(ctx context.Context, node, key string, present
 	n := &corev1.Node{}
 	n.Name = node
 	if err := r.Client.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("setting release barrier on node %s: %w", node, err)
+		return fmt.Errorf("setting label %s on node %s: %w", key, node, err)
 	}
 	return nil
 }

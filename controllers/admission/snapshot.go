@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -15,6 +17,38 @@ const (
 
 // gpuUnhealthyPrefix starts the unavailability reason of nodes with unhealthy GPUs.
 const gpuUnhealthyPrefix = "GPU unhealthy: "
+
+// bootGrace is how long a new node that is not Ready yet counts as capacity on its way (a GPU
+// node takes minutes from launch to Ready) rather than as a broken node.
+const bootGrace = 15 * time.Minute
+
+// comingUp reports whether a node is not Ready yet but new enough to be booting.
+func comingUp(n *corev1.Node, now time.Time) bool {
+	if n.DeletionTimestamp != nil || now.Sub(n.CreationTimestamp.Time) > bootGrace {
+		return false
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return false
+		}
+	}
+	return true
+}
+
+// withoutBooting drops nodes that are coming up from an unavailability map: for deciding what
+// capacity is missing, capacity that is already on its way is not.
+func withoutBooting(unavailable map[string]string, nodes []*corev1.Node, now time.Time) map[string]string {
+	out := make(map[string]string, len(unavailable))
+	for k, v := range unavailable {
+		out[k] = v
+	}
+	for _, n := range nodes {
+		if out[n.Name] == "not Ready" && comingUp(n, now) {
+			delete(out, n.Name)
+		}
+	}
+	return out
+}
 
 // unavailableNodes says which nodes may not take new members, and why.
 func unavailableNodes(nodes []*corev1.Node) map[string]string {

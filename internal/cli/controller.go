@@ -13,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/berth-dev/berth/controllers"
+	"github.com/berth-dev/berth/controllers/admission"
+	"github.com/berth-dev/berth/controllers/nodepool"
 	bwebhook "github.com/berth-dev/berth/internal/webhook"
 )
 
@@ -31,6 +33,9 @@ type controllerFlags struct {
 	webhookNamespace   string
 	webhookHosts       []string
 	adapters           []string
+	gangProvisioning   bool
+	seatImage          string
+	consolidationGuard string
 }
 
 func newControllerCommand() *cobra.Command {
@@ -63,6 +68,9 @@ Events current, and by default issues and rotates its own webhook certificate.`,
 	fl.StringVar(&f.webhookNamespace, "webhook-secret-namespace", envOr("POD_NAMESPACE", "berth-system"), "namespace of --webhook-secret")
 	fl.StringSliceVar(&f.webhookHosts, "webhook-hosts", []string{"berth-webhook.berth-system.svc"}, "DNS names (or IPs) the webhook certificate is for")
 	fl.StringSliceVar(&f.adapters, "adapters", []string{"coscheduling", "volcano", "kueue"}, "foreign gang sources treated as berth gangs: coscheduling, volcano, kai, kueue (none: empty)")
+	fl.BoolVar(&f.gangProvisioning, "gang-provisioning", true, "get capacity for gangs that do not fit from Karpenter in one batch (seat pods); off when Karpenter is not installed")
+	fl.StringVar(&f.consolidationGuard, "consolidation-guard", string(nodepool.ModeEnforce), "what the consolidation guard does with GPU NodePools that let Karpenter consolidate underutilized nodes, unless the NodePool's scheduling.berth.dev/consolidation-guard annotation says otherwise: enforce (add a budget blocking Underutilized), when-empty (switch to WhenEmpty), audit (report only), off")
+	fl.StringVar(&f.seatImage, "seat-image", admission.DefaultSeatImage, "container image of seat pods (any image that starts and sleeps; mirror it for air-gapped clusters)")
 	return cmd
 }
 
@@ -115,8 +123,16 @@ func runController(cmd *cobra.Command, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
+	guard, err := nodepool.ParseMode(f.consolidationGuard)
+	if err != nil {
+		return fmt.Errorf("--consolidation-guard: %w", err)
+	}
 	cfg.QPS, cfg.Burst = 100, 200 // a gang's release is a burst of patches
 	mgr, err := controllers.NewManager(cfg, controllers.ManagerOptions{
+		Options: controllers.Options{
+			Provisioning:       admission.ProvisioningOptions{Enabled: f.gangProvisioning, SeatImage: f.seatImage},
+			ConsolidationGuard: guard,
+		},
 		MetricsAddress:          f.metricsAddress,
 		HealthProbeAddress:      f.healthProbeAddress,
 		LeaderElection:          f.leaderElect,

@@ -39,6 +39,22 @@ const (
 	ReasonGangSizeUnknown = "GangSizeUnknown"
 	// ReasonLateMemberWaiting: a member created after admission does not fit yet.
 	ReasonLateMemberWaiting = "LateMemberWaiting"
+	// ReasonCapacityRequested: seat pods were created so Karpenter provisions a gang's capacity.
+	ReasonCapacityRequested = "CapacityRequested"
+	// ReasonCapacityNotProvisioned: a capacity request timed out; its seats were withdrawn.
+	ReasonCapacityNotProvisioned = "CapacityNotProvisioned"
+	// ReasonUnsafeConsolidation: a GPU NodePool lets Karpenter consolidate underutilized nodes
+	// (running GPU pods) and the consolidation guard only audits it.
+	ReasonUnsafeConsolidation = "UnsafeConsolidation"
+	// ReasonConsolidationGuarded: the consolidation guard changed a GPU NodePool so Karpenter no
+	// longer consolidates its underutilized nodes; the note says what changed.
+	ReasonConsolidationGuarded = "ConsolidationGuarded"
+	// ReasonInvalidConsolidationGuard: a NodePool's consolidation-guard or consolidate-after
+	// annotation has a value the guard does not accept; the note names the accepted values.
+	ReasonInvalidConsolidationGuard = "InvalidConsolidationGuard"
+	// ReasonGangMemberDisrupted: a node backing a running gang is being disrupted (Karpenter
+	// taint, node or NodeClaim deletion, node gone, or a member marked as disruption target).
+	ReasonGangMemberDisrupted = "GangMemberDisrupted"
 )
 
 // Actions, the machine-readable verb of an events.k8s.io Event.

@@ -54,7 +54,13 @@ func (b *PodGroupBuilder) Protect(p bool) *PodGroupBuilder {
 	return b
 }
 
-// Obj returns the PodGroup.
+// ProvisioningTimeout sets spec.provisioningTimeoutSeconds.
+func (b *PodGroupBuilder) ProvisioningTimeout(seconds int32) *PodGroupBuilder {
+	b.pg.Spec.ProvisioningTimeoutSeconds = &seconds
+	return b
+}
+
+// Obj returns a copy of the PodGroup built so far.
 func (b *PodGroupBuilder) Obj() *berthv1alpha1.PodGroup { return b.pg.DeepCopy() }
 
 // PodBuilder builds a Pod.

@@ -143,6 +143,23 @@ func (r *Rig) Components() []Component {
 	return out
 }
 
+// StopComponent stops the running component called name (SIGTERM, then SIGKILL after grace);
+// stopping one that is not running is not an error.
+func (r *Rig) StopComponent(name string, grace time.Duration) error {
+	r.mu.Lock()
+	var p *process
+	for _, q := range r.procs {
+		if q.name == name {
+			p = q
+		}
+	}
+	r.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("rig: no component %s", name)
+	}
+	return p.stop(grace)
+}
+
 // Exited returns the first component that has exited, if any.
 func (r *Rig) Exited() (string, error, bool) {
 	r.mu.Lock()

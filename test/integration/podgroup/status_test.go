@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -24,11 +25,19 @@ func newNamespace(t *testing.T, c client.Client) string {
 	return ns.Name
 }
 
-// setPhase moves a pod to a phase through the status subresource, as a kubelet would.
+// setPhase moves a pod to a phase through the status subresource, as a kubelet would. It reads
+// the pod first and retries on conflict: berth's controllers write to members too (protection
+// annotations).
 func setPhase(t *testing.T, c client.Client, p *corev1.Pod, phase corev1.PodPhase) {
 	t.Helper()
-	p.Status.Phase = phase
-	if err := c.Status().Update(context.Background(), p); err != nil {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(p), p); err != nil {
+			return err
+		}
+		p.Status.Phase = phase
+		return c.Status().Update(context.Background(), p)
+	})
+	if err != nil {
 		t.Fatalf("setting %s to %s: %v", p.Name, phase, err)
 	}
 }

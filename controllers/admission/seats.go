@@ -1,0 +1,651 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/scheduling"
+)
+
+// Whole-gang provisioning with seat pods.
+//
+// When a gang does not fit existing nodes, admission creates one seat pod for every member
+// that has no place: a pause container with the member's requests, node selection and
+// tolerations, the lowest priority (PriorityClass berth-seat), karpenter.sh/do-not-disrupt,
+// and, for gangs with a topology key, required pod affinity among the gang's seats. The seats
+// are created together, so Karpenter's provisioner sees the whole shortfall in one batch and
+// launches every NodeClaim for it. Admission discounts a gang's own seats when it places that
+// gang: once every seat is on a Ready node, the gang fits, is admitted onto those nodes, and
+// its seats are deleted after the members' gates are gone and before the release barrier is
+// lifted, so kube-scheduler binds the members into the capacity the seats held.
+
+// Seat reasons of the CapacityProvisioned condition.
+const (
+	ReasonProvisioning       = "Provisioning"
+	ReasonProvisioned        = "Provisioned"
+	ReasonProvisioningFailed = "ProvisioningFailed"
+)
+
+// DefaultSeatImage is the container image of seat pods; it only has to start and sleep.
+const DefaultSeatImage = "registry.k8s.io/pause:3.10"
+
+// SeatMemberAnnotation on a seat names the member whose shape it copies.
+const SeatMemberAnnotation = "scheduling.berth.dev/seat-for-member"
+
+// doNotDisrupt is Karpenter's annotation that keeps a node from voluntary disruption.
+const doNotDisrupt = "karpenter.sh/do-not-disrupt"
+
+// Retry backoff after a failed provisioning attempt: base doubling per attempt, capped.
+const (
+	provisioningBackoffBase = 30 * time.Second
+	provisioningBackoffMax  = 10 * time.Minute
+)
+
+// ProvisioningOptions configure whole-gang provisioning. The zero value turns it off.
+type ProvisioningOptions struct {
+	// Enabled creates seat pods for gangs that do not fit existing nodes.
+	Enabled bool
+	// SeatImage is the seat container's image; DefaultSeatImage when empty.
+	SeatImage string
+}
+
+// provisioningTimeoutOf is the gang's bound on one capacity request.
+func provisioningTimeoutOf(g *berthv1alpha1.PodGroup) time.Duration {
+	s := berthv1alpha1.DefaultProvisioningTimeoutSeconds
+	if g.Spec.ProvisioningTimeoutSeconds != nil {
+		s = *g.Spec.ProvisioningTimeoutSeconds
+	}
+	return time.Duration(s) * time.Second
+}
+
+// provisioningBackoff is the wait before attempt+1 after attempt failed.
+func provisioningBackoff(attempt int32) time.Duration {
+	d := provisioningBackoffBase
+	for i := int32(1); i < attempt && d < provisioningBackoffMax; i++ {
+		d *= 2
+	}
+	return min(d, provisioningBackoffMax)
+}
+
+// seatsByGroup indexes seat pods by the UID of the PodGroup they hold capacity for, sorted by
+// name, leaving out seats being deleted.
+func seatsByGroup(pods []*corev1.Pod) map[types.UID][]*corev1.Pod {
+	out := map[types.UID][]*corev1.Pod{}
+	for _, p := range pods {
+		uid := p.Labels[berthv1alpha1.SeatOfLabel]
+		if uid == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		out[types.UID(uid)] = append(out[types.UID(uid)], p)
+	}
+	for _, ss := range out {
+		sort.Slice(ss, func(i, j int) bool { return ss[i].Name < ss[j].Name })
+	}
+	return out
+}
+
+// seatName is the deterministic name of seat i of an attempt: a restarted controller finds
+// the seats it already created instead of creating more.
+func seatName(g *berthv1alpha1.PodGroup, attempt int32, i int) string {
+	base := g.Name
+	if len(base) > 200 {
+		base = base[:200]
+	}
+	return fmt.Sprintf("%s-seat-%d-%d", base, attempt, i)
+}
+
+// seatPod is the seat that holds capacity for member m of gang g. sf.Domain, when set,
+// confines it to the topology domain where the gang's other members have room; nodes carrying
+// the gang's reservation label (sf.Nodes, see reserve) are off limits, as their room is
+// promised to those members.
+func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, name, image string, sf scheduling.Shortfall) *corev1.Pod {
+	req := resourcehelper.PodRequests(m, resourcehelper.PodResourcesOptions{})
+	limits := corev1.ResourceList{}
+	for n, q := range req {
+		if !isNativeResource(n) {
+			limits[n] = q // extended resources (GPUs) need limits equal to requests
+		}
+	}
+	seat := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: g.Namespace,
+			Labels: map[string]string{
+				berthv1alpha1.SeatOfLabel:      string(g.UID),
+				"app.kubernetes.io/managed-by": "berth",
+				"app.kubernetes.io/component":  "seat",
+			},
+			Annotations: map[string]string{
+				doNotDisrupt:         "true",
+				SeatMemberAnnotation: m.Name,
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: berthv1alpha1.GroupVersion.String(), Kind: "PodGroup", Name: g.Name, UID: g.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "seat", Image: image,
+				Resources: corev1.ResourceRequirements{Requests: req, Limits: limits},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65535),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			PriorityClassName:             berthv1alpha1.SeatPriorityClassName,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			SchedulerName:                 m.Spec.SchedulerName,
+			NodeSelector:                  copyMap(m.Spec.NodeSelector),
+			Tolerations:                   append([]corev1.Toleration(nil), m.Spec.Tolerations...),
+		},
+	}
+	if g.Spec.NodePool != "" {
+		if seat.Spec.NodeSelector == nil {
+			seat.Spec.NodeSelector = map[string]string{}
+		}
+		seat.Spec.NodeSelector["karpenter.sh/nodepool"] = g.Spec.NodePool
+	}
+	aff := &corev1.Affinity{}
+	if m.Spec.Affinity != nil && m.Spec.Affinity.NodeAffinity != nil {
+		aff.NodeAffinity = m.Spec.Affinity.NodeAffinity.DeepCopy()
+	}
+	// Nodes whose room is promised to the gang's placeable members carry the gang's
+	// reservation label; seats stay off them. (Karpenter ignores pods that select on
+	// kubernetes.io/hostname or matchFields, so a node label it is.)
+	addRequiredNodeTerm(aff, corev1.NodeSelectorRequirement{Key: reserveKey(g), Operator: corev1.NodeSelectorOpDoesNotExist})
+	if g.Spec.Topology != nil {
+		key := g.Spec.Topology.RequiredKey
+		if sf.Domain != "" {
+			addRequiredNodeTerm(aff, corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{sf.Domain}})
+		}
+		aff.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{berthv1alpha1.SeatOfLabel: string(g.UID)}},
+			TopologyKey:   key,
+		}}}
+	}
+	if terms := selfAntiAffinity(m); len(terms) > 0 {
+		aff.PodAntiAffinity = &corev1.PodAntiAffinity{}
+		for _, key := range terms {
+			aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{berthv1alpha1.SeatOfLabel: string(g.UID)}},
+				TopologyKey:   key,
+			})
+		}
+	}
+	if aff.NodeAffinity != nil || aff.PodAffinity != nil || aff.PodAntiAffinity != nil {
+		seat.Spec.Affinity = aff
+	}
+	return seat
+}
+
+// selfAntiAffinity returns the topology keys of the member's required anti-affinity terms that
+// select the member itself ("one member per node"): seats must spread the same way.
+func selfAntiAffinity(m *corev1.Pod) []string {
+	if m.Spec.Affinity == nil || m.Spec.Affinity.PodAntiAffinity == nil {
+		return nil
+	}
+	var keys []string
+	for _, t := range m.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+		sel, err := metav1.LabelSelectorAsSelector(t.LabelSelector)
+		if err != nil || t.LabelSelector == nil {
+			continue
+		}
+		if sel.Matches(labels.Set(m.Labels)) {
+			keys = append(keys, t.TopologyKey)
+		}
+	}
+	return keys
+}
+
+// addRequiredNodeTerm ANDs req into every required node-affinity term (or adds a term).
+func addRequiredNodeTerm(aff *corev1.Affinity, req corev1.NodeSelectorRequirement) {
+	if aff.NodeAffinity == nil {
+		aff.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := aff.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchExpressions = append(terms[i].MatchExpressions, req)
+	}
+}
+
+func isNativeResource(n corev1.ResourceName) bool {
+	switch n {
+	case corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage:
+		return true
+	}
+	return strings.HasPrefix(string(n), corev1.ResourceHugePagesPrefix)
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// provision asks Karpenter for the capacity a gang that does not fit is missing, keeps that
+// request whole while it runs, and withdraws it when it takes longer than the gang's
+// provisioning timeout. snap counts the gang's own seats like any pod, so the shortfall is what
+// the gang lacks without them and does not shrink as they bind; booting is the same snapshot
+// with nodes that are coming up counted as available, so capacity already on its way is not
+// asked for again. It returns how soon it wants another look.
+func (r *Reconciler) provision(ctx context.Context, snap, booting *scheduling.Snapshot, g *berthv1alpha1.PodGroup, gang scheduling.Gang, seats []*corev1.Pod, placeReason string) (time.Duration, error) {
+	now := r.Clock.Now()
+	p := g.Status.Provisioning
+	switch {
+	case p.Active():
+		timeout := provisioningTimeoutOf(g)
+		if elapsed := now.Sub(p.StartedAt.Time); elapsed >= timeout {
+			return r.withdraw(ctx, g, seats, p, timeout, placeReason)
+		}
+		// While the attempt runs, its own seats' nodes boot: judge on the snapshot where booting
+		// nodes are unavailable, or the seats would be counted twice.
+		sf, ok := scheduling.ComputeShortfall(snap, gang)
+		if !ok {
+			return 0, nil
+		}
+		if err := r.reserve(ctx, g, snap, sf.Nodes); err != nil {
+			return 0, err
+		}
+		want := min(int(p.Seats), len(sf.Missing))
+		if err := r.ensureSeats(ctx, g, p.Attempt, sf, want, seats); err != nil {
+			return 0, err
+		}
+		onReady := 0
+		for _, s := range seats {
+			if s.Spec.NodeName != "" {
+				if n, ok := snap.Node(s.Spec.NodeName); ok && n.Unavailable == "" {
+					onReady++
+				}
+			}
+		}
+		msg := fmt.Sprintf("attempt %d: %d of %d seats on Ready nodes (%s); waiting up to %s", p.Attempt, onReady, want, placeReason, timeout)
+		if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, ReasonProvisioning, msg, nil); err != nil {
+			return 0, err
+		}
+		return max(time.Second, timeout-now.Sub(p.StartedAt.Time)), nil
+	case p != nil && p.RetryAt != nil && now.Before(p.RetryAt.Time):
+		if len(seats) > 0 { // left over from a withdrawal that was interrupted
+			if err := r.deleteSeats(ctx, seats); err != nil {
+				return 0, err
+			}
+		}
+		return p.RetryAt.Sub(now), nil
+	}
+	sf, ok := scheduling.ComputeShortfall(booting, gang)
+	if !ok {
+		return 0, nil
+	}
+	if len(sf.Missing) == 0 {
+		return 5 * time.Second, nil // capacity for every member is booting; look again soon
+	}
+	if err := r.reserve(ctx, g, snap, sf.Nodes); err != nil {
+		return 0, err
+	}
+	var attempt int32 = 1
+	if p != nil {
+		attempt = p.Attempt + 1
+	}
+	start := metav1.NewTime(now)
+	next := &berthv1alpha1.ProvisioningStatus{Attempt: attempt, Seats: int32(len(sf.Missing)), StartedAt: &start}
+	if p != nil {
+		next.LastFailure = p.LastFailure
+	}
+	// Record the request before making it: a restart then finishes it instead of starting
+	// another one, and the seat names it implies are known.
+	msg := fmt.Sprintf("attempt %d: requested capacity for %d member(s) with no place (%s)", attempt, len(sf.Missing), placeReason)
+	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, ReasonProvisioning, msg, next); err != nil {
+		return 0, err
+	}
+	provisioningAttempts.WithLabelValues("started").Inc()
+	if err := r.ensureSeats(ctx, g, attempt, sf, len(sf.Missing), seats); err != nil {
+		return 0, err
+	}
+	r.Recorder.Normal(g, events.ReasonCapacityRequested, msg)
+	log.FromContext(ctx).Info("requested capacity for gang", "podgroup", client.ObjectKeyFromObject(g), "seats", len(sf.Missing), "attempt", attempt)
+	return provisioningTimeoutOf(g), nil
+}
+
+// ensureSeats makes the attempt's seat set exactly seats 0..want-1: missing ones are created
+// (all at once, so Karpenter batches them), extra ones deleted.
+func (r *Reconciler) ensureSeats(ctx context.Context, g *berthv1alpha1.PodGroup, attempt int32, sf scheduling.Shortfall, want int, existing []*corev1.Pod) error {
+	have := map[string]bool{}
+	var extra []*corev1.Pod
+	wanted := map[string]bool{}
+	for i := 0; i < want; i++ {
+		wanted[seatName(g, attempt, i)] = true
+	}
+	for _, s := range existing {
+		if wanted[s.Name] {
+			have[s.Name] = true
+		} else {
+			extra = append(extra, s)
+		}
+	}
+	if err := r.deleteSeats(ctx, extra); err != nil {
+		return err
+	}
+	image := r.Provisioning.SeatImage
+	if image == "" {
+		image = DefaultSeatImage
+	}
+	var create []*corev1.Pod
+	for i := 0; i < want; i++ {
+		if name := seatName(g, attempt, i); !have[name] {
+			create = append(create, seatPod(g, sf.Missing[i], name, image, sf))
+		}
+	}
+	if faultArmed("mid-seats") && len(create) > 1 {
+		for _, s := range create[:len(create)/2] {
+			if err := r.Client.Create(ctx, s); err != nil {
+				return fmt.Errorf("creating seat %s: %w", s.Name, err)
+			}
+		}
+		faultPoint("mid-seats")
+	}
+	return parallel(create, func(_ int, s *corev1.Pod) error {
+		if err := r.Client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating seat %s: %w", s.Name, err)
+		}
+		seatsCreated.Inc()
+		return nil
+	})
+}
+
+// deleteSeats deletes seats at once (no grace period: a seat holds nothing worth stopping
+// for).
+func (r *Reconciler) deleteSeats(ctx context.Context, seats []*corev1.Pod) error {
+	return parallel(seats, func(_ int, s *corev1.Pod) error {
+		if err := r.Client.Delete(ctx, s, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting seat %s: %w", s.Name, err)
+		}
+		return nil
+	})
+}
+
+// withdraw ends a provisioning attempt that ran out of time: every seat goes (the nodes that
+// came up stay empty and Karpenter reclaims them), the gang returns to Pending with the reason,
+// and the next attempt waits for the backoff.
+func (r *Reconciler) withdraw(ctx context.Context, g *berthv1alpha1.PodGroup, seats []*corev1.Pod, p *berthv1alpha1.ProvisioningStatus, timeout time.Duration, placeReason string) (time.Duration, error) {
+	why := r.seatTrouble(ctx, seats, placeReason)
+	if err := r.deleteSeats(ctx, seats); err != nil {
+		return 0, err
+	}
+	now := metav1.NewTime(r.Clock.Now())
+	backoff := provisioningBackoff(p.Attempt)
+	retry := metav1.NewTime(now.Add(backoff))
+	next := p.DeepCopy()
+	next.FinishedAt, next.RetryAt = &now, &retry
+	next.LastFailure = truncate(fmt.Sprintf("capacity for %d member(s) was not Ready within %s: %s", p.Seats, timeout, why), 1024)
+	msg := fmt.Sprintf("attempt %d failed: %s; seats withdrawn, retrying in %s", p.Attempt, next.LastFailure, backoff)
+	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, ReasonProvisioningFailed, msg, next); err != nil {
+		return 0, err
+	}
+	provisioningAttempts.WithLabelValues("timeout").Inc()
+	r.Recorder.Warning(g, events.ReasonCapacityNotProvisioned, msg)
+	return backoff, nil
+}
+
+// seatTrouble explains why seats are not on Ready nodes: Karpenter's latest word on an
+// unbound seat (NodePool limits, no instance type fits…), or kube-scheduler's.
+func (r *Reconciler) seatTrouble(ctx context.Context, seats []*corev1.Pod, placeReason string) string {
+	unbound := 0
+	var first *corev1.Pod
+	for _, s := range seats {
+		if s.Spec.NodeName == "" {
+			unbound++
+			if first == nil {
+				first = s
+			}
+		}
+	}
+	if first == nil {
+		return fmt.Sprintf("all %d seats are on nodes, but the gang still does not fit them (%s)", len(seats), placeReason)
+	}
+	detail := ""
+	var evs corev1.EventList
+	sel := fields.SelectorFromSet(fields.Set{"involvedObject.uid": string(first.UID)})
+	if err := r.APIReader.List(ctx, &evs, client.InNamespace(first.Namespace), client.MatchingFieldsSelector{Selector: sel}); err == nil {
+		var latest *corev1.Event
+		for i := range evs.Items {
+			e := &evs.Items[i]
+			if e.Type != corev1.EventTypeWarning {
+				continue
+			}
+			if latest == nil || eventTime(e).After(eventTime(latest)) || (e.Source.Component == "karpenter" && latest.Source.Component != "karpenter") {
+				latest = e
+			}
+		}
+		if latest != nil {
+			detail = latest.Message
+		}
+	}
+	if detail == "" {
+		if c := podCondition(first, corev1.PodScheduled); c != nil {
+			detail = c.Message
+		}
+	}
+	if detail == "" {
+		detail = "no reason reported"
+	}
+	return fmt.Sprintf("%d of %d seats got no node; %s: %s", unbound, len(seats), first.Name, detail)
+}
+
+func eventTime(e *corev1.Event) time.Time {
+	if !e.LastTimestamp.IsZero() {
+		return e.LastTimestamp.Time
+	}
+	if !e.EventTime.IsZero() {
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// setProvisioned writes the CapacityProvisioned condition (and, when next is not nil, the
+// provisioning status and the matching phase) on a fresh copy of the PodGroup.
+func (r *Reconciler) setProvisioned(ctx context.Context, g *berthv1alpha1.PodGroup, status metav1.ConditionStatus, reason, msg string, next *berthv1alpha1.ProvisioningStatus) error {
+	cur := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
+	if next == nil && cur != nil && cur.Status == status && cur.Reason == reason && cur.Message == msg {
+		return nil
+	}
+	updated := g.DeepCopy()
+	if next != nil {
+		updated.Status.Provisioning = next
+		switch {
+		case next.Active():
+			updated.Status.Phase = berthv1alpha1.PodGroupProvisioning
+		case updated.Status.Phase == berthv1alpha1.PodGroupProvisioning || updated.Status.Phase == "":
+			updated.Status.Phase = berthv1alpha1.PodGroupPending
+		}
+	}
+	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
+		Type: berthv1alpha1.ConditionCapacityProvisioned, Status: status, Reason: reason, Message: msg,
+		ObservedGeneration: g.Generation, LastTransitionTime: metav1.NewTime(r.Clock.Now()),
+	})
+	if err := r.Client.Status().Update(ctx, updated); err != nil {
+		if apierrors.IsConflict(err) && next == nil {
+			return nil // the next cycle writes it again
+		}
+		return fmt.Errorf("updating CapacityProvisioned condition: %w", err)
+	}
+	*g = *updated
+	return nil
+}
+
+// finishProvisioning marks an attempt that ended with the gang admitted as a success, in the
+// status about to be written at admission.
+func finishProvisioning(st *berthv1alpha1.PodGroupStatus, g *berthv1alpha1.PodGroup, now metav1.Time, nodeClaims []string) {
+	p := st.Provisioning
+	if !p.Active() {
+		return
+	}
+	p = p.DeepCopy()
+	p.FinishedAt = &now
+	provisioningAttempts.WithLabelValues("provisioned").Inc()
+	provisioningDuration.Observe(now.Sub(p.StartedAt.Time).Seconds())
+	p.RetryAt = nil
+	st.Provisioning = p
+	st.NodeClaims = nodeClaims
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: berthv1alpha1.ConditionCapacityProvisioned, Status: metav1.ConditionTrue, Reason: ReasonProvisioned,
+		Message:            fmt.Sprintf("capacity for %d member(s) Ready after %s (attempt %d)", p.Seats, now.Sub(p.StartedAt.Time).Round(time.Second), p.Attempt),
+		ObservedGeneration: g.Generation, LastTransitionTime: now,
+	})
+}
+
+// sweepSeats deletes seats whose gang no longer needs them: the PodGroup is gone (the garbage
+// collector would get there too, but later), finished, or admitted.
+func (r *Reconciler) sweepSeats(ctx context.Context, gs []*berthv1alpha1.PodGroup, seats map[types.UID][]*corev1.Pod) error {
+	live := map[types.UID]*berthv1alpha1.PodGroup{}
+	for _, g := range gs {
+		live[g.UID] = g
+	}
+	var stale []*corev1.Pod
+	for uid, ss := range seats {
+		g, ok := live[uid]
+		if ok && g.Status.Phase != berthv1alpha1.PodGroupFailed && g.Status.Phase != berthv1alpha1.PodGroupSucceeded &&
+			g.Status.Phase != berthv1alpha1.PodGroupRunning {
+			continue
+		}
+		stale = append(stale, ss...)
+	}
+	return r.deleteSeats(ctx, stale)
+}
+
+// giveWay deletes an admitted gang's seats and waits (briefly) until the cache no longer
+// shows them, so kube-scheduler, watching the same API, has seen the capacity freed before
+// the barrier lets the members bind into it.
+func (r *Reconciler) giveWay(ctx context.Context, seats []*corev1.Pod) error {
+	if len(seats) == 0 {
+		return nil
+	}
+	if err := r.deleteSeats(ctx, seats); err != nil {
+		return err
+	}
+	deadline := r.Clock.Now().Add(2 * time.Second)
+	for _, s := range seats {
+		for r.Clock.Now().Before(deadline) {
+			var p corev1.Pod
+			err := r.Client.Get(ctx, client.ObjectKeyFromObject(s), &p)
+			if apierrors.IsNotFound(err) || (err == nil && p.UID != s.UID) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// nodeClaimsOf names the Karpenter NodeClaims behind nodes; empty when Karpenter's API is not
+// there or cannot be read (the names are informative only).
+func (r *Reconciler) nodeClaimsOf(ctx context.Context, nodes []string) []string {
+	var list karpv1.NodeClaimList
+	if err := r.APIReader.List(ctx, &list); err != nil {
+		log.FromContext(ctx).V(1).Info("cannot list NodeClaims", "error", err)
+		return nil
+	}
+	want := map[string]bool{}
+	for _, n := range nodes {
+		want[n] = true
+	}
+	var out []string
+	for _, nc := range list.Items {
+		if want[nc.Status.NodeName] {
+			out = append(out, nc.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ReservePrefix starts the node label that keeps a provisioning gang's seats off the nodes
+// where its other members have room: "<ReservePrefix><gang UID>". It is removed when the
+// attempt ends.
+const ReservePrefix = "reserve.scheduling.berth.dev/"
+
+// reserveKey is the node label of one gang's reservation.
+func reserveKey(g *berthv1alpha1.PodGroup) string { return ReservePrefix + string(g.UID) }
+
+// reserve labels the nodes the gang's placeable members would use, before any seat exists.
+func (r *Reconciler) reserve(ctx context.Context, g *berthv1alpha1.PodGroup, snap *scheduling.Snapshot, nodes []string) error {
+	key := reserveKey(g)
+	for _, n := range nodes {
+		if ns, ok := snap.Node(n); ok {
+			if _, has := ns.Node.Labels[key]; has {
+				continue
+			}
+		}
+		if err := r.setNodeLabel(ctx, n, key, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sweepReservations removes reservation labels of gangs that are not provisioning.
+func (r *Reconciler) sweepReservations(ctx context.Context, nodes []*corev1.Node, gs []*berthv1alpha1.PodGroup) error {
+	live := map[string]bool{}
+	for _, g := range gs {
+		if g.Status.Provisioning.Active() {
+			live[reserveKey(g)] = true
+		}
+	}
+	for _, n := range nodes {
+		for k := range n.Labels {
+			if strings.HasPrefix(k, ReservePrefix) && !live[k] {
+				if err := r.setNodeLabel(ctx, n.Name, k, false); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,22 @@
+package disruption
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	bmetrics "github.com/berth-dev/berth/internal/metrics"
+)
+
+// labelReason is why a node counts as disrupted: one of the Cause* constants (node_gone,
+// node_deleting, nodeclaim_deleting, disrupted_taint, disruption_target).
+const labelReason = "reason"
+
+// disruptions counts nodes backing a running gang that were disrupted, once per node per gang.
+var disruptions = prometheus.NewCounterVec(prometheus.CounterOpts{
+	Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "disruptions_total",
+	Help: "Nodes backing an admitted or running gang that were disrupted, once per node per gang, by reason (node_gone, node_deleting, nodeclaim_deleting, disrupted_taint, disruption_target).",
+}, []string{labelReason})
+
+func init() {
+	metrics.Registry.MustRegister(disruptions)
+}

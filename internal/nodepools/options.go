@@ -1,0 +1,217 @@
+// Package nodepools renders NodePool templates: one Karpenter NodePool per GPU family and role,
+// with the AWS EC2NodeClass (or the rig's KWOKNodeClass) it provisions from, built from the
+// real Karpenter API types and berth's GPU catalogue (internal/gpu) with safe production
+// defaults. `berth nodepools render` prints them.
+package nodepools
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/berth-dev/berth/internal/gpu"
+)
+
+// Role is the kind of GPU workload a NodePool is tuned for.
+type Role string
+
+// The roles a NodePool can be rendered for.
+const (
+	// RoleInference pools serve long-running, replicated model servers: on-demand capacity,
+	// nodes rotated monthly.
+	RoleInference Role = "inference"
+	// RoleTraining pools run multi-day gang jobs: spot first, nodes never expired.
+	RoleTraining Role = "training"
+)
+
+// Roles lists the accepted roles.
+var Roles = []Role{RoleInference, RoleTraining}
+
+// Provider is the Karpenter cloud provider the NodePools are rendered for.
+type Provider string
+
+// The providers NodePools can be rendered for.
+const (
+	// ProviderAWS renders an EC2NodeClass for every NodePool.
+	ProviderAWS Provider = "aws"
+	// ProviderKwok renders one KWOKNodeClass for Karpenter's kwok provider (berth's rig).
+	ProviderKwok Provider = "kwok"
+)
+
+// Providers lists the accepted providers.
+var Providers = []Provider{ProviderAWS, ProviderKwok}
+
+// AllFamilies, as the only entry of Options.Families, selects every GPU family of the catalogue.
+const AllFamilies = "all"
+
+// Options select what Render produces. Zero values take the defaults documented on each field.
+type Options struct {
+	// Families are GPU products (h100, h200, a100, l40s, a10g, l4) or their EC2 instance
+	// families (p5, p5e, p4d, g6e, g5, g6), or the single entry "all". Required.
+	Families []string
+	// Role is the workload the pools are tuned for; default inference.
+	Role Role
+	// CapacityTypes overrides the role's capacity types (inference: on-demand; training:
+	// spot, on-demand).
+	CapacityTypes []string
+	// Provider is the Karpenter provider; default aws.
+	Provider Provider
+	// ClusterName is the EKS cluster: the node role is KarpenterNodeRole-<ClusterName> and
+	// subnets and security groups are discovered by the tag karpenter.sh/discovery=<ClusterName>.
+	// Required for aws, unused for kwok.
+	ClusterName string
+	// GPULimit caps the nvidia.com/gpu of each NodePool; default 64 (inference) or 128
+	// (training).
+	GPULimit int64
+}
+
+// capacityTypes are the capacity types a NodePool may request. "reserved" is left out: it
+// needs capacityReservationSelectorTerms on the EC2NodeClass, which these templates do not set.
+var capacityTypes = []string{karpv1.CapacityTypeSpot, karpv1.CapacityTypeOnDemand}
+
+// clusterNameRE is EKS's rule for cluster names.
+var clusterNameRE = regexp.MustCompile(`^[0-9A-Za-z][A-Za-z0-9_-]*$`)
+
+// nodeRolePrefix starts the IAM role of the nodes; the rest is the cluster name.
+const nodeRolePrefix = "KarpenterNodeRole-"
+
+// maxIAMRoleName is IAM's limit on role names.
+const maxIAMRoleName = 64
+
+// Validate reports the first invalid option, naming the bad value and the accepted ones.
+func (o Options) Validate() error {
+	if _, err := o.families(); err != nil {
+		return err
+	}
+	o = o.withDefaults()
+	if !contains(Roles, o.Role) {
+		return fmt.Errorf("unknown role %q (accepted: %s)", o.Role, join(Roles))
+	}
+	if !contains(Providers, o.Provider) {
+		return fmt.Errorf("unknown provider %q (accepted: %s)", o.Provider, join(Providers))
+	}
+	for _, ct := range o.CapacityTypes {
+		if !contains(capacityTypes, ct) {
+			return fmt.Errorf("unknown capacity type %q (accepted: %s)", ct, strings.Join(capacityTypes, ", "))
+		}
+	}
+	if o.GPULimit < 0 {
+		return fmt.Errorf("GPU limit %d is negative (0 takes the role's default)", o.GPULimit)
+	}
+	if o.Provider == ProviderAWS {
+		switch {
+		case o.ClusterName == "":
+			return errors.New("the aws provider needs a cluster name (it names the node role KarpenterNodeRole-<cluster> and the karpenter.sh/discovery tag)")
+		case !clusterNameRE.MatchString(o.ClusterName):
+			return fmt.Errorf("invalid cluster name %q: letters, digits, '-' and '_' only, starting with a letter or digit", o.ClusterName)
+		case len(nodeRolePrefix)+len(o.ClusterName) > maxIAMRoleName:
+			return fmt.Errorf("cluster name %q is too long: the IAM role %s<cluster> may have at most %d characters", o.ClusterName, nodeRolePrefix, maxIAMRoleName)
+		}
+	}
+	return nil
+}
+
+// withDefaults fills the zero options with the role's defaults.
+func (o Options) withDefaults() Options {
+	if o.Role == "" {
+		o.Role = RoleInference
+	}
+	if o.Provider == "" {
+		o.Provider = ProviderAWS
+	}
+	if len(o.CapacityTypes) == 0 {
+		if o.Role == RoleTraining {
+			// Training checkpoints and tolerates interruption; spot is ~30-35% of the price.
+			// On-demand stays as the fallback when spot has no capacity.
+			o.CapacityTypes = []string{karpv1.CapacityTypeSpot, karpv1.CapacityTypeOnDemand}
+		} else {
+			// A spot reclaim gives two minutes' notice: not enough to drain a model server
+			// holding tens of GiB of weights without dropping requests.
+			o.CapacityTypes = []string{karpv1.CapacityTypeOnDemand}
+		}
+	}
+	o.CapacityTypes = dedupe(o.CapacityTypes)
+	if o.GPULimit == 0 {
+		// A limit bounds the bill if a runaway workload keeps asking for GPUs.
+		o.GPULimit = 64
+		if o.Role == RoleTraining {
+			o.GPULimit = 128
+		}
+	}
+	return o
+}
+
+// families resolves Options.Families to catalogue families, in the order given, without
+// duplicates.
+func (o Options) families() ([]gpu.Family, error) {
+	all := gpu.GPUFamilies()
+	if len(o.Families) == 0 {
+		return nil, fmt.Errorf("no GPU family given (accepted: %s, or %s)", acceptedFamilies(all), AllFamilies)
+	}
+	if len(o.Families) == 1 && o.Families[0] == AllFamilies {
+		return all, nil
+	}
+	var out []gpu.Family
+	seen := map[string]bool{}
+	for _, name := range o.Families {
+		f, ok := lookupFamily(all, name)
+		if !ok {
+			return nil, fmt.Errorf("unknown GPU family %q (accepted: %s, or %s)", name, acceptedFamilies(all), AllFamilies)
+		}
+		if !seen[f.Name] {
+			seen[f.Name] = true
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// lookupFamily finds a GPU family by product ("h100") or EC2 family ("p5"), case-insensitively.
+func lookupFamily(all []gpu.Family, name string) (gpu.Family, bool) {
+	name = strings.ToLower(strings.TrimSpace(name))
+	for _, f := range all {
+		if f.GPU == name || f.Name == name {
+			return f, true
+		}
+	}
+	return gpu.Family{}, false
+}
+
+// acceptedFamilies lists the families as "h100 (p5), ...".
+func acceptedFamilies(all []gpu.Family) string {
+	names := make([]string, len(all))
+	for i, f := range all {
+		names[i] = f.GPU + " (" + f.Name + ")"
+	}
+	return strings.Join(names, ", ")
+}
+
+func contains[T comparable](list []T, v T) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+func join[T ~string](list []T) string {
+	s := make([]string, len(list))
+	for i, v := range list {
+		s[i] = string(v)
+	}
+	return strings.Join(s, ", ")
+}
+
+func dedupe(list []string) []string {
+	var out []string
+	for _, v := range list {
+		if !contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	return out
+}

@@ -1,0 +1,216 @@
+package nodepools
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/berth-dev/berth/internal/gpu"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// TestRenderGolden renders every GPU family for both roles on aws, and one kwok case, and
+// compares the YAML with testdata/<name>.golden.yaml.
+func TestRenderGolden(t *testing.T) {
+	type tc struct {
+		name string
+		opts Options
+	}
+	var cases []tc
+	for _, f := range gpu.GPUFamilies() {
+		for _, role := range Roles {
+			cases = append(cases, tc{
+				name: "aws-" + NodePoolName(f.GPU, role),
+				opts: Options{Families: []string{f.GPU}, Role: role, ClusterName: "prod"},
+			})
+		}
+	}
+	cases = append(cases,
+		tc{name: "kwok-all-training", opts: Options{Families: []string{AllFamilies}, Role: RoleTraining, Provider: ProviderKwok}},
+		tc{name: "aws-overrides", opts: Options{Families: []string{"p5", "h100", "g6"}, CapacityTypes: []string{"spot"}, ClusterName: "dev", GPULimit: 16}},
+	)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			objs, err := Render(c.opts)
+			if err != nil {
+				t.Fatalf("Render: %v", err)
+			}
+			var buf bytes.Buffer
+			if err := Encode(&buf, objs, FormatYAML); err != nil {
+				t.Fatalf("Encode: %v", err)
+			}
+			path := filepath.Join("testdata", c.name+".golden.yaml")
+			if *update {
+				if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("reading golden file (run with -update to create it): %v", err)
+			}
+			if diff := cmp.Diff(string(want), buf.String()); diff != "" {
+				t.Errorf("%s differs (-want +got; run with -update to accept):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+// TestRenderDefaults checks the role defaults on the typed objects.
+func TestRenderDefaults(t *testing.T) {
+	cases := []struct {
+		role          Role
+		capacity      []string
+		limit         string
+		expireAfter   string
+		consolidate   string
+		gracePeriod   bool
+		wantNodeClass string
+	}{
+		{RoleInference, []string{"on-demand"}, "64", "720h", "1h", true, "gpu-h200-inference"},
+		{RoleTraining, []string{"spot", "on-demand"}, "128", "Never", "4h", false, "gpu-h200-training"},
+	}
+	for _, c := range cases {
+		t.Run(string(c.role), func(t *testing.T) {
+			objs, err := Render(Options{Families: []string{"h200"}, Role: c.role, ClusterName: "prod"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(objs) != 2 {
+				t.Fatalf("got %d objects, want EC2NodeClass and NodePool", len(objs))
+			}
+			if got := objs[0].GetName(); got != c.wantNodeClass {
+				t.Errorf("EC2NodeClass name = %s, want %s", got, c.wantNodeClass)
+			}
+			np, ok := objs[1].(*karpv1.NodePool)
+			if !ok {
+				t.Fatalf("second object is %T, want NodePool", objs[1])
+			}
+			var capacity []string
+			for _, r := range np.Spec.Template.Spec.Requirements {
+				if r.Key == karpv1.CapacityTypeLabelKey {
+					capacity = r.Values
+				}
+			}
+			limit := np.Spec.Limits[gpu.ResourceGPU]
+			got := []string{
+				np.Spec.Template.Spec.NodeClassRef.Name,
+				limit.String(),
+				durationJSON(t, np.Spec.Template.Spec.ExpireAfter),
+				durationJSON(t, np.Spec.Disruption.ConsolidateAfter),
+				string(np.Spec.Disruption.ConsolidationPolicy),
+			}
+			want := []string{c.wantNodeClass, c.limit, c.expireAfter, c.consolidate, "WhenEmpty"}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("NodePool fields (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(c.capacity, capacity); diff != "" {
+				t.Errorf("capacity types (-want +got):\n%s", diff)
+			}
+			if (np.Spec.Template.Spec.TerminationGracePeriod != nil) != c.gracePeriod {
+				t.Errorf("terminationGracePeriod = %v, want set: %v", np.Spec.Template.Spec.TerminationGracePeriod, c.gracePeriod)
+			}
+		})
+	}
+}
+
+// durationJSON is a NillableDuration as it appears in a manifest ("1h", "Never").
+func durationJSON(t *testing.T, d karpv1.NillableDuration) string {
+	t.Helper()
+	data, err := d.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s string
+	if err := json.Unmarshal(data, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestEC2FamiliesCoverCatalogue fails when a GPU family is added to the catalogue without
+// EC2NodeClass settings.
+func TestEC2FamiliesCoverCatalogue(t *testing.T) {
+	for _, f := range gpu.GPUFamilies() {
+		if _, ok := ec2Families[f.Name]; !ok {
+			t.Errorf("ec2Families has no entry for %s (%s)", f.Name, f.GPU)
+		}
+	}
+}
+
+// TestEncode checks both formats carry apiVersion and kind, and no status or null fields.
+func TestEncode(t *testing.T) {
+	objs, err := Render(Options{Families: []string{"l4", "a10g"}, ClusterName: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// TypeMeta is filled in by Encode even when the object has none.
+	objs[0].GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+	check := func(t *testing.T, docs []map[string]any) {
+		t.Helper()
+		var kinds []string
+		for _, d := range docs {
+			if d["apiVersion"] == nil || d["kind"] == nil {
+				t.Errorf("document without apiVersion/kind: %v", d)
+			}
+			if _, ok := d["status"]; ok {
+				t.Errorf("%s has a status", d["kind"])
+			}
+			if _, ok := d["metadata"].(map[string]any)["creationTimestamp"]; ok {
+				t.Errorf("%s has a creationTimestamp", d["kind"])
+			}
+			kinds = append(kinds, d["kind"].(string))
+		}
+		want := []string{"EC2NodeClass", "NodePool", "EC2NodeClass", "NodePool"}
+		if diff := cmp.Diff(want, kinds); diff != "" {
+			t.Errorf("kinds (-want +got):\n%s", diff)
+		}
+	}
+	t.Run("yaml", func(t *testing.T) {
+		var buf bytes.Buffer
+		if err := Encode(&buf, objs, FormatYAML); err != nil {
+			t.Fatal(err)
+		}
+		var docs []map[string]any
+		for _, part := range bytes.Split(buf.Bytes(), []byte("---\n"))[1:] {
+			var d map[string]any
+			if err := yaml.Unmarshal(part, &d); err != nil {
+				t.Fatalf("decoding %q: %v", part, err)
+			}
+			docs = append(docs, d)
+		}
+		check(t, docs)
+	})
+	t.Run("json", func(t *testing.T) {
+		var buf bytes.Buffer
+		if err := Encode(&buf, objs, FormatJSON); err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Kind  string           `json:"kind"`
+			Items []map[string]any `json:"items"`
+		}
+		if err := json.Unmarshal(buf.Bytes(), &list); err != nil {
+			t.Fatal(err)
+		}
+		if list.Kind != "List" {
+			t.Errorf("kind = %q, want List", list.Kind)
+		}
+		check(t, list.Items)
+	})
+	t.Run("unknown format", func(t *testing.T) {
+		if err := Encode(&bytes.Buffer{}, objs, "toml"); err == nil {
+			t.Error("Encode with format toml: no error")
+		}
+	})
+}

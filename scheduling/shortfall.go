@@ -1,0 +1,95 @@
+package scheduling
+
+import (
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Shortfall is what existing nodes cannot hold of a gang that does not fit: the members new
+// capacity must be found for.
+type Shortfall struct {
+	// Missing are the members that have no place, in member order.
+	Missing []*corev1.Pod
+	// Nodes are the nodes the members that do have a place would use, sorted. New capacity
+	// must come from elsewhere: capacity on these nodes is theirs.
+	Nodes []string
+	// Domain is the topology domain (value of the gang's TopologyKey) that holds the members
+	// that do have a place, so new capacity must be added there. Empty when the gang has no
+	// topology key or no member has a place: new capacity may then go to any one domain.
+	Domain string
+}
+
+// ComputeShortfall places as many members of g as existing nodes allow (in the best topology
+// domain, with the same rules as Place) and returns the rest. A gang that fits has no
+// shortfall; one whose members use features placement does not model has no meaningful
+// shortfall either, and ok is false for it.
+func ComputeShortfall(s *Snapshot, g Gang) (sf Shortfall, ok bool) {
+	if len(g.Members) == 0 {
+		return Shortfall{}, false
+	}
+	for _, m := range g.Members {
+		if unsupported(m) != "" {
+			return Shortfall{}, false
+		}
+	}
+	classes := s.classify(g.Members)
+	domains := []string{""}
+	if g.TopologyKey != "" {
+		domains = s.domains(g.TopologyKey)
+		if len(domains) == 0 {
+			// No node carries the key: nothing is placed, everything is missing.
+			return Shortfall{Missing: append([]*corev1.Pod(nil), g.Members...)}, true
+		}
+	}
+	var best *attempt
+	for _, d := range domains {
+		a := s.attempt(g, classes, d, true)
+		if best == nil || a.better(best) {
+			best = a
+		}
+	}
+	used := map[string]bool{}
+	for i, m := range g.Members {
+		if best.assigned[i] == nil {
+			sf.Missing = append(sf.Missing, m)
+		} else if n := best.assigned[i].Name(); !used[n] {
+			used[n] = true
+			sf.Nodes = append(sf.Nodes, n)
+		}
+	}
+	sort.Strings(sf.Nodes)
+	if best.placed > 0 {
+		sf.Domain = best.domain
+	}
+	return sf, true
+}
+
+// Without is a copy of the snapshot in which the given pods no longer count against their
+// nodes: the capacity a gang's own seat pods hold is free for that gang.
+func (s *Snapshot) Without(pods []*corev1.Pod) *Snapshot {
+	if len(pods) == 0 {
+		return s
+	}
+	drop := make(map[*corev1.Pod]bool, len(pods))
+	for _, p := range pods {
+		drop[p] = true
+	}
+	c := s.Clone()
+	for _, n := range c.nodes {
+		kept := n.pods[:0]
+		for _, p := range n.pods {
+			if !drop[p] {
+				kept = append(kept, p)
+				continue
+			}
+			req := c.ri.vecOf(podRequests(p))
+			n.used = c.ri.grow(n.used)
+			for i, v := range req {
+				n.used[i] -= v
+			}
+		}
+		n.pods = kept
+	}
+	return c
+}

@@ -1,0 +1,125 @@
+package scheduling_test
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/berth-dev/berth/scheduling"
+	"github.com/berth-dev/berth/test/builders"
+)
+
+func TestComputeShortfall(t *testing.T) {
+	tests := []struct {
+		name    string
+		nodes   []*corev1.Node
+		pods    []scheduling.PodOnNode
+		gang    scheduling.Gang
+		missing []string
+		used    []string
+		domain  string
+		notOK   bool
+	}{
+		{
+			name:    "no nodes: every member is missing",
+			gang:    scheduling.Gang{Members: members(4, gpuMember(1))},
+			missing: []string{"m-00", "m-01", "m-02", "m-03"},
+		},
+		{
+			name:    "7 GPUs free for a gang of 8: one member missing",
+			nodes:   []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			pods:    []scheduling.PodOnNode{bound("busy", "a", 1)},
+			gang:    scheduling.Gang{Members: members(8, gpuMember(1))},
+			missing: []string{"m-07"},
+			used:    []string{"a"},
+		},
+		{
+			name:  "fits: nothing missing",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			gang:  scheduling.Gang{Members: members(8, gpuMember(1))},
+		},
+		{
+			name: "topology: the domain holding most members wins, the rest are missing there",
+			nodes: []*corev1.Node{
+				builders.Node("a").GPU(2).Zone("z1").Obj(),
+				builders.Node("b").GPU(3).Zone("z2").Obj(),
+			},
+			gang:    scheduling.Gang{Members: members(4, gpuMember(1)), TopologyKey: zone},
+			missing: []string{"m-03"},
+			domain:  "z2",
+		},
+		{
+			name:    "topology: nothing placed leaves the domain open",
+			nodes:   []*corev1.Node{builders.Node("a").GPU(8).Zone("z1").Obj()},
+			pods:    []scheduling.PodOnNode{bound("busy", "a", 8)},
+			gang:    scheduling.Gang{Members: members(2, gpuMember(1)), TopologyKey: zone},
+			missing: []string{"m-00", "m-01"},
+		},
+		{
+			name:    "topology key on no node: everything missing",
+			nodes:   []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			gang:    scheduling.Gang{Members: members(2, gpuMember(1)), TopologyKey: zone},
+			missing: []string{"m-00", "m-01"},
+		},
+		{
+			name:  "mixed classes: the class that fits is placed even after one that does not",
+			nodes: []*corev1.Node{builders.Node("a").GPU(2).Obj()},
+			gang: scheduling.Gang{Members: []*corev1.Pod{
+				builders.Pod("big", "ml").Member("g").GPU(4).Obj(),
+				builders.Pod("small", "ml").Member("g").GPU(1).Obj(),
+			}},
+			missing: []string{"big"},
+		},
+		{
+			name:  "unsupported members have no shortfall",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			gang:  scheduling.Gang{Members: []*corev1.Pod{builders.Pod("m", "ml").Member("g").GPU(1).PVC("data", "claim").Obj()}},
+			notOK: true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			snap := scheduling.NewSnapshot(tt.nodes, tt.pods, nil)
+			sf, ok := scheduling.ComputeShortfall(snap, tt.gang)
+			if ok == tt.notOK {
+				t.Fatalf("ok = %v, want %v", ok, !tt.notOK)
+			}
+			var got []string
+			for _, m := range sf.Missing {
+				got = append(got, m.Name)
+			}
+			if diff := cmp.Diff(tt.missing, got); diff != "" {
+				t.Errorf("missing (-want +got):\n%s", diff)
+			}
+			if tt.used != nil {
+				if diff := cmp.Diff(tt.used, sf.Nodes); diff != "" {
+					t.Errorf("nodes (-want +got):\n%s", diff)
+				}
+			}
+			if sf.Domain != tt.domain {
+				t.Errorf("domain = %q, want %q", sf.Domain, tt.domain)
+			}
+		})
+	}
+}
+
+func TestWithoutFreesCapacity(t *testing.T) {
+	seat := builders.Pod("seat", "ml").GPU(8).Obj()
+	snap := scheduling.NewSnapshot([]*corev1.Node{builders.Node("a").GPU(8).Obj()},
+		[]scheduling.PodOnNode{{Pod: seat, Node: "a"}}, nil)
+	gang := scheduling.Gang{Members: members(8, gpuMember(1))}
+	if scheduling.Place(snap, gang).Fits() {
+		t.Fatal("the gang fits a node its seat fills")
+	}
+	freed := snap.Without([]*corev1.Pod{seat})
+	if r := scheduling.Place(freed, gang); !r.Fits() {
+		t.Fatalf("the gang does not fit once its seat is discounted: %s", r.Reason)
+	}
+	if got := snap.Free("a", "nvidia.com/gpu"); got != 0 {
+		t.Errorf("Without changed the original snapshot: %d GPUs free", got)
+	}
+	if got := freed.Free("a", "nvidia.com/gpu"); got != 8 {
+		t.Errorf("free GPUs after Without = %d, want 8", got)
+	}
+}

@@ -1,0 +1,189 @@
+package gangs_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/gpu"
+	"github.com/berth-dev/berth/test/builders"
+	"github.com/berth-dev/berth/test/rig/rigtest"
+)
+
+// namespace creates a namespace for one test and deletes it afterwards.
+func namespace(t *testing.T, prefix string) string {
+	t.Helper()
+	c := rigtest.Current().Client
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), ns) })
+	return ns.Name
+}
+
+// createGang creates a PodGroup and n members, each asking for gpus GPUs of an EC2 family.
+func createGang(t *testing.T, pg *berthv1alpha1.PodGroup, n, gpus int, family string) {
+	t.Helper()
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	if err := c.Create(ctx, pg); err != nil {
+		t.Fatalf("creating PodGroup: %v", err)
+	}
+	for i := range n {
+		p := builders.Pod(fmt.Sprintf("%s-%d", pg.Name, i), pg.Namespace).Member(pg.Name).GPU(gpus).
+			NodeSelector(gpu.LabelInstanceFamily, family).Obj()
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatalf("creating member %s: %v", p.Name, err)
+		}
+	}
+}
+
+func members(ctx context.Context, ns, group string) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	err := rigtest.Current().Client.List(ctx, &list, client.InNamespace(ns), client.MatchingLabels{berthv1alpha1.PodGroupLabel: group})
+	return list.Items, err
+}
+
+func seatsOf(ctx context.Context, pg *berthv1alpha1.PodGroup) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	err := rigtest.Current().Client.List(ctx, &list, client.InNamespace(pg.Namespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)})
+	var live []corev1.Pod
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			live = append(live, p)
+		}
+	}
+	return live, err
+}
+
+func getGroup(ctx context.Context, pg *berthv1alpha1.PodGroup) (*berthv1alpha1.PodGroup, error) {
+	var out berthv1alpha1.PodGroup
+	err := rigtest.Current().Client.Get(ctx, client.ObjectKeyFromObject(pg), &out)
+	return &out, err
+}
+
+func gated(p *corev1.Pod) bool {
+	for _, g := range p.Spec.SchedulingGates {
+		if g.Name == berthv1alpha1.SchedulingGate {
+			return true
+		}
+	}
+	return false
+}
+
+// observation is what the gang observer saw, polling every 25 ms.
+type observation struct {
+	mu sync.Mutex
+	// boundAt is when each member was first seen bound.
+	boundAt map[string]time.Time
+	// maxSeats is the most seats that existed at once.
+	maxSeats int
+	// earlyBinds are members seen bound while another member still had its gate.
+	earlyBinds []string
+	// errs are read errors.
+	errs []error
+}
+
+// observe polls a gang's members and seats until the returned stop is called.
+func observe(pg *berthv1alpha1.PodGroup) (*observation, func() *observation) {
+	o := &observation{boundAt: map[string]time.Time{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(25 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			ms, err := members(ctx, pg.Namespace, pg.Name)
+			seats, err2 := seatsOf(ctx, pg)
+			now := time.Now()
+			o.mu.Lock()
+			if err == nil && err2 == nil {
+				anyGated := false
+				for i := range ms {
+					anyGated = anyGated || gated(&ms[i])
+				}
+				for i := range ms {
+					m := &ms[i]
+					if m.Spec.NodeName == "" {
+						continue
+					}
+					if _, seen := o.boundAt[m.Name]; !seen {
+						o.boundAt[m.Name] = now
+						if anyGated {
+							o.earlyBinds = append(o.earlyBinds, m.Name)
+						}
+					}
+				}
+				o.maxSeats = max(o.maxSeats, len(seats))
+			} else if ctx.Err() == nil {
+				o.errs = append(o.errs, fmt.Errorf("observing: %v %v", err, err2))
+			}
+			o.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return o, func() *observation {
+		cancel()
+		<-done
+		return o
+	}
+}
+
+// incompleteMemberSeconds is the member-seconds members spent bound while the gang was not
+// complete: for each member, the time from its bind to the last member's bind.
+func (o *observation) incompleteMemberSeconds(n int) (float64, time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.boundAt) < n {
+		return -1, 0
+	}
+	var ts []time.Time
+	for _, t := range o.boundAt {
+		ts = append(ts, t)
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Before(ts[j]) })
+	last := ts[len(ts)-1]
+	var sum float64
+	for _, t := range ts {
+		sum += last.Sub(t).Seconds()
+	}
+	return sum, last.Sub(ts[0])
+}
+
+// nodeClaims lists NodeClaims whose NodePool is pool (all when pool is empty).
+func nodeClaims(ctx context.Context, pool string) ([]karpv1.NodeClaim, error) {
+	var list karpv1.NodeClaimList
+	var opts []client.ListOption
+	if pool != "" {
+		opts = append(opts, client.MatchingLabels{karpv1.NodePoolLabelKey: pool})
+	}
+	err := rigtest.Current().Client.List(ctx, &list, opts...)
+	return list.Items, err
+}
+
+// claimsFor returns the NodeClaims behind the given nodes.
+func claimsFor(ctx context.Context, nodes map[string]bool) ([]karpv1.NodeClaim, error) {
+	all, err := nodeClaims(ctx, "")
+	var out []karpv1.NodeClaim
+	for _, nc := range all {
+		if nodes[nc.Status.NodeName] {
+			out = append(out, nc)
+		}
+	}
+	return out, err
+}
