@@ -33,6 +33,7 @@ generate: tools ## Regenerate deepcopy, CRDs, RBAC and the rig's instance types.
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	go run ./hack/gen-instance-types test/testdata/gpu-instance-types.json
 	go run ./hack/gen-webhook config/webhook/manifests.yaml
+	go run ./hack/gen-priorityclass config/scheduling/priorityclass.yaml
 
 vet: ## go vet and gofmt.
 	go vet ./...

@@ -118,8 +118,49 @@ func (r *Rig) kwokStages(o KwokOptions) ([]byte, error) {
 		out.Write(data)
 		out.WriteString("\n")
 	}
+	if o.NodeReadyDelay > 0 {
+		out.WriteString("---\n")
+		out.WriteString(nodeRegisterStage)
+	}
 	return out.Bytes(), nil
 }
+
+// nodeRegisterStage does what a kubelet does when it registers a node: the node reports
+// Ready=False and carries the node.kubernetes.io/not-ready:NoSchedule taint until it is Ready
+// (kube-controller-manager removes the taint then). Without it a kwok node that is not Ready
+// yet has no Ready condition and no taint, and kube-scheduler binds pods to it at once, so a
+// node-ready delay would delay nothing.
+const nodeRegisterStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: node-register
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: .status.conditions.[] | select( .type == "Ready" ) | .status
+      operator: DoesNotExist
+  next:
+    patches:
+    - type: strategic
+      template: |
+        spec:
+          taints:
+          - key: node.kubernetes.io/not-ready
+            effect: NoSchedule
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      - lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $now | Quote }}
+        message: "node is booting (rig node-ready delay)"
+        reason: KubeletNotReady
+        status: "False"
+        type: Ready
+      phase: Pending
+`
 
 // withStageDelay sets spec.delay of a kwok Stage.
 func withStageDelay(stage []byte, d time.Duration) ([]byte, error) {
@@ -132,6 +173,17 @@ func withStageDelay(stage []byte, d time.Duration) ([]byte, error) {
 		return nil, fmt.Errorf("stage has no spec")
 	}
 	spec["delay"] = map[string]any{"durationMilliseconds": d.Milliseconds()}
+	// Start the delay only once nodeRegisterStage has reported the node not Ready, so the two
+	// stages never race for a new node.
+	sel, _ := spec["selector"].(map[string]any)
+	if sel == nil {
+		sel = map[string]any{}
+		spec["selector"] = sel
+	}
+	exprs, _ := sel["matchExpressions"].([]any)
+	sel["matchExpressions"] = append(exprs, map[string]any{
+		"key": `.status.conditions.[] | select( .type == "Ready" ) | .status`, "operator": "Exists",
+	})
 	return yaml.Marshal(obj)
 }
 

@@ -17,6 +17,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/gpu"
+	"github.com/berth-dev/berth/internal/nodepools"
 )
 
 // KarpenterGroupVersion is the group and version of Karpenter's NodePool and NodeClaim.
@@ -42,22 +43,45 @@ func KwokNodeClass() *kwokv1alpha1.KWOKNodeClass {
 	}
 }
 
-// DevNodePools are the rig's NodePools: one per GPU family (tainted nvidia.com/gpu, labelled as
-// a berth GPU pool, consolidated only when empty) and one CPU pool.
+// DevNodePools are the rig's NodePools: one per GPU family — the kwok rendering of berth's
+// training NodePool template (`berth nodepools render --provider kwok --role training`), named
+// gpu-<product> and consolidated after 30 s instead of hours to suit the rig's time scale — and
+// one CPU pool.
 func DevNodePools() []*karpv1.NodePool {
+	objs, err := nodepools.Render(nodepools.Options{Families: []string{nodepools.AllFamilies}, Role: nodepools.RoleTraining, Provider: nodepools.ProviderKwok})
+	if err != nil {
+		panic(fmt.Sprintf("rig: rendering the NodePool templates: %v", err)) // the inputs are constant
+	}
 	var out []*karpv1.NodePool
-	for _, f := range gpu.GPUFamilies() {
-		np := nodePool(GPUNodePoolName(f.GPU), f.Name)
-		np.Labels = map[string]string{berthv1alpha1.GPUPoolLabel: "true"}
-		np.Spec.Template.Spec.Taints = []corev1.Taint{{Key: gpu.ResourceGPU, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
-		np.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmpty
-		np.Spec.Limits = karpv1.Limits{gpu.ResourceGPU: resource.MustParse("64")}
+	for _, o := range objs {
+		np, ok := o.(*karpv1.NodePool)
+		if !ok {
+			continue
+		}
+		np = np.DeepCopy()
+		np.Name = GPUNodePoolName(productOf(np))
+		np.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("30s")
+		delete(np.Annotations, berthv1alpha1.ConsolidateAfterAnnotation)
 		out = append(out, np)
 	}
 	cpu := nodePool(CPUNodePoolName, "m5", "c5")
 	cpu.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized
 	cpu.Spec.Limits = karpv1.Limits{corev1.ResourceCPU: resource.MustParse("256")}
 	return append(out, cpu)
+}
+
+// productOf is the GPU product of a rendered GPU NodePool, from its instance-family requirement.
+func productOf(np *karpv1.NodePool) string {
+	for _, r := range np.Spec.Template.Spec.Requirements {
+		if r.Key == gpu.LabelInstanceFamily && len(r.Values) == 1 {
+			for _, f := range gpu.GPUFamilies() {
+				if f.Name == r.Values[0] {
+					return f.GPU
+				}
+			}
+		}
+	}
+	panic(fmt.Sprintf("rig: rendered NodePool %s has no single GPU instance family", np.Name))
 }
 
 func nodePool(name string, families ...string) *karpv1.NodePool {

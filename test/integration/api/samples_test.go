@@ -31,7 +31,7 @@ func TestConfigApplies(t *testing.T) {
 	if err := rigtest.Current().Client.Create(context.Background(), ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	dryRunFiles(t, []string{"../../../config/rbac/role.yaml", "../../../config/webhook/manifests.yaml"})
+	dryRunFiles(t, []string{"../../../config/rbac/role.yaml", "../../../config/webhook/manifests.yaml", "../../../config/scheduling/priorityclass.yaml"})
 }
 
 // dryRunFiles creates every object of each YAML file with a server-side dry run.
