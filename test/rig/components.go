@@ -118,6 +118,10 @@ func (r *Rig) kwokStages(o KwokOptions) ([]byte, error) {
 		out.Write(data)
 		out.WriteString("\n")
 	}
+	// Lifting the booting taint is needed whatever the delay; registering as not Ready only
+	// with one.
+	out.WriteString("---\n")
+	out.WriteString(nodeBootedStage)
 	if o.NodeReadyDelay > 0 {
 		out.WriteString("---\n")
 		out.WriteString(nodeRegisterStage)
@@ -125,11 +129,13 @@ func (r *Rig) kwokStages(o KwokOptions) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
+// BootingTaintKey is the taint that keeps a new rig node unschedulable until kwok reports it
+// Ready (see NotReadyStartupTaint).
+const BootingTaintKey = "rig.berth.dev/booting"
+
 // nodeRegisterStage does what a kubelet does when it registers a node: the node reports
-// Ready=False and carries the node.kubernetes.io/not-ready:NoSchedule taint until it is Ready
-// (kube-controller-manager removes the taint then). Without it a kwok node that is not Ready
-// yet has no Ready condition and no taint, and kube-scheduler binds pods to it at once, so a
-// node-ready delay would delay nothing.
+// Ready=False at once (so kube-controller-manager does not mark it Unknown while it boots) and
+// carries the not-ready taint; nodeBootedStage lifts BootingTaintKey once the node is Ready.
 const nodeRegisterStage = `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -144,22 +150,47 @@ spec:
       operator: DoesNotExist
   next:
     patches:
-    - type: strategic
+    - subresource: status
+      type: merge
+      template: |
+        {{ $now := Now }}
+        status:
+          conditions:
+          - lastHeartbeatTime: {{ $now | Quote }}
+            lastTransitionTime: {{ $now | Quote }}
+            message: "node is booting (rig node-ready delay)"
+            reason: KubeletNotReady
+            status: "False"
+            type: Ready
+`
+
+// nodeBootedStage lifts BootingTaintKey from a node that kwok reports Ready.
+const nodeBootedStage = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: node-booted
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Node
+  selector:
+    matchExpressions:
+    - key: .status.conditions.[] | select( .type == "Ready" ) | .status
+      operator: In
+      values: ["True"]
+    - key: .spec.taints.[] | select( .key == "` + BootingTaintKey + `" ) | .effect
+      operator: Exists
+  next:
+    patches:
+    - type: merge
       template: |
         spec:
           taints:
-          - key: node.kubernetes.io/not-ready
-            effect: NoSchedule
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      - lastHeartbeatTime: {{ $now | Quote }}
-        lastTransitionTime: {{ $now | Quote }}
-        message: "node is booting (rig node-ready delay)"
-        reason: KubeletNotReady
-        status: "False"
-        type: Ready
-      phase: Pending
+          {{ range .spec.taints }}{{ if ne .key "` + BootingTaintKey + `" }}
+          - key: {{ .key | Quote }}
+            effect: {{ .effect | Quote }}
+            {{ with .value }}value: {{ . | Quote }}{{ end }}
+          {{ end }}{{ end }}
 `
 
 // withStageDelay sets spec.delay of a kwok Stage.

@@ -67,8 +67,21 @@ func DevNodePools() []*karpv1.NodePool {
 	cpu := nodePool(CPUNodePoolName, "m5", "c5")
 	cpu.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized
 	cpu.Spec.Limits = karpv1.Limits{corev1.ResourceCPU: resource.MustParse("256")}
-	return append(out, cpu)
+	out = append(out, cpu)
+	for _, np := range out {
+		np.Spec.Template.Spec.StartupTaints = append(np.Spec.Template.Spec.StartupTaints, NotReadyStartupTaint)
+	}
+	return out
 }
+
+// NotReadyStartupTaint stands in for the not-ready taint a kubelet registers its node with:
+// Karpenter puts it on the node as it registers it (in the same update that lifts Karpenter's
+// own unregistered taint, so there is no moment without either), and kwok removes it once it
+// reports the node Ready (after the rig's node-ready delay). Without it kube-scheduler would
+// bind pods to a kwok node the moment it exists, and the node-ready delay would delay nothing.
+// (The real node.kubernetes.io/not-ready taint cannot be used: kube-controller-manager strips
+// it from a node that has no Ready condition yet.)
+var NotReadyStartupTaint = corev1.Taint{Key: BootingTaintKey, Effect: corev1.TaintEffectNoSchedule}
 
 // productOf is the GPU product of a rendered GPU NodePool, from its instance-family requirement.
 func productOf(np *karpv1.NodePool) string {
