@@ -170,6 +170,9 @@ kind: Stage
 metadata:
   name: node-booted
 spec:
+  # The heartbeat stage matches a Ready node too, and kwok picks one matching stage by weight:
+  # lift the taint first, or it waits for the next heartbeat (20-45 s).
+  weight: 10000
   resourceRef:
     apiGroup: v1
     kind: Node
