@@ -1,0 +1,180 @@
+package admission
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/scheduling"
+	"github.com/berth-dev/berth/test/builders"
+)
+
+func TestSeatPod(t *testing.T) {
+	base := func() *berthv1alpha1.PodGroup {
+		g := builders.PodGroup("ddp", "ml").MinMember(2).Obj()
+		g.UID = types.UID("uid-1")
+		return g
+	}
+	member := builders.Pod("ddp-0", "ml").Member("ddp").GPU(2).Request(corev1.ResourceCPU, "4").
+		NodeSelector("karpenter.k8s.aws/instance-family", "p5").InitContainer("init", "8", false).Obj()
+	member.Spec.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}}
+	reservation := corev1.NodeSelectorRequirement{Key: ReservePrefix + "uid-1", Operator: corev1.NodeSelectorOpDoesNotExist}
+
+	tests := []struct {
+		name   string
+		group  func() *berthv1alpha1.PodGroup
+		member *corev1.Pod
+		sf     scheduling.Shortfall
+		check  func(t *testing.T, seat *corev1.Pod)
+	}{
+		{
+			name: "copies the member's effective requests, selectors and tolerations",
+			group: base, member: member,
+			check: func(t *testing.T, seat *corev1.Pod) {
+				req := seat.Spec.Containers[0].Resources.Requests
+				if got := req[corev1.ResourceCPU]; got.Cmp(resource.MustParse("8")) != 0 {
+					t.Errorf("cpu request = %s, want 8 (the init container's, the larger)", got.String())
+				}
+				if got := req["nvidia.com/gpu"]; got.Value() != 2 {
+					t.Errorf("gpu request = %s, want 2", got.String())
+				}
+				lim := seat.Spec.Containers[0].Resources.Limits
+				if got := lim["nvidia.com/gpu"]; got.Value() != 2 {
+					t.Errorf("gpu limit = %s, want 2 (extended resources need limits)", got.String())
+				}
+				if _, ok := lim[corev1.ResourceCPU]; ok {
+					t.Errorf("cpu limit set: %v", lim)
+				}
+				if seat.Spec.NodeSelector["karpenter.k8s.aws/instance-family"] != "p5" {
+					t.Errorf("nodeSelector = %v", seat.Spec.NodeSelector)
+				}
+				if diff := cmp.Diff(member.Spec.Tolerations, seat.Spec.Tolerations); diff != "" {
+					t.Errorf("tolerations (-member +seat):\n%s", diff)
+				}
+				if seat.Spec.PriorityClassName != berthv1alpha1.SeatPriorityClassName || seat.Annotations["karpenter.sh/do-not-disrupt"] != "true" {
+					t.Errorf("priority class %q, annotations %v", seat.Spec.PriorityClassName, seat.Annotations)
+				}
+				if seat.Labels[berthv1alpha1.SeatOfLabel] != "uid-1" || seat.Labels[berthv1alpha1.PodGroupLabel] != "" {
+					t.Errorf("labels %v: want the seat label and no member label (no gate)", seat.Labels)
+				}
+				if ref := metav1.GetControllerOf(seat); ref == nil || ref.UID != "uid-1" || ref.Kind != "PodGroup" {
+					t.Errorf("controller reference %+v", ref)
+				}
+				terms := seat.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+				if len(terms) != 1 || len(terms[0].MatchExpressions) != 1 || terms[0].MatchExpressions[0].Key != reservation.Key {
+					t.Errorf("node affinity %+v: want only the reservation term", terms)
+				}
+				if seat.Spec.Affinity.PodAffinity != nil {
+					t.Error("pod affinity without a topology key")
+				}
+			},
+		},
+		{
+			name: "nodePool and topology: NodePool selector, domain, affinity among seats",
+			group: func() *berthv1alpha1.PodGroup {
+				g := base()
+				g.Spec.NodePool = "gpu-h100"
+				g.Spec.Topology = &berthv1alpha1.TopologySpec{RequiredKey: corev1.LabelTopologyZone}
+				return g
+			},
+			member: member,
+			sf:     scheduling.Shortfall{Domain: "us-west-2a"},
+			check: func(t *testing.T, seat *corev1.Pod) {
+				if seat.Spec.NodeSelector["karpenter.sh/nodepool"] != "gpu-h100" {
+					t.Errorf("nodeSelector = %v", seat.Spec.NodeSelector)
+				}
+				terms := seat.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+				want := []corev1.NodeSelectorRequirement{reservation, {Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"us-west-2a"}}}
+				if diff := cmp.Diff(want, terms[0].MatchExpressions); diff != "" {
+					t.Errorf("node affinity (-want +got):\n%s", diff)
+				}
+				pa := seat.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+				if len(pa) != 1 || pa[0].TopologyKey != corev1.LabelTopologyZone || pa[0].LabelSelector.MatchLabels[berthv1alpha1.SeatOfLabel] != "uid-1" {
+					t.Errorf("pod affinity %+v", pa)
+				}
+			},
+		},
+		{
+			name:  "one member per node: seats spread the same way",
+			group: base,
+			member: builders.Pod("ddp-0", "ml").Member("ddp").GPU(8).
+				PodAntiAffinity(corev1.LabelHostname, berthv1alpha1.PodGroupLabel, "ddp").Obj(),
+			check: func(t *testing.T, seat *corev1.Pod) {
+				anti := seat.Spec.Affinity.PodAntiAffinity
+				if anti == nil || len(anti.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
+					anti.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey != corev1.LabelHostname {
+					t.Errorf("anti-affinity %+v", anti)
+				}
+			},
+		},
+		{
+			name:  "anti-affinity against other pods is not copied",
+			group: base,
+			member: builders.Pod("ddp-0", "ml").Member("ddp").GPU(8).
+				PodAntiAffinity(corev1.LabelHostname, "app", "noisy").Obj(),
+			check: func(t *testing.T, seat *corev1.Pod) {
+				if seat.Spec.Affinity.PodAntiAffinity != nil {
+					t.Errorf("anti-affinity %+v", seat.Spec.Affinity.PodAntiAffinity)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := tt.group()
+			seat := seatPod(g, tt.member, seatName(g, 1, 0), DefaultSeatImage, tt.sf)
+			if seat.Name != "ddp-seat-1-0" || seat.Namespace != "ml" {
+				t.Errorf("seat %s/%s", seat.Namespace, seat.Name)
+			}
+			tt.check(t, seat)
+		})
+	}
+}
+
+func TestProvisioningBackoff(t *testing.T) {
+	for attempt, want := range map[int32]time.Duration{1: 30 * time.Second, 2: time.Minute, 3: 2 * time.Minute, 6: 10 * time.Minute, 40: 10 * time.Minute} {
+		if got := provisioningBackoff(attempt); got != want {
+			t.Errorf("backoff after attempt %d = %s, want %s", attempt, got, want)
+		}
+	}
+}
+
+func TestSeatsByGroup(t *testing.T) {
+	seat := func(name, uid string) *corev1.Pod {
+		return builders.Pod(name, "ml").Label(berthv1alpha1.SeatOfLabel, uid).Obj()
+	}
+	got := seatsByGroup([]*corev1.Pod{seat("b", "u1"), seat("a", "u1"), seat("c", "u2"), builders.Pod("m", "ml").Obj(), builders.Pod("d", "ml").Label(berthv1alpha1.SeatOfLabel, "u1").Deleting().Obj()})
+	names := map[types.UID][]string{}
+	for uid, ss := range got {
+		for _, s := range ss {
+			names[uid] = append(names[uid], s.Name)
+		}
+	}
+	if diff := cmp.Diff(map[types.UID][]string{"u1": {"a", "b"}, "u2": {"c"}}, names); diff != "" {
+		t.Errorf("seats by group (-want +got):\n%s", diff)
+	}
+}
+
+func TestWithoutBooting(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	node := func(name string, age time.Duration, ready bool) *corev1.Node {
+		n := builders.Node(name).Obj()
+		n.CreationTimestamp = metav1.NewTime(now.Add(-age))
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+		if ready {
+			n.Status.Conditions[0].Status = corev1.ConditionTrue
+		}
+		return n
+	}
+	nodes := []*corev1.Node{node("booting", time.Minute, false), node("broken", time.Hour, false), node("ready", time.Minute, true)}
+	got := withoutBooting(unavailableNodes(nodes), nodes, now)
+	if diff := cmp.Diff(map[string]string{"broken": "not Ready"}, got); diff != "" {
+		t.Errorf("unavailable (-want +got):\n%s", diff)
+	}
+}
