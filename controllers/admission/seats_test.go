@@ -34,7 +34,7 @@ func TestSeatPod(t *testing.T) {
 		check  func(t *testing.T, seat *corev1.Pod)
 	}{
 		{
-			name: "copies the member's effective requests, selectors and tolerations",
+			name:  "copies the member's effective requests, selectors and tolerations",
 			group: base, member: member,
 			check: func(t *testing.T, seat *corev1.Pod) {
 				req := seat.Spec.Containers[0].Resources.Requests
