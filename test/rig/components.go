@@ -43,7 +43,10 @@ func (r *Rig) StartControllerManager(ctx context.Context) error {
 		"--controllers=*,-serviceaccount-token",
 		"--root-ca-file=" + r.pki.path("ca.crt"),
 		"--horizontal-pod-autoscaler-sync-period=5s",
-		"--node-monitor-grace-period=40s", "--v=1",
+		// kwok sends no node heartbeat while a node boots (the node-ready delay, ~70 s for a GPU
+		// node) and heartbeats Ready nodes every 20-45 s; a shorter grace would mark booting
+		// nodes Unknown (restarting kwok's boot timer) and flap Ready ones.
+		"--node-monitor-grace-period=3m", "--v=1",
 	}, nil)
 	if err != nil {
 		return fmt.Errorf("rig: %w", err)
