@@ -6,6 +6,7 @@ package gangbench
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,6 +32,10 @@ const instanceTypes = "../../testdata/gpu-instance-types.json"
 var nodeReadyDelay = 70 * time.Second
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if f := flag.Lookup("test.bench"); f == nil || f.Value.String() == "" {
+		os.Exit(m.Run()) // no benchmark asked for (plain `go test ./...`): no rig needed
+	}
 	if v := os.Getenv(DelayEnv); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
