@@ -230,7 +230,7 @@ func (r *Reconciler) admit(ctx context.Context, snap *scheduling.Snapshot, g *be
 	if err := snap.Assume(gated, res); err != nil {
 		return 0, err
 	}
-	return 0, r.commit(ctx, g, gated, res, seats)
+	return 0, r.commit(ctx, snap, g, gated, res, seats)
 }
 
 // minPositive is the smaller of two waits, where 0 means "no wait wanted".
@@ -245,7 +245,7 @@ func minPositive(a, b time.Duration) time.Duration {
 }
 
 // commit records the placement as the gang's promise and releases the members.
-func (r *Reconciler) commit(ctx context.Context, g *berthv1alpha1.PodGroup, gated []*corev1.Pod, res scheduling.Result, seats []*corev1.Pod) error {
+func (r *Reconciler) commit(ctx context.Context, snap *scheduling.Snapshot, g *berthv1alpha1.PodGroup, gated []*corev1.Pod, res scheduling.Result, seats []*corev1.Pod) error {
 	now := metav1.NewTime(r.Clock.Now())
 	assignments := make([]berthv1alpha1.MemberAssignment, len(res.Assignments))
 	nodeOf := map[string]string{}
@@ -259,7 +259,7 @@ func (r *Reconciler) commit(ctx context.Context, g *berthv1alpha1.PodGroup, gate
 	updated.Status.AdmittedAt = &now
 	updated.Status.Nodes = res.Nodes()
 	if g.Status.Provisioning.Active() {
-		finishProvisioning(&updated.Status, g, now, r.nodeClaimsOf(ctx, updated.Status.Nodes))
+		finishProvisioning(&updated.Status, g, now, r.nodeClaimsOf(ctx, snap, updated.Status.Nodes))
 	}
 	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
 		Type: berthv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: ReasonAdmitted,

@@ -584,21 +584,26 @@ func (r *Reconciler) giveWay(ctx context.Context, seats []*corev1.Pod) error {
 	return nil
 }
 
-// nodeClaimsOf names the Karpenter NodeClaims behind nodes; empty when Karpenter's API is not
-// there or cannot be read (the names are informative only).
-func (r *Reconciler) nodeClaimsOf(ctx context.Context, nodes []string) []string {
+// nodeClaimsOf names the Karpenter NodeClaims behind nodes, matched on the provider ID (which
+// a NodeClaim reports from launch on, long before its status.nodeName); empty when Karpenter's
+// API is not there or cannot be read (the names are informative only).
+func (r *Reconciler) nodeClaimsOf(ctx context.Context, snap *scheduling.Snapshot, nodes []string) []string {
 	var list karpv1.NodeClaimList
 	if err := r.APIReader.List(ctx, &list); err != nil {
 		log.FromContext(ctx).V(1).Info("cannot list NodeClaims", "error", err)
 		return nil
 	}
-	want := map[string]bool{}
+	byProvider := map[string]bool{}
+	byName := map[string]bool{}
 	for _, n := range nodes {
-		want[n] = true
+		byName[n] = true
+		if ns, ok := snap.Node(n); ok && ns.Node.Spec.ProviderID != "" {
+			byProvider[ns.Node.Spec.ProviderID] = true
+		}
 	}
 	var out []string
 	for _, nc := range list.Items {
-		if want[nc.Status.NodeName] {
+		if byProvider[nc.Status.ProviderID] || byName[nc.Status.NodeName] {
 			out = append(out, nc.Name)
 		}
 	}

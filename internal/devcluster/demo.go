@@ -9,15 +9,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/test/rig"
 )
@@ -26,154 +23,80 @@ import (
 const DemoNamespace = "berth-demo"
 
 // Demo runs the scripted scenario against the dev cluster whose kubeconfig is given, printing
-// what happens as it happens: a pending 8-GPU training pod makes Karpenter launch a p5 node,
-// the node becomes Ready, kube-scheduler binds the pod and kwok runs it; then a 4-member gang
-// is held at its gate while that node is busy, and released and bound whole once it frees.
+// what happens as it happens:
+//
+//  1. a pending 8-GPU training pod makes Karpenter launch a p5 node, the node becomes Ready,
+//     kube-scheduler binds the pod and kwok runs it;
+//  2. a 4-member gang is held at its gate while that node is busy, and released and bound whole
+//     once it frees;
+//  3. a 2-member gang of 8-GPU pods on a family with no nodes gets both nodes from Karpenter in
+//     one batch through berth's seat pods, and is admitted and started whole (demo_provision.go);
+//  4. on a GPU NodePool that lets Karpenter consolidate underutilized nodes, berth's
+//     consolidation guard and pod protection keep a running gang's underutilized node from
+//     being repacked (demo_guard.go).
 func Demo(ctx context.Context, kubeconfig string, out io.Writer) error {
+	c, err := demoClient(kubeconfig)
+	if err != nil {
+		return err
+	}
+	p := &printer{out: out, start: time.Now()}
+	if err := resetDemo(ctx, c, p); err != nil {
+		return err
+	}
+	p.say("scene 1: an 8-GPU training pod on a cluster with no GPU nodes")
+	pod, err := trainingScene(ctx, c, p)
+	if err != nil {
+		return fmt.Errorf("scene 1: %w", err)
+	}
+	p.say("scene 2: a 4-member gang (2 GPUs each) while the H100 node is busy")
+	if err := gangScene(ctx, c, p, pod); err != nil {
+		return fmt.Errorf("scene 2: %w", err)
+	}
+	p.say("scene 3: a 2-node gang (2 x 8 H200 GPUs, one zone) on a family with no nodes yet")
+	if err := provisionScene(ctx, c, p); err != nil {
+		return fmt.Errorf("scene 3: %w", err)
+	}
+	p.say("scene 4: the consolidation guard on a GPU NodePool that consolidates underutilized nodes")
+	if err := guardScene(ctx, c, p); err != nil {
+		return fmt.Errorf("scene 4: %w", err)
+	}
+	p.say("done in %s. Inspect with KUBECONFIG=%s; stop everything with 'berth dev down'",
+		time.Since(p.start).Round(time.Second), kubeconfig)
+	return nil
+}
+
+// demoClient is a client (with watch) for the dev cluster's kubeconfig.
+func demoClient(kubeconfig string) (client.WithWatch, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return fmt.Errorf("loading kubeconfig %s: %w (is the dev cluster up? run 'berth dev up')", kubeconfig, err)
+		return nil, fmt.Errorf("loading kubeconfig %s: %w (is the dev cluster up? run 'berth dev up')", kubeconfig, err)
 	}
 	scheme, err := rig.NewScheme()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return fmt.Errorf("creating client: %w", err)
+		return nil, fmt.Errorf("creating client: %w", err)
 	}
-	p := &printer{out: out, start: time.Now()}
-	p.say("scene 1: an 8-GPU training pod on a cluster with no GPU nodes")
-	if err := resetNamespace(ctx, c); err != nil {
-		return err
-	}
+	return c, nil
+}
+
+// trainingScene creates one 8-GPU pod and follows it until it runs on the node Karpenter
+// launched for it; the pod is returned, busy, for scene 2.
+func trainingScene(ctx context.Context, c client.Client, p *printer) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
 	pod := demoTrainingPod("llm-train-0", "h100", 8)
 	if err := c.Create(ctx, pod); err != nil {
-		return fmt.Errorf("creating pod %s: %w", pod.Name, err)
+		return nil, fmt.Errorf("creating pod %s: %w", pod.Name, err)
 	}
 	p.say("created pod %s/%s requesting 8 nvidia.com/gpu with nodeSelector %s=h100", pod.Namespace, pod.Name, gpu.LabelInstanceGPUName)
-	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-	defer cancel()
 	if err := p.follow(ctx, c, client.ObjectKeyFromObject(pod)); err != nil {
-		return err
+		return nil, err
 	}
 	p.say("Karpenter provisioned a GPU node for the pending pod, which now runs.")
-
-	p.say("scene 2: a 4-member gang (2 GPUs each) while the H100 node is busy")
-	if err := gangScene(ctx, c, p, pod); err != nil {
-		return err
-	}
-	p.say("done. Inspect with KUBECONFIG=%s; stop everything with 'berth dev down'", kubeconfig)
-	return nil
-}
-
-// gangScene holds a gang at its gate while its GPUs are taken, then frees them and shows the
-// whole gang released and bound together.
-func gangScene(ctx context.Context, c client.Client, p *printer, busy *corev1.Pod) error {
-	pg := &berthv1alpha1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Name: "ddp", Namespace: DemoNamespace},
-		Spec:       berthv1alpha1.PodGroupSpec{MinMember: 4},
-	}
-	if err := c.Create(ctx, pg); err != nil {
-		return fmt.Errorf("creating PodGroup: %w", err)
-	}
-	for i := range 4 {
-		m := demoTrainingPod(fmt.Sprintf("ddp-%d", i), "h100", 2)
-		m.Labels[berthv1alpha1.PodGroupLabel] = "ddp"
-		if err := c.Create(ctx, m); err != nil {
-			return fmt.Errorf("creating member %s: %w", m.Name, err)
-		}
-	}
-	p.say("created PodGroup ddp (minMember 4) and 4 members; the webhook gated them")
-	var cond string
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && cond == "" {
-		var got berthv1alpha1.PodGroup
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), &got); err != nil {
-			return fmt.Errorf("reading PodGroup: %w", err)
-		}
-		if sc := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionScheduled); sc != nil && sc.Reason != "WaitingForMembers" {
-			cond = sc.Reason + ": " + sc.Message
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
-	p.say("PodGroup ddp is held — %s", cond)
-	if err := p.members(ctx, c, "held", 3*time.Second); err != nil {
-		return err
-	}
-	p.say("the busy pod %s finishes; its 8 GPUs are free", busy.Name)
-	if err := c.Delete(ctx, busy, client.GracePeriodSeconds(0)); err != nil {
-		return fmt.Errorf("deleting %s: %w", busy.Name, err)
-	}
-	return p.members(ctx, c, "released", 60*time.Second)
-}
-
-// members prints each member's state (gated, released, bound, running) as it changes, until
-// all run or the time is up (for phase "held": the whole time, failing if any is bound).
-func (p *printer) members(ctx context.Context, c client.Client, phase string, d time.Duration) error {
-	last := map[string]string{}
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		var pods corev1.PodList
-		if err := c.List(ctx, &pods, client.InNamespace(DemoNamespace), client.MatchingLabels{berthv1alpha1.PodGroupLabel: "ddp"}); err != nil {
-			return fmt.Errorf("listing members: %w", err)
-		}
-		running := 0
-		for _, m := range pods.Items {
-			st := "gated"
-			switch {
-			case m.Status.Phase == corev1.PodRunning:
-				st, running = "running on "+m.Spec.NodeName, running+1
-			case m.Spec.NodeName != "":
-				st = "bound to " + m.Spec.NodeName
-			case len(m.Spec.SchedulingGates) == 0:
-				st = "released"
-			}
-			if last[m.Name] != st {
-				last[m.Name] = st
-				p.say("  member %s: %s", m.Name, st)
-				if phase == "held" && st != "gated" {
-					return fmt.Errorf("member %s left its gate while the gang could not fit", m.Name)
-				}
-			}
-		}
-		if phase == "released" && running == len(pods.Items) && running > 0 {
-			p.say("all %d members of ddp run together", running)
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if phase == "released" {
-		return fmt.Errorf("the gang did not start within %s", d)
-	}
-	return nil
-}
-
-func resetNamespace(ctx context.Context, c client.Client) error {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}
-	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", DemoNamespace, err)
-	}
-	if err := c.DeleteAllOf(ctx, &berthv1alpha1.PodGroup{}, client.InNamespace(DemoNamespace)); err != nil {
-		return fmt.Errorf("removing earlier demo PodGroups: %w", err)
-	}
-	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(DemoNamespace), client.GracePeriodSeconds(0)); err != nil {
-		return fmt.Errorf("removing earlier demo pods: %w", err)
-	}
-	for {
-		var pods corev1.PodList
-		if err := c.List(ctx, &pods, client.InNamespace(DemoNamespace)); err != nil {
-			return fmt.Errorf("listing demo pods: %w", err)
-		}
-		if len(pods.Items) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	return pod, nil
 }
 
 // demoTrainingPod is a pod asking for gpus GPUs of one product.
@@ -201,6 +124,7 @@ type printer struct {
 	seen  map[string]bool
 }
 
+// say prints a line stamped with the time since the demo started.
 func (p *printer) say(format string, args ...any) {
 	fmt.Fprintf(p.out, "[%6.1fs] %s\n", time.Since(p.start).Seconds(), fmt.Sprintf(format, args...))
 }
@@ -276,6 +200,7 @@ func (p *printer) follow(ctx context.Context, c client.Client, key client.Object
 	}
 }
 
+// quantity prints a resource of a list, "0" when it is not there.
 func quantity(l corev1.ResourceList, name corev1.ResourceName) string {
 	q, ok := l[name]
 	if !ok {
@@ -284,6 +209,7 @@ func quantity(l corev1.ResourceList, name corev1.ResourceName) string {
 	return q.String()
 }
 
+// shorten cuts a message to 160 characters for one line of output.
 func shorten(s string) string {
 	if len(s) > 160 {
 		return s[:157] + "..."

@@ -1,0 +1,543 @@
+package devcluster
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/internal/gpu"
+	"github.com/berth-dev/berth/test/rig"
+)
+
+// Scene 4: the consolidation guard. Two GPU NodePools are created the way Karpenter's defaults
+// make them: consolidationPolicy WhenEmptyOrUnderutilized, consolidateAfter 0s, on-demand only
+// (so a cheaper on-demand replacement exists). berth adds a budget blocking Underutilized
+// consolidation to one (enforce, berth controller's default); the other is annotated audit and
+// only reported. On each pool's 8-GPU node a filler pod runs beside GPU workloads: on the
+// guarded pool a protected gang and a one-replica Deployment berth does not mark, on the audit
+// pool a two-replica Deployment. When the fillers end, both nodes are underutilized: the demo
+// watches Karpenter leave the guarded one alone and replace the other, evicting its pods.
+//
+// (A gang admitted by berth is pinned to its nodes by a node label a replacement node would
+// not have, so Karpenter does not consolidate its node even without the guard; the audit pool
+// therefore runs a Deployment, whose pods Karpenter can move.)
+const (
+	// guardedPool is the NodePool berth guards; auditPool the one it only reports.
+	guardedPool = "gpu-guarded"
+	auditPool   = "gpu-audit"
+	// guardWatchFor is how long the demo watches the underutilized nodes at least: Karpenter's
+	// disruption loop runs every 10 s, and consolidation waits 15 s before it acts.
+	guardWatchFor = 60 * time.Second
+	// guardWatchMax is how long it waits at most for Karpenter to consolidate the audit
+	// pool's node.
+	guardWatchMax = 100 * time.Second
+	// guardReport is how often the watch says the guarded node is untouched.
+	guardReport = 15 * time.Second
+	// guardTimeout bounds scene 4, the watch included.
+	guardTimeout = 2*time.Minute + guardWatchMax
+)
+
+// lane is one NodePool of scene 4 with what runs on its node.
+type lane struct {
+	// pool is the NodePool, created from the rig's pool for product.
+	pool, product string
+	// fillerGPUs is the filler's share of the node's 8 GPUs; the workloads take the rest.
+	fillerGPUs int64
+	// gang is a protected 2-member PodGroup of 1-GPU members; none when empty.
+	gang string
+	// deploy is a Deployment of replicas 1-GPU pods that berth does not mark.
+	deploy   string
+	replicas int32
+	// np, filler and pods (gang members and Deployment pods) are the objects once created and
+	// running; node is where they run.
+	np     *karpv1.NodePool
+	filler *corev1.Pod
+	pods   []corev1.Pod
+	node   string
+}
+
+// guardScene runs scene 4 and removes what it created.
+func guardScene(ctx context.Context, c client.Client, p *printer) error {
+	ctx, cancel := context.WithTimeout(ctx, guardTimeout)
+	defer cancel()
+	guarded := &lane{pool: guardedPool, product: "l40s", fillerGPUs: 5, gang: "guarded", deploy: "infer-l40s", replicas: 1}
+	audited := &lane{pool: auditPool, product: "a10g", fillerGPUs: 6, deploy: "infer-a10g", replicas: 2}
+	lanes := []*lane{guarded, audited}
+	if err := createDemoPools(ctx, c, p, guarded, audited); err != nil {
+		return err
+	}
+	if err := showEnforced(ctx, c, p, guarded); err != nil {
+		return err
+	}
+	if err := showAudited(ctx, c, p, audited); err != nil {
+		return err
+	}
+	if err := runFillers(ctx, c, p, lanes); err != nil {
+		return err
+	}
+	if err := runWorkloads(ctx, c, p, lanes); err != nil {
+		return err
+	}
+	gw, err := newGuardWatch(ctx, c, guarded)
+	if err != nil {
+		return err
+	}
+	aw, err := newAuditWatch(ctx, c, audited)
+	if err != nil {
+		return err
+	}
+	for _, l := range lanes {
+		msg, err := underutilized(ctx, c, l)
+		if err != nil {
+			return err
+		}
+		if err := c.Delete(ctx, l.filler, client.GracePeriodSeconds(0)); err != nil {
+			return fmt.Errorf("deleting %s: %w", l.filler.Name, err)
+		}
+		p.say("%s finishes: %s", l.filler.Name, msg)
+	}
+	if err := watchBoth(ctx, c, p, gw, aw); err != nil {
+		return err
+	}
+	return cleanUpGuard(ctx, c, p, lanes)
+}
+
+// demoPool is a copy of the rig's NodePool for a GPU product, renamed, on-demand only and
+// consolidating underutilized nodes at once with a 100% budget.
+func demoPool(name, product string) (*karpv1.NodePool, error) {
+	for _, np := range rig.DevNodePools() {
+		if np.Name != rig.GPUNodePoolName(product) {
+			continue
+		}
+		np.Name = name
+		// No consolidation-guard annotation: the guard's mode is berth controller's default.
+		np.Annotations = nil
+		np.Spec.Disruption = karpv1.Disruption{
+			ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized,
+			ConsolidateAfter:    karpv1.MustParseNillableDuration("0s"),
+			Budgets:             []karpv1.Budget{{Nodes: "100%"}},
+		}
+		// On-demand only: Karpenter replaces spot nodes with cheaper spot ones only behind a
+		// feature gate, so on spot an underutilized node would stay for lack of a replacement.
+		for i, req := range np.Spec.Template.Spec.Requirements {
+			if req.Key == karpv1.CapacityTypeLabelKey {
+				np.Spec.Template.Spec.Requirements[i].Values = []string{karpv1.CapacityTypeOnDemand}
+			}
+		}
+		np.Spec.Limits = karpv1.Limits{gpu.ResourceGPU: resource.MustParse("32")}
+		return np, nil
+	}
+	return nil, fmt.Errorf("the rig has no NodePool for GPU %s", product)
+}
+
+// createDemoPools creates the guarded and the audit NodePool.
+func createDemoPools(ctx context.Context, c client.Client, p *printer, guarded, audited *lane) error {
+	for _, l := range []*lane{guarded, audited} {
+		np, err := demoPool(l.pool, l.product)
+		if err != nil {
+			return err
+		}
+		if l == audited {
+			np.Annotations = map[string]string{berthv1alpha1.ConsolidationGuardAnnotation: berthv1alpha1.ConsolidationGuardAudit}
+		}
+		if err := c.Create(ctx, np); err != nil {
+			return fmt.Errorf("creating NodePool %s: %w", np.Name, err)
+		}
+		l.np = np
+	}
+	p.say("created NodePools %s (L40S) and %s (A10G), labelled %s=true, on-demand: consolidationPolicy %s, consolidateAfter 0s, budgets %s",
+		guarded.pool, audited.pool, berthv1alpha1.GPUPoolLabel, karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, budgetList(guarded.np.Spec.Disruption.Budgets))
+	p.say("  as written, Karpenter repacks their underutilized GPU nodes at once, evicting what runs there; %s is annotated %s=%s",
+		audited.pool, berthv1alpha1.ConsolidationGuardAnnotation, berthv1alpha1.ConsolidationGuardAudit)
+	return nil
+}
+
+// budgetList prints disruption budgets as [nodes N for reasons] ...
+func budgetList(budgets []karpv1.Budget) string {
+	var out []string
+	for _, b := range budgets {
+		s := "nodes " + b.Nodes
+		if len(b.Reasons) > 0 {
+			var rs []string
+			for _, r := range b.Reasons {
+				rs = append(rs, string(r))
+			}
+			s += " for " + strings.Join(rs, ", ")
+		}
+		out = append(out, "["+s+"]")
+	}
+	return strings.Join(out, " ")
+}
+
+// showEnforced waits for berth's budget and status annotation on the guarded pool, and its
+// Event, and prints them.
+func showEnforced(ctx context.Context, c client.Client, p *printer, l *lane) error {
+	np, err := waitGuardStatus(ctx, c, l.pool, func(np *karpv1.NodePool, status string) bool {
+		return guardBudget(np.Spec.Disruption.Budgets) && strings.HasPrefix(status, "enforced:")
+	})
+	if err != nil {
+		return err
+	}
+	p.say("berth guarded NodePool %s: budgets now %s", l.pool, budgetList(np.Spec.Disruption.Budgets))
+	p.say("  %s: %s", berthv1alpha1.ConsolidationGuardStatusAnnotation, np.Annotations[berthv1alpha1.ConsolidationGuardStatusAnnotation])
+	ev, err := waitEvent(ctx, c, np.UID, events.ReasonConsolidationGuarded)
+	if err != nil {
+		return fmt.Errorf("NodePool %s: %w", l.pool, err)
+	}
+	p.say("  Event %s %s: %s", ev.Type, ev.Reason, shorten(ev.Note))
+	return nil
+}
+
+// showAudited waits for berth's report on the audit pool (status annotation and Warning
+// Event) and prints it.
+func showAudited(ctx context.Context, c client.Client, p *printer, l *lane) error {
+	np, err := waitGuardStatus(ctx, c, l.pool, func(_ *karpv1.NodePool, status string) bool {
+		return strings.HasPrefix(status, "unsafe:")
+	})
+	if err != nil {
+		return err
+	}
+	ev, err := waitEvent(ctx, c, np.UID, events.ReasonUnsafeConsolidation)
+	if err != nil {
+		return fmt.Errorf("NodePool %s: %w", l.pool, err)
+	}
+	p.say("berth left NodePool %s as it is (budgets %s) and reported it:", l.pool, budgetList(np.Spec.Disruption.Budgets))
+	p.say("  %s: %s", berthv1alpha1.ConsolidationGuardStatusAnnotation, np.Annotations[berthv1alpha1.ConsolidationGuardStatusAnnotation])
+	p.say("  Event %s %s: %s", ev.Type, ev.Reason, shorten(ev.Note))
+	return nil
+}
+
+// waitGuardStatus waits until done holds for a NodePool and its guard status annotation.
+func waitGuardStatus(ctx context.Context, c client.Client, name string, done func(*karpv1.NodePool, string) bool) (*karpv1.NodePool, error) {
+	var np karpv1.NodePool
+	for {
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &np); err != nil {
+			return nil, fmt.Errorf("reading NodePool %s: %w", name, err)
+		}
+		status := np.Annotations[berthv1alpha1.ConsolidationGuardStatusAnnotation]
+		if done(&np, status) {
+			return &np, nil
+		}
+		if err := pause(ctx, 200*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("berth did not act on NodePool %s (budgets %s, status %q): %w", name, budgetList(np.Spec.Disruption.Budgets), status, err)
+		}
+	}
+}
+
+// guardBudget reports whether budgets hold berth's {nodes: "0", reasons: [Underutilized]}.
+func guardBudget(budgets []karpv1.Budget) bool {
+	return slices.ContainsFunc(budgets, func(b karpv1.Budget) bool {
+		return b.Nodes == "0" && b.Schedule == nil && slices.Equal(b.Reasons, []karpv1.DisruptionReason{karpv1.DisruptionReasonUnderutilized})
+	})
+}
+
+// waitEvent waits for an Event with a reason about the object with a UID.
+func waitEvent(ctx context.Context, c client.Client, uid types.UID, reason string) (*eventsv1.Event, error) {
+	for {
+		evs, err := eventsAbout(ctx, c, uid)
+		if err != nil {
+			return nil, err
+		}
+		for i := range evs {
+			if evs[i].Reason == reason {
+				return &evs[i], nil
+			}
+		}
+		if err := pause(ctx, 200*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("no %s Event: %w", reason, err)
+		}
+	}
+}
+
+// eventsAbout lists the Events about any of the objects with uids, oldest first. Only the
+// default namespace is read: it holds the Events of cluster-scoped objects.
+func eventsAbout(ctx context.Context, c client.Client, uids ...types.UID) ([]eventsv1.Event, error) {
+	var list eventsv1.EventList
+	if err := c.List(ctx, &list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
+		return nil, fmt.Errorf("listing Events: %w", err)
+	}
+	var out []eventsv1.Event
+	for _, e := range list.Items {
+		if slices.Contains(uids, e.Regarding.UID) {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b eventsv1.Event) int { return eventTime(a).Compare(eventTime(b)) })
+	return out, nil
+}
+
+// eventTime is when an Event was last seen, whichever API recorded it.
+func eventTime(e eventsv1.Event) time.Time {
+	t := e.CreationTimestamp.Time
+	for _, u := range []time.Time{e.EventTime.Time, e.DeprecatedLastTimestamp.Time} {
+		t = maxTime(t, u)
+	}
+	if e.Series != nil {
+		t = maxTime(t, e.Series.LastObservedTime.Time)
+	}
+	return t
+}
+
+// lanePod is a pod asking for gpus GPUs of a lane's product from its NodePool.
+func lanePod(l *lane, name string, gpus int64) *corev1.Pod {
+	pod := demoTrainingPod(name, l.product, gpus)
+	pod.Spec.NodeSelector[karpv1.NodePoolLabelKey] = l.pool
+	return pod
+}
+
+// runFillers creates a filler per lane and waits until each runs on the node Karpenter
+// launches for it.
+func runFillers(ctx context.Context, c client.Client, p *printer, lanes []*lane) error {
+	for _, l := range lanes {
+		l.filler = lanePod(l, "filler-"+l.product, l.fillerGPUs)
+		if err := c.Create(ctx, l.filler); err != nil {
+			return fmt.Errorf("creating pod %s: %w", l.filler.Name, err)
+		}
+		p.say("created pod %s asking %d GPUs from NodePool %s", l.filler.Name, l.fillerGPUs, l.pool)
+	}
+	for _, l := range lanes {
+		if err := waitRunning(ctx, c, l.filler); err != nil {
+			return err
+		}
+		l.node = l.filler.Spec.NodeName
+		nc, err := claimOfNode(ctx, c, l.node)
+		if err != nil {
+			return err
+		}
+		p.say("Karpenter launched NodeClaim %s (%s); %s runs on its node %s", nc.Name, instanceNote(nc.Labels[corev1.LabelInstanceTypeStable]), l.filler.Name, l.node)
+	}
+	return nil
+}
+
+// waitRunning waits until a pod runs, refreshing it in place.
+func waitRunning(ctx context.Context, c client.Client, pod *corev1.Pod) error {
+	for {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
+			return fmt.Errorf("reading pod %s: %w", pod.Name, err)
+		}
+		if pod.Status.Phase == corev1.PodRunning {
+			return nil
+		}
+		if err := pause(ctx, 250*time.Millisecond); err != nil {
+			return fmt.Errorf("pod %s did not start (phase %s, node %q): %w", pod.Name, pod.Status.Phase, pod.Spec.NodeName, err)
+		}
+	}
+}
+
+// claimOfNode finds the NodeClaim of a node, by provider ID: the NodeClaim may not name its
+// node yet.
+func claimOfNode(ctx context.Context, c client.Client, node string) (*karpv1.NodeClaim, error) {
+	var n corev1.Node
+	if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		return nil, fmt.Errorf("reading node %s: %w", node, err)
+	}
+	var list karpv1.NodeClaimList
+	if err := c.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("listing NodeClaims: %w", err)
+	}
+	for i := range list.Items {
+		if nc := &list.Items[i]; nc.Status.NodeName == node || (n.Spec.ProviderID != "" && nc.Status.ProviderID == n.Spec.ProviderID) {
+			return nc, nil
+		}
+	}
+	return nil, fmt.Errorf("node %s has no NodeClaim", node)
+}
+
+// runWorkloads creates each lane's gang and Deployment and waits until their pods run on the
+// filler's node, the gang's members marked by berth.
+func runWorkloads(ctx context.Context, c client.Client, p *printer, lanes []*lane) error {
+	for _, l := range lanes {
+		if l.gang != "" {
+			if err := createGang(ctx, c, l); err != nil {
+				return err
+			}
+			p.say("created PodGroup %s (minMember 2; spec.disruption.protect defaults to true) and 2 members asking 1 GPU each from %s", l.gang, l.pool)
+		}
+		if err := c.Create(ctx, laneDeployment(l)); err != nil {
+			return fmt.Errorf("creating Deployment %s: %w", l.deploy, err)
+		}
+		p.say("created Deployment %s: %d replica(s) asking 1 GPU each from %s, not opted in to protection", l.deploy, l.replicas, l.pool)
+	}
+	for _, l := range lanes {
+		pods, err := waitWorkloads(ctx, c, l)
+		if err != nil {
+			return err
+		}
+		l.pods = pods
+		showPods(p, pods)
+	}
+	return nil
+}
+
+// createGang creates a lane's PodGroup and its two 1-GPU members.
+func createGang(ctx context.Context, c client.Client, l *lane) error {
+	pg := &berthv1alpha1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: l.gang, Namespace: DemoNamespace},
+		Spec:       berthv1alpha1.PodGroupSpec{MinMember: 2},
+	}
+	if err := c.Create(ctx, pg); err != nil {
+		return fmt.Errorf("creating PodGroup %s: %w", pg.Name, err)
+	}
+	for i := range 2 {
+		m := lanePod(l, fmt.Sprintf("%s-%d", l.gang, i), 1)
+		m.Labels[berthv1alpha1.PodGroupLabel] = l.gang
+		if err := c.Create(ctx, m); err != nil {
+			return fmt.Errorf("creating member %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+// laneDeployment is a lane's Deployment of 1-GPU pods labelled app=<name>.
+func laneDeployment(l *lane) *appsv1.Deployment {
+	pod := lanePod(l, "", 1)
+	pod.Labels["app"] = l.deploy
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: l.deploy, Namespace: DemoNamespace},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(l.replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": l.deploy}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels}, Spec: pod.Spec},
+		},
+	}
+}
+
+// lanePods lists a lane's gang members and Deployment pods that are not being deleted, sorted
+// by name.
+func lanePods(ctx context.Context, c client.Client, l *lane) ([]corev1.Pod, error) {
+	var out []corev1.Pod
+	if l.gang != "" {
+		ms, err := membersOf(ctx, c, l.gang)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ms...)
+	}
+	var list corev1.PodList
+	if err := c.List(ctx, &list, client.InNamespace(DemoNamespace), client.MatchingLabels{"app": l.deploy}); err != nil {
+		return nil, fmt.Errorf("listing the pods of %s: %w", l.deploy, err)
+	}
+	out = append(out, list.Items...)
+	out = slices.DeleteFunc(out, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	slices.SortFunc(out, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// waitWorkloads waits until a lane's pods all run on its node, each gang member marked
+// do-not-disrupt by berth, and returns them.
+func waitWorkloads(ctx context.Context, c client.Client, l *lane) ([]corev1.Pod, error) {
+	want := int(l.replicas)
+	if l.gang != "" {
+		want += 2
+	}
+	for {
+		pods, err := lanePods(ctx, c, l)
+		if err != nil {
+			return nil, err
+		}
+		done, err := settled(pods, want, l.node)
+		if err != nil || done {
+			return pods, err
+		}
+		if err := pause(ctx, 200*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("pods on %s not running as expected: %s: %w", l.pool, podStates(pods), err)
+		}
+	}
+}
+
+// settled reports whether want pods run, gang members marked by berth; it fails when one runs
+// on another node than the filler's, which would leave no underutilized node to show.
+func settled(pods []corev1.Pod, want int, node string) (bool, error) {
+	if len(pods) != want {
+		return false, nil
+	}
+	for _, pod := range pods {
+		if pod.Spec.NodeName != "" && pod.Spec.NodeName != node {
+			return false, fmt.Errorf("pod %s was placed on node %s, not on the filler's node %s", pod.Name, pod.Spec.NodeName, node)
+		}
+		member := pod.Labels[berthv1alpha1.PodGroupLabel] != ""
+		if pod.Status.Phase != corev1.PodRunning || protected(&pod) != member {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// protected reports whether a pod carries berth's do-not-disrupt.
+func protected(p *corev1.Pod) bool {
+	return p.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true" && p.Annotations[berthv1alpha1.ProtectedByAnnotation] == "berth"
+}
+
+// showPods prints where pods run and berth's marks on them.
+func showPods(p *printer, pods []corev1.Pod) {
+	for _, pod := range pods {
+		mark := "no " + karpv1.DoNotDisruptAnnotationKey
+		if protected(&pod) {
+			mark = fmt.Sprintf("berth set %s=%s (%s=%s)", karpv1.DoNotDisruptAnnotationKey, pod.Annotations[karpv1.DoNotDisruptAnnotationKey],
+				berthv1alpha1.ProtectedByAnnotation, pod.Annotations[berthv1alpha1.ProtectedByAnnotation])
+		}
+		p.say("  pod %s Running on node %s; %s", pod.Name, pod.Spec.NodeName, mark)
+	}
+}
+
+// podStates sums up pods for an error.
+func podStates(pods []corev1.Pod) string {
+	var out []string
+	for _, pod := range pods {
+		out = append(out, fmt.Sprintf("%s %s on %q protected=%v", pod.Name, pod.Status.Phase, pod.Spec.NodeName, protected(&pod)))
+	}
+	if len(out) == 0 {
+		return "no pods"
+	}
+	return strings.Join(out, "; ")
+}
+
+// cleanUpGuard deletes the gangs, the Deployments and the NodePools; Karpenter then removes
+// their nodes.
+func cleanUpGuard(ctx context.Context, c client.Client, p *printer, lanes []*lane) error {
+	for _, l := range lanes {
+		if err := deleteLane(ctx, c, l); err != nil {
+			return err
+		}
+	}
+	p.say("removed the workloads and NodePools %s and %s; Karpenter removes their nodes", guardedPool, auditPool)
+	return nil
+}
+
+// deleteLane deletes a lane's gang, Deployment and NodePool.
+func deleteLane(ctx context.Context, c client.Client, l *lane) error {
+	if l.gang != "" {
+		pg := &berthv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: l.gang, Namespace: DemoNamespace}}
+		if err := c.Delete(ctx, pg); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting PodGroup %s: %w", l.gang, err)
+		}
+		if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(DemoNamespace), client.MatchingLabels{berthv1alpha1.PodGroupLabel: l.gang}, client.GracePeriodSeconds(0)); err != nil {
+			return fmt.Errorf("deleting the members of %s: %w", l.gang, err)
+		}
+	}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: l.deploy, Namespace: DemoNamespace}}
+	if err := c.Delete(ctx, d, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting Deployment %s: %w", l.deploy, err)
+	}
+	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(DemoNamespace), client.MatchingLabels{"app": l.deploy}, client.GracePeriodSeconds(0)); err != nil {
+		return fmt.Errorf("deleting the pods of %s: %w", l.deploy, err)
+	}
+	if err := c.Delete(ctx, &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: l.pool}}); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("deleting NodePool %s: %w", l.pool, err)
+	}
+	return nil
+}
