@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -60,8 +61,13 @@ func TestKwokStagesAreSeparateDocuments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(objs) != 2 {
-		t.Fatalf("decoded %d stages, want 2:\n%s", len(objs), out)
+	// The two files, plus the rig's own node-booted and (with a delay) node-register stages.
+	var names []string
+	for _, o := range objs {
+		names = append(names, o.GetName())
+	}
+	if want := []string{"node-initialize", "pod-ready", "node-booted", "node-register"}; !slices.Equal(names, want) {
+		t.Fatalf("decoded stages %v, want %v:\n%s", names, want, out)
 	}
 	if !strings.Contains(string(out), "durationMilliseconds: 5000") {
 		t.Errorf("node-initialize has no delay:\n%s", out)

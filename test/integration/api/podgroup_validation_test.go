@@ -27,9 +27,10 @@ func TestPodGroupDefaults(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Delete(ctx, pg) })
 	want := berthv1alpha1.PodGroupSpec{
-		MinMember:              4,
-		ScheduleTimeoutSeconds: ptr.To[int32](600),
-		Disruption:             &berthv1alpha1.DisruptionSpec{Protect: ptr.To(true)},
+		MinMember:                  4,
+		ScheduleTimeoutSeconds:     ptr.To[int32](600),
+		ProvisioningTimeoutSeconds: ptr.To[int32](600),
+		Disruption:                 &berthv1alpha1.DisruptionSpec{Protect: ptr.To(true)},
 	}
 	if diff := cmp.Diff(want, pg.Spec); diff != "" {
 		t.Errorf("defaulted spec (-want +got):\n%s", diff)
@@ -65,6 +66,7 @@ func TestPodGroupRejectsBadSpecs(t *testing.T) {
 		{"minMember negative", map[string]any{"minMember": int64(-3)}, "spec.minMember in body should be greater than or equal to 1"},
 		{"minMember not a number", map[string]any{"minMember": "eight"}, `spec.minMember: Invalid value: "string": spec.minMember in body must be of type integer`},
 		{"timeout negative", map[string]any{"minMember": int64(2), "scheduleTimeoutSeconds": int64(-1)}, "spec.scheduleTimeoutSeconds in body should be greater than or equal to 0"},
+		{"provisioning timeout too short", map[string]any{"minMember": int64(2), "provisioningTimeoutSeconds": int64(5)}, "spec.provisioningTimeoutSeconds in body should be greater than or equal to 10"},
 		{"topology key invalid", map[string]any{"minMember": int64(2), "topology": map[string]any{"requiredKey": "not a key!"}}, "requiredKey must be a valid label key, for example topology.kubernetes.io/zone"},
 		{"topology key empty", map[string]any{"minMember": int64(2), "topology": map[string]any{"requiredKey": ""}}, "spec.topology.requiredKey in body should be at least 1 chars long"},
 		{"minResources negative", map[string]any{"minMember": int64(2), "minResources": map[string]any{"nvidia.com/gpu": "-8"}}, "minResources must not be negative"},
