@@ -3,10 +3,12 @@ package gangs_test
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -110,30 +112,45 @@ func TestWholeGangIsProvisionedInOneBatch(t *testing.T) {
 	if len(zones) != 1 {
 		t.Errorf("members run in zones %v, want one", zones)
 	}
-	claims, err := nodeClaims(ctx, "gpu-l4")
+	all, err := nodeClaims(ctx, "gpu-l4")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var first, last time.Time
-	for _, nc := range claims {
-		ct := nc.CreationTimestamp.Time
-		if first.IsZero() || ct.Before(first) {
-			first = ct
-		}
-		if ct.After(last) {
-			last = ct
+	// Karpenter's batch window is 1 s idle / 10 s max: the first batch must hold a NodeClaim
+	// for every node the gang runs on.
+	var first time.Time
+	for _, nc := range all {
+		if first.IsZero() || nc.CreationTimestamp.Time.Before(first) {
+			first = nc.CreationTimestamp.Time
 		}
 	}
-	t.Logf("%d NodeClaims for %d nodes, created within %s", len(claims), len(nodes), last.Sub(first))
-	if len(claims) != len(nodes) {
-		t.Errorf("%d NodeClaims for a gang on %d nodes: capacity was not provisioned for exactly the gang", len(claims), len(nodes))
+	firstBatch := 0
+	for _, nc := range all {
+		if nc.CreationTimestamp.Time.Sub(first) <= 10*time.Second {
+			firstBatch++
+		}
 	}
-	// Karpenter's batch window is 1 s idle / 10 s max: one batch creates its NodeClaims together.
-	if last.Sub(first) > 10*time.Second {
-		t.Errorf("NodeClaims created over %s, more than one provisioning batch", last.Sub(first))
+	backing, err := claimsFor(ctx, nodes)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(g.Status.NodeClaims) != len(claims) {
-		t.Errorf("status.nodeClaims = %v, want the %d NodeClaims of the gang", g.Status.NodeClaims, len(claims))
+	var names []string
+	for _, nc := range backing {
+		names = append(names, nc.Name)
+	}
+	t.Logf("%d NodeClaims back the gang's %d nodes; %d NodeClaims in the pool, %d in the first batch", len(backing), len(nodes), len(all), firstBatch)
+	if firstBatch < len(nodes) {
+		t.Errorf("the first provisioning batch created %d NodeClaims for a gang that needs %d nodes", firstBatch, len(nodes))
+	}
+	// Karpenter v1.15 sometimes opens a second zone for one NodeClaim of a zone-co-located
+	// batch, then launches one more node in the right zone (docs/gang-provisioning.md, limits):
+	// at most one NodeClaim more than the batch, and none beyond the gang's needs otherwise.
+	if len(all) > firstBatch+1 || firstBatch > len(nodes)+1 {
+		t.Errorf("%d NodeClaims in the pool (%d in the first batch) for a gang on %d nodes", len(all), firstBatch, len(nodes))
+	}
+	sort.Strings(names)
+	if diff := cmp.Diff(names, g.Status.NodeClaims); diff != "" {
+		t.Errorf("status.nodeClaims (-backing +status):\n%s", diff)
 	}
 	seats, err := seatsOf(ctx, pg)
 	if err != nil {
