@@ -14,7 +14,7 @@ BERTH   := bin/berth
 TOOLS_DIR = $(shell hack/build-tools.sh)
 GO_TEST_FLAGS ?= -race -shuffle=on -timeout=30m
 
-.PHONY: all build tools generate verify vet test test-unit test-rig demo bench clean help
+.PHONY: all build tools generate verify vet test test-rules test-unit test-rig demo bench clean help
 
 all: build
 
@@ -43,7 +43,12 @@ vet: ## go vet and gofmt.
 verify: tools vet ## Regenerate everything and fail if a generated file changed.
 	hack/verify-generated.sh
 
-test: verify ## Everything CI runs: verify, unit tests and rig tests (real apiserver, scheduler, kcm, kwok, Karpenter).
+test-rules: ## Check and unit-test the Prometheus alert rules with promtool (installs Debian's prometheus package if needed).
+	@promtool=$$(hack/ensure-promtool.sh) && \
+		$$promtool check rules config/prometheus/rules.yaml && \
+		cd config/prometheus && $$promtool test rules rules_test.yaml
+
+test: verify test-rules ## Everything CI runs: verify, unit tests and rig tests (real apiserver, scheduler, kcm, kwok, Karpenter).
 	BERTH_TOOLS_DIR="$(TOOLS_DIR)" BERTH_REQUIRE_RIG=1 go test $(GO_TEST_FLAGS) ./...
 
 test-unit: ## Unit tests only (no rig).

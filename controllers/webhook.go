@@ -53,6 +53,7 @@ func (o ManagerOptions) setupWebhook(mgr ctrl.Manager, cfg *rest.Config) error {
 	}
 	gate := &bwebhook.Gate{Adapters: w.Adapters, Decoder: admission.NewDecoder(mgr.GetScheme())}
 	mgr.GetWebhookServer().Register(bwebhook.Path, &webhook.Admission{Handler: gate})
+	bwebhook.WatchServingCertificate(w.CertDir)
 	if !w.ManageCertificate {
 		return nil
 	}

@@ -146,6 +146,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	members := membersByGroup(pods)
 	seats := seatsByGroup(pods)
 	r.reportOrphans(gs, members)
+	recordGangHealth(gs, members, r.Clock.Now())
 	next := resync
 	var errs []error
 	for _, g := range gs {

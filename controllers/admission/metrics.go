@@ -42,6 +42,14 @@ var (
 		Help:    "Seconds from a gang's capacity request (seats created) to every seat on a Ready node and the gang admitted.",
 		Buckets: prometheus.ExponentialBuckets(5, 2, 10),
 	})
+	oldestWaiting = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "oldest_waiting_seconds",
+		Help: "Age of the oldest gang in a waiting phase (Pending, Provisioning), from its creation; 0 when none waits.",
+	}, []string{bmetrics.LabelPhase})
+	partiallyRunning = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "partially_running_gangs",
+		Help: "Gangs with some but fewer than minMember members running, admitted more than " + partialGrace.String() + " ago: GPUs held by members that wait for their peers.",
+	})
 	seatsCreated = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "seats_created_total",
 		Help: "Seat pods created to hold capacity for gang members.",
@@ -54,7 +62,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(placements, admissionLatency, gangs, cycleDuration, provisioningAttempts, provisioningDuration, seatsCreated)
+	metrics.Registry.MustRegister(placements, admissionLatency, gangs, cycleDuration, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning)
 }
 
 // resultLabel maps a Scheduled condition reason to a placement result label.
@@ -94,4 +102,41 @@ func recordPhases(gs []*berthv1alpha1.PodGroup) {
 		berthv1alpha1.PodGroupAdmitted, berthv1alpha1.PodGroupRunning, berthv1alpha1.PodGroupSucceeded, berthv1alpha1.PodGroupFailed} {
 		gangs.WithLabelValues(string(p)).Set(counts[p])
 	}
+}
+
+// partialGrace is how long after admission a gang may have only some members running (they
+// are being bound and started) before it counts as partially running.
+const partialGrace = 2 * time.Minute
+
+// recordGangHealth sets the oldest-waiting and partially-running gauges.
+func recordGangHealth(gs []*berthv1alpha1.PodGroup, members map[string][]*corev1.Pod, now time.Time) {
+	oldest := map[berthv1alpha1.PodGroupPhase]float64{berthv1alpha1.PodGroupPending: 0, berthv1alpha1.PodGroupProvisioning: 0}
+	partial := 0
+	for _, g := range gs {
+		phase := g.Status.Phase
+		if phase == "" {
+			phase = berthv1alpha1.PodGroupPending
+		}
+		if age, ok := oldest[phase]; ok {
+			oldest[phase] = max(age, now.Sub(g.CreationTimestamp.Time).Seconds())
+			continue
+		}
+		if phase == berthv1alpha1.PodGroupSucceeded || phase == berthv1alpha1.PodGroupFailed ||
+			g.Status.AdmittedAt == nil || now.Sub(g.Status.AdmittedAt.Time) < partialGrace {
+			continue
+		}
+		running := int32(0)
+		for _, m := range members[g.Namespace+"/"+g.Name] {
+			if m.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if running > 0 && running < g.Spec.MinMember {
+			partial++
+		}
+	}
+	for p, age := range oldest {
+		oldestWaiting.WithLabelValues(string(p)).Set(age)
+	}
+	partiallyRunning.Set(float64(partial))
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -177,4 +179,52 @@ func TestWithoutBooting(t *testing.T) {
 	if diff := cmp.Diff(map[string]string{"broken": "not Ready"}, got); diff != "" {
 		t.Errorf("unavailable (-want +got):\n%s", diff)
 	}
+}
+
+func TestRecordGangHealth(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	gang := func(name string, phase berthv1alpha1.PodGroupPhase, age, admitted time.Duration) *berthv1alpha1.PodGroup {
+		g := builders.PodGroup(name, "ml").MinMember(2).Obj()
+		g.CreationTimestamp = metav1.NewTime(now.Add(-age))
+		g.Status.Phase = phase
+		if admitted > 0 {
+			g.Status.AdmittedAt = &metav1.Time{Time: now.Add(-admitted)}
+		}
+		return g
+	}
+	running := func(name, group string) *corev1.Pod {
+		return builders.Pod(name, "ml").Member(group).Phase(corev1.PodRunning).Obj()
+	}
+	gs := []*berthv1alpha1.PodGroup{
+		gang("old", berthv1alpha1.PodGroupPending, 20*time.Minute, 0),
+		gang("new", "", time.Minute, 0),
+		gang("prov", berthv1alpha1.PodGroupProvisioning, 5*time.Minute, 0),
+		gang("half", berthv1alpha1.PodGroupAdmitted, time.Hour, 10*time.Minute),
+		gang("starting", berthv1alpha1.PodGroupAdmitted, time.Hour, 30*time.Second),
+		gang("whole", berthv1alpha1.PodGroupRunning, time.Hour, time.Hour),
+	}
+	members := map[string][]*corev1.Pod{
+		"ml/half":     {running("h0", "half"), builders.Pod("h1", "ml").Member("half").Obj()},
+		"ml/starting": {running("s0", "starting")},
+		"ml/whole":    {running("w0", "whole"), running("w1", "whole")},
+	}
+	recordGangHealth(gs, members, now)
+	if got := testGauge(t, oldestWaiting.WithLabelValues("Pending")); got != 1200 {
+		t.Errorf("oldest Pending = %v, want 1200", got)
+	}
+	if got := testGauge(t, oldestWaiting.WithLabelValues("Provisioning")); got != 300 {
+		t.Errorf("oldest Provisioning = %v, want 300", got)
+	}
+	if got := testGauge(t, partiallyRunning); got != 1 {
+		t.Errorf("partially running = %v, want 1 (half; starting is within the grace)", got)
+	}
+}
+
+func testGauge(t *testing.T, g prometheus.Gauge) float64 {
+	t.Helper()
+	var m dto.Metric
+	if err := g.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetGauge().GetValue()
 }
