@@ -34,6 +34,7 @@ generate: tools ## Regenerate deepcopy, CRDs, RBAC and the rig's instance types.
 	go run ./hack/gen-instance-types test/testdata/gpu-instance-types.json
 	go run ./hack/gen-webhook config/webhook/manifests.yaml
 	go run ./hack/gen-priorityclass config/scheduling/priorityclass.yaml
+	go run ./hack/gen-metrics-doc docs/metrics.md
 
 vet: ## go vet and gofmt.
 	go vet ./...

@@ -62,7 +62,7 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(placements, admissionLatency, gangs, cycleDuration, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning)
+	metrics.Registry.MustRegister(Collectors()...)
 }
 
 // resultLabel maps a Scheduled condition reason to a placement result label.
@@ -139,4 +139,10 @@ func recordGangHealth(gs []*berthv1alpha1.PodGroup, members map[string][]*corev1
 		oldestWaiting.WithLabelValues(string(p)).Set(age)
 	}
 	partiallyRunning.Set(float64(partial))
+}
+
+// Collectors are the package's metrics, as registered with controller-runtime's registry
+// (docs/metrics.md is generated from them).
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning}
 }

@@ -18,5 +18,11 @@ var disruptions = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{labelReason})
 
 func init() {
-	metrics.Registry.MustRegister(disruptions)
+	metrics.Registry.MustRegister(Collectors()...)
+}
+
+// Collectors are the package's metrics, as registered with controller-runtime's registry
+// (docs/metrics.md is generated from them).
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{disruptions}
 }

@@ -38,5 +38,11 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(unsafeConsolidation, guardActions)
+	metrics.Registry.MustRegister(Collectors()...)
+}
+
+// Collectors are the package's metrics, as registered with controller-runtime's registry
+// (docs/metrics.md is generated from them).
+func Collectors() []prometheus.Collector {
+	return []prometheus.Collector{unsafeConsolidation, guardActions}
 }

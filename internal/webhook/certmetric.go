@@ -24,7 +24,7 @@ func WatchServingCertificate(dir string) {
 	certDirMu.Lock()
 	certDir = dir
 	certDirMu.Unlock()
-	certMetricOnce.Do(func() { metrics.Registry.MustRegister(certCollector{}) })
+	certMetricOnce.Do(func() { metrics.Registry.MustRegister(Collectors()...) })
 }
 
 var certExpiryDesc = prometheus.NewDesc(
@@ -52,3 +52,6 @@ func (certCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(certExpiryDesc, prometheus.GaugeValue, float64(cert.NotAfter.Unix()))
 }
+
+// Collectors are the webhook's metrics (docs/metrics.md is generated from them).
+func Collectors() []prometheus.Collector { return []prometheus.Collector{certCollector{}} }
