@@ -4,8 +4,10 @@
 package alerts_test
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -130,5 +132,93 @@ func TestRulesReadExistingMetrics(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestDashboardQueriesReadExistingMetrics: every query of the Grafana dashboard reads metrics
+// berth exports, and every berth metric that matters on a dashboard appears in one.
+func TestDashboardQueriesReadExistingMetrics(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(repoRoot, "config", "grafana", "berth-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Type    string `json:"type"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := yaml.Unmarshal(data, &dash); err != nil {
+		t.Fatalf("parsing dashboard: %v", err)
+	}
+	known := exported(t)
+	used := map[string]bool{}
+	metric := regexp.MustCompile(`\bberth_[a-z_]+`)
+	for _, p := range dash.Panels {
+		if p.Type != "row" && len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, m := range metric.FindAllString(tg.Expr, -1) {
+				base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m, "_bucket"), "_sum"), "_count")
+				if !known[base] {
+					t.Errorf("panel %q reads %s, which no berth component exports", p.Title, m)
+				}
+				used[base] = true
+			}
+		}
+	}
+	for m := range known {
+		if !used[m] {
+			t.Errorf("metric %s is on no dashboard panel", m)
+		}
+	}
+}
+
+// TestDashboardQueriesParse hands every dashboard query to promtool as a recording rule, so a
+// query Prometheus cannot parse fails here (skipped where promtool is not installed; make
+// test-rules installs it).
+func TestDashboardQueriesParse(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Skip("promtool not installed")
+	}
+	data, err := os.ReadFile(filepath.Join(repoRoot, "config", "grafana", "berth-dashboard.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := yaml.Unmarshal(data, &dash); err != nil {
+		t.Fatal(err)
+	}
+	type rule struct {
+		Record string `json:"record"`
+		Expr   string `json:"expr"`
+	}
+	var rules []rule
+	for i, p := range dash.Panels {
+		for j, tg := range p.Targets {
+			rules = append(rules, rule{Record: fmt.Sprintf("dashboard:panel_%d_%d", i, j), Expr: tg.Expr})
+		}
+	}
+	out, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(t.TempDir(), "dashboard-rules.yaml")
+	if err := os.WriteFile(f, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if msg, err := exec.Command(promtool, "check", "rules", f).CombinedOutput(); err != nil {
+		t.Fatalf("promtool rejects dashboard queries: %v\n%s", err, msg)
 	}
 }
