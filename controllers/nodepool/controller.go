@@ -103,7 +103,7 @@ func (r *Reconciler) report(before, after *karpv1.NodePool, mode Mode, invalidMo
 		unsafeConsolidation.DeleteLabelValues(after.Name)
 		return
 	}
-	unsafe := isUnsafe(after)
+	unsafe := IsUnsafe(after)
 	if unsafe {
 		unsafeConsolidation.WithLabelValues(after.Name).Set(1)
 	} else {

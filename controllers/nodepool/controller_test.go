@@ -88,7 +88,7 @@ func TestReconcileEnforceOnce(t *testing.T) {
 	if err := c.Get(context.Background(), client.ObjectKey{Name: np.Name}, &got); err != nil {
 		t.Fatal(err)
 	}
-	if isUnsafe(&got) || !strings.HasPrefix(got.Annotations[berthv1alpha1.ConsolidationGuardStatusAnnotation], StatusEnforced+":") {
+	if IsUnsafe(&got) || !strings.HasPrefix(got.Annotations[berthv1alpha1.ConsolidationGuardStatusAnnotation], StatusEnforced+":") {
 		t.Fatalf("after reconcile: budgets %+v, status %q", got.Spec.Disruption.Budgets, got.Annotations[berthv1alpha1.ConsolidationGuardStatusAnnotation])
 	}
 	if evs := drain(rec); len(evs) != 1 || !strings.HasPrefix(evs[0], "Normal "+events.ReasonConsolidationGuarded) {

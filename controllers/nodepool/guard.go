@@ -195,9 +195,9 @@ func blocksUnderutilized(b karpv1.Budget) bool {
 	return len(b.Reasons) == 0 || slices.Contains(b.Reasons, karpv1.DisruptionReasonUnderutilized)
 }
 
-// isUnsafe reports whether np is a GPU pool whose underutilized nodes Karpenter may consolidate,
+// IsUnsafe reports whether np is a GPU pool whose underutilized nodes Karpenter may consolidate,
 // evicting running GPU pods to repack them.
-func isUnsafe(np *karpv1.NodePool) bool {
+func IsUnsafe(np *karpv1.NodePool) bool {
 	if ok, _ := IsGPUPool(np); !ok {
 		return false
 	}

@@ -156,11 +156,11 @@ func TestConsolidatesUnderutilized(t *testing.T) {
 			}
 			// A GPU pool is unsafe exactly when it consolidates underutilized nodes; a CPU
 			// pool never is.
-			if gpuPool := tt.np.DeepCopy(); isUnsafe(withLabel(gpuPool)) != tt.want {
-				t.Errorf("isUnsafe(GPU pool) = %v, want %v", !tt.want, tt.want)
+			if gpuPool := tt.np.DeepCopy(); IsUnsafe(withLabel(gpuPool)) != tt.want {
+				t.Errorf("IsUnsafe(GPU pool) = %v, want %v", !tt.want, tt.want)
 			}
-			if isUnsafe(tt.np) {
-				t.Error("isUnsafe(CPU pool) = true")
+			if IsUnsafe(tt.np) {
+				t.Error("IsUnsafe(CPU pool) = true")
 			}
 		})
 	}
@@ -267,7 +267,7 @@ func TestPlan(t *testing.T) {
 			if diff := cmp.Diff(specOf(tt.wantPatched), specOf(patched)); diff != "" {
 				t.Errorf("patched spec (-want +got):\n%s", diff)
 			}
-			if patched != nil && isUnsafe(patched) {
+			if patched != nil && IsUnsafe(patched) {
 				t.Error("the patched NodePool is still unsafe")
 			}
 		})

@@ -1,0 +1,327 @@
+// Package doctor finds GPU autoscaling set-ups that misbehave: autoscalers driven by GPU duty
+// cycle or memory, GPU NodePools that let Karpenter consolidate busy nodes, multi-pod GPU jobs
+// without a gang, vLLM Deployments without a queue- or KV-cache-based scaler, and Prometheus
+// triggers on vLLM metrics without aggregation. Checks are pure functions over a Snapshot of the
+// cluster; `berth doctor` reads the Snapshot through the kubeconfig.
+package doctor
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers/nodepool"
+	"github.com/berth-dev/berth/internal/gpu"
+)
+
+// Snapshot is what the checks read. Kinds the cluster does not serve are left empty.
+type Snapshot struct {
+	HPAs          []autoscalingv2.HorizontalPodAutoscaler
+	ScaledObjects []unstructured.Unstructured // keda.sh/v1alpha1
+	NodePools     []karpv1.NodePool
+	Jobs          []batchv1.Job
+	// GangJobs are JobSets and PyTorchJobs (unstructured; their GPU pod templates are read).
+	GangJobs    []unstructured.Unstructured
+	Deployments []appsv1.Deployment
+}
+
+// Finding is one problem, with the object it is about and how to fix it.
+type Finding struct {
+	// Check names the check, e.g. "gpu-util-autoscaling".
+	Check string `json:"check"`
+	// Object is "Kind namespace/name" (or "Kind name" for cluster-scoped objects).
+	Object string `json:"object"`
+	// Problem says what is wrong.
+	Problem string `json:"problem"`
+	// Fix says what to do.
+	Fix string `json:"fix"`
+}
+
+// Check names.
+const (
+	CheckGPUUtilScaling    = "gpu-util-autoscaling"
+	CheckUnsafeNodePool    = "gpu-nodepool-consolidation"
+	CheckJobWithoutGang    = "gpu-job-without-gang"
+	CheckVLLMWithoutScaler = "vllm-without-queue-scaler"
+	CheckUnaggregatedQuery = "unaggregated-vllm-query"
+)
+
+// Run applies every check and returns the findings, sorted by check and object.
+func Run(s Snapshot) []Finding {
+	var out []Finding
+	out = append(out, gpuUtilScaling(s)...)
+	out = append(out, unsafeNodePools(s)...)
+	out = append(out, jobsWithoutGang(s)...)
+	out = append(out, vllmWithoutScaler(s)...)
+	out = append(out, unaggregatedQueries(s)...)
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Check != out[j].Check {
+			return out[i].Check < out[j].Check
+		}
+		return out[i].Object < out[j].Object
+	})
+	return out
+}
+
+// gpuUtilMetric matches DCGM duty-cycle and GPU-memory metrics.
+var gpuUtilMetric = regexp.MustCompile(`(?i)DCGM_FI_DEV_(GPU_UTIL|FB_USED|FB_FREE|MEM_COPY_UTIL)|DCGM_FI_PROF_GR_ENGINE_ACTIVE|gpu_(utilization|memory)`)
+
+const gpuUtilFix = "scale vLLM on queue depth (vllm:num_requests_waiting) and KV-cache usage (vllm:kv_cache_usage_perc) per replica instead; GPU duty cycle reads 100% at any load and vLLM pre-allocates KV memory"
+
+func gpuUtilScaling(s Snapshot) []Finding {
+	var out []Finding
+	for _, h := range s.HPAs {
+		for _, m := range h.Spec.Metrics {
+			if name := hpaMetricName(m); gpuUtilMetric.MatchString(name) {
+				out = append(out, Finding{Check: CheckGPUUtilScaling, Object: obj("HorizontalPodAutoscaler", h.Namespace, h.Name),
+					Problem: fmt.Sprintf("scales %s %s on %s", h.Spec.ScaleTargetRef.Kind, h.Spec.ScaleTargetRef.Name, name), Fix: gpuUtilFix})
+			}
+		}
+	}
+	for _, so := range s.ScaledObjects {
+		for _, tr := range triggers(so) {
+			if q := tr.meta["query"]; tr.kind == "prometheus" && gpuUtilMetric.MatchString(q) {
+				out = append(out, Finding{Check: CheckGPUUtilScaling, Object: obj("ScaledObject", so.GetNamespace(), so.GetName()),
+					Problem: fmt.Sprintf("prometheus trigger scales on GPU utilisation or memory: %s", q), Fix: gpuUtilFix})
+			}
+		}
+	}
+	return out
+}
+
+func hpaMetricName(m autoscalingv2.MetricSpec) string {
+	switch {
+	case m.External != nil:
+		return m.External.Metric.Name
+	case m.Pods != nil:
+		return m.Pods.Metric.Name
+	case m.Object != nil:
+		return m.Object.Metric.Name
+	}
+	return ""
+}
+
+func unsafeNodePools(s Snapshot) []Finding {
+	var out []Finding
+	for i := range s.NodePools {
+		np := &s.NodePools[i]
+		if !nodepool.IsUnsafe(np) {
+			continue
+		}
+		_, why := nodepool.IsGPUPool(np)
+		out = append(out, Finding{Check: CheckUnsafeNodePool, Object: obj("NodePool", "", np.Name),
+			Problem: fmt.Sprintf("GPU NodePool (%s) on consolidationPolicy %s without a budget blocking Underutilized: Karpenter may evict running inference or training to repack nodes", why, np.Spec.Disruption.ConsolidationPolicy),
+			Fix:     fmt.Sprintf(`kubectl annotate nodepool %s %s=enforce (berth adds {nodes: "0", reasons: [Underutilized]}), or set consolidationPolicy: WhenEmpty; templates: berth nodepools render`, np.Name, berthv1alpha1.ConsolidationGuardAnnotation)})
+	}
+	return out
+}
+
+// gangLabels are the pod labels that put a pod in a gang berth admits (its own and the
+// schedulers it adapts).
+var gangLabels = []string{berthv1alpha1.PodGroupLabel, "scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io", "volcano.sh/job-name", "kueue.x-k8s.io/queue-name", "kai.scheduler/queue"}
+
+func inGang(tmpl corev1.PodTemplateSpec) bool {
+	for _, l := range gangLabels {
+		if tmpl.Labels[l] != "" || tmpl.Annotations[l] != "" {
+			return true
+		}
+	}
+	return tmpl.Spec.SchedulerName != "" && tmpl.Spec.SchedulerName != corev1.DefaultSchedulerName
+}
+
+func gpusOf(spec corev1.PodSpec) int64 {
+	var n int64
+	for _, c := range spec.Containers {
+		if q, ok := c.Resources.Limits[gpu.ResourceGPU]; ok {
+			n += q.Value()
+		} else if q, ok := c.Resources.Requests[gpu.ResourceGPU]; ok {
+			n += q.Value()
+		}
+	}
+	return n
+}
+
+const gangFix = "make the pods one gang: a PodGroup (scheduling.berth.dev/v1alpha1, minMember = pods) and the label scheduling.berth.dev/pod-group on the pod template, so no pod holds GPUs while it waits for the others (docs/gang-admission.md)"
+
+func jobsWithoutGang(s Snapshot) []Finding {
+	var out []Finding
+	for _, j := range s.Jobs {
+		par := int32(1)
+		if j.Spec.Parallelism != nil {
+			par = *j.Spec.Parallelism
+		}
+		if par < 2 || gpusOf(j.Spec.Template.Spec) == 0 || inGang(j.Spec.Template) || jobDone(j) {
+			continue
+		}
+		out = append(out, Finding{Check: CheckJobWithoutGang, Object: obj("Job", j.Namespace, j.Name),
+			Problem: fmt.Sprintf("%d parallel pods with %d GPU(s) each are scheduled one by one", par, gpusOf(j.Spec.Template.Spec)), Fix: gangFix})
+	}
+	for _, u := range s.GangJobs {
+		pods, gpus, gang := replicatedGPU(u)
+		if pods < 2 || gpus == 0 || gang {
+			continue
+		}
+		out = append(out, Finding{Check: CheckJobWithoutGang, Object: obj(u.GetKind(), u.GetNamespace(), u.GetName()),
+			Problem: fmt.Sprintf("%d GPU pods are scheduled one by one", pods), Fix: gangFix})
+	}
+	return out
+}
+
+func jobDone(j batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// replicatedGPU counts the GPU pods of a JobSet or PyTorchJob and whether they are in a gang.
+func replicatedGPU(u unstructured.Unstructured) (pods int64, gpus int64, gang bool) {
+	var groups []map[string]any
+	switch u.GetKind() {
+	case "PyTorchJob":
+		specs, _, _ := unstructured.NestedMap(u.Object, "spec", "pytorchReplicaSpecs")
+		for _, v := range specs {
+			if m, ok := v.(map[string]any); ok {
+				groups = append(groups, map[string]any{"replicas": m["replicas"], "template": m["template"]})
+			}
+		}
+		if sp, found, _ := unstructured.NestedString(u.Object, "spec", "runPolicy", "schedulingPolicy", "queue"); found && sp != "" {
+			gang = true
+		}
+	case "JobSet":
+		rjs, _, _ := unstructured.NestedSlice(u.Object, "spec", "replicatedJobs")
+		for _, v := range rjs {
+			m, ok := v.(map[string]any)
+			if !ok {
+				continue
+			}
+			replicas, _, _ := unstructured.NestedInt64(m, "replicas")
+			par, found, _ := unstructured.NestedInt64(m, "template", "spec", "parallelism")
+			if !found {
+				par = 1
+			}
+			tmpl, _, _ := unstructured.NestedMap(m, "template", "spec", "template")
+			groups = append(groups, map[string]any{"replicas": max(replicas, 1) * par, "template": tmpl})
+		}
+	}
+	for _, g := range groups {
+		var n int64 = 1
+		switch r := g["replicas"].(type) {
+		case int64:
+			n = r
+		case float64:
+			n = int64(r)
+		}
+		var tmpl corev1.PodTemplateSpec
+		if m, ok := g["template"].(map[string]any); ok {
+			_ = runtimeConvert(m, &tmpl)
+		}
+		if gpusOf(tmpl.Spec) > 0 {
+			pods += n
+			gpus += gpusOf(tmpl.Spec) * n
+		}
+		if inGang(tmpl) {
+			gang = true
+		}
+	}
+	return pods, gpus, gang
+}
+
+// vLLM metric names a queue- or KV-based trigger reads, and berth's external scaler.
+var vllmSignal = regexp.MustCompile(`vllm:(num_requests_waiting|kv_cache_usage_perc|gpu_cache_usage_perc)`)
+
+func isVLLM(d appsv1.Deployment) bool {
+	for _, c := range d.Spec.Template.Spec.Containers {
+		text := c.Image + " " + strings.Join(c.Command, " ") + " " + strings.Join(c.Args, " ")
+		if strings.Contains(strings.ToLower(text), "vllm") {
+			return gpusOf(d.Spec.Template.Spec) > 0
+		}
+	}
+	return false
+}
+
+func vllmWithoutScaler(s Snapshot) []Finding {
+	scaled := map[string]bool{}
+	for _, so := range s.ScaledObjects {
+		target, _, _ := unstructured.NestedString(so.Object, "spec", "scaleTargetRef", "name")
+		for _, tr := range triggers(so) {
+			if tr.kind == "external" || tr.kind == "external-push" || vllmSignal.MatchString(tr.meta["query"]) {
+				scaled[so.GetNamespace()+"/"+target] = true
+			}
+		}
+	}
+	var out []Finding
+	for _, d := range s.Deployments {
+		if !isVLLM(d) || scaled[d.Namespace+"/"+d.Name] {
+			continue
+		}
+		out = append(out, Finding{Check: CheckVLLMWithoutScaler, Object: obj("Deployment", d.Namespace, d.Name),
+			Problem: "vLLM Deployment with no ScaledObject scaling it on queue depth or KV-cache usage",
+			Fix:     "add a KEDA ScaledObject scaling it on waiting requests and KV-cache usage per replica (sum(vllm:num_requests_waiting), avg(vllm:kv_cache_usage_perc)), or an external trigger to a queue-aware scaler"})
+	}
+	return out
+}
+
+// aggregation matches a PromQL aggregation over the whole query.
+var aggregation = regexp.MustCompile(`(?i)\b(sum|avg|max|min|count|quantile|topk|bottomk)\s*(by|without)?\s*\(`)
+
+func unaggregatedQueries(s Snapshot) []Finding {
+	var out []Finding
+	for _, so := range s.ScaledObjects {
+		for _, tr := range triggers(so) {
+			q := tr.meta["query"]
+			if tr.kind != "prometheus" || !strings.Contains(q, "vllm:") || aggregation.MatchString(q) {
+				continue
+			}
+			out = append(out, Finding{Check: CheckUnaggregatedQuery, Object: obj("ScaledObject", so.GetNamespace(), so.GetName()),
+				Problem: fmt.Sprintf("prometheus trigger query %q returns one series per pod; KEDA fails (or reads one pod) as soon as there are two replicas", q),
+				Fix:     "aggregate it (sum(vllm:num_requests_waiting{model_name=\"...\"})), or use berth's scaler, which scrapes every replica itself"})
+		}
+	}
+	return out
+}
+
+type trigger struct {
+	kind string
+	meta map[string]string
+}
+
+func triggers(so unstructured.Unstructured) []trigger {
+	raw, _, _ := unstructured.NestedSlice(so.Object, "spec", "triggers")
+	var out []trigger
+	for _, r := range raw {
+		m, ok := r.(map[string]any)
+		if !ok {
+			continue
+		}
+		t := trigger{meta: map[string]string{}}
+		t.kind, _ = m["type"].(string)
+		if md, ok := m["metadata"].(map[string]any); ok {
+			for k, v := range md {
+				if s, ok := v.(string); ok {
+					t.meta[k] = s
+				}
+			}
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+func obj(kind, ns, name string) string {
+	if ns == "" {
+		return kind + " " + name
+	}
+	return kind + " " + ns + "/" + name
+}

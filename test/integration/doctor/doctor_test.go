@@ -1,0 +1,143 @@
+// Package doctor_test runs `berth doctor` against a real kube-apiserver (with Karpenter's CRDs)
+// seeded with the set-ups it must find, and with a clean namespace it must pass.
+package doctor_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/berth-dev/berth/internal/cli"
+	"github.com/berth-dev/berth/internal/doctor"
+	"github.com/berth-dev/berth/test/rig"
+	"github.com/berth-dev/berth/test/rig/rigtest"
+)
+
+func TestMain(m *testing.M) {
+	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
+		return r.InstallCRDsFromDir(ctx, filepath.Join(os.Getenv(rig.ToolsDirEnv), "crds", "karpenter"))
+	})
+}
+
+func gpuTemplate(image string, gpus int64) corev1.PodTemplateSpec {
+	return corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "x"}},
+		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: image,
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}}}}},
+	}
+}
+
+// seed creates one object for every check (in namespace "sick") that `berth doctor` reads
+// through the API.
+func seed(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	for _, ns := range []string{"sick", "healthy"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "llama", Namespace: "sick"}, Spec: appsv1.DeploymentSpec{
+		Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "x"}}, Template: gpuTemplate("vllm/vllm-openai:v0.11.0", 1)}}
+	dep.Spec.Template.Spec.RestartPolicy = corev1.RestartPolicyAlways
+	hpa := &autoscalingv2.HorizontalPodAutoscaler{ObjectMeta: metav1.ObjectMeta{Name: "llama", Namespace: "sick"}, Spec: autoscalingv2.HorizontalPodAutoscalerSpec{
+		ScaleTargetRef: autoscalingv2.CrossVersionObjectReference{APIVersion: "apps/v1", Kind: "Deployment", Name: "llama"},
+		MinReplicas:    ptr.To[int32](1), MaxReplicas: 8,
+		Metrics: []autoscalingv2.MetricSpec{{Type: autoscalingv2.PodsMetricSourceType, Pods: &autoscalingv2.PodsMetricSource{
+			Metric: autoscalingv2.MetricIdentifier{Name: "DCGM_FI_DEV_GPU_UTIL"},
+			Target: autoscalingv2.MetricTarget{Type: autoscalingv2.AverageValueMetricType, AverageValue: ptr.To(resource.MustParse("80"))}}}},
+	}}
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "ddp", Namespace: "sick"}, Spec: batchv1.JobSpec{
+		Parallelism: ptr.To[int32](4), Completions: ptr.To[int32](4), Template: gpuTemplate("pytorch/pytorch", 8)}}
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "gpu-doctor"}, Spec: karpv1.NodePoolSpec{
+		Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
+			NodeClassRef: &karpv1.NodeClassReference{Group: "karpenter.k8s.aws", Kind: "EC2NodeClass", Name: "default"},
+			Requirements: []karpv1.NodeSelectorRequirementWithMinValues{{Key: "karpenter.k8s.aws/instance-family", Operator: corev1.NodeSelectorOpIn, Values: []string{"p5"}}},
+		}},
+		Disruption: karpv1.Disruption{ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: karpv1.MustParseNillableDuration("0s"),
+			Budgets: []karpv1.Budget{{Nodes: "10%"}}},
+	}}
+	healthy := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "single", Namespace: "healthy"}, Spec: batchv1.JobSpec{Template: gpuTemplate("pytorch/pytorch", 8)}}
+	for _, o := range []client.Object{dep, hpa, job, np, healthy} {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+		}
+	}
+}
+
+// doctorCmd runs `berth doctor` with args and returns its output and error.
+func doctorCmd(args ...string) (string, error) {
+	root := cli.NewRootCommand()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&out)
+	root.SetArgs(append([]string{"doctor", "--kubeconfig=" + rigtest.Current().Kubeconfig}, args...))
+	err := root.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestDoctorFindsSeededProblems(t *testing.T) {
+	seed(t)
+	out, err := doctorCmd("-o", "json")
+	if err == nil {
+		t.Errorf("doctor exited 0 with problems in the cluster:\n%s", out)
+	}
+	var res struct {
+		Findings []doctor.Finding `json:"findings"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("parsing JSON output: %v\n%s", err, out)
+	}
+	var got []string
+	for _, f := range res.Findings {
+		got = append(got, f.Check+" "+f.Object)
+		if f.Fix == "" {
+			t.Errorf("no fix for %+v", f)
+		}
+	}
+	sort.Strings(got)
+	want := []string{
+		"gpu-job-without-gang Job sick/ddp",
+		"gpu-nodepool-consolidation NodePool gpu-doctor",
+		"gpu-util-autoscaling HorizontalPodAutoscaler sick/llama",
+		"vllm-without-queue-scaler Deployment sick/llama",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("findings (-want +got):\n%s", diff)
+	}
+
+	text, err := doctorCmd("-n", "sick")
+	if err == nil {
+		t.Error("doctor -n sick exited 0")
+	}
+	t.Logf("human output:\n%s", text)
+	for _, s := range []string{"sick/ddp", "fix:", "problem(s) found"} {
+		if !bytes.Contains([]byte(text), []byte(s)) {
+			t.Errorf("human output lacks %q", s)
+		}
+	}
+	// NodePools are cluster-wide, so they show in every namespace's report; a namespace with
+	// only healthy objects reports just that pool.
+	clean, _ := doctorCmd("-n", "healthy", "-o", "json")
+	if bytes.Contains([]byte(clean), []byte("single")) {
+		t.Errorf("a single-pod GPU Job was reported:\n%s", clean)
+	}
+	if _, err := doctorCmd("-o", "yaml"); err == nil || !bytes.Contains([]byte(err.Error()), []byte("text, json")) {
+		t.Errorf("bad -o: %v", err)
+	}
+}
