@@ -1,0 +1,170 @@
+package admission
+
+import (
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/utils/ptr"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/scheduling"
+)
+
+// The seat pod itself: a pure function of the gang, the member it stands for and the shortfall.
+
+// seatName is the deterministic name of seat i of an attempt: a restarted controller finds
+// the seats it already created instead of creating more.
+func seatName(g *berthv1alpha1.PodGroup, attempt int32, i int) string {
+	base := g.Name
+	if len(base) > 200 {
+		base = base[:200]
+	}
+	return fmt.Sprintf("%s-seat-%d-%d", base, attempt, i)
+}
+
+// seatPod is the seat that holds capacity for member m of gang g. sf.Domain, when set,
+// confines it to the topology domain where the gang's other members have room; nodes carrying
+// the gang's reservation label (sf.Nodes, see reserve) are off limits, as their room is
+// promised to those members.
+func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, name, image string, sf scheduling.Shortfall) *corev1.Pod {
+	req := resourcehelper.PodRequests(m, resourcehelper.PodResourcesOptions{})
+	limits := corev1.ResourceList{}
+	for n, q := range req {
+		if !isNativeResource(n) {
+			limits[n] = q // extended resources (GPUs) need limits equal to requests
+		}
+	}
+	seat := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: g.Namespace,
+			Labels: map[string]string{
+				berthv1alpha1.SeatOfLabel:      string(g.UID),
+				"app.kubernetes.io/managed-by": "berth",
+				"app.kubernetes.io/component":  "seat",
+			},
+			Annotations: map[string]string{
+				doNotDisrupt:         "true",
+				SeatMemberAnnotation: m.Name,
+			},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: berthv1alpha1.GroupVersion.String(), Kind: "PodGroup", Name: g.Name, UID: g.UID,
+				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
+			}},
+		},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: "seat", Image: image,
+				Resources: corev1.ResourceRequirements{Requests: req, Limits: limits},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+				},
+			}},
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65535),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			PriorityClassName:             berthv1alpha1.SeatPriorityClassName,
+			TerminationGracePeriodSeconds: ptr.To[int64](0),
+			AutomountServiceAccountToken:  ptr.To(false),
+			EnableServiceLinks:            ptr.To(false),
+			SchedulerName:                 m.Spec.SchedulerName,
+			NodeSelector:                  copyMap(m.Spec.NodeSelector),
+			Tolerations:                   append([]corev1.Toleration(nil), m.Spec.Tolerations...),
+		},
+	}
+	if g.Spec.NodePool != "" {
+		if seat.Spec.NodeSelector == nil {
+			seat.Spec.NodeSelector = map[string]string{}
+		}
+		seat.Spec.NodeSelector["karpenter.sh/nodepool"] = g.Spec.NodePool
+	}
+	aff := &corev1.Affinity{}
+	if m.Spec.Affinity != nil && m.Spec.Affinity.NodeAffinity != nil {
+		aff.NodeAffinity = m.Spec.Affinity.NodeAffinity.DeepCopy()
+	}
+	// Nodes whose room is promised to the gang's placeable members carry the gang's
+	// reservation label; seats stay off them. (Karpenter ignores pods that select on
+	// kubernetes.io/hostname or matchFields, so a node label it is.)
+	addRequiredNodeTerm(aff, corev1.NodeSelectorRequirement{Key: reserveKey(g), Operator: corev1.NodeSelectorOpDoesNotExist})
+	if g.Spec.Topology != nil {
+		key := g.Spec.Topology.RequiredKey
+		if sf.Domain != "" {
+			addRequiredNodeTerm(aff, corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{sf.Domain}})
+		}
+		aff.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{berthv1alpha1.SeatOfLabel: string(g.UID)}},
+			TopologyKey:   key,
+		}}}
+	}
+	if terms := selfAntiAffinity(m); len(terms) > 0 {
+		aff.PodAntiAffinity = &corev1.PodAntiAffinity{}
+		for _, key := range terms {
+			aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{berthv1alpha1.SeatOfLabel: string(g.UID)}},
+				TopologyKey:   key,
+			})
+		}
+	}
+	if aff.NodeAffinity != nil || aff.PodAffinity != nil || aff.PodAntiAffinity != nil {
+		seat.Spec.Affinity = aff
+	}
+	return seat
+}
+
+// selfAntiAffinity returns the topology keys of the member's required anti-affinity terms that
+// select the member itself ("one member per node"): seats must spread the same way.
+func selfAntiAffinity(m *corev1.Pod) []string {
+	if m.Spec.Affinity == nil || m.Spec.Affinity.PodAntiAffinity == nil {
+		return nil
+	}
+	var keys []string
+	for _, t := range m.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+		sel, err := metav1.LabelSelectorAsSelector(t.LabelSelector)
+		if err != nil || t.LabelSelector == nil {
+			continue
+		}
+		if sel.Matches(labels.Set(m.Labels)) {
+			keys = append(keys, t.TopologyKey)
+		}
+	}
+	return keys
+}
+
+// addRequiredNodeTerm ANDs req into every required node-affinity term (or adds a term).
+func addRequiredNodeTerm(aff *corev1.Affinity, req corev1.NodeSelectorRequirement) {
+	if aff.NodeAffinity == nil {
+		aff.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := aff.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchExpressions = append(terms[i].MatchExpressions, req)
+	}
+}
+
+func isNativeResource(n corev1.ResourceName) bool {
+	switch n {
+	case corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage:
+		return true
+	}
+	return strings.HasPrefix(string(n), corev1.ResourceHugePagesPrefix)
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
