@@ -35,6 +35,8 @@ generate: tools ## Regenerate deepcopy, CRDs, RBAC and the rig's instance types.
 	go run ./hack/gen-webhook config/webhook/manifests.yaml
 	go run ./hack/gen-priorityclass config/scheduling/priorityclass.yaml
 	go run ./hack/gen-metrics-doc docs/metrics.md
+	go build -o bin/berth ./cmd/berth && for r in inference training; do for f in h100 h200 a100 l40s a10g l4; do \
+		bin/berth nodepools render --family $$f --role $$r --cluster-name my-cluster > examples/nodepools/gpu-$$f-$$r.yaml; done; done
 
 vet: ## go vet and gofmt.
 	go vet ./...

@@ -1,0 +1,69 @@
+// Package examples_test applies every manifest under examples/ to a real kube-apiserver with
+// berth's, Karpenter's and Karpenter AWS's CRDs, the way `kubectl apply --server-side` would.
+package examples_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	awsapis "github.com/aws/karpenter-provider-aws/pkg/apis"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/berth-dev/berth/test/rig"
+	"github.com/berth-dev/berth/test/rig/rigtest"
+)
+
+func TestMain(m *testing.M) {
+	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
+		if err := rigtest.InstallBerthCRDs(ctx, r); err != nil {
+			return err
+		}
+		if err := r.InstallCRDsFromDir(ctx, filepath.Join(os.Getenv(rig.ToolsDirEnv), "crds", "karpenter")); err != nil {
+			return fmt.Errorf("installing Karpenter CRDs: %w", err)
+		}
+		// The AWS provider's NodePool CRD replaces the core one (EKS's stricter label rules).
+		return r.InstallCRDs(ctx, bytes.Join([][]byte{awsapis.NodePoolCRD, awsapis.EC2NodeClassCRD}, []byte("\n---\n")))
+	})
+}
+
+func TestExamplesApply(t *testing.T) {
+	ctx := context.Background()
+	r := rigtest.Current()
+	files, err := filepath.Glob("../../../examples/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, _ := filepath.Glob("../../../examples/*/*.yaml")
+	files = append(files, more...)
+	if len(files) < 3 {
+		t.Fatalf("found only %v", files)
+	}
+	_ = r.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := rig.DecodeManifests(data)
+			if err != nil {
+				t.Fatalf("decoding: %v", err)
+			}
+			if len(objs) == 0 {
+				t.Fatal("no objects")
+			}
+			for _, o := range objs {
+				// Strict, like kubectl: an unknown or misspelt field is an error, not dropped.
+				if err := r.Client.Patch(ctx, o, client.Apply, client.FieldOwner("examples"), client.ForceOwnership, client.FieldValidation("Strict")); err != nil { //nolint:staticcheck // SSA of unstructured objects
+					t.Errorf("applying %s %s: %v", o.GetKind(), o.GetName(), err)
+				}
+			}
+		})
+	}
+}
