@@ -479,11 +479,12 @@ func (r *Reconciler) reserve(ctx context.Context, g *berthv1alpha1.PodGroup, sna
 	return nil
 }
 
-// sweepReservations removes reservation labels of gangs that are not provisioning.
+// sweepReservations removes reservation labels of gangs that are not provisioning (admitted,
+// withdrawn, failed, finished or deleted).
 func (r *Reconciler) sweepReservations(ctx context.Context, nodes []*corev1.Node, gs []*berthv1alpha1.PodGroup) error {
 	live := map[string]bool{}
 	for _, g := range gs {
-		if g.Status.Provisioning.Active() {
+		if g.Status.Provisioning.Active() && g.Status.Phase == berthv1alpha1.PodGroupProvisioning {
 			live[reserveKey(g)] = true
 		}
 	}
