@@ -1,6 +1,8 @@
 package admission
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/scheduling"
@@ -227,4 +231,36 @@ func testGauge(t *testing.T, g prometheus.Gauge) float64 {
 		t.Fatal(err)
 	}
 	return m.GetGauge().GetValue()
+}
+
+func TestSweepReservations(t *testing.T) {
+	provisioning := builders.PodGroup("prov", "ml").MinMember(2).Obj()
+	provisioning.UID = "uid-prov"
+	provisioning.Status.Phase = berthv1alpha1.PodGroupProvisioning
+	provisioning.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &metav1.Time{Time: time.Now()}}
+	admitted := provisioning.DeepCopy()
+	admitted.Name, admitted.UID = "adm", "uid-adm"
+	admitted.Status.Phase = berthv1alpha1.PodGroupAdmitted
+	node := builders.Node("n1").Obj()
+	node.Labels[ReservePrefix+"uid-prov"] = "true"
+	node.Labels[ReservePrefix+"uid-adm"] = "true"
+	node.Labels[ReservePrefix+"uid-gone"] = "true"
+	c := fake.NewClientBuilder().WithObjects(node).Build()
+	r := &Reconciler{Client: c}
+	if err := r.sweepReservations(context.Background(), []*corev1.Node{node}, []*berthv1alpha1.PodGroup{provisioning, admitted}); err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.Node
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(node), &got); err != nil {
+		t.Fatal(err)
+	}
+	var kept []string
+	for k := range got.Labels {
+		if strings.HasPrefix(k, ReservePrefix) {
+			kept = append(kept, k)
+		}
+	}
+	if diff := cmp.Diff([]string{ReservePrefix + "uid-prov"}, kept); diff != "" {
+		t.Errorf("reservations left (-want +got):\n%s", diff)
+	}
 }
