@@ -54,9 +54,14 @@ func (r *Reconciler) sweepBarriers(ctx context.Context, nodes []*corev1.Node, gs
 	for _, g := range gs {
 		live[barrierKey(g)] = true
 	}
+	return r.sweepNodeLabels(ctx, nodes, BarrierPrefix, live)
+}
+
+// sweepNodeLabels removes from every node the labels starting with prefix that are not live.
+func (r *Reconciler) sweepNodeLabels(ctx context.Context, nodes []*corev1.Node, prefix string, live map[string]bool) error {
 	for _, n := range nodes {
 		for k := range n.Labels {
-			if strings.HasPrefix(k, BarrierPrefix) && !live[k] {
+			if strings.HasPrefix(k, prefix) && !live[k] {
 				if err := r.setNodeLabel(ctx, n.Name, k, false); err != nil {
 					return err
 				}

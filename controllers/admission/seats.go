@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -488,14 +487,5 @@ func (r *Reconciler) sweepReservations(ctx context.Context, nodes []*corev1.Node
 			live[reserveKey(g)] = true
 		}
 	}
-	for _, n := range nodes {
-		for k := range n.Labels {
-			if strings.HasPrefix(k, ReservePrefix) && !live[k] {
-				if err := r.setNodeLabel(ctx, n.Name, k, false); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	return nil
+	return r.sweepNodeLabels(ctx, nodes, ReservePrefix, live)
 }

@@ -108,29 +108,32 @@ func (r *Reconciler) gangOf(ctx context.Context, pod *corev1.Pod) (*berthv1alpha
 // deploymentOptsIn reports whether the Deployment owning the pod's ReplicaSet carries
 // ProtectAnnotation "true". Both are read as metadata only.
 func (r *Reconciler) deploymentOptsIn(ctx context.Context, pod *corev1.Pod) (bool, error) {
-	rsName := controllerName(pod, replicaSetGVK)
-	if rsName == "" {
-		return false, nil
+	rs, err := r.controllerOf(ctx, pod, replicaSetGVK)
+	if rs == nil || err != nil {
+		return false, err
 	}
-	rs := metadataOf(replicaSetGVK)
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: rsName}, rs); err != nil {
+	d, err := r.controllerOf(ctx, rs, deploymentGVK)
+	if d == nil || err != nil {
+		return false, err
+	}
+	return d.GetAnnotations()[berthv1alpha1.ProtectAnnotation] == "true", nil
+}
+
+// controllerOf reads the metadata of o's controller of kind gvk in o's namespace; nil when o
+// has no such controller or it is gone.
+func (r *Reconciler) controllerOf(ctx context.Context, o client.Object, gvk schema.GroupVersionKind) (client.Object, error) {
+	name := controllerName(o, gvk)
+	if name == "" {
+		return nil, nil
+	}
+	owner := metadataOf(gvk)
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: name}, owner); err != nil {
 		if apierrors.IsNotFound(err) {
-			return false, nil
+			return nil, nil
 		}
-		return false, fmt.Errorf("reading ReplicaSet %s/%s of pod %s: %w", pod.Namespace, rsName, pod.Name, err)
+		return nil, fmt.Errorf("reading %s %s/%s of %s: %w", gvk.Kind, o.GetNamespace(), name, o.GetName(), err)
 	}
-	deployName := controllerName(rs, deploymentGVK)
-	if deployName == "" {
-		return false, nil
-	}
-	d := metadataOf(deploymentGVK)
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: deployName}, d); err != nil {
-		if apierrors.IsNotFound(err) {
-			return false, nil
-		}
-		return false, fmt.Errorf("reading Deployment %s/%s of pod %s: %w", pod.Namespace, deployName, pod.Name, err)
-	}
-	return d.Annotations[berthv1alpha1.ProtectAnnotation] == "true", nil
+	return owner, nil
 }
 
 // metadataOf is an empty metadata-only object of a kind, for the metadata informers.
