@@ -9,15 +9,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-
-	bwebhook "github.com/berth-dev/berth/internal/webhook"
 	"github.com/berth-dev/berth/test/rig"
 	"github.com/berth-dev/berth/test/rig/rigtest"
 )
@@ -45,10 +39,6 @@ func TestMain(m *testing.M) {
 		nodeReadyDelay = d
 	}
 	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
-		bin := filepath.Join(r.WorkDir(), "berth")
-		if out, err := exec.Command("go", "build", "-o", bin, "github.com/berth-dev/berth/cmd/berth").CombinedOutput(); err != nil {
-			return fmt.Errorf("building berth: %v\n%s", err, out)
-		}
 		if err := rigtest.StartCluster(ctx, r, rig.KwokOptions{NodeReadyDelay: nodeReadyDelay}); err != nil {
 			return err
 		}
@@ -58,23 +48,10 @@ func TestMain(m *testing.M) {
 		if err := r.InstallDevNodePools(ctx); err != nil {
 			return err
 		}
-		port, err := rig.FreePort()
+		berth, err := rigtest.NewBerthProcess(ctx, r)
 		if err != nil {
 			return err
 		}
-		health, err := rig.FreePort()
-		if err != nil {
-			return err
-		}
-		url := fmt.Sprintf("https://127.0.0.1:%d%s", port, bwebhook.Path)
-		if err := r.Client.Create(ctx, bwebhook.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, nil)); err != nil {
-			return fmt.Errorf("creating webhook configuration: %w", err)
-		}
-		return r.StartComponent(ctx, "berth-controller", bin, []string{
-			"controller", "--kubeconfig=" + r.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
-			"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
-			"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--webhook-hosts=127.0.0.1",
-			"--webhook-cert-dir=" + filepath.Join(r.WorkDir(), "certs"), "--webhook-secret-namespace=kube-system",
-		}, nil, fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+		return berth.Start(ctx)
 	})
 }

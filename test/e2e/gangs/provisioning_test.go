@@ -290,14 +290,13 @@ func TestNodePoolLimitTooSmall(t *testing.T) {
 // is admitted.
 func TestRestartDuringProvisioning(t *testing.T) {
 	ctx := context.Background()
-	r := rigtest.Current()
-	if err := stopController(r); err != nil {
+	if err := berth.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if err := startController(ctx, r, "mid-seats"); err != nil {
+	if err := berth.Start(ctx, admission.FaultEnv+"=mid-seats"); err != nil {
 		t.Fatal(err)
 	}
-	crashed := ctrlRunning
+	crashed := berth.Running
 	ns := namespace(t, "restart")
 	const n = 6
 	pg := builders.PodGroup("ddp", ns).MinMember(n).Obj()
@@ -305,12 +304,7 @@ func TestRestartDuringProvisioning(t *testing.T) {
 	pg, _ = getGroup(ctx, pg)
 	_, stop := observe(pg)
 	rigtest.Eventually(t, time.Minute, 100*time.Millisecond, "controller dies half-way through the seats", func(context.Context) (bool, string, error) {
-		for _, c := range r.Components() {
-			if c.Name == crashed {
-				return !c.Running, "running", nil
-			}
-		}
-		return false, "", fmt.Errorf("no component %s", crashed)
+		return berth.Exited(crashed), "running", nil
 	})
 	seats, err := seatsOf(ctx, pg)
 	if err != nil {
@@ -319,7 +313,7 @@ func TestRestartDuringProvisioning(t *testing.T) {
 	if len(seats) != n/2 {
 		t.Fatalf("after the crash %d seats exist, want %d (half)", len(seats), n/2)
 	}
-	if err := startController(ctx, r, ""); err != nil {
+	if err := berth.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	rigtest.Eventually(t, time.Minute, 100*time.Millisecond, "seat count equals missing members", func(ctx context.Context) (bool, string, error) {

@@ -6,79 +6,34 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/admission"
-	bwebhook "github.com/berth-dev/berth/internal/webhook"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rig"
 	"github.com/berth-dev/berth/test/rig/rigtest"
 )
 
-var (
-	berthBin    string
-	webhookPort int
-)
+// berth runs `berth controller` as a process the tests kill and restart.
+var berth *rigtest.BerthProcess
 
 func TestMain(m *testing.M) {
 	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
-		berthBin = filepath.Join(r.WorkDir(), "berth")
-		if out, err := exec.Command("go", "build", "-o", berthBin, "github.com/berth-dev/berth/cmd/berth").CombinedOutput(); err != nil {
-			return fmt.Errorf("building berth: %v\n%s", err, out)
-		}
 		if err := rigtest.StartCluster(ctx, r, rig.KwokOptions{}); err != nil {
 			return err
 		}
 		var err error
-		if webhookPort, err = rig.FreePort(); err != nil {
-			return err
-		}
-		url := fmt.Sprintf("https://127.0.0.1:%d%s", webhookPort, bwebhook.Path)
-		return r.Client.Create(ctx, bwebhook.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, nil))
+		berth, err = rigtest.NewBerthProcess(ctx, r)
+		return err
 	})
-}
-
-// startController runs `berth controller` as its own process, optionally with a fault point.
-func startController(t *testing.T, name, fault string) {
-	t.Helper()
-	r := rigtest.Current()
-	health, err := rig.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var env []string
-	if fault != "" {
-		env = append(env, admission.FaultEnv+"="+fault)
-	}
-	err = r.StartComponent(context.Background(), name, berthBin, []string{
-		"controller", "--kubeconfig=" + r.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
-		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
-		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(webhookPort), "--webhook-hosts=127.0.0.1",
-		"--webhook-cert-dir=" + filepath.Join(r.WorkDir(), name+"-certs"), "--webhook-secret-namespace=kube-system",
-	}, env, fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-func exited(name string) bool {
-	for _, c := range rigtest.Current().Components() {
-		if c.Name == name {
-			return !c.Running
-		}
-	}
-	return false
 }
 
 func TestRestartFinishesRelease(t *testing.T) {
@@ -98,8 +53,10 @@ func TestRestartFinishesRelease(t *testing.T) {
 			if err := c.Create(ctx, ns); err != nil {
 				t.Fatal(err)
 			}
-			first, second := "berth-"+fault+"-1", "berth-"+fault+"-2"
-			startController(t, first, fault)
+			if err := berth.Start(ctx, admission.FaultEnv+"="+fault); err != nil {
+				t.Fatal(err)
+			}
+			first := berth.Running
 			if err := c.Create(ctx, builders.PodGroup("ddp", ns.Name).MinMember(4).Obj()); err != nil {
 				t.Fatal(err)
 			}
@@ -109,7 +66,7 @@ func TestRestartFinishesRelease(t *testing.T) {
 				}
 			}
 			rigtest.Eventually(t, 60*time.Second, 100*time.Millisecond, "controller dies at "+fault, func(context.Context) (bool, string, error) {
-				return exited(first), "still running", nil
+				return berth.Exited(first), "still running", nil
 			})
 			log, _ := os.ReadFile(filepath.Join(r.LogDir(), first+".log"))
 			if !strings.Contains(string(log), "fault injection: exiting at "+fault) {
@@ -133,7 +90,9 @@ func TestRestartFinishesRelease(t *testing.T) {
 				}
 			}
 
-			startController(t, second, "")
+			if err := berth.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
 			rigtest.Eventually(t, 60*time.Second, 100*time.Millisecond, "restarted controller releases every member", func(ctx context.Context) (bool, string, error) {
 				bound := 0
 				for _, p := range members(t, ns.Name) {
@@ -163,24 +122,11 @@ func TestRestartFinishesRelease(t *testing.T) {
 			if len(pg.Status.Assignments) != 4 {
 				t.Errorf("assignments = %v", pg.Status.Assignments)
 			}
-			stopController(t, second)
+			if err := berth.Stop(); err != nil {
+				t.Fatal(err)
+			}
 		})
 	}
-}
-
-func stopController(t *testing.T, name string) {
-	t.Helper()
-	for _, comp := range rigtest.Current().Components() {
-		if comp.Name == name && comp.Running {
-			p, err := os.FindProcess(comp.PID)
-			if err == nil {
-				_ = p.Signal(os.Interrupt)
-			}
-		}
-	}
-	rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, name+" stops", func(context.Context) (bool, string, error) {
-		return exited(name), "running", nil
-	})
 }
 
 func members(t *testing.T, ns string) []corev1.Pod {
