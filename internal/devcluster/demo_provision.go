@@ -214,8 +214,14 @@ func (v *provisionView) showSeats(ctx context.Context, c client.Client) error {
 		}
 	}
 	v.seats = len(names)
-	if v.seats > 0 && v.maxSeats == 0 {
-		v.p.say("berth created %d seat pods (%s): pause containers with the members' requests, PriorityClass %s%s",
+	// berth creates the seats in parallel: announce the set once it is complete (the request
+	// recorded in status.provisioning.seats), not the first seat a poll happens to see.
+	want := provisionMembers
+	if pr := v.last.Status.Provisioning; pr != nil && pr.Seats > 0 {
+		want = int(pr.Seats)
+	}
+	if v.seats > 0 && v.seats >= want {
+		v.p.once("seats/created/"+v.pg.Name, "berth created %d seat pods (%s): pause containers with the members' requests, PriorityClass %s%s",
 			v.seats, strings.Join(names, ", "), berthv1alpha1.SeatPriorityClassName, affinityNote(list.Items[0]))
 	}
 	v.maxSeats = max(v.maxSeats, v.seats)
