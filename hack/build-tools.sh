@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Builds what berth's local rig runs (etcd, kube-apiserver, kube-scheduler,
-# kube-controller-manager, kwok, Karpenter's kwok provider) and controller-gen, from the Go
-# module proxy at the versions pinned in hack/tools/go.mod, plus the assets the rig needs from
-# those modules (Karpenter's CRDs, kwok's Stage configs).
+# kube-controller-manager, kwok, Karpenter's kwok provider, the KEDA operator and metrics
+# adapter) and controller-gen, from the Go module proxy at the versions pinned in
+# hack/tools/go.mod and hack/tools/keda/go.mod, plus the assets the rig needs from those modules
+# (Karpenter's and KEDA's CRDs, kwok's Stage configs).
 #
 # Everything lands in a cache folder outside the repository keyed by the tools module's
 # content ($BERTH_TOOLS_CACHE, default ~/.cache/berth/tools/<key>), so a second run is instant.
+# KEDA is its own module with its own key (folder keda-<key>, linked into the main folder), so
+# moving one never rebuilds the other.
 #
 # Usage: hack/build-tools.sh [binary...]   Prints the cache folder on stdout; progress on stderr.
 set -euo pipefail
@@ -13,8 +16,11 @@ export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools="$root/hack/tools"
 key=$(cat "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go" | sha256sum | cut -c1-16)
-cache="${BERTH_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/berth/tools}/$key"
+cacheroot="${BERTH_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/berth/tools}"
+cache="$cacheroot/$key"
 mkdir -p "$cache/bin"
+kedakey=$(cat "$tools/keda/go.mod" "$tools/keda/go.sum" | sha256sum | cut -c1-16)
+kedacache="$cacheroot/keda-$kedakey"
 
 k8sver=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$tools/go.mod")
 minor=$(echo "$k8sver" | cut -d. -f2)
@@ -28,26 +34,34 @@ declare -A pkgs=(
   [karpenter-kwok]=sigs.k8s.io/karpenter/kwok
   [kube-scheduler]=k8s.io/kubernetes/cmd/kube-scheduler
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
+  [keda-operator]=github.com/kedacore/keda/v2/cmd/operator
+  [keda-adapter]=github.com/kedacore/keda/v2/cmd/adapter
 )
-order=(etcd kube-apiserver controller-gen kwok karpenter-kwok kube-scheduler kube-controller-manager)
+order=(etcd kube-apiserver controller-gen kwok karpenter-kwok kube-scheduler kube-controller-manager keda-operator keda-adapter)
 [ $# -gt 0 ] && order=("$@")
 
-cd "$tools"
 for b in "${order[@]}"; do
   pkg=${pkgs[$b]:-}
   [ -n "$pkg" ] || { echo "build-tools: unknown binary $b (known: ${!pkgs[*]})" >&2; exit 2; }
-  [ -x "$cache/bin/$b" ] && continue
-  echo "build-tools: building $b from the Go module proxy into $cache/bin (a cold build of the whole rig takes ~15 min on 2 cores; cached afterwards)" >&2
-  start=$(date +%s)
-  flags="-s -w"
-  case $pkg in k8s.io/kubernetes/*) flags=$k8sldflags ;; esac
-  go build -trimpath -ldflags "$flags" -o "$cache/bin/$b.tmp" "$pkg"
-  mv "$cache/bin/$b.tmp" "$cache/bin/$b"
-  echo "build-tools: $b built in $(( $(date +%s) - start ))s" >&2
+  dir=$tools out=$cache/bin
+  case $pkg in github.com/kedacore/*) dir=$tools/keda out=$kedacache/bin ;; esac
+  if [ ! -x "$out/$b" ]; then
+    mkdir -p "$out"
+    echo "build-tools: building $b from the Go module proxy into $out (a cold build of the whole rig takes ~25 min on 2 cores; cached afterwards)" >&2
+    start=$(date +%s)
+    flags="-s -w"
+    case $pkg in k8s.io/kubernetes/*) flags=$k8sldflags ;; esac
+    (cd "$dir" && go build -trimpath -ldflags "$flags" -o "$out/$b.tmp" "$pkg")
+    mv "$out/$b.tmp" "$out/$b"
+    echo "build-tools: $b built in $(( $(date +%s) - start ))s" >&2
+  fi
+  [ "$out" = "$cache/bin" ] || ln -sfn "$out/$b" "$cache/bin/$b"
 done
+cd "$tools"
 
 # Assets from the pinned modules: CRDs and kwok Stage configs (each file starts a YAML document).
 if [ ! -f "$cache/assets.done" ]; then
+  go mod download sigs.k8s.io/karpenter sigs.k8s.io/kwok
   karp=$(go list -m -f '{{.Dir}}' sigs.k8s.io/karpenter)
   kwok=$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)
   rm -rf "$cache/crds" "$cache/kwok-stages"
@@ -59,5 +73,12 @@ if [ ! -f "$cache/assets.done" ]; then
   done
   chmod -R u+w "$cache/crds" "$cache/kwok-stages"
   touch "$cache/assets.done"
+fi
+if [ ! -f "$cache/keda-$kedakey.done" ]; then
+  keda=$(cd "$tools/keda" && go mod download github.com/kedacore/keda/v2 && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)
+  rm -rf "$cache/crds/keda" && mkdir -p "$cache/crds/keda"
+  cp "$keda"/config/crd/bases/*.yaml "$cache/crds/keda/"
+  chmod -R u+w "$cache/crds/keda"
+  rm -f "$cache"/keda-*.done && touch "$cache/keda-$kedakey.done"
 fi
 echo "$cache"

@@ -104,6 +104,7 @@ is written to --kubeconfig (default <state-dir>/kubeconfig).`,
 		},
 	}
 	dev.AddCommand(up, serve, status, down, demo)
+	dev.AddCommand(newVLLMSimCommand())
 	return dev
 }
 

@@ -44,7 +44,7 @@ Run 'berth dev up' for a local cluster with real Kubernetes and Karpenter on loo
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newControllerCommand(), newAgentCommand(), newDevCommand(), newNodePoolsCommand(), newVersionCommand(), newDoctorCommand())
+	root.AddCommand(newControllerCommand(), newAgentCommand(), newDevCommand(), newNodePoolsCommand(), newVersionCommand(), newDoctorCommand(), newScalerCommand())
 	return root
 }
 

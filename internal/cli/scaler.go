@@ -1,0 +1,167 @@
+package cli
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/berth-dev/berth/scaler"
+	"github.com/berth-dev/berth/scaler/pods"
+	"github.com/berth-dev/berth/scaler/promsource"
+	"github.com/berth-dev/berth/scaler/server"
+	"github.com/berth-dev/berth/scaler/targets"
+)
+
+type scalerFlags struct {
+	grpcAddress, metricsAddress, kubeconfig, namespace string
+	tls                                                server.TLSFiles
+	scrapeTimeout, freshFor, maxSampleAge, ttftWindow  time.Duration
+	streamInterval, shutdownGrace                      time.Duration
+	headroom                                           float64
+}
+
+func newScalerCommand() *cobra.Command {
+	var f scalerFlags
+	cmd := &cobra.Command{
+		Use:   "scaler",
+		Short: "Run the KEDA external scaler that sizes vLLM Deployments from queue depth and KV-cache usage",
+		Long: `Run berth's KEDA external scaler (KEDA's externalscaler.proto over gRPC).
+
+A ScaledObject points an external (or external-push) trigger at this server; berth finds the
+scale target's pods, reads vllm:num_requests_waiting, vllm:kv_cache_usage_perc and
+vllm:time_to_first_token_seconds from each ready replica (source pods) or from Prometheus
+(source prometheus), and answers with values whose AverageValue targets make the HPA land on
+the replicas berth decided. Missing data is an error, never a zero. Trigger metadata and the
+math: docs/scaler.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runScaler(cmd.Context(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.grpcAddress, "grpc-address", ":9090", "address of the gRPC ExternalScaler and health services")
+	fl.StringVar(&f.metricsAddress, "metrics-address", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG or in-cluster config")
+	fl.StringVar(&f.namespace, "namespace", "", "watch pods in this namespace only (default all namespaces)")
+	fl.StringVar(&f.tls.CertFile, "tls-cert-file", "", "serving certificate (PEM); enables TLS (KEDA trigger enableTLS: true)")
+	fl.StringVar(&f.tls.KeyFile, "tls-key-file", "", "serving certificate's private key (PEM)")
+	fl.StringVar(&f.tls.ClientCAFile, "tls-client-ca-file", "", "CA that signs KEDA's client certificate; enables mutual TLS")
+	fl.DurationVar(&f.scrapeTimeout, "scrape-timeout", 2*time.Second, "timeout of one replica scrape (source pods) or one evaluation's queries (source prometheus)")
+	fl.DurationVar(&f.freshFor, "scrape-reuse", 2*time.Second, "how long a scrape's outcome is reused (one KEDA poll = GetMetrics + IsActive; several ScaledObjects on the same pods)")
+	fl.DurationVar(&f.maxSampleAge, "max-sample-age", 45*time.Second, "staleness bound: a replica whose scrape fails counts with its last sample until it is this old")
+	fl.DurationVar(&f.ttftWindow, "ttft-window", time.Minute, "window of the p95 time to first token")
+	fl.DurationVar(&f.streamInterval, "stream-interval", time.Second, "how often StreamIsActive (external-push triggers) re-evaluates")
+	fl.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight calls may finish on SIGTERM")
+	fl.Float64Var(&f.headroom, "scale-down-headroom", scaler.DefaultPolicy.ScaleDownHeadroom, "fraction (0-1] of each target the remaining replicas may reach after a scale-down")
+	return cmd
+}
+
+func runScaler(ctx context.Context, f scalerFlags) error {
+	ctrl.SetLogger(zap.New())
+	log := ctrl.Log.WithName("scaler")
+	if f.headroom <= 0 || f.headroom > 1 {
+		return fmt.Errorf("--scale-down-headroom %v: want a fraction in (0, 1]", f.headroom)
+	}
+	cfg, err := loadConfig(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("building scheme: %w", err)
+	}
+	copts := cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: slimPod}}}
+	if f.namespace != "" {
+		copts.DefaultNamespaces = map[string]cache.Config{f.namespace: {}}
+	}
+	podCache, err := cache.New(cfg, copts)
+	if err != nil {
+		return fmt.Errorf("creating the pod cache: %w", err)
+	}
+	api, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("creating the API client: %w", err)
+	}
+	go func() { _ = podCache.Start(ctx) }()
+	if !podCache.WaitForCacheSync(ctx) {
+		return fmt.Errorf("pod cache did not sync")
+	}
+	// The informer starts on the first List; do it now so the first KEDA call is not slow.
+	if err := podCache.List(ctx, &corev1.PodList{}, client.Limit(1)); err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+
+	observe := func(src scaler.Source) func(time.Duration, string) {
+		return func(d time.Duration, reason string) { server.ObserveScrape(src, d, reason) }
+	}
+	eng := &server.Engine{
+		Resolver:   &targets.Targets{Pods: podCache, API: api},
+		Pods:       pods.New(pods.Options{Timeout: f.scrapeTimeout, FreshFor: f.freshFor, MaxAge: f.maxSampleAge, TTFTWindow: f.ttftWindow, Observe: observe(scaler.SourcePods)}),
+		Prometheus: promsource.New(promsource.Options{Timeout: f.scrapeTimeout, FreshFor: f.freshFor, MaxAge: f.maxSampleAge, TTFTWindow: f.ttftWindow, Observe: observe(scaler.SourcePrometheus)}),
+		Policy:     scaler.Policy{ScaleDownHeadroom: f.headroom},
+	}
+	var tlsCfg *tls.Config
+	if f.tls.Enabled() {
+		if tlsCfg, err = f.tls.Config(); err != nil {
+			return err
+		}
+	}
+	gs, hs := server.NewGRPCServer(&server.Server{Engine: eng, StreamInterval: f.streamInterval}, tlsCfg)
+	lis, err := net.Listen("tcp", f.grpcAddress)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", f.grpcAddress, err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(server.Collectors()...)
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if f.metricsAddress != "0" {
+		if err := serveMetrics(ctx, f.metricsAddress, reg); err != nil {
+			return err
+		}
+	}
+	go func() { // forget pods and ScaledObjects that went away
+		t := time.NewTicker(time.Minute)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				eng.Pods.Forget(10 * time.Minute)
+				eng.ExpireSeries(10 * time.Minute)
+			}
+		}
+	}()
+	log.Info("serving KEDA's ExternalScaler", "address", lis.Addr().String(), "tls", f.tls.Enabled(), "mutualTLS", f.tls.ClientCAFile != "")
+	return server.Serve(ctx, gs, hs, lis, f.shutdownGrace)
+}
+
+// slimPod keeps what the scaler reads of a pod (name, labels, IP, Ready, phase, deletion), so a
+// cluster-wide pod cache stays small.
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	slim := &corev1.Pod{}
+	slim.Name, slim.Namespace, slim.Labels = p.Name, p.Namespace, p.Labels
+	slim.UID, slim.ResourceVersion, slim.DeletionTimestamp = p.UID, p.ResourceVersion, p.DeletionTimestamp
+	slim.Status.Phase, slim.Status.PodIP = p.Status.Phase, p.Status.PodIP
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			slim.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return slim, nil
+}

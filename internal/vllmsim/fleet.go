@@ -1,0 +1,297 @@
+package vllmsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// DefaultInterval is how often a Fleet steps its replicas and load generator.
+const DefaultInterval = 100 * time.Millisecond
+
+// FleetOptions configures a Fleet.
+type FleetOptions struct {
+	// Config is the configuration of every replica.
+	Config Config
+	// Rate is the initial arrival rate in requests per second.
+	Rate float64
+	// Interval is the time between steps (default DefaultInterval).
+	Interval time.Duration
+	// Clock drives the steps and stamps new replicas (default the real clock).
+	Clock clock.WithTicker
+	// Logf, if set, receives a line when a replica starts or stops serving.
+	Logf func(format string, args ...any)
+}
+
+// Fleet serves one Replica per listen address and feeds them from one LoadGenerator, like a
+// load balancer in front of a Deployment's pods. It is safe for concurrent use.
+type Fleet struct {
+	cfg      Config
+	clock    clock.WithTicker
+	interval time.Duration
+	load     *LoadGenerator
+	logf     func(format string, args ...any)
+
+	setMu   sync.Mutex // serialises SetAddresses and Close
+	mu      sync.Mutex // guards servers and closed
+	servers map[string]*server
+	closed  bool
+}
+
+type server struct {
+	addr    string // as asked for
+	bound   string // as listened on (differs for port 0)
+	replica *Replica
+	http    *http.Server
+	done    chan struct{} // closed when Serve returns
+}
+
+// LoadStatus is the fleet-wide view served by GET /load.
+type LoadStatus struct {
+	// Rate is the arrival rate in requests per second.
+	Rate float64 `json:"rate"`
+	// Replicas is the number of replicas serving.
+	Replicas int `json:"replicas"`
+	// Waiting is the number of queued requests over all replicas.
+	Waiting int `json:"waiting"`
+	// Running is the number of running requests over all replicas.
+	Running int `json:"running"`
+}
+
+// NewFleet returns a fleet that serves no address yet.
+func NewFleet(opts FleetOptions) (*Fleet, error) {
+	if err := opts.Config.Validate(); err != nil {
+		return nil, err
+	}
+	load, err := NewLoadGenerator(opts.Rate)
+	if err != nil {
+		return nil, fmt.Errorf("initial load: %w", err)
+	}
+	if opts.Interval < 0 {
+		return nil, fmt.Errorf("step interval must be positive, got %s", opts.Interval)
+	}
+	f := &Fleet{
+		cfg:      opts.Config.WithDefaults(),
+		clock:    opts.Clock,
+		interval: opts.Interval,
+		load:     load,
+		logf:     opts.Logf,
+		servers:  map[string]*server{},
+	}
+	if f.clock == nil {
+		f.clock = clock.RealClock{}
+	}
+	if f.interval == 0 {
+		f.interval = DefaultInterval
+	}
+	if f.logf == nil {
+		f.logf = func(string, ...any) {}
+	}
+	return f, nil
+}
+
+// Load returns the fleet's load generator, to read or change the arrival rate.
+func (f *Fleet) Load() *LoadGenerator { return f.load }
+
+// SetAddresses makes the fleet serve exactly addrs: it starts a replica with an HTTP server
+// listening on each new address and stops the servers of addresses no longer listed, whose
+// queued and running requests are lost, like a deleted pod's. An address that cannot be
+// listened on is reported in the error and the others are still served.
+func (f *Fleet) SetAddresses(ctx context.Context, addrs []string) error {
+	f.setMu.Lock()
+	defer f.setMu.Unlock()
+	want := map[string]bool{}
+	for _, a := range addrs {
+		if a != "" {
+			want[a] = true
+		}
+	}
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return errors.New("setting the addresses of the vLLM emulator fleet: the fleet is closed")
+	}
+	var gone []*server
+	for a, s := range f.servers {
+		if !want[a] {
+			gone = append(gone, s)
+			delete(f.servers, a)
+		}
+	}
+	var add []string
+	for a := range want {
+		if f.servers[a] == nil {
+			add = append(add, a)
+		}
+	}
+	f.mu.Unlock()
+
+	for _, s := range gone {
+		running, waiting := s.replica.Queue()
+		_ = s.http.Close() // abrupt, like a pod that is gone
+		<-s.done
+		f.logf("stopped the vLLM emulator on %s (%d running and %d waiting requests lost)", s.addr, running, waiting)
+	}
+	slices.Sort(add)
+	var errs []error
+	for _, a := range add {
+		s, err := f.start(ctx, a)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		f.mu.Lock()
+		f.servers[a] = s
+		f.mu.Unlock()
+		f.logf("serving the vLLM emulator on %s", s.bound)
+	}
+	return errors.Join(errs...)
+}
+
+func (f *Fleet) start(ctx context.Context, addr string) (*server, error) {
+	r, err := NewReplica(f.cfg, f.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	h, err := r.Handler()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("serving the vLLM emulator on %s: %w", addr, err)
+	}
+	s := &server{
+		addr:    addr,
+		bound:   ln.Addr().String(),
+		replica: r,
+		http:    &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second},
+		done:    make(chan struct{}),
+	}
+	go func() {
+		defer close(s.done)
+		if err := s.http.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			f.logf("the vLLM emulator on %s stopped: %v", addr, err)
+		}
+	}()
+	return s, nil
+}
+
+// Addresses returns the addresses served, as given to SetAddresses, sorted.
+func (f *Fleet) Addresses() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]string, 0, len(f.servers))
+	for a := range f.servers {
+		out = append(out, a)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// BoundAddr returns the address actually listened on for addr, which differs from addr when
+// its port is 0; ok is false when addr is not served.
+func (f *Fleet) BoundAddr(addr string) (bound string, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := f.servers[addr]; s != nil {
+		return s.bound, true
+	}
+	return "", false
+}
+
+// Replica returns the replica served on addr; ok is false when addr is not served.
+func (f *Fleet) Replica(addr string) (r *Replica, ok bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s := f.servers[addr]; s != nil {
+		return s.replica, true
+	}
+	return nil, false
+}
+
+// replicas returns the served replicas ordered by address.
+func (f *Fleet) replicas() []*Replica {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	addrs := make([]string, 0, len(f.servers))
+	for a := range f.servers {
+		addrs = append(addrs, a)
+	}
+	slices.Sort(addrs)
+	out := make([]*Replica, len(addrs))
+	for i, a := range addrs {
+		out[i] = f.servers[a].replica
+	}
+	return out
+}
+
+// Step emits the arrivals due by now over the replicas, ordered by address, then advances
+// every replica to now. Run calls it on every tick; tests call it with their own times.
+func (f *Fleet) Step(now time.Time) {
+	rs := f.replicas()
+	recv := make([]Receiver, len(rs))
+	for i, r := range rs {
+		recv[i] = r
+	}
+	f.load.Step(now, recv)
+	for _, r := range rs {
+		r.Step(now)
+	}
+}
+
+// Status returns the arrival rate and the replicas' queues, summed.
+func (f *Fleet) Status() LoadStatus {
+	st := LoadStatus{Rate: f.load.Rate()}
+	for _, r := range f.replicas() {
+		running, waiting := r.Queue()
+		st.Replicas++
+		st.Running += running
+		st.Waiting += waiting
+	}
+	return st
+}
+
+// Run steps the fleet every interval of its clock until ctx is done. It leaves the servers
+// running; call Close to stop them.
+func (f *Fleet) Run(ctx context.Context) {
+	t := f.clock.NewTicker(f.interval)
+	defer t.Stop()
+	f.Step(f.clock.Now())
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			f.Step(f.clock.Now())
+		}
+	}
+}
+
+// Close shuts every server down gracefully, waiting for open requests until ctx is done,
+// after which it closes their connections. The fleet serves nothing afterwards.
+func (f *Fleet) Close(ctx context.Context) error {
+	f.setMu.Lock()
+	defer f.setMu.Unlock()
+	f.mu.Lock()
+	f.closed = true
+	servers := f.servers
+	f.servers = map[string]*server{}
+	f.mu.Unlock()
+	var errs []error
+	for _, s := range servers {
+		if err := s.http.Shutdown(ctx); err != nil {
+			_ = s.http.Close()
+			errs = append(errs, fmt.Errorf("shutting down the vLLM emulator on %s: %w", s.addr, err))
+		}
+		<-s.done
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,98 @@
+package vllmsim
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Receiver takes arrivals from a LoadGenerator; *Replica is one.
+type Receiver interface {
+	// Submit enqueues n requests that arrived at time at.
+	Submit(n int, at time.Time)
+}
+
+// LoadGenerator produces requests at a steady rate as a deterministic fluid process: each
+// Step adds rate × elapsed time to an accumulator and emits its integer part, so 2.5 req/s
+// stepped every 100ms emits one request on every fourth step, exactly 25 in 10s. There is no
+// randomness. It is safe for concurrent use.
+type LoadGenerator struct {
+	mu      sync.Mutex
+	rate    float64 // requests per second
+	acc     float64 // requests owed but not yet emitted
+	last    time.Time
+	started bool
+	next    int // round-robin cursor over the receivers
+}
+
+// NewLoadGenerator returns a generator emitting rate requests per second from its first Step.
+func NewLoadGenerator(rate float64) (*LoadGenerator, error) {
+	g := &LoadGenerator{}
+	if err := g.SetRate(rate); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// ValidateRate reports whether rate is a usable arrival rate: finite and not negative.
+func ValidateRate(rate float64) error {
+	if math.IsNaN(rate) || math.IsInf(rate, 0) || rate < 0 {
+		return fmt.Errorf("rate must be a finite, non-negative number of requests per second, got %v", rate)
+	}
+	return nil
+}
+
+// SetRate changes the arrival rate; it applies from the interval that the next Step closes.
+func (g *LoadGenerator) SetRate(rate float64) error {
+	if err := ValidateRate(rate); err != nil {
+		return err
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rate = rate
+	return nil
+}
+
+// Rate returns the arrival rate in requests per second.
+func (g *LoadGenerator) Rate() float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.rate
+}
+
+// Step emits the requests that arrived since the previous Step, timestamped now, one at a
+// time round-robin over receivers (like a load balancer), and returns how many it emitted.
+// With no receivers the requests are dropped, like a Service without endpoints. The first
+// Step only starts the clock.
+func (g *LoadGenerator) Step(now time.Time, receivers []Receiver) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.started || now.Before(g.last) {
+		g.started, g.last = true, now
+		return 0
+	}
+	g.acc += g.rate * now.Sub(g.last).Seconds()
+	g.last = now
+	// The epsilon absorbs float error, so that ten steps of 0.1 at 10/s make exactly ten.
+	n := int(math.Floor(g.acc + 1e-9))
+	if n <= 0 {
+		return 0
+	}
+	g.acc = math.Max(0, g.acc-float64(n))
+	if len(receivers) == 0 {
+		return 0
+	}
+	counts := make([]int, len(receivers))
+	for range n {
+		g.next %= len(receivers)
+		counts[g.next]++
+		g.next++
+	}
+	for i, c := range counts {
+		if c > 0 {
+			receivers[i].Submit(c, now)
+		}
+	}
+	return n
+}

@@ -1,0 +1,108 @@
+package vllmsim
+
+import (
+	"math"
+	"sync"
+	"testing"
+	"time"
+)
+
+type countingReceiver struct{ n int }
+
+func (c *countingReceiver) Submit(n int, _ time.Time) { c.n += n }
+
+func TestLoadGeneratorIsFluid(t *testing.T) {
+	for _, tc := range []struct {
+		rate  float64
+		step  time.Duration
+		steps int
+		want  int
+	}{
+		{rate: 10, step: 100 * time.Millisecond, steps: 100, want: 100},
+		{rate: 2.5, step: 100 * time.Millisecond, steps: 100, want: 25},
+		{rate: 0.3, step: time.Second, steps: 10, want: 3},
+		{rate: 12.5, step: 30 * time.Millisecond, steps: 1000, want: 375},
+		{rate: 0, step: time.Second, steps: 10, want: 0},
+	} {
+		g, err := NewLoadGenerator(tc.rate)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc := &countingReceiver{}
+		now := t0
+		if n := g.Step(now, []Receiver{rc}); n != 0 {
+			t.Errorf("first Step emitted %d", n)
+		}
+		for range tc.steps {
+			now = now.Add(tc.step)
+			g.Step(now, []Receiver{rc})
+		}
+		if rc.n != tc.want {
+			t.Errorf("rate %v, %d steps of %s: %d arrivals, want %d", tc.rate, tc.steps, tc.step, rc.n, tc.want)
+		}
+	}
+}
+
+func TestLoadGeneratorRoundRobin(t *testing.T) {
+	g, _ := NewLoadGenerator(10)
+	rs := []*countingReceiver{{}, {}, {}}
+	recv := []Receiver{rs[0], rs[1], rs[2]}
+	now := t0
+	g.Step(now, recv)
+	for range 7 { // one arrival per step
+		now = now.Add(100 * time.Millisecond)
+		g.Step(now, recv)
+	}
+	if rs[0].n != 3 || rs[1].n != 2 || rs[2].n != 2 {
+		t.Errorf("spread %d/%d/%d, want 3/2/2", rs[0].n, rs[1].n, rs[2].n)
+	}
+	// A burst of 5 continues where the cursor stopped: receivers 1, 2, 0, 1, 2.
+	now = now.Add(500 * time.Millisecond)
+	g.Step(now, recv)
+	if rs[0].n != 4 || rs[1].n != 4 || rs[2].n != 4 {
+		t.Errorf("spread %d/%d/%d, want 4/4/4", rs[0].n, rs[1].n, rs[2].n)
+	}
+	// Without receivers the arrivals are dropped, not saved up.
+	now = now.Add(time.Second)
+	if n := g.Step(now, nil); n != 0 {
+		t.Errorf("Step without receivers emitted %d", n)
+	}
+	now = now.Add(100 * time.Millisecond)
+	if n := g.Step(now, recv); n != 1 {
+		t.Errorf("Step after a dropped second emitted %d, want 1", n)
+	}
+}
+
+func TestLoadGeneratorSetRate(t *testing.T) {
+	g, _ := NewLoadGenerator(1)
+	for _, bad := range []float64{-1, math.NaN(), math.Inf(1), math.Inf(-1)} {
+		if err := g.SetRate(bad); err == nil {
+			t.Errorf("SetRate(%v) accepted", bad)
+		}
+	}
+	if _, err := NewLoadGenerator(-3); err == nil {
+		t.Error("NewLoadGenerator(-3) accepted")
+	}
+	if g.Rate() != 1 {
+		t.Errorf("rate %v after rejected changes, want 1", g.Rate())
+	}
+	// Rate changes race with steps in a running fleet; -race checks that this is safe.
+	var wg sync.WaitGroup
+	rc := &countingReceiver{}
+	wg.Go(func() {
+		for i := range 100 {
+			_ = g.SetRate(float64(i))
+		}
+	})
+	wg.Go(func() {
+		now := t0
+		for range 100 {
+			now = now.Add(10 * time.Millisecond)
+			g.Step(now, []Receiver{rc})
+		}
+	})
+	wg.Wait()
+	if g.Rate() != 99 {
+		t.Errorf("rate %v, want 99", g.Rate())
+	}
+}

@@ -1,0 +1,217 @@
+package vllmsim
+
+import (
+	"sync"
+	"time"
+)
+
+// Bucket boundaries of vLLM's histograms (vllm/v1/metrics/loggers.py).
+var (
+	ttftBuckets = []float64{
+		0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75,
+		1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+	}
+	requestLatencyBuckets = []float64{
+		0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+		40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+	}
+)
+
+// Histogram is a cumulative histogram like a Prometheus one: Buckets[i] counts the
+// observations not above Bounds[i]; Count and Sum cover every observation.
+type Histogram struct {
+	// Bounds are the upper bounds of the buckets, ascending.
+	Bounds []float64
+	// Buckets are the cumulative counts, one per bound.
+	Buckets []uint64
+	// Count is the number of observations.
+	Count uint64
+	// Sum is the sum of the observations.
+	Sum float64
+}
+
+func newHistogram(bounds []float64) Histogram {
+	return Histogram{Bounds: bounds, Buckets: make([]uint64, len(bounds))}
+}
+
+func (h *Histogram) observe(v float64) {
+	h.Count++
+	h.Sum += v
+	for i, b := range h.Bounds {
+		if v <= b {
+			h.Buckets[i]++
+		}
+	}
+}
+
+func (h Histogram) clone() Histogram {
+	h.Buckets = append([]uint64(nil), h.Buckets...)
+	return h
+}
+
+// EngineStats is a snapshot of one engine of a Replica.
+type EngineStats struct {
+	// Engine is the engine index, reported as label engine.
+	Engine int
+	// Running is the number of sequences running.
+	Running int
+	// Waiting is the number of requests in the waiting queue.
+	Waiting int
+	// KVBlocksUsed is the number of KV-cache blocks held by running sequences.
+	KVBlocksUsed int
+	// KVCacheUsage is KVBlocksUsed/KVBlocksTotal, from 0 to 1.
+	KVCacheUsage float64
+	// RequestSuccess counts completed requests (finished_reason "stop").
+	RequestSuccess uint64
+	// PromptTokens counts prompt tokens prefilled (on admission).
+	PromptTokens uint64
+	// GenerationTokens counts generated tokens (on completion).
+	GenerationTokens uint64
+	// Preemptions counts preempted sequences; blocks are reserved on admission, so it stays 0.
+	Preemptions uint64
+	// TTFT holds time to first token (queue wait + PrefillTime), observed on admission.
+	TTFT Histogram
+	// E2ELatency holds arrival-to-completion latency, observed on completion.
+	E2ELatency Histogram
+	// QueueTime holds the time spent waiting, observed on completion like vLLM does.
+	QueueTime Histogram
+}
+
+type request struct {
+	arrived, admitted, done time.Time
+}
+
+type engine struct {
+	clock   time.Time // time up to which events have been processed
+	waiting []request // FIFO
+	running []request // ascending by done (admission is FIFO and service time constant)
+	stats   EngineStats
+}
+
+// Replica emulates one vLLM server. It is safe for concurrent use; time moves only through
+// Step, driven by the caller's clock.
+type Replica struct {
+	cfg     Config
+	created time.Time
+
+	mu      sync.Mutex
+	engines []*engine
+	next    int // engine that gets the next arrival
+}
+
+// NewReplica returns an idle replica with cfg (zero fields take defaults) whose clock starts at now.
+func NewReplica(cfg Config, now time.Time) (*Replica, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	r := &Replica{cfg: cfg, created: now}
+	for i := range cfg.Engines {
+		r.engines = append(r.engines, &engine{clock: now, stats: EngineStats{
+			Engine:     i,
+			TTFT:       newHistogram(ttftBuckets),
+			E2ELatency: newHistogram(requestLatencyBuckets),
+			QueueTime:  newHistogram(requestLatencyBuckets),
+		}})
+	}
+	return r, nil
+}
+
+// Config returns the replica's configuration with defaults filled in.
+func (r *Replica) Config() Config { return r.cfg }
+
+// Submit enqueues n requests that arrived at time at, spread round-robin over the engines.
+// They are admitted on the next Step.
+func (r *Replica) Submit(n int, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for range n {
+		e := r.engines[r.next]
+		r.next = (r.next + 1) % len(r.engines)
+		e.waiting = append(e.waiting, request{arrived: at})
+	}
+}
+
+// Step advances the replica to now: it completes the sequences whose service time has passed
+// and admits waiting requests in FIFO order, each at the moment a sequence slot and enough KV
+// blocks became free, so the outcome does not depend on how often Step is called.
+func (r *Replica) Step(now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.engines {
+		e.step(now, &r.cfg)
+	}
+}
+
+func (e *engine) step(now time.Time, cfg *Config) {
+	if now.Before(e.clock) {
+		return // time does not go back
+	}
+	t := e.clock
+	for {
+		e.admit(t, now, cfg)
+		if len(e.running) == 0 || e.running[0].done.After(now) {
+			break
+		}
+		t = e.running[0].done
+		e.complete(e.running[0], cfg)
+		e.running = e.running[1:]
+	}
+	e.clock = now
+}
+
+// admit moves requests from the head of the queue to running while there is room, each at
+// the later of t and its arrival; requests that arrive after now wait.
+func (e *engine) admit(t, now time.Time, cfg *Config) {
+	for len(e.waiting) > 0 && len(e.running) < cfg.MaxNumSeqs &&
+		cfg.KVBlocksTotal-e.stats.KVBlocksUsed >= cfg.KVBlocksPerSeq {
+		req := e.waiting[0]
+		if req.arrived.After(now) {
+			return
+		}
+		req.admitted = t
+		if req.arrived.After(t) {
+			req.admitted = req.arrived
+		}
+		req.done = req.admitted.Add(cfg.ServiceTime)
+		e.waiting = e.waiting[1:]
+		e.running = append(e.running, req)
+		e.stats.KVBlocksUsed += cfg.KVBlocksPerSeq
+		e.stats.PromptTokens += uint64(cfg.PromptTokens)
+		e.stats.TTFT.observe((req.admitted.Sub(req.arrived) + cfg.PrefillTime).Seconds())
+	}
+}
+
+func (e *engine) complete(req request, cfg *Config) {
+	e.stats.KVBlocksUsed -= cfg.KVBlocksPerSeq
+	e.stats.RequestSuccess++
+	e.stats.GenerationTokens += uint64(cfg.GenerationTokens)
+	e.stats.QueueTime.observe(req.admitted.Sub(req.arrived).Seconds())
+	e.stats.E2ELatency.observe(req.done.Sub(req.arrived).Seconds())
+}
+
+// Snapshot returns the state and counters of every engine, in engine order.
+func (r *Replica) Snapshot() []EngineStats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]EngineStats, len(r.engines))
+	for i, e := range r.engines {
+		s := e.stats
+		s.Running, s.Waiting = len(e.running), len(e.waiting)
+		s.KVCacheUsage = float64(s.KVBlocksUsed) / float64(r.cfg.KVBlocksTotal)
+		s.TTFT, s.E2ELatency, s.QueueTime = s.TTFT.clone(), s.E2ELatency.clone(), s.QueueTime.clone()
+		out[i] = s
+	}
+	return out
+}
+
+// Queue returns the requests running and waiting, summed over the engines.
+func (r *Replica) Queue() (running, waiting int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.engines {
+		running += len(e.running)
+		waiting += len(e.waiting)
+	}
+	return running, waiting
+}

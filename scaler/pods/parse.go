@@ -1,0 +1,212 @@
+package pods
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/berth-dev/berth/scaler"
+)
+
+// Metric families berth reads. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc; both
+// are understood. SGLang's equivalents make it a second engine.
+const (
+	VLLMWaiting      = "vllm:num_requests_waiting"
+	VLLMRunning      = "vllm:num_requests_running"
+	VLLMKVUsage      = "vllm:kv_cache_usage_perc"
+	VLLMKVUsageOld   = "vllm:gpu_cache_usage_perc"
+	VLLMTTFT         = "vllm:time_to_first_token_seconds"
+	SGLangWaiting    = "sglang:num_queue_reqs"
+	SGLangRunning    = "sglang:num_running_reqs"
+	SGLangTokenUsage = "sglang:token_usage"
+	SGLangTTFT       = "sglang:time_to_first_token_seconds"
+	modelLabel       = "model_name"
+)
+
+// ErrNoSeries is a metrics page without a queue-depth series (for the model asked for).
+var ErrNoSeries = errors.New("no queue series")
+
+// Reading is one parsed metrics page: a sample per model_name, so several ScaledObjects that
+// filter on different models share one scrape.
+type Reading struct {
+	// At is when the page was read.
+	At time.Time
+	// ByModel holds one sample per model_name ("" for series without the label).
+	ByModel map[string]scaler.Sample
+}
+
+// Sample returns the replica's sample for model ("" sums every model).
+func (r Reading) Sample(model string) (scaler.Sample, error) {
+	if model != "" {
+		s, ok := r.ByModel[model]
+		if !ok {
+			return scaler.Sample{}, fmt.Errorf("%w for model_name=%q (models served: %s)", ErrNoSeries, model, strings.Join(r.models(), ", "))
+		}
+		return s, nil
+	}
+	if len(r.ByModel) == 0 {
+		return scaler.Sample{}, fmt.Errorf("%w: neither %s nor %s", ErrNoSeries, VLLMWaiting, SGLangWaiting)
+	}
+	out := scaler.Sample{At: r.At}
+	kvN := 0
+	for _, m := range r.models() {
+		s := r.ByModel[m]
+		out.Waiting += s.Waiting
+		out.Running += s.Running
+		if s.HasKV {
+			out.KVUsage += s.KVUsage
+			out.HasKV = true
+			kvN++
+		}
+		out.TTFT.Add(s.TTFT)
+	}
+	if kvN > 0 {
+		out.KVUsage /= float64(kvN)
+	}
+	return out, nil
+}
+
+func (r Reading) models() []string {
+	out := make([]string, 0, len(r.ByModel))
+	for m := range r.ByModel {
+		out = append(out, m)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Parse reads a Prometheus text exposition page. Queue and running counts are summed across
+// engine series, KV usage is the mean over engines (each engine has its own cache), TTFT
+// histograms are merged. A model appears in ByModel only when it has a queue series.
+func Parse(in io.Reader, at time.Time) (Reading, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(in)
+	if err != nil {
+		return Reading{}, fmt.Errorf("parsing the metrics page: %w", err)
+	}
+	type acc struct {
+		s          scaler.Sample
+		hasQueue   bool
+		kvSum      float64
+		kvN        int
+		oldKV, sgl float64
+		oldN, sglN int
+	}
+	byModel := map[string]*acc{}
+	get := func(m *dto.Metric) *acc {
+		name := ""
+		for _, l := range m.GetLabel() {
+			if l.GetName() == modelLabel {
+				name = l.GetValue()
+			}
+		}
+		a := byModel[name]
+		if a == nil {
+			a = &acc{s: scaler.Sample{At: at}}
+			byModel[name] = a
+		}
+		return a
+	}
+	gauge := func(name string, fn func(a *acc, v float64)) error {
+		f := fams[name]
+		if f == nil {
+			return nil
+		}
+		for _, m := range f.GetMetric() {
+			v, ok := value(f, m)
+			if !ok {
+				return fmt.Errorf("%s: want a gauge, the page has a %s", name, f.GetType())
+			}
+			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+				return fmt.Errorf("%s: value %v", name, v)
+			}
+			fn(get(m), v)
+		}
+		return nil
+	}
+	steps := []struct {
+		name string
+		fn   func(a *acc, v float64)
+	}{
+		{VLLMWaiting, func(a *acc, v float64) { a.s.Waiting += v; a.hasQueue = true }},
+		{SGLangWaiting, func(a *acc, v float64) { a.s.Waiting += v; a.hasQueue = true }},
+		{VLLMRunning, func(a *acc, v float64) { a.s.Running += v }},
+		{SGLangRunning, func(a *acc, v float64) { a.s.Running += v }},
+		{VLLMKVUsage, func(a *acc, v float64) { a.kvSum += v; a.kvN++ }},
+		{VLLMKVUsageOld, func(a *acc, v float64) { a.oldKV += v; a.oldN++ }},
+		{SGLangTokenUsage, func(a *acc, v float64) { a.sgl += v; a.sglN++ }},
+	}
+	for _, st := range steps {
+		if err := gauge(st.name, st.fn); err != nil {
+			return Reading{}, err
+		}
+	}
+	for _, name := range []string{VLLMTTFT, SGLangTTFT} {
+		f := fams[name]
+		if f == nil {
+			continue
+		}
+		if f.GetType() != dto.MetricType_HISTOGRAM {
+			return Reading{}, fmt.Errorf("%s: want a histogram, the page has a %s", name, f.GetType())
+		}
+		for _, m := range f.GetMetric() {
+			h := histogram(m.GetHistogram())
+			a := get(m)
+			if !a.s.TTFT.Add(h) {
+				return Reading{}, fmt.Errorf("%s: engines expose different bucket bounds", name)
+			}
+		}
+	}
+	r := Reading{At: at, ByModel: map[string]scaler.Sample{}}
+	for name, a := range byModel {
+		if !a.hasQueue {
+			continue
+		}
+		switch { // the current name wins over the old one; vLLM wins over SGLang
+		case a.kvN > 0:
+			a.s.KVUsage, a.s.HasKV = a.kvSum/float64(a.kvN), true
+		case a.oldN > 0:
+			a.s.KVUsage, a.s.HasKV = a.oldKV/float64(a.oldN), true
+		case a.sglN > 0:
+			a.s.KVUsage, a.s.HasKV = a.sgl/float64(a.sglN), true
+		}
+		r.ByModel[name] = a.s
+	}
+	return r, nil
+}
+
+func value(f *dto.MetricFamily, m *dto.Metric) (float64, bool) {
+	switch f.GetType() {
+	case dto.MetricType_GAUGE:
+		return m.GetGauge().GetValue(), true
+	case dto.MetricType_UNTYPED:
+		return m.GetUntyped().GetValue(), true
+	}
+	return 0, false
+}
+
+// histogram converts a parsed classic histogram to cumulative buckets ending in +Inf.
+func histogram(h *dto.Histogram) scaler.Histogram {
+	out := scaler.Histogram{}
+	for _, b := range h.GetBucket() {
+		if math.IsInf(b.GetUpperBound(), 1) {
+			continue
+		}
+		out.Bounds = append(out.Bounds, b.GetUpperBound())
+		out.Counts = append(out.Counts, float64(b.GetCumulativeCount()))
+	}
+	out.Bounds = append(out.Bounds, math.Inf(1))
+	out.Counts = append(out.Counts, float64(h.GetSampleCount()))
+	return out
+}
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

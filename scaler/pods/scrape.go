@@ -1,0 +1,320 @@
+package pods
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/berth-dev/berth/scaler"
+)
+
+// maxPageBytes bounds what one scrape may read; vLLM's page is a few tens of KiB.
+const maxPageBytes = 8 << 20
+
+// Options tunes a Scraper.
+type Options struct {
+	// Timeout bounds one scrape (default 2s).
+	Timeout time.Duration
+	// FreshFor is how long a scrape's outcome (page or error) is reused: one KEDA poll calls
+	// GetMetrics and IsActive back to back, and several ScaledObjects may select the same pods
+	// (default 2s).
+	FreshFor time.Duration
+	// MaxAge is the staleness bound: a replica whose scrape fails keeps counting with its last
+	// page until that page is this old (default 45s).
+	MaxAge time.Duration
+	// TTFTWindow is the window the p95 time to first token is computed over (default 60s).
+	TTFTWindow time.Duration
+	// Parallel bounds concurrent scrapes (default 32).
+	Parallel int
+	// Clock is injected for tests (default the real clock).
+	Clock clock.PassiveClock
+	// Client makes the requests (default a client with keep-alives).
+	Client *http.Client
+	// Observe, when set, is told about every scrape: its duration and the error reason ("" on
+	// success).
+	Observe func(d time.Duration, reason string)
+}
+
+func (o *Options) defaults() {
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Second
+	}
+	if o.FreshFor <= 0 {
+		o.FreshFor = 2 * time.Second
+	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = 45 * time.Second
+	}
+	if o.TTFTWindow <= 0 {
+		o.TTFTWindow = time.Minute
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 32
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Client == nil {
+		o.Client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second,
+			DialContext: (&net.Dialer{Timeout: o.Timeout}).DialContext}}
+	}
+}
+
+// Scraper scrapes replicas and remembers what each last said.
+type Scraper struct {
+	opts Options
+	mu   sync.Mutex
+	eps  map[string]*endpoint
+}
+
+// endpoint is one metrics URL's memory: the pages within the TTFT window (newest last), the
+// last attempt and its error, and the scrape in flight, if any.
+type endpoint struct {
+	pages       []Reading
+	lastAttempt time.Time
+	lastErr     error
+	inflight    chan struct{}
+}
+
+// New returns a Scraper.
+func New(opts Options) *Scraper {
+	opts.defaults()
+	return &Scraper{opts: opts, eps: map[string]*endpoint{}}
+}
+
+// Result is what one replica contributed to an observation.
+type Result struct {
+	Pod string
+	// Sample is the replica's latest usable sample; Fresh says it is within MaxAge.
+	Sample scaler.Sample
+	Fresh  bool
+	// Err is the latest scrape's error, if it failed (the sample may still be fresh).
+	Err error
+	// TTFT is the histogram of first tokens within the window (empty when unknown).
+	TTFT scaler.Histogram
+}
+
+// Observe scrapes the ready pods of a scale target (in parallel, reusing recent outcomes) and
+// folds their samples into an observation. Pods without an IP or not ready count as starting.
+func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.Pod) (scaler.Observation, []Result) {
+	now := s.opts.Clock.Now()
+	o := scaler.Observation{TTFTP95: math.NaN()}
+	var ready []scaler.Pod
+	for _, p := range pods {
+		if p.Ready && p.IP != "" {
+			ready = append(ready, p)
+		} else {
+			o.Starting++
+		}
+	}
+	o.Ready = len(ready)
+	results := make([]Result, len(ready))
+	sem := make(chan struct{}, s.opts.Parallel)
+	var wg sync.WaitGroup
+	for i, p := range ready {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results[i] = s.replica(ctx, t, p)
+		}()
+	}
+	wg.Wait()
+	var ttft scaler.Histogram
+	for _, r := range results {
+		if !r.Fresh {
+			continue
+		}
+		o.Sampled++
+		o.Waiting += r.Sample.Waiting
+		o.Running += r.Sample.Running
+		if r.Sample.HasKV {
+			o.KVSampled++
+			o.KVUsage += r.Sample.KVUsage
+		}
+		ttft.Add(r.TTFT)
+		o.OldestSample = max(o.OldestSample, now.Sub(r.Sample.At))
+	}
+	o.TTFTP95 = ttft.Quantile(0.95)
+	return o, results
+}
+
+// replica returns one pod's result, scraping it unless a recent outcome can be reused.
+func (s *Scraper) replica(ctx context.Context, t *scaler.Trigger, p scaler.Pod) Result {
+	url := "http://" + net.JoinHostPort(p.IP, strconv.Itoa(t.MetricsPort)) + t.MetricsPath
+	pages, err := s.pages(ctx, url)
+	res := Result{Pod: p.Name, Err: err}
+	if len(pages) == 0 {
+		return res
+	}
+	latest := pages[len(pages)-1]
+	sample, serr := latest.Sample(t.Model)
+	if serr != nil {
+		res.Err = serr
+		return res
+	}
+	res.Sample = sample
+	res.Fresh = s.opts.Clock.Since(latest.At) <= s.opts.MaxAge
+	if base, ok := baseline(pages, latest.At.Add(-s.opts.TTFTWindow)); ok {
+		if old, err := base.Sample(t.Model); err == nil {
+			res.TTFT = sample.TTFT.Sub(old.TTFT)
+		}
+	}
+	return res
+}
+
+// baseline is the newest page at or before from, or else the oldest page that is not the
+// newest: the start of the TTFT window.
+func baseline(pages []Reading, from time.Time) (Reading, bool) {
+	if len(pages) < 2 {
+		return Reading{}, false
+	}
+	best := pages[0]
+	for _, p := range pages[:len(pages)-1] {
+		if !p.At.After(from) {
+			best = p
+		}
+	}
+	return best, true
+}
+
+// pages returns an endpoint's pages within the window, scraping first unless the last attempt
+// is within FreshFor. Concurrent callers share one scrape.
+func (s *Scraper) pages(ctx context.Context, url string) ([]Reading, error) {
+	for {
+		s.mu.Lock()
+		ep := s.eps[url]
+		if ep == nil {
+			ep = &endpoint{}
+			s.eps[url] = ep
+		}
+		now := s.opts.Clock.Now()
+		if !ep.lastAttempt.IsZero() && now.Sub(ep.lastAttempt) < s.opts.FreshFor {
+			pages, err := ep.pages, ep.lastErr
+			s.mu.Unlock()
+			return pages, err
+		}
+		if wait := ep.inflight; wait != nil {
+			s.mu.Unlock()
+			select {
+			case <-wait:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		ep.inflight = done
+		s.mu.Unlock()
+
+		page, err := s.scrape(ctx, url)
+
+		s.mu.Lock()
+		ep.inflight = nil
+		ep.lastAttempt = s.opts.Clock.Now()
+		ep.lastErr = err
+		if err == nil {
+			ep.pages = trim(append(ep.pages, page), page.At.Add(-s.opts.TTFTWindow))
+		}
+		pages := ep.pages
+		s.mu.Unlock()
+		close(done)
+		return pages, err
+	}
+}
+
+// trim drops pages older than from, keeping the newest one at or before it as the window's
+// baseline.
+func trim(pages []Reading, from time.Time) []Reading {
+	keep := 0
+	for i, p := range pages {
+		if !p.At.After(from) {
+			keep = i
+		}
+	}
+	return append([]Reading(nil), pages[keep:]...)
+}
+
+// Forget drops endpoints not attempted for a while (pods that went away).
+func (s *Scraper) Forget(olderThan time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.opts.Clock.Now()
+	for url, ep := range s.eps {
+		if ep.inflight == nil && now.Sub(ep.lastAttempt) > olderThan {
+			delete(s.eps, url)
+		}
+	}
+}
+
+// scrape reads and parses one page within the timeout.
+func (s *Scraper) scrape(ctx context.Context, url string) (Reading, error) {
+	start := s.opts.Clock.Now()
+	page, reason, err := s.fetch(ctx, url)
+	if s.opts.Observe != nil {
+		s.opts.Observe(s.opts.Clock.Since(start), reason)
+	}
+	if err != nil {
+		return Reading{}, fmt.Errorf("scraping %s: %w", url, err)
+	}
+	return page, nil
+}
+
+// Error reasons reported to Options.Observe and in berth_scaler_scrape_errors_total.
+const (
+	ReasonTimeout    = "timeout"
+	ReasonConnection = "connection"
+	ReasonHTTPStatus = "http_status"
+	ReasonParse      = "parse"
+	ReasonNoSeries   = "no_series"
+)
+
+func (s *Scraper) fetch(ctx context.Context, url string) (Reading, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return Reading{}, ReasonConnection, err
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := s.opts.Client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return Reading{}, ReasonTimeout, fmt.Errorf("no answer within %s: %w", s.opts.Timeout, err)
+		}
+		return Reading{}, ReasonConnection, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return Reading{}, ReasonHTTPStatus, fmt.Errorf("HTTP %s", resp.Status)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPageBytes+1))
+	if err != nil {
+		if ctx.Err() != nil {
+			return Reading{}, ReasonTimeout, fmt.Errorf("reading the page within %s: %w", s.opts.Timeout, err)
+		}
+		return Reading{}, ReasonConnection, fmt.Errorf("reading the page: %w", err)
+	}
+	if len(body) > maxPageBytes {
+		return Reading{}, ReasonParse, fmt.Errorf("page larger than %d bytes", maxPageBytes)
+	}
+	page, err := Parse(bytesReader(body), s.opts.Clock.Now())
+	if err != nil {
+		return Reading{}, ReasonParse, err
+	}
+	if len(page.ByModel) == 0 {
+		return Reading{}, ReasonNoSeries, fmt.Errorf("%w: the page has neither %s nor %s (is metricsPort/metricsPath the inference server's?)", ErrNoSeries, VLLMWaiting, SGLangWaiting)
+	}
+	return page, "", nil
+}

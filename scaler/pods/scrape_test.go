@@ -1,0 +1,178 @@
+package pods
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/berth-dev/berth/scaler"
+	"github.com/berth-dev/berth/scaler/scalertest"
+)
+
+// fleet starts n fake replicas and a queue+KV trigger on their port.
+func fleet(t *testing.T, n int) ([]*scalertest.Replica, *scaler.Trigger, []scaler.Pod) {
+	t.Helper()
+	reps, port, pods := scalertest.Fleet(t, n)
+	tr, err := scaler.ParseTrigger(map[string]string{"targetQueueDepth": "4", "targetKVCacheUsage": "0.8", "metricsPort": strconv.Itoa(port)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reps, tr, pods
+}
+
+var page = scalertest.Page
+
+func TestObserveSumsReplicasAndCountsStarting(t *testing.T) {
+	reps, tr, pods := fleet(t, 3)
+	for i, r := range reps {
+		r.Set(page(float64(i+1), 2, 0.5))
+	}
+	pods = append(pods, scaler.Pod{Name: "cold", Ready: false, IP: "127.0.0.99"}, scaler.Pod{Name: "pending"})
+	s := New(Options{})
+	o, _ := s.Observe(context.Background(), tr, pods)
+	if o.Ready != 3 || o.Sampled != 3 || o.Starting != 2 || o.Waiting != 6 || o.Running != 6 || o.KVSampled != 3 || o.KVUsage != 1.5 {
+		t.Fatalf("observation = %+v", o)
+	}
+}
+
+func TestOnePollCostsOneScrape(t *testing.T) {
+	reps, tr, pods := fleet(t, 2)
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := New(Options{Clock: clk, FreshFor: 2 * time.Second})
+	var wg sync.WaitGroup
+	for range 5 { // GetMetrics for two metrics, IsActive, and a second ScaledObject, at once
+		wg.Add(1)
+		go func() { defer wg.Done(); s.Observe(context.Background(), tr, pods) }()
+	}
+	wg.Wait()
+	for _, r := range reps {
+		if got := r.Hits(); got != 1 {
+			t.Fatalf("%s scraped %d times in one poll, want 1", r.IP, got)
+		}
+	}
+	clk.Step(3 * time.Second)
+	s.Observe(context.Background(), tr, pods)
+	if got := reps[0].Hits(); got != 2 {
+		t.Fatalf("after FreshFor: %d scrapes, want 2", got)
+	}
+}
+
+// TestFaults: a replica that is down, slow, or answers garbage keeps its last sample until the
+// staleness bound, and then drops out; the observation never silently reads zero.
+func TestFaults(t *testing.T) {
+	faults := map[string]http.HandlerFunc{
+		"down":    nil,
+		"slow":    func(w http.ResponseWriter, r *http.Request) { time.Sleep(time.Second); page(0, 0, 0)(w, r) },
+		"garbage": func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "}}}{{{ \x00") },
+		"html": func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			fmt.Fprint(w, "<!DOCTYPE html><html><body>Service Unavailable</body></html>")
+		},
+		"500": func(w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "engine dead", http.StatusInternalServerError)
+		},
+		"other metrics": func(w http.ResponseWriter, _ *http.Request) { fmt.Fprint(w, "go_goroutines 3\n") },
+	}
+	for name, fault := range faults {
+		t.Run(name, func(t *testing.T) {
+			reps, tr, pods := fleet(t, 2)
+			reps[0].Set(page(8, 4, 0.9))
+			reps[1].Set(page(2, 4, 0.5))
+			clk := clocktesting.NewFakeClock(time.Now())
+			var reasons []string
+			var mu sync.Mutex
+			s := New(Options{Clock: clk, Timeout: 200 * time.Millisecond, MaxAge: 30 * time.Second,
+				Observe: func(_ time.Duration, reason string) { mu.Lock(); reasons = append(reasons, reason); mu.Unlock() }})
+			if o, _ := s.Observe(context.Background(), tr, pods); o.Sampled != 2 || o.Waiting != 10 {
+				t.Fatalf("healthy: %+v", o)
+			}
+			if fault == nil {
+				reps[0].Set(func(w http.ResponseWriter, _ *http.Request) {
+					hj, _ := w.(http.Hijacker)
+					c, _, _ := hj.Hijack()
+					_ = c.Close()
+				})
+			} else {
+				reps[0].Set(fault)
+			}
+			clk.Step(10 * time.Second)
+			o, res := s.Observe(context.Background(), tr, pods)
+			if o.Sampled != 2 || o.Waiting != 10 || o.KVUsage != 1.4 {
+				t.Fatalf("within the staleness bound the failing replica keeps its last sample: %+v", o)
+			}
+			if res[0].Err == nil || !res[0].Fresh {
+				t.Fatalf("result = %+v, want the error reported and the sample still fresh", res[0])
+			}
+			clk.Step(25 * time.Second) // the last good sample is now 35s old
+			o, _ = s.Observe(context.Background(), tr, pods)
+			if o.Ready != 2 || o.Sampled != 1 || o.Waiting != 2 {
+				t.Fatalf("past the staleness bound the replica drops out (partial data): %+v", o)
+			}
+			d, err := scaler.DefaultPolicy.Decide(o, tr)
+			if err != nil || !d.Partial || d.Desired < 2 || !d.Active {
+				t.Fatalf("partial data must not scale down or deactivate: %+v, %v", d, err)
+			}
+			// Both replicas failing: no fresh data → an error, never zero.
+			reps[1].Set(fault)
+			if fault == nil {
+				reps[1].Set(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "", http.StatusBadGateway) })
+			}
+			clk.Step(40 * time.Second)
+			o, _ = s.Observe(context.Background(), tr, pods)
+			if _, err := scaler.DefaultPolicy.Decide(o, tr); !errors.Is(err, scaler.ErrNoFreshData) {
+				t.Fatalf("no fresh data: Decide err = %v (observation %+v)", err, o)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !containsNonEmpty(reasons) {
+				t.Fatalf("fault not reported to Observe: %v", reasons)
+			}
+		})
+	}
+}
+
+func containsNonEmpty(xs []string) bool {
+	for _, x := range xs {
+		if x != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func TestTTFTWindow(t *testing.T) {
+	reps, qtr, pods := fleet(t, 1)
+	tr, err := scaler.ParseTrigger(map[string]string{"targetTTFTSeconds": "0.5", "role": "prefill", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fast, slow atomic.Int64
+	reps[0].Set(func(w http.ResponseWriter, _ *http.Request) {
+		f, s := fast.Load(), slow.Load()
+		fmt.Fprintf(w, "vllm:num_requests_waiting 0\n# TYPE vllm:time_to_first_token_seconds histogram\n"+
+			"vllm:time_to_first_token_seconds_bucket{le=\"0.1\"} %d\nvllm:time_to_first_token_seconds_bucket{le=\"2.5\"} %d\n"+
+			"vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} %d\nvllm:time_to_first_token_seconds_count %d\nvllm:time_to_first_token_seconds_sum 1\n", f, f+s, f+s, f+s)
+	})
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := New(Options{Clock: clk, TTFTWindow: time.Minute})
+	fast.Store(1000) // history before the window: all fast
+	if o, _ := s.Observe(context.Background(), tr, pods); !isNaN(o.TTFTP95) {
+		t.Fatalf("one page has no window yet: p95 %v", o.TTFTP95)
+	}
+	clk.Step(30 * time.Second)
+	slow.Store(100) // the window sees only slow first tokens
+	o, _ := s.Observe(context.Background(), tr, pods)
+	if o.TTFTP95 < 2 {
+		t.Fatalf("p95 over the window = %v, want the slow bucket (history must not dilute it)", o.TTFTP95)
+	}
+}
+
+func isNaN(f float64) bool { return f != f }

@@ -1,0 +1,275 @@
+// Package promsource is the scaler's "prometheus" source: it reads a scale target's replicas'
+// vLLM series from a Prometheus server with instant queries, aggregated per pod and restricted
+// to the target's pods, and bounds staleness by each series' own sample timestamp (an instant
+// query would otherwise return a dead replica's last value for Prometheus's 5-minute lookback).
+package promsource
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"math"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/api"
+	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
+	"k8s.io/utils/clock"
+
+	"github.com/berth-dev/berth/scaler"
+)
+
+// Options tunes a Source.
+type Options struct {
+	// Timeout bounds one evaluation's queries (default 5s).
+	Timeout time.Duration
+	// FreshFor is how long an evaluation's result is reused (default 2s).
+	FreshFor time.Duration
+	// MaxAge drops a replica whose newest sample is older than this (default 45s).
+	MaxAge time.Duration
+	// TTFTWindow is the rate() window of the TTFT quantile (default 1m).
+	TTFTWindow time.Duration
+	// Clock is injected for tests.
+	Clock clock.PassiveClock
+	// Observe, when set, is told about every evaluation: its duration and the error reason
+	// ("" on success).
+	Observe func(d time.Duration, reason string)
+}
+
+// Source queries Prometheus servers (one client per address and credentials).
+type Source struct {
+	opts    Options
+	mu      sync.Mutex
+	clients map[scaler.PrometheusConfig]promv1.API
+	cache   map[string]cached
+}
+
+type cached struct {
+	at  time.Time
+	obs scaler.Observation
+	err error
+}
+
+// New returns a Source.
+func New(opts Options) *Source {
+	if opts.Timeout <= 0 {
+		opts.Timeout = 5 * time.Second
+	}
+	if opts.FreshFor <= 0 {
+		opts.FreshFor = 2 * time.Second
+	}
+	if opts.MaxAge <= 0 {
+		opts.MaxAge = 45 * time.Second
+	}
+	if opts.TTFTWindow <= 0 {
+		opts.TTFTWindow = time.Minute
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	return &Source{opts: opts, clients: map[scaler.PrometheusConfig]promv1.API{}, cache: map[string]cached{}}
+}
+
+// Queries are the PromQL a trigger runs for pods, in the order Observe runs them. Exported for
+// documentation and tests.
+func Queries(t *scaler.Trigger, namespace string, pods []string, window time.Duration) map[string]string {
+	p := t.Prometheus
+	sel := fmt.Sprintf(`%s=%q,%s=~%q`, p.NamespaceLabel, namespace, p.PodLabel, podRegex(pods))
+	if t.Model != "" {
+		sel += fmt.Sprintf(`,model_name=%q`, t.Model)
+	}
+	by := fmt.Sprintf("sum by (%s) ", p.PodLabel)
+	avg := fmt.Sprintf("avg by (%s) ", p.PodLabel)
+	q := map[string]string{
+		"waiting": fmt.Sprintf(`%s({__name__=~"vllm:num_requests_waiting|sglang:num_queue_reqs",%s})`, by, sel),
+		"running": fmt.Sprintf(`%s({__name__=~"vllm:num_requests_running|sglang:num_running_reqs",%s})`, by, sel),
+		"kv": fmt.Sprintf(`%s(vllm:kv_cache_usage_perc{%s}) or %s(vllm:gpu_cache_usage_perc{%s}) or %s(sglang:token_usage{%s})`,
+			avg, sel, avg, sel, avg, sel),
+		"timestamp": fmt.Sprintf(`min by (%s) (timestamp({__name__=~"vllm:num_requests_waiting|sglang:num_queue_reqs",%s}))`, p.PodLabel, sel),
+	}
+	if t.TargetTTFT > 0 {
+		q["ttft"] = fmt.Sprintf(`histogram_quantile(0.95, sum by (le) (rate({__name__=~"vllm:time_to_first_token_seconds_bucket|sglang:time_to_first_token_seconds_bucket",%s}[%s])))`,
+			sel, model.Duration(window))
+	}
+	return q
+}
+
+func podRegex(pods []string) string {
+	q := make([]string, len(pods))
+	for i, p := range pods {
+		q[i] = regexp.QuoteMeta(p)
+	}
+	sort.Strings(q)
+	return strings.Join(q, "|")
+}
+
+// Observe evaluates a trigger for a target's pods. Pods that are not ready count as starting;
+// ready pods without a series newer than MaxAge count as not sampled.
+func (s *Source) Observe(ctx context.Context, t *scaler.Trigger, namespace string, pods []scaler.Pod) (scaler.Observation, error) {
+	now := s.opts.Clock.Now()
+	var ready []string
+	o := scaler.Observation{TTFTP95: math.NaN()}
+	for _, p := range pods {
+		if p.Ready {
+			ready = append(ready, p.Name)
+		} else {
+			o.Starting++
+		}
+	}
+	o.Ready = len(ready)
+	if o.Ready == 0 {
+		return o, nil
+	}
+	queries := Queries(t, namespace, ready, s.opts.TTFTWindow)
+	key := fmt.Sprintf("%+v|%s", t.Prometheus, strings.Join(sortedValues(queries), "|"))
+	s.mu.Lock()
+	if c, ok := s.cache[key]; ok && now.Sub(c.at) < s.opts.FreshFor {
+		s.mu.Unlock()
+		c.obs.Starting = o.Starting
+		return c.obs, c.err
+	}
+	s.mu.Unlock()
+
+	start := s.opts.Clock.Now()
+	res, err := s.query(ctx, t.Prometheus, queries, now)
+	reason := ""
+	if err != nil {
+		reason = "query"
+	}
+	if s.opts.Observe != nil {
+		s.opts.Observe(s.opts.Clock.Since(start), reason)
+	}
+	if err == nil {
+		s.fold(&o, res, model.LabelName(t.Prometheus.PodLabel), now)
+	}
+	s.mu.Lock()
+	s.cache[key] = cached{at: now, obs: o, err: err}
+	for k, c := range s.cache {
+		if now.Sub(c.at) > time.Minute {
+			delete(s.cache, k)
+		}
+	}
+	s.mu.Unlock()
+	return o, err
+}
+
+func sortedValues(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// fold adds the per-pod results of fresh pods to o.
+func (s *Source) fold(o *scaler.Observation, res map[string]model.Vector, podLabel model.LabelName, now time.Time) {
+	perPod := func(name string) map[string]float64 {
+		out := map[string]float64{}
+		for _, smp := range res[name] {
+			out[string(smp.Metric[podLabel])] = float64(smp.Value)
+		}
+		return out
+	}
+	waiting, running, kv := perPod("waiting"), perPod("running"), perPod("kv")
+	for pod, ts := range perPod("timestamp") {
+		at := time.Unix(0, int64(ts*1e9))
+		age := now.Sub(at)
+		w, ok := waiting[pod]
+		if age > s.opts.MaxAge || !ok || math.IsNaN(w) || w < 0 {
+			continue
+		}
+		o.OldestSample = max(o.OldestSample, age)
+		o.Sampled++
+		o.Waiting += w
+		o.Running += max(0, running[pod])
+		if u, ok := kv[pod]; ok && !math.IsNaN(u) {
+			o.KVSampled++
+			o.KVUsage += u
+		}
+	}
+	if v := res["ttft"]; len(v) == 1 && !math.IsNaN(float64(v[0].Value)) && !math.IsInf(float64(v[0].Value), 0) {
+		o.TTFTP95 = float64(v[0].Value)
+	}
+}
+
+// query runs the queries in parallel; any failure fails the evaluation.
+func (s *Source) query(ctx context.Context, cfg scaler.PrometheusConfig, queries map[string]string, at time.Time) (map[string]model.Vector, error) {
+	client, err := s.client(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	out := map[string]model.Vector{}
+	var firstErr error
+	for name, q := range queries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			v, _, err := client.Query(ctx, q, at)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("prometheus %s: query %s: %w", cfg.Address, name, err)
+				}
+				return
+			}
+			vec, ok := v.(model.Vector)
+			if !ok {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("prometheus %s: query %s returned a %s, want a vector", cfg.Address, name, v.Type())
+				}
+				return
+			}
+			out[name] = vec
+		}()
+	}
+	wg.Wait()
+	return out, firstErr
+}
+
+func (s *Source) client(cfg scaler.PrometheusConfig) (promv1.API, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.clients[cfg]; ok {
+		return c, nil
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if cfg.InsecureSkipVerify {
+		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the user asked for it (prometheusUnsafeSsl)
+	}
+	var rt http.RoundTripper = tr
+	if cfg.BearerToken != "" || cfg.Username != "" {
+		rt = authRoundTripper{next: tr, cfg: cfg}
+	}
+	c, err := api.NewClient(api.Config{Address: cfg.Address, RoundTripper: rt})
+	if err != nil {
+		return nil, fmt.Errorf("prometheus client for %s: %w", cfg.Address, err)
+	}
+	s.clients[cfg] = promv1.NewAPI(c)
+	return s.clients[cfg], nil
+}
+
+type authRoundTripper struct {
+	next http.RoundTripper
+	cfg  scaler.PrometheusConfig
+}
+
+func (a authRoundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if a.cfg.BearerToken != "" {
+		r.Header.Set("Authorization", "Bearer "+a.cfg.BearerToken)
+	} else {
+		r.SetBasicAuth(a.cfg.Username, a.cfg.Password)
+	}
+	return a.next.RoundTrip(r)
+}

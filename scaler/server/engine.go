@@ -1,0 +1,134 @@
+// Package server is berth's KEDA external scaler: the gRPC service of KEDA's
+// externalscaler.proto (IsActive, StreamIsActive, GetMetricSpec, GetMetrics) over the Engine
+// that evaluates a ScaledObject — parse the trigger, find the target's pods, read their
+// signals from the trigger's source, and apply the replica policy.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/clock"
+
+	"github.com/berth-dev/berth/scaler"
+	"github.com/berth-dev/berth/scaler/pods"
+	"github.com/berth-dev/berth/scaler/promsource"
+	"github.com/berth-dev/berth/scaler/targets"
+)
+
+// Resolver finds a ScaledObject's pods; *targets.Targets is the real one.
+type Resolver interface {
+	Resolve(ctx context.Context, namespace, name string, t *scaler.Trigger) (targets.Info, error)
+	List(ctx context.Context, namespace string, sel labels.Selector) ([]scaler.Pod, error)
+}
+
+// Engine evaluates ScaledObjects.
+type Engine struct {
+	Resolver   Resolver
+	Pods       *pods.Scraper
+	Prometheus *promsource.Source
+	Policy     scaler.Policy
+	Clock      clock.PassiveClock
+
+	series series
+}
+
+// Evaluation is one ScaledObject's evaluation.
+type Evaluation struct {
+	Trigger     *scaler.Trigger
+	Observation scaler.Observation
+	Decision    scaler.Decision
+}
+
+// Error reasons of berth_scaler_evaluation_errors_total.
+const (
+	reasonInvalid     = "invalid_metadata"
+	reasonTarget      = "target"
+	reasonNoFreshData = "no_fresh_data"
+	reasonSource      = "source"
+)
+
+// evalError carries the reason an evaluation failed, for metrics and the gRPC status.
+type evalError struct {
+	reason string
+	err    error
+}
+
+func (e *evalError) Error() string { return e.err.Error() }
+func (e *evalError) Unwrap() error { return e.err }
+
+// Evaluate reads a ScaledObject's signals and decides its replicas. Errors carry a reason:
+// bad metadata, an unresolvable target, no fresh data or a failing source — never a silent
+// zero.
+func (e *Engine) Evaluate(ctx context.Context, namespace, name string, metadata map[string]string) (Evaluation, error) {
+	ev, err := e.evaluate(ctx, namespace, name, metadata)
+	now := e.clock().Now()
+	e.series.touch(namespace, name, now)
+	if err != nil {
+		var ee *evalError
+		if errors.As(err, &ee) {
+			evaluationErrors.WithLabelValues(namespace, name, ee.reason).Inc()
+		}
+		return ev, err
+	}
+	return ev, nil
+}
+
+func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata map[string]string) (Evaluation, error) {
+	t, err := scaler.ParseTrigger(metadata)
+	if err != nil {
+		return Evaluation{}, &evalError{reasonInvalid, err}
+	}
+	ev := Evaluation{Trigger: t}
+	info, err := e.Resolver.Resolve(ctx, namespace, name, t)
+	if err != nil {
+		return ev, &evalError{reasonTarget, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}
+	}
+	podList, err := e.Resolver.List(ctx, namespace, info.Selector)
+	if err != nil {
+		return ev, &evalError{reasonTarget, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}
+	}
+	switch t.Source {
+	case scaler.SourcePrometheus:
+		ev.Observation, err = e.Prometheus.Observe(ctx, t, namespace, podList)
+		if err != nil {
+			return ev, &evalError{reasonSource, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}
+		}
+	default:
+		var results []pods.Result
+		ev.Observation, results = e.Pods.Observe(ctx, t, podList)
+		if ev.Observation.Ready > 0 && ev.Observation.Sampled == 0 {
+			return ev, &evalError{reasonNoFreshData, fmt.Errorf("ScaledObject %s/%s: %w; first error: %v", namespace, name, scaler.ErrNoFreshData, firstErr(results))}
+		}
+	}
+	ev.Decision, err = e.Policy.Decide(ev.Observation, t)
+	if err != nil {
+		return ev, &evalError{reasonNoFreshData, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}
+	}
+	record(namespace, name, ev.Decision, ev.Observation, info.MaxReplicas, e.clock().Now())
+	return ev, nil
+}
+
+func firstErr(rs []pods.Result) error {
+	for _, r := range rs {
+		if r.Err != nil {
+			return fmt.Errorf("pod %s: %w", r.Pod, r.Err)
+		}
+	}
+	return errors.New("none reported")
+}
+
+// ExpireSeries drops the metric series of ScaledObjects not evaluated within d.
+func (e *Engine) ExpireSeries(d time.Duration) {
+	e.series.expire(e.clock().Now().Add(-d))
+}
+
+func (e *Engine) clock() clock.PassiveClock {
+	if e.Clock == nil {
+		return clock.RealClock{}
+	}
+	return e.Clock
+}

@@ -1,0 +1,175 @@
+package scaler
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// Signal is one thing a ScaledObject scales on.
+type Signal string
+
+const (
+	// SignalQueue is requests waiting in vLLM's scheduler queue (vllm:num_requests_waiting).
+	SignalQueue Signal = "queue"
+	// SignalKVCache is KV-cache usage, 0–1 (vllm:kv_cache_usage_perc).
+	SignalKVCache Signal = "kv_cache"
+	// SignalTTFT is the p95 time to first token (vllm:time_to_first_token_seconds).
+	SignalTTFT Signal = "ttft"
+)
+
+// MetricName is the metric name berth gives KEDA for a signal (KEDA prefixes it with the
+// trigger index, e.g. s0-berth-queue-depth).
+func (s Signal) MetricName() string {
+	switch s {
+	case SignalQueue:
+		return "berth-queue-depth"
+	case SignalKVCache:
+		return "berth-kv-cache-usage"
+	case SignalTTFT:
+		return "berth-ttft-seconds"
+	}
+	return ""
+}
+
+// SignalForMetric maps a metric name from KEDA back to its signal.
+func SignalForMetric(name string) (Signal, bool) {
+	for _, s := range []Signal{SignalQueue, SignalKVCache, SignalTTFT} {
+		if s.MetricName() == name {
+			return s, true
+		}
+	}
+	return "", false
+}
+
+// Histogram is a cumulative Prometheus histogram: Counts[i] observations were <= Bounds[i].
+// The last bound is +Inf.
+type Histogram struct {
+	Bounds []float64
+	Counts []float64
+}
+
+// Add merges o into h (same series from another engine or replica). Bounds missing on one
+// side are taken from the other; mismatching layouts keep h unchanged and report false.
+func (h *Histogram) Add(o Histogram) bool {
+	if len(h.Bounds) == 0 {
+		h.Bounds = append([]float64(nil), o.Bounds...)
+		h.Counts = append([]float64(nil), o.Counts...)
+		return true
+	}
+	if len(o.Bounds) != len(h.Bounds) {
+		return false
+	}
+	for i := range o.Bounds {
+		if o.Bounds[i] != h.Bounds[i] {
+			return false
+		}
+	}
+	for i := range o.Counts {
+		h.Counts[i] += o.Counts[i]
+	}
+	return true
+}
+
+// Sub returns h − earlier, the observations made between two snapshots of one series. A
+// counter reset (any bucket going down) returns h itself, as Prometheus's rate() would.
+func (h Histogram) Sub(earlier Histogram) Histogram {
+	out := Histogram{Bounds: h.Bounds, Counts: make([]float64, len(h.Counts))}
+	if len(earlier.Counts) != len(h.Counts) {
+		copy(out.Counts, h.Counts)
+		return out
+	}
+	for i := range h.Counts {
+		d := h.Counts[i] - earlier.Counts[i]
+		if d < 0 {
+			copy(out.Counts, h.Counts)
+			return out
+		}
+		out.Counts[i] = d
+	}
+	return out
+}
+
+// Total is the number of observations.
+func (h Histogram) Total() float64 {
+	if len(h.Counts) == 0 {
+		return 0
+	}
+	return h.Counts[len(h.Counts)-1]
+}
+
+// Quantile estimates the q-quantile by linear interpolation inside the bucket that holds it,
+// the way PromQL's histogram_quantile does. It returns NaN without observations. A quantile
+// in the +Inf bucket returns the highest finite bound.
+func (h Histogram) Quantile(q float64) float64 {
+	total := h.Total()
+	if total <= 0 || len(h.Bounds) < 2 || q < 0 || q > 1 {
+		return math.NaN()
+	}
+	rank := q * total
+	i := sort.Search(len(h.Counts), func(i int) bool { return h.Counts[i] >= rank })
+	if i >= len(h.Bounds)-1 {
+		return h.Bounds[len(h.Bounds)-2]
+	}
+	lower, below := 0.0, 0.0
+	if i > 0 {
+		lower, below = h.Bounds[i-1], h.Counts[i-1]
+	}
+	in := h.Counts[i] - below
+	if in <= 0 {
+		return h.Bounds[i]
+	}
+	return lower + (h.Bounds[i]-lower)*(rank-below)/in
+}
+
+// Sample is what one replica reported at one moment, summed across its engines.
+type Sample struct {
+	// At is when the sample was taken (scrape time, or the series' timestamp in Prometheus).
+	At time.Time
+	// Waiting and Running are requests queued and in flight.
+	Waiting, Running float64
+	// KVUsage is KV-cache usage, 0–1, the mean over the replica's engines; HasKV is false when
+	// the replica exposes neither vllm:kv_cache_usage_perc nor vllm:gpu_cache_usage_perc.
+	KVUsage float64
+	HasKV   bool
+	// TTFT is the cumulative time-to-first-token histogram.
+	TTFT Histogram
+}
+
+// Observation is what one evaluation knows about a scale target: its replicas from the API
+// and the fresh samples the source could get.
+type Observation struct {
+	// Ready replicas serve traffic; Sampled of them have a fresh sample.
+	Ready, Sampled int
+	// Starting replicas exist but are not ready yet: capacity on its way.
+	Starting int
+	// Waiting, Running and KVUsage are sums over the sampled replicas.
+	Waiting, Running, KVUsage float64
+	// KVSampled is how many sampled replicas reported KV-cache usage.
+	KVSampled int
+	// TTFTP95 is the p95 time to first token over the recent window; NaN when no request
+	// got its first token in the window.
+	TTFTP95 float64
+	// OldestSample is the age of the oldest sample used.
+	OldestSample time.Duration
+}
+
+// Pod is a replica of a scale target as the API reports it. Pods being deleted are left out.
+type Pod struct {
+	// Name is the pod's name; IP its pod IP ("" before the pod has one).
+	Name, IP string
+	// Ready is the pod's Ready condition.
+	Ready bool
+}
+
+// CountPods splits pods into ready and starting.
+func CountPods(pods []Pod) (ready, starting int) {
+	for _, p := range pods {
+		if p.Ready {
+			ready++
+		} else {
+			starting++
+		}
+	}
+	return ready, starting
+}

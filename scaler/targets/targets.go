@@ -1,0 +1,181 @@
+// Package targets finds the replicas of a ScaledObject through the Kubernetes API: the pod
+// selector comes from the trigger's podSelector or else from the scale target's /scale
+// subresource (what the HPA itself uses), and pods come from an informer cache.
+package targets
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/berth-dev/berth/scaler"
+)
+
+// ScaledObjectGVK is KEDA's ScaledObject, read as unstructured so berth does not link KEDA's
+// API packages.
+var ScaledObjectGVK = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"}
+
+// ErrTarget marks a scale target berth cannot resolve (no ScaledObject, no selector): the
+// user's configuration, not a transient fault.
+var ErrTarget = errors.New("scale target")
+
+// Info is what berth knows about a ScaledObject's target.
+type Info struct {
+	// Selector selects the target's pods.
+	Selector labels.Selector
+	// MaxReplicas is the ScaledObject's maxReplicaCount (0 when unknown, e.g. with podSelector
+	// on a ScaledJob).
+	MaxReplicas int
+}
+
+// Targets resolves ScaledObjects to their pods.
+type Targets struct {
+	// Pods reads pods, normally from an informer cache.
+	Pods client.Reader
+	// API reads ScaledObjects and /scale subresources (uncached; results are kept for TTL).
+	API client.Client
+	// TTL is how long a resolved selector is reused (default 30s).
+	TTL   time.Duration
+	Clock clock.PassiveClock
+
+	mu    sync.Mutex
+	infos map[client.ObjectKey]cachedInfo
+}
+
+type cachedInfo struct {
+	at   time.Time
+	info Info
+}
+
+// Resolve returns the target's selector (the trigger's podSelector, if set) and limits.
+func (t *Targets) Resolve(ctx context.Context, namespace, name string, tr *scaler.Trigger) (Info, error) {
+	clk := t.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	ttl := t.TTL
+	if ttl <= 0 {
+		ttl = 30 * time.Second
+	}
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	t.mu.Lock()
+	c, ok := t.infos[key]
+	t.mu.Unlock()
+	if !ok || clk.Since(c.at) > ttl {
+		info, err := t.read(ctx, namespace, name, tr.PodSelector == nil)
+		if err != nil {
+			return Info{}, err
+		}
+		c = cachedInfo{at: clk.Now(), info: info}
+		t.mu.Lock()
+		if t.infos == nil {
+			t.infos = map[client.ObjectKey]cachedInfo{}
+		}
+		t.infos[key] = c
+		t.mu.Unlock()
+	}
+	info := c.info
+	if tr.PodSelector != nil {
+		info.Selector = tr.PodSelector
+	}
+	return info, nil
+}
+
+// read fetches the ScaledObject and, when needSelector, its target's /scale selector.
+func (t *Targets) read(ctx context.Context, namespace, name string, needSelector bool) (Info, error) {
+	so := &unstructured.Unstructured{}
+	so.SetGroupVersionKind(ScaledObjectGVK)
+	err := t.API.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, so)
+	if err != nil {
+		if !needSelector && (apierrors.IsNotFound(err) || isNoKind(err)) {
+			return Info{}, nil // a ScaledJob, or KEDA's API absent: podSelector is enough
+		}
+		if apierrors.IsNotFound(err) {
+			return Info{}, fmt.Errorf("%w: ScaledObject %s/%s not found (a ScaledJob needs podSelector in the trigger metadata): %v", ErrTarget, namespace, name, err)
+		}
+		return Info{}, fmt.Errorf("reading ScaledObject %s/%s: %w", namespace, name, err)
+	}
+	info := Info{MaxReplicas: 100} // KEDA's default maxReplicaCount
+	if n, found, _ := unstructured.NestedInt64(so.Object, "spec", "maxReplicaCount"); found {
+		info.MaxReplicas = int(n)
+	}
+	if !needSelector {
+		return info, nil
+	}
+	ref, _, _ := unstructured.NestedStringMap(so.Object, "spec", "scaleTargetRef")
+	apiVersion, kind, target := ref["apiVersion"], ref["kind"], ref["name"]
+	if apiVersion == "" {
+		apiVersion = "apps/v1"
+	}
+	if kind == "" {
+		kind = "Deployment"
+	}
+	if target == "" {
+		return Info{}, fmt.Errorf("%w: ScaledObject %s/%s has no spec.scaleTargetRef.name", ErrTarget, namespace, name)
+	}
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return Info{}, fmt.Errorf("%w: ScaledObject %s/%s: scaleTargetRef.apiVersion %q: %v", ErrTarget, namespace, name, apiVersion, err)
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetGroupVersionKind(gv.WithKind(kind))
+	obj.SetNamespace(namespace)
+	obj.SetName(target)
+	scale := &autoscalingv1.Scale{}
+	if err := t.API.SubResource("scale").Get(ctx, obj, scale); err != nil {
+		if apierrors.IsNotFound(err) {
+			return Info{}, fmt.Errorf("%w: %s %s/%s (the target of ScaledObject %s) not found: %v", ErrTarget, kind, namespace, target, name, err)
+		}
+		return Info{}, fmt.Errorf("reading the /scale of %s %s/%s: %w", kind, namespace, target, err)
+	}
+	if scale.Status.Selector == "" {
+		return Info{}, fmt.Errorf("%w: %s %s/%s reports no selector in /scale; set podSelector in the trigger metadata", ErrTarget, kind, namespace, target)
+	}
+	sel, err := labels.Parse(scale.Status.Selector)
+	if err != nil {
+		return Info{}, fmt.Errorf("%w: %s %s/%s selector %q: %v", ErrTarget, kind, namespace, target, scale.Status.Selector, err)
+	}
+	info.Selector = sel
+	return info, nil
+}
+
+func isNoKind(err error) bool { return meta.IsNoMatchError(err) }
+
+// List returns the live pods matching sel in namespace: pods being deleted and pods that
+// finished are left out.
+func (t *Targets) List(ctx context.Context, namespace string, sel labels.Selector) ([]scaler.Pod, error) {
+	var list corev1.PodList
+	if err := t.Pods.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return nil, fmt.Errorf("listing pods %s in %s: %w", sel, namespace, err)
+	}
+	out := make([]scaler.Pod, 0, len(list.Items))
+	for i := range list.Items {
+		p := &list.Items[i]
+		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		out = append(out, scaler.Pod{Name: p.Name, IP: p.Status.PodIP, Ready: ready(p)})
+	}
+	return out, nil
+}
+
+func ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}

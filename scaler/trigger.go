@@ -1,0 +1,360 @@
+package scaler
+
+import (
+	"fmt"
+	"math"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Source names where a ScaledObject's signals come from.
+type Source string
+
+const (
+	// SourcePods scrapes every ready replica's metrics endpoint directly (default).
+	SourcePods Source = "pods"
+	// SourcePrometheus runs instant queries against a Prometheus server.
+	SourcePrometheus Source = "prometheus"
+)
+
+// Role is the part a vLLM Deployment plays in disaggregated serving, which decides the
+// signals it scales on.
+type Role string
+
+const (
+	// RoleBoth scales on every configured signal (default; a classic vLLM server).
+	RoleBoth Role = "both"
+	// RolePrefill scales on the queue and time to first token.
+	RolePrefill Role = "prefill"
+	// RoleDecode scales on KV-cache usage.
+	RoleDecode Role = "decode"
+)
+
+// Trigger metadata keys, as written under a ScaledObject's external trigger.
+const (
+	KeyPodSelector          = "podSelector"
+	KeyMetricsPort          = "metricsPort"
+	KeyMetricsPath          = "metricsPath"
+	KeyModel                = "model"
+	KeyTargetQueueDepth     = "targetQueueDepth"
+	KeyTargetKVCacheUsage   = "targetKVCacheUsage"
+	KeyTargetTTFTSeconds    = "targetTTFTSeconds"
+	KeyActivationQueueDepth = "activationQueueDepth"
+	KeySource               = "source"
+	KeyRole                 = "role"
+	KeyPrometheusAddress    = "prometheusAddress"
+	KeyPrometheusPodLabel   = "prometheusPodLabel"
+	KeyPrometheusNSLabel    = "prometheusNamespaceLabel"
+	KeyPrometheusUnsafeSSL  = "prometheusUnsafeSsl"
+	// KeyPrometheusBearerTokenFromEnv carries a bearer token. KEDA resolves keys ending in
+	// FromEnv from the scale target's container environment before it calls the scaler, so the
+	// value berth receives is the token itself (KEDA does not pass TriggerAuthentication
+	// parameters to external scalers).
+	KeyPrometheusBearerTokenFromEnv = "prometheusBearerTokenFromEnv"
+	// KeyPrometheusUsernameFromEnv and KeyPrometheusPasswordFromEnv carry basic-auth
+	// credentials, resolved by KEDA like KeyPrometheusBearerTokenFromEnv.
+	KeyPrometheusUsernameFromEnv = "prometheusUsernameFromEnv"
+	KeyPrometheusPasswordFromEnv = "prometheusPasswordFromEnv"
+)
+
+// kedaKeys are trigger keys KEDA itself reads and forwards to the scaler; they are accepted
+// and ignored.
+var kedaKeys = map[string]bool{"scalerAddress": true, "enableTLS": true, "unsafeSsl": true}
+
+// PrometheusConfig is how the prometheus source reaches its server.
+type PrometheusConfig struct {
+	// Address is the server's base URL, e.g. http://prometheus.monitoring:9090.
+	Address string
+	// PodLabel and NamespaceLabel are the series labels that name a replica's pod and
+	// namespace (default pod and namespace, as Prometheus Operator's PodMonitor writes them).
+	PodLabel, NamespaceLabel string
+	// BearerToken, Username and Password authenticate to the server when set.
+	BearerToken, Username, Password string
+	// InsecureSkipVerify skips TLS verification of the server.
+	InsecureSkipVerify bool
+}
+
+// Trigger is the parsed, validated metadata of one ScaledObject trigger.
+type Trigger struct {
+	// PodSelector selects the replicas; nil means the scale target's own selector.
+	PodSelector labels.Selector
+	// MetricsPort and MetricsPath locate each replica's metrics endpoint.
+	MetricsPort int
+	MetricsPath string
+	// Model, when set, counts only series whose model_name is this.
+	Model string
+	// TargetQueueDepth is the waiting requests one replica should hold (0: queue not used).
+	TargetQueueDepth float64
+	// TargetKVCacheUsage is the KV-cache usage, 0–1, one replica should run at (0: not used).
+	TargetKVCacheUsage float64
+	// TargetTTFT is the p95 time to first token in seconds to hold (0: not used).
+	TargetTTFT float64
+	// ActivationQueueDepth: the ScaledObject is active when more requests than this wait.
+	ActivationQueueDepth float64
+	// Source is where the signals come from.
+	Source Source
+	// Role decides which signals count.
+	Role Role
+	// Prometheus configures SourcePrometheus.
+	Prometheus PrometheusConfig
+}
+
+// InvalidKeyError is a metadata key with a value berth cannot use. The gRPC server turns it
+// into InvalidArgument.
+type InvalidKeyError struct {
+	Key, Value, Want string
+}
+
+func (e *InvalidKeyError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("trigger metadata %q: %s", e.Key, e.Want)
+	}
+	return fmt.Sprintf("trigger metadata %q=%q: %s", e.Key, e.Value, e.Want)
+}
+
+// ParseTrigger reads and validates a trigger's metadata. Every problem names the key and the
+// values it accepts.
+func ParseTrigger(md map[string]string) (*Trigger, error) {
+	p := parser{md: md}
+	t := &Trigger{
+		MetricsPort: 8000,
+		MetricsPath: "/metrics",
+		Source:      SourcePods,
+		Role:        RoleBoth,
+		Prometheus:  PrometheusConfig{PodLabel: "pod", NamespaceLabel: "namespace"},
+	}
+	if err := p.unknownKeys(); err != nil {
+		return nil, err
+	}
+	if v, ok := p.get(KeyPodSelector); ok {
+		sel, err := labels.Parse(v)
+		if err != nil || sel.Empty() {
+			return nil, &InvalidKeyError{KeyPodSelector, v, "want a non-empty label selector, e.g. app=vllm,model=llama"}
+		}
+		t.PodSelector = sel
+	}
+	if v, ok := p.get(KeyMetricsPort); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 65535 {
+			return nil, &InvalidKeyError{KeyMetricsPort, v, "want a port number 1-65535"}
+		}
+		t.MetricsPort = n
+	}
+	if v, ok := p.get(KeyMetricsPath); ok {
+		if !strings.HasPrefix(v, "/") || strings.ContainsAny(v, "?# ") {
+			return nil, &InvalidKeyError{KeyMetricsPath, v, "want an absolute URL path such as /metrics"}
+		}
+		t.MetricsPath = v
+	}
+	t.Model, _ = p.get(KeyModel)
+	var err error
+	if t.TargetQueueDepth, err = p.target(KeyTargetQueueDepth, "waiting requests per replica", math.Inf(1)); err != nil {
+		return nil, err
+	}
+	if t.TargetKVCacheUsage, err = p.target(KeyTargetKVCacheUsage, "KV-cache usage per replica", 1); err != nil {
+		return nil, err
+	}
+	if t.TargetTTFT, err = p.target(KeyTargetTTFTSeconds, "p95 time to first token in seconds", math.Inf(1)); err != nil {
+		return nil, err
+	}
+	if v, ok := p.get(KeyActivationQueueDepth); ok {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
+			return nil, &InvalidKeyError{KeyActivationQueueDepth, v, "want a number >= 0 (waiting requests above which the ScaledObject is active)"}
+		}
+		t.ActivationQueueDepth = f
+	}
+	if v, ok := p.get(KeyRole); ok {
+		switch Role(v) {
+		case RoleBoth, RolePrefill, RoleDecode:
+			t.Role = Role(v)
+		default:
+			return nil, &InvalidKeyError{KeyRole, v, "want one of prefill, decode, both"}
+		}
+	}
+	if err := t.checkRoleTargets(); err != nil {
+		return nil, err
+	}
+	if v, ok := p.get(KeySource); ok {
+		switch Source(v) {
+		case SourcePods, SourcePrometheus:
+			t.Source = Source(v)
+		default:
+			return nil, &InvalidKeyError{KeySource, v, "want one of pods, prometheus"}
+		}
+	}
+	return t, p.prometheus(t)
+}
+
+// checkRoleTargets requires the targets a role scales on and refuses those it ignores, so a
+// ScaledObject never silently scales on less than its author meant.
+func (t *Trigger) checkRoleTargets() error {
+	switch t.Role {
+	case RolePrefill:
+		if t.TargetKVCacheUsage > 0 {
+			return &InvalidKeyError{KeyTargetKVCacheUsage, "", "not used by role prefill (prefill scales on targetQueueDepth and targetTTFTSeconds); remove it or use role decode or both"}
+		}
+		if t.TargetQueueDepth == 0 && t.TargetTTFT == 0 {
+			return &InvalidKeyError{KeyTargetQueueDepth, "", "role prefill needs targetQueueDepth or targetTTFTSeconds"}
+		}
+	case RoleDecode:
+		if t.TargetQueueDepth > 0 || t.TargetTTFT > 0 {
+			return &InvalidKeyError{KeyRole, "decode", "decode scales on targetKVCacheUsage only; remove targetQueueDepth and targetTTFTSeconds or use role prefill or both"}
+		}
+		if t.TargetKVCacheUsage == 0 {
+			return &InvalidKeyError{KeyTargetKVCacheUsage, "", "role decode needs targetKVCacheUsage (0-1, e.g. 0.8)"}
+		}
+	default:
+		if t.TargetQueueDepth == 0 && t.TargetKVCacheUsage == 0 && t.TargetTTFT == 0 {
+			return &InvalidKeyError{KeyTargetQueueDepth, "", "set at least one of targetQueueDepth, targetKVCacheUsage, targetTTFTSeconds"}
+		}
+	}
+	return nil
+}
+
+type parser struct{ md map[string]string }
+
+func (p parser) get(k string) (string, bool) {
+	v, ok := p.md[k]
+	v = strings.TrimSpace(v)
+	return v, ok && v != ""
+}
+
+// target parses a positive target no larger than max, rounded to the thousandths KEDA and the
+// HPA carry targets in (milli-units).
+func (p parser) target(k, what string, max float64) (float64, error) {
+	v, ok := p.get(k)
+	if !ok {
+		return 0, nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	want := fmt.Sprintf("want a number > 0 (%s)", what)
+	if max == 1 {
+		want = fmt.Sprintf("want a number in (0, 1] (%s), e.g. 0.8", what)
+	}
+	if err != nil || math.IsNaN(f) || f > max || math.IsInf(f, 0) {
+		return 0, &InvalidKeyError{k, v, want}
+	}
+	f = math.Round(f*1000) / 1000
+	if f <= 0 {
+		return 0, &InvalidKeyError{k, v, want + "; the smallest is 0.001"}
+	}
+	return f, nil
+}
+
+func (p parser) unknownKeys() error {
+	known := map[string]bool{}
+	for _, k := range AcceptedKeys() {
+		known[k] = true
+	}
+	var bad []string
+	for k := range p.md {
+		if !known[k] && !kedaKeys[k] {
+			bad = append(bad, k)
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return &InvalidKeyError{bad[0], "", "unknown key; accepted keys: " + strings.Join(AcceptedKeys(), ", ")}
+}
+
+func (p parser) prometheus(t *Trigger) error {
+	promKeys := []string{KeyPrometheusAddress, KeyPrometheusPodLabel, KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL,
+		KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv, KeyPrometheusPasswordFromEnv}
+	if t.Source != SourcePrometheus {
+		for _, k := range promKeys {
+			if _, ok := p.get(k); ok {
+				return &InvalidKeyError{k, "", "only used with source prometheus (source is " + string(t.Source) + ")"}
+			}
+		}
+		return nil
+	}
+	v, ok := p.get(KeyPrometheusAddress)
+	if !ok {
+		return &InvalidKeyError{KeyPrometheusAddress, "", "required with source prometheus, e.g. http://prometheus-operated.monitoring:9090"}
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return &InvalidKeyError{KeyPrometheusAddress, v, "want an http:// or https:// URL"}
+	}
+	t.Prometheus.Address = strings.TrimRight(v, "/")
+	for _, l := range []struct {
+		key string
+		dst *string
+	}{{KeyPrometheusPodLabel, &t.Prometheus.PodLabel}, {KeyPrometheusNSLabel, &t.Prometheus.NamespaceLabel}} {
+		if v, ok := p.get(l.key); ok {
+			if !isLabelName(v) {
+				return &InvalidKeyError{l.key, v, "want a Prometheus label name ([a-zA-Z_][a-zA-Z0-9_]*)"}
+			}
+			*l.dst = v
+		}
+	}
+	if v, ok := p.get(KeyPrometheusUnsafeSSL); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return &InvalidKeyError{KeyPrometheusUnsafeSSL, v, "want true or false"}
+		}
+		t.Prometheus.InsecureSkipVerify = b
+	}
+	t.Prometheus.BearerToken, _ = p.get(KeyPrometheusBearerTokenFromEnv)
+	t.Prometheus.Username, _ = p.get(KeyPrometheusUsernameFromEnv)
+	t.Prometheus.Password, _ = p.get(KeyPrometheusPasswordFromEnv)
+	if (t.Prometheus.Username == "") != (t.Prometheus.Password == "") {
+		return &InvalidKeyError{KeyPrometheusUsernameFromEnv, "", "basic auth needs both prometheusUsernameFromEnv and prometheusPasswordFromEnv"}
+	}
+	if t.Prometheus.BearerToken != "" && t.Prometheus.Username != "" {
+		return &InvalidKeyError{KeyPrometheusBearerTokenFromEnv, "", "use a bearer token or basic auth, not both"}
+	}
+	return nil
+}
+
+func isLabelName(s string) bool {
+	for i, r := range s {
+		if !(r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (i > 0 && r >= '0' && r <= '9')) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// AcceptedKeys lists every trigger metadata key berth reads, in documentation order.
+func AcceptedKeys() []string {
+	return []string{KeyPodSelector, KeyMetricsPort, KeyMetricsPath, KeyModel, KeyTargetQueueDepth, KeyTargetKVCacheUsage,
+		KeyTargetTTFTSeconds, KeyActivationQueueDepth, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
+		KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL, KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv,
+		KeyPrometheusPasswordFromEnv}
+}
+
+// Signals lists the signals this trigger scales on, in a fixed order.
+func (t *Trigger) Signals() []Signal {
+	var out []Signal
+	if t.TargetQueueDepth > 0 {
+		out = append(out, SignalQueue)
+	}
+	if t.TargetKVCacheUsage > 0 {
+		out = append(out, SignalKVCache)
+	}
+	if t.TargetTTFT > 0 {
+		out = append(out, SignalTTFT)
+	}
+	return out
+}
+
+// Target is the per-replica target of a signal.
+func (t *Trigger) Target(s Signal) float64 {
+	switch s {
+	case SignalQueue:
+		return t.TargetQueueDepth
+	case SignalKVCache:
+		return t.TargetKVCacheUsage
+	case SignalTTFT:
+		return t.TargetTTFT
+	}
+	return 0
+}

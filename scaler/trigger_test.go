@@ -1,0 +1,94 @@
+package scaler
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseTriggerDefaults(t *testing.T) {
+	tr := trig(t, map[string]string{"targetQueueDepth": "4", "scalerAddress": "berth-scaler.berth:9090", "enableTLS": "true"})
+	if tr.MetricsPort != 8000 || tr.MetricsPath != "/metrics" || tr.Source != SourcePods || tr.Role != RoleBoth || tr.PodSelector != nil {
+		t.Fatalf("defaults = %+v", tr)
+	}
+	if got := tr.Signals(); len(got) != 1 || got[0] != SignalQueue {
+		t.Fatalf("signals = %v", got)
+	}
+	tr = trig(t, map[string]string{"targetKVCacheUsage": "0.75", "targetTTFTSeconds": "0.4", "podSelector": "app=vllm, tier in (gpu)",
+		"metricsPort": "8080", "metricsPath": "/vllm/metrics", "model": "llama", "activationQueueDepth": "1.5",
+		"source": "prometheus", "prometheusAddress": "http://prom:9090/", "prometheusPodLabel": "kubernetes_pod_name",
+		"prometheusBearerTokenFromEnv": "tok"})
+	if tr.PodSelector.String() != "app=vllm,tier in (gpu)" || tr.MetricsPort != 8080 || tr.Model != "llama" || tr.ActivationQueueDepth != 1.5 ||
+		tr.Prometheus.Address != "http://prom:9090" || tr.Prometheus.PodLabel != "kubernetes_pod_name" || tr.Prometheus.NamespaceLabel != "namespace" ||
+		tr.Prometheus.BearerToken != "tok" || tr.TargetTTFT != 0.4 {
+		t.Fatalf("parsed = %+v", tr)
+	}
+}
+
+func TestParseTriggerErrors(t *testing.T) {
+	tests := []struct {
+		md      map[string]string
+		key     string
+		message string
+	}{
+		{map[string]string{}, "targetQueueDepth", "at least one of"},
+		{map[string]string{"targetQueueDeph": "4"}, "targetQueueDeph", "unknown key; accepted keys: podSelector"},
+		{map[string]string{"targetQueueDepth": "-1"}, "targetQueueDepth", "want a number > 0"},
+		{map[string]string{"targetQueueDepth": "0.0001"}, "targetQueueDepth", "smallest is 0.001"},
+		{map[string]string{"targetQueueDepth": "four"}, "targetQueueDepth", "want a number > 0"},
+		{map[string]string{"targetQueueDepth": "NaN"}, "targetQueueDepth", "want a number > 0"},
+		{map[string]string{"targetKVCacheUsage": "80"}, "targetKVCacheUsage", "(0, 1]"},
+		{map[string]string{"targetQueueDepth": "4", "metricsPort": "0"}, "metricsPort", "1-65535"},
+		{map[string]string{"targetQueueDepth": "4", "metricsPath": "metrics"}, "metricsPath", "absolute URL path"},
+		{map[string]string{"targetQueueDepth": "4", "podSelector": "app in vllm"}, "podSelector", "label selector"},
+		{map[string]string{"targetQueueDepth": "4", "role": "router"}, "role", "prefill, decode, both"},
+		{map[string]string{"targetQueueDepth": "4", "source": "dcgm"}, "source", "pods, prometheus"},
+		{map[string]string{"targetQueueDepth": "4", "activationQueueDepth": "-2"}, "activationQueueDepth", ">= 0"},
+		{map[string]string{"targetQueueDepth": "4", "role": "decode"}, "role", "targetKVCacheUsage only"},
+		{map[string]string{"targetKVCacheUsage": "0.8", "role": "prefill"}, "targetKVCacheUsage", "not used by role prefill"},
+		{map[string]string{"targetQueueDepth": "4", "source": "prometheus"}, "prometheusAddress", "required with source prometheus"},
+		{map[string]string{"targetQueueDepth": "4", "source": "prometheus", "prometheusAddress": "prom:9090"}, "prometheusAddress", "http:// or https://"},
+		{map[string]string{"targetQueueDepth": "4", "prometheusAddress": "http://prom:9090"}, "prometheusAddress", "only used with source prometheus"},
+		{map[string]string{"targetQueueDepth": "4", "source": "prometheus", "prometheusAddress": "http://p", "prometheusPodLabel": "pod-name"}, "prometheusPodLabel", "label name"},
+		{map[string]string{"targetQueueDepth": "4", "source": "prometheus", "prometheusAddress": "http://p", "prometheusUsernameFromEnv": "u"}, "prometheusUsernameFromEnv", "both"},
+	}
+	for _, tc := range tests {
+		_, err := ParseTrigger(tc.md)
+		var ik *InvalidKeyError
+		if !errors.As(err, &ik) {
+			t.Errorf("%v: err = %v, want an InvalidKeyError", tc.md, err)
+			continue
+		}
+		if ik.Key != tc.key || !strings.Contains(err.Error(), tc.message) {
+			t.Errorf("%v: err = %q (key %q), want key %q and %q", tc.md, err, ik.Key, tc.key, tc.message)
+		}
+	}
+}
+
+// FuzzParseTrigger: any metadata either parses into a trigger that scales on something, or is
+// refused with an error naming a key — never a panic, never a trigger without a signal.
+func FuzzParseTrigger(f *testing.F) {
+	f.Add("targetQueueDepth", "4", "podSelector", "app=vllm")
+	f.Add("targetKVCacheUsage", "0.8", "role", "decode")
+	f.Add("source", "prometheus", "prometheusAddress", "http://x")
+	f.Add("metricsPort", "99999", "targetTTFTSeconds", "1e308")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2 string) {
+		md := map[string]string{k1: v1, k2: v2}
+		tr, err := ParseTrigger(md)
+		if err != nil {
+			var ik *InvalidKeyError
+			if !errors.As(err, &ik) || ik.Key == "" {
+				t.Fatalf("error without a key: %v", err)
+			}
+			return
+		}
+		if len(tr.Signals()) == 0 {
+			t.Fatalf("trigger %+v scales on nothing", tr)
+		}
+		for _, s := range tr.Signals() {
+			if tg := tr.Target(s); !(tg >= 0.001) {
+				t.Fatalf("%s target %v", s, tg)
+			}
+		}
+	})
+}
