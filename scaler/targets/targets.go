@@ -133,19 +133,21 @@ func (t *Targets) read(ctx context.Context, namespace, name string, needSelector
 	obj.SetGroupVersionKind(gv.WithKind(kind))
 	obj.SetNamespace(namespace)
 	obj.SetName(target)
-	scale := &autoscalingv1.Scale{}
+	scale := &unstructured.Unstructured{}
+	scale.SetGroupVersionKind(autoscalingv1.SchemeGroupVersion.WithKind("Scale"))
 	if err := t.API.SubResource("scale").Get(ctx, obj, scale); err != nil {
 		if apierrors.IsNotFound(err) {
 			return Info{}, fmt.Errorf("%w: %s %s/%s (the target of ScaledObject %s) not found: %v", ErrTarget, kind, namespace, target, name, err)
 		}
 		return Info{}, fmt.Errorf("reading the /scale of %s %s/%s: %w", kind, namespace, target, err)
 	}
-	if scale.Status.Selector == "" {
+	selector, _, _ := unstructured.NestedString(scale.Object, "status", "selector")
+	if selector == "" {
 		return Info{}, fmt.Errorf("%w: %s %s/%s reports no selector in /scale; set podSelector in the trigger metadata", ErrTarget, kind, namespace, target)
 	}
-	sel, err := labels.Parse(scale.Status.Selector)
+	sel, err := labels.Parse(selector)
 	if err != nil {
-		return Info{}, fmt.Errorf("%w: %s %s/%s selector %q: %v", ErrTarget, kind, namespace, target, scale.Status.Selector, err)
+		return Info{}, fmt.Errorf("%w: %s %s/%s selector %q: %v", ErrTarget, kind, namespace, target, selector, err)
 	}
 	info.Selector = sel
 	return info, nil

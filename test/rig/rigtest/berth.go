@@ -3,7 +3,6 @@ package rigtest
 import (
 	"context"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -29,9 +28,9 @@ type BerthProcess struct {
 // NewBerthProcess builds the berth binary into the rig's work folder and registers the
 // pod-gate webhook configuration pointing at a free loopback port. It starts nothing.
 func NewBerthProcess(ctx context.Context, r *rig.Rig) (*BerthProcess, error) {
-	bin := filepath.Join(r.WorkDir(), "berth")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/berth-dev/berth/cmd/berth").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building berth: %v\n%s", err, out)
+	bin, err := BuildBerth(r)
+	if err != nil {
+		return nil, err
 	}
 	port, err := rig.FreePort()
 	if err != nil {
