@@ -1,0 +1,187 @@
+// Package promsource_test checks the scaler's prometheus source against a real Prometheus
+// server (Debian's prometheus package, started by the test) scraping fake vLLM replicas on
+// their own loopback IPs, labelled namespace/pod the way a PodMonitor labels them.
+package promsource_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/scaler"
+	"github.com/berth-dev/berth/scaler/promsource"
+	"github.com/berth-dev/berth/scaler/scalertest"
+	"github.com/berth-dev/berth/test/rig"
+)
+
+// prometheusBinary finds Prometheus: $PROMETHEUS, else prometheus on $PATH. Without it the test
+// skips, unless BERTH_REQUIRE_RIG=1 (make test) makes that a failure.
+func prometheusBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("PROMETHEUS"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("prometheus"); err == nil {
+		return p
+	}
+	if os.Getenv("BERTH_REQUIRE_RIG") == "1" {
+		t.Fatal("no prometheus binary: install Debian's prometheus package (hack/ensure-promtool.sh does) or set PROMETHEUS")
+	}
+	t.Skip("no prometheus binary (set PROMETHEUS or install the prometheus package)")
+	return ""
+}
+
+// startPrometheus runs Prometheus scraping every replica each second and returns its URL.
+func startPrometheus(t *testing.T, reps []*scalertest.Replica, pods []scaler.Pod, port int, interval time.Duration) string {
+	t.Helper()
+	bin := prometheusBinary(t)
+	dir := t.TempDir()
+	var targets strings.Builder
+	for i, r := range reps {
+		fmt.Fprintf(&targets, "      - targets: ['%s:%d']\n        labels: {namespace: inference, pod: %s}\n", r.IP, port, pods[i].Name)
+	}
+	cfg := fmt.Sprintf("global:\n  scrape_interval: %s\n  scrape_timeout: %s\nscrape_configs:\n  - job_name: vllm\n    static_configs:\n%s",
+		model(interval), model(interval*8/10), targets.String())
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	webPort, err := rig.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := "127.0.0.1:" + strconv.Itoa(webPort)
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--log.level=warn")
+	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			out, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
+			t.Logf("prometheus log:\n%s", out)
+		}
+	})
+	url := "http://" + addr
+	waitFor(t, 60*time.Second, "Prometheus scrapes every replica", func() bool {
+		var resp struct {
+			Data struct {
+				Result []json.RawMessage `json:"result"`
+			} `json:"data"`
+		}
+		r, err := http.Get(url + "/api/v1/query?query=" + "up%3D%3D1")
+		if err != nil {
+			return false
+		}
+		defer r.Body.Close()
+		return json.NewDecoder(r.Body).Decode(&resp) == nil && len(resp.Data.Result) == len(reps)
+	})
+	return url
+}
+
+func model(d time.Duration) string { return strconv.Itoa(int(d/time.Millisecond)) + "ms" }
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// ttftPage is a vLLM page whose TTFT histogram grows by 10 first tokens per scrape: 8 under
+// 0.25 s, 2 between 1 and 2.5 s.
+func ttftPage(waiting, running, kv float64) http.HandlerFunc {
+	var n atomic.Int64
+	return func(w http.ResponseWriter, r *http.Request) {
+		k := n.Add(1)
+		scalertest.Page(waiting, running, kv)(w, r)
+		fmt.Fprintf(w, "# TYPE vllm:time_to_first_token_seconds histogram\n"+
+			"vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"m\",le=\"0.25\"} %d\n"+
+			"vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"m\",le=\"1\"} %d\n"+
+			"vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"m\",le=\"2.5\"} %d\n"+
+			"vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"m\",le=\"+Inf\"} %d\n"+
+			"vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"m\"} %d\n"+
+			"vllm:time_to_first_token_seconds_sum{engine=\"0\",model_name=\"m\"} %d\n", 8*k, 8*k, 10*k, 10*k, 10*k, 3*k)
+	}
+}
+
+func TestPrometheusSource(t *testing.T) {
+	reps, port, pods := scalertest.Fleet(t, 3)
+	reps[0].Set(ttftPage(6, 8, 0.9))
+	reps[1].Set(ttftPage(3, 8, 0.7))
+	reps[2].Set(ttftPage(0, 4, 0.2))
+	url := startPrometheus(t, reps, pods, port, time.Second)
+	tr, err := scaler.ParseTrigger(map[string]string{"targetQueueDepth": "2", "targetKVCacheUsage": "0.8", "targetTTFTSeconds": "1",
+		"source": "prometheus", "prometheusAddress": url, "model": "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := promsource.New(promsource.Options{FreshFor: time.Millisecond, MaxAge: 10 * time.Second, TTFTWindow: 5 * time.Second})
+	ctx := context.Background()
+	// A fourth pod that Prometheus does not know and a starting one: the first is a ready
+	// replica without data (partial), the second is capacity on its way.
+	all := append(append([]scaler.Pod(nil), pods...), scaler.Pod{Name: "unscraped", IP: "127.0.9.9", Ready: true}, scaler.Pod{Name: "cold"})
+	var o scaler.Observation
+	waitFor(t, 30*time.Second, "a TTFT rate over two scrapes", func() bool {
+		o, err = src.Observe(ctx, tr, "inference", all)
+		return err == nil && !math.IsNaN(o.TTFTP95)
+	})
+	if o.Ready != 4 || o.Sampled != 3 || o.Starting != 1 || o.Waiting != 9 || o.Running != 20 || o.KVSampled != 3 || math.Abs(o.KVUsage-1.8) > 1e-9 {
+		t.Fatalf("observation = %+v", o)
+	}
+	// p95 of 10 first tokens where 2 took 1–2.5 s: interpolated in that bucket.
+	if o.TTFTP95 < 1 || o.TTFTP95 > 2.5 {
+		t.Fatalf("TTFT p95 = %v, want within the 1–2.5 s bucket", o.TTFTP95)
+	}
+	if o.OldestSample > 3*time.Second {
+		t.Errorf("sample age %v with a 1 s scrape interval", o.OldestSample)
+	}
+	d, err := scaler.DefaultPolicy.Decide(o, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 9 waiting, extrapolated to 4 ready replicas = 12, asks for 6 at 2 each; one replica is
+	// still starting, so the ask holds at the 5 that exist.
+	if q, _ := d.Signal(scaler.SignalQueue); q.Raw != 12 || q.Desired != 5 || q.Held != "starting" {
+		t.Errorf("queue decision = %+v", q)
+	}
+
+	// Another namespace's series never count.
+	if o, err := src.Observe(ctx, tr, "other", pods); err != nil || o.Sampled != 0 {
+		t.Fatalf("namespace filter: %+v, %v", o, err)
+	}
+	// A replica whose scrapes fail goes stale in Prometheus and stops counting.
+	reps[0].Set(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "down", http.StatusServiceUnavailable) })
+	waitFor(t, 30*time.Second, "the failing replica drops out", func() bool {
+		o, err = src.Observe(ctx, tr, "inference", pods)
+		return err == nil && o.Sampled == 2
+	})
+	if o.Waiting != 3 {
+		t.Fatalf("after the fault: %+v", o)
+	}
+	// Prometheus unreachable: an error, never an empty observation.
+	bad, _ := scaler.ParseTrigger(map[string]string{"targetQueueDepth": "2", "source": "prometheus", "prometheusAddress": "http://127.0.0.1:1"})
+	if _, err := src.Observe(ctx, bad, "inference", pods); err == nil {
+		t.Fatal("unreachable Prometheus returned no error")
+	}
+}
