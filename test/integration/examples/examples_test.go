@@ -8,13 +8,16 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	awsapis "github.com/aws/karpenter-provider-aws/pkg/apis"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/test/rig"
 	"github.com/berth-dev/berth/test/rig/rigtest"
 )
@@ -26,6 +29,9 @@ func TestMain(m *testing.M) {
 		}
 		if err := r.InstallCRDsFromDir(ctx, filepath.Join(os.Getenv(rig.ToolsDirEnv), "crds", "karpenter")); err != nil {
 			return fmt.Errorf("installing Karpenter CRDs: %w", err)
+		}
+		if err := r.InstallCRDsFromDir(ctx, filepath.Join(os.Getenv(rig.ToolsDirEnv), "crds", "keda")); err != nil {
+			return fmt.Errorf("installing KEDA CRDs: %w", err)
 		}
 		// The AWS provider's NodePool CRD replaces the core one (EKS's stricter label rules).
 		return r.InstallCRDs(ctx, bytes.Join([][]byte{awsapis.NodePoolCRD, awsapis.EC2NodeClassCRD}, []byte("\n---\n")))
@@ -59,11 +65,49 @@ func TestExamplesApply(t *testing.T) {
 				t.Fatal("no objects")
 			}
 			for _, o := range objs {
+				checkBerthTriggers(t, o)
 				// Strict, like kubectl: an unknown or misspelt field is an error, not dropped.
 				if err := r.Client.Patch(ctx, o, client.Apply, client.FieldOwner("examples"), client.ForceOwnership, client.FieldValidation("Strict")); err != nil { //nolint:staticcheck // SSA of unstructured objects
 					t.Errorf("applying %s %s: %v", o.GetKind(), o.GetName(), err)
 				}
 			}
 		})
+	}
+}
+
+// checkBerthTriggers parses the metadata of every trigger of a ScaledObject that points at
+// berth's scaler with the scaler's own rules, so an example never carries a key the scaler
+// would refuse.
+func checkBerthTriggers(t *testing.T, o *unstructured.Unstructured) {
+	t.Helper()
+	if o.GetKind() != "ScaledObject" {
+		return
+	}
+	triggers, _, _ := unstructured.NestedSlice(o.Object, "spec", "triggers")
+	n := 0
+	for _, tr := range triggers {
+		m, _ := tr.(map[string]any)
+		if typ := m["type"]; typ != "external" && typ != "external-push" {
+			continue
+		}
+		md := map[string]string{}
+		raw, _ := m["metadata"].(map[string]any)
+		for k, v := range raw {
+			s, ok := v.(string)
+			if !ok {
+				t.Errorf("ScaledObject %s: trigger metadata %s is not a string (KEDA wants strings)", o.GetName(), k)
+			}
+			md[k] = s
+		}
+		if !strings.Contains(md["scalerAddress"], "berth") {
+			continue
+		}
+		n++
+		if _, err := scaler.ParseTrigger(md); err != nil {
+			t.Errorf("ScaledObject %s: berth's scaler would refuse this trigger: %v", o.GetName(), err)
+		}
+	}
+	if n == 0 {
+		t.Errorf("ScaledObject %s has no trigger for berth's scaler", o.GetName())
 	}
 }

@@ -26,7 +26,7 @@ import (
 
 // prometheusBinary finds Prometheus: $PROMETHEUS, else prometheus on $PATH. Without it the test
 // skips, unless BERTH_REQUIRE_RIG=1 (make test) makes that a failure.
-func prometheusBinary(t *testing.T) string {
+func prometheusBinary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("PROMETHEUS"); p != "" {
 		return p
@@ -42,7 +42,7 @@ func prometheusBinary(t *testing.T) string {
 }
 
 // startPrometheus runs Prometheus scraping every replica each second and returns its URL.
-func startPrometheus(t *testing.T, reps []*scalertest.Replica, pods []scaler.Pod, port int, interval time.Duration) string {
+func startPrometheus(t testing.TB, reps []*scalertest.Replica, pods []scaler.Pod, port int, interval time.Duration) string {
 	t.Helper()
 	bin := prometheusBinary(t)
 	dir := t.TempDir()
@@ -97,7 +97,7 @@ func startPrometheus(t *testing.T, reps []*scalertest.Replica, pods []scaler.Pod
 
 func model(d time.Duration) string { return strconv.Itoa(int(d/time.Millisecond)) + "ms" }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
