@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -108,8 +109,13 @@ func printStatus(out io.Writer, st State) {
 	}
 	fmt.Fprintf(out, "dev cluster: %s (pid %d, since %s)\n", state, st.PID, st.StartedAt.Format(time.RFC3339))
 	fmt.Fprintf(out, "api server:  %s\nkubeconfig:  %s   (export KUBECONFIG=%s)\nlogs:        %s\n", st.APIServer, st.Kubeconfig, st.Kubeconfig, st.LogDir)
-	for name, ep := range st.Endpoints {
-		fmt.Fprintf(out, "%-12s %s\n", name+":", ep)
+	names := make([]string, 0, len(st.Endpoints))
+	for name := range st.Endpoints {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		fmt.Fprintf(out, "%-19s %s\n", name+":", st.Endpoints[name])
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "COMPONENT\tPID\tSTATE\tLOG")

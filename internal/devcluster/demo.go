@@ -33,7 +33,9 @@ const DemoNamespace = "berth-demo"
 //     one batch through berth's seat pods, and is admitted and started whole (demo_provision.go);
 //  4. on a GPU NodePool that lets Karpenter consolidate underutilized nodes, berth's
 //     consolidation guard and pod protection keep a running gang's underutilized node from
-//     being repacked (demo_guard.go).
+//     being repacked (demo_guard.go);
+//  5. a vLLM Deployment under a KEDA ScaledObject pointing at berth's scaler follows a load
+//     ramp up and down while Karpenter adds and removes L4 nodes (demo_autoscale.go).
 func Demo(ctx context.Context, kubeconfig string, out io.Writer) error {
 	c, err := demoClient(kubeconfig)
 	if err != nil {
@@ -59,6 +61,10 @@ func Demo(ctx context.Context, kubeconfig string, out io.Writer) error {
 	p.say("scene 4: the consolidation guard on a GPU NodePool that consolidates underutilized nodes")
 	if err := guardScene(ctx, c, p); err != nil {
 		return fmt.Errorf("scene 4: %w", err)
+	}
+	p.say("scene 5: a vLLM Deployment sized by KEDA and berth's scaler from queue depth and KV-cache usage")
+	if err := autoscaleScene(ctx, c, p); err != nil {
+		return fmt.Errorf("scene 5: %w", err)
 	}
 	p.say("done in %s. Inspect with KUBECONFIG=%s; stop everything with 'berth dev down'",
 		time.Since(p.start).Round(time.Second), kubeconfig)

@@ -8,7 +8,10 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -22,7 +25,7 @@ const resetTimeout = 90 * time.Second
 // demoPools are the NodePools whose nodes the demo launches: every scene expects to start
 // with none of them, so that Karpenter's launches show.
 func demoPools() []string {
-	return []string{rig.GPUNodePoolName("h100"), rig.GPUNodePoolName("h200"), guardedPool, auditPool}
+	return []string{rig.GPUNodePoolName("h100"), rig.GPUNodePoolName("h200"), guardedPool, auditPool, rig.GPUNodePoolName(inferencePool)}
 }
 
 // resetDemo removes what an earlier run left: the demo namespace's pods and PodGroups, the
@@ -69,6 +72,11 @@ func resetNamespace(ctx context.Context, c client.Client) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}
 	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", DemoNamespace, err)
+	}
+	so := &unstructured.Unstructured{}
+	so.SetGroupVersionKind(schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"})
+	if err := c.DeleteAllOf(ctx, so, client.InNamespace(DemoNamespace)); err != nil && !meta.IsNoMatchError(err) {
+		return fmt.Errorf("removing earlier demo ScaledObjects: %w", err)
 	}
 	if err := c.DeleteAllOf(ctx, &appsv1.Deployment{}, client.InNamespace(DemoNamespace), client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		return fmt.Errorf("removing earlier demo Deployments: %w", err)

@@ -3,12 +3,14 @@ package devcluster
 import (
 	"context"
 	"fmt"
-
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/internal/gpu"
@@ -155,7 +157,13 @@ func bringUp(ctx context.Context, o Options, st *State) (*rig.Rig, error) {
 	if err := r.InstallDevNodePools(ctx); err != nil {
 		return r, err
 	}
-	return r, startBerth(ctx, o, r, st)
+	if err := r.StartKEDA(ctx); err != nil {
+		return r, err
+	}
+	if err := startBerth(ctx, o, r, st); err != nil {
+		return r, err
+	}
+	return r, startInference(ctx, o, r, st)
 }
 
 // startBerth runs berth's own components against the rig as separate processes, as in a real
@@ -183,6 +191,48 @@ func startBerth(ctx context.Context, o Options, r *rig.Rig, st *State) error {
 		return err
 	}
 	st.Endpoints["controller-metrics"] = "http://" + metrics + "/metrics"
+	return nil
+}
+
+// VLLMSimLabel marks pods the dev cluster's vLLM emulator serves: every Running pod with this
+// label (value "true"), in any namespace, gets vLLM's metrics on <podIP>:VLLMSimPort.
+const (
+	VLLMSimLabel = "sim.berth.dev/vllm"
+	VLLMSimPort  = 8000
+)
+
+// EndpointsConfigMap (in kube-system) publishes the dev cluster's own endpoints to clients such
+// as the demo: scaler-grpc, scaler-metrics, vllm-sim-admin, controller-metrics.
+const EndpointsConfigMap = "berth-dev-endpoints"
+
+// startInference runs berth's KEDA scaler and the vLLM emulator that stands in for the GPU
+// inference servers of labelled pods.
+func startInference(ctx context.Context, o Options, r *rig.Rig, st *State) error {
+	ports, err := freePorts(3)
+	if err != nil {
+		return err
+	}
+	grpcAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
+	metrics := "127.0.0.1:" + strconv.Itoa(ports[1])
+	admin := "127.0.0.1:" + strconv.Itoa(ports[2])
+	if err := r.StartComponent(ctx, "berth-scaler", o.BerthBinary, []string{
+		"scaler", "--kubeconfig=" + r.Kubeconfig, "--grpc-address=" + grpcAddr, "--metrics-address=" + metrics,
+	}, nil, "http://"+metrics+"/metrics"); err != nil {
+		return err
+	}
+	if err := r.StartComponent(ctx, "vllm-sim", o.BerthBinary, []string{
+		"dev", "vllm-sim", "--kubeconfig=" + r.Kubeconfig, "--selector=" + VLLMSimLabel + "=true", "--port=" + strconv.Itoa(VLLMSimPort),
+		"--admin-address=" + admin, "--max-num-seqs=8", "--service-time=2s", "--kv-blocks=1000", "--kv-blocks-per-seq=110",
+	}, nil, "http://"+admin+"/load"); err != nil {
+		return err
+	}
+	st.Endpoints["scaler-grpc"] = grpcAddr
+	st.Endpoints["scaler-metrics"] = "http://" + metrics + "/metrics"
+	st.Endpoints["vllm-sim-admin"] = "http://" + admin + "/load"
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: EndpointsConfigMap}, Data: st.Endpoints}
+	if err := r.Client.Create(ctx, cm); err != nil {
+		return fmt.Errorf("publishing the dev cluster's endpoints: %w", err)
+	}
 	return nil
 }
 

@@ -61,7 +61,7 @@ func TestDevUpDemoDown(t *testing.T) {
 	if err != nil || !ok || !st.Ready {
 		t.Fatalf("state after up: %+v ok=%v err=%v", st, ok, err)
 	}
-	wantComponents := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "karpenter-kwok", "berth-controller"}
+	wantComponents := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "karpenter-kwok", "keda-operator", "keda-adapter", "berth-controller", "berth-scaler", "vllm-sim"}
 	var names []string
 	for _, c := range st.Components {
 		names = append(names, c.Name)
@@ -84,7 +84,7 @@ func TestDevUpDemoDown(t *testing.T) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
-	if out, err := run("status"); err != nil || !strings.Contains(out, "dev cluster: up") {
+	if out, err := run("status"); err != nil || !strings.Contains(out, "dev cluster: up") || !strings.Contains(out, "scaler-grpc:") {
 		t.Errorf("status: err=%v\n%s", err, out)
 	}
 
@@ -130,6 +130,10 @@ var demoMilestones = []string{
 	"scheduling.berth.dev/consolidation-guard-status: unsafe:", "Event Warning UnsafeConsolidation",
 	"berth set karpenter.sh/do-not-disrupt=true", "Karpenter left gpu-guarded's underutilized GPU node alone",
 	"removed the workloads and NodePools gpu-guarded and gpu-audit",
+	// 5: inference autoscaling through real KEDA and berth's scaler.
+	"created ScaledObject llama-serve: external-push trigger → berth scaler at 127.0.0.1:",
+	"load: 14 requests/s", "Karpenter launched L4 node", "replicas 4 ready / 4", "load stops",
+	"the Deployment followed its load",
 }
 
 // running is true for a live, non-zombie process.

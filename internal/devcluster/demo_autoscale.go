@@ -1,0 +1,279 @@
+package devcluster
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/berth-dev/berth/internal/gpu"
+	"github.com/berth-dev/berth/test/rig"
+)
+
+// Scene 5: inference autoscaling. A vLLM Deployment (one L4 GPU per replica; the dev cluster's
+// vLLM emulator serves vLLM's metrics on each pod's IP) gets a KEDA ScaledObject whose
+// external-push trigger points at berth's scaler. The demo ramps the emulator's request rate up
+// and down and prints, every few seconds, what berth reads and decides (queue depth, KV-cache
+// usage, desired replicas), what the HPA does (replicas) and what Karpenter does (L4 nodes).
+const (
+	inferenceName = "llama-serve"
+	inferencePool = "l4"
+	// perReplicaRate is what one emulated replica serves: 8 sequences of 2 s.
+	perReplicaRate = 4.0
+	autoscaleMax   = 4
+	// autoscaleStep bounds each phase of the ramp.
+	autoscaleStep = 3 * time.Minute
+)
+
+// inferenceDeployment is a one-GPU vLLM server the emulator serves.
+func inferenceDeployment() *appsv1.Deployment {
+	labels := map[string]string{"app": inferenceName, VLLMSimLabel: "true"}
+	q := resource.MustParse("1")
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: DemoNamespace, Name: inferenceName},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{karpv1.NodePoolLabelKey: rig.GPUNodePoolName(inferencePool)},
+					Containers: []corev1.Container{{
+						Name: "vllm", Image: "vllm/vllm-openai:v0.11.0",
+						Args:  []string{"--model", "meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "8"},
+						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: VLLMSimPort}},
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), gpu.ResourceGPU: q},
+							Limits:   corev1.ResourceList{gpu.ResourceGPU: q},
+						},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// inferenceScaledObject sizes the Deployment with berth's scaler: 4 waiting requests and 80%
+// KV cache per replica; the HPA may scale down after 15 s (default 5 min) for the demo.
+func inferenceScaledObject(scalerAddress string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+		"metadata": map[string]any{"name": inferenceName, "namespace": DemoNamespace},
+		"spec": map[string]any{
+			"scaleTargetRef":  map[string]any{"name": inferenceName},
+			"minReplicaCount": int64(1), "maxReplicaCount": int64(autoscaleMax),
+			"pollingInterval": int64(5), "cooldownPeriod": int64(30),
+			"advanced": map[string]any{"horizontalPodAutoscalerConfig": map[string]any{"behavior": map[string]any{
+				"scaleDown": map[string]any{"stabilizationWindowSeconds": int64(15)},
+			}}},
+			"triggers": []any{map[string]any{
+				"type": "external-push",
+				"metadata": map[string]any{
+					"scalerAddress": scalerAddress, "targetQueueDepth": "4", "targetKVCacheUsage": "0.8",
+					"metricsPort": strconv.Itoa(VLLMSimPort), "model": "meta-llama/Llama-3.1-8B-Instruct",
+				},
+			}},
+		},
+	}}
+}
+
+// autoscaleScene runs scene 5.
+func autoscaleScene(ctx context.Context, c client.Client, p *printer) error {
+	var eps corev1.ConfigMap
+	if err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: EndpointsConfigMap}, &eps); err != nil {
+		return fmt.Errorf("reading the dev cluster's endpoints (ConfigMap kube-system/%s; restart with 'berth dev down && berth dev up'): %w", EndpointsConfigMap, err)
+	}
+	w := &autoscaleWatch{c: c, p: p, metricsURL: eps.Data["scaler-metrics"], loadURL: eps.Data["vllm-sim-admin"], nodes: map[string]bool{}}
+	if err := c.Create(ctx, inferenceDeployment()); err != nil {
+		return fmt.Errorf("creating Deployment %s: %w", inferenceName, err)
+	}
+	p.say("created Deployment %s/%s (1 replica, 1 L4 GPU each; one replica serves %.0f requests/s)", DemoNamespace, inferenceName, perReplicaRate)
+	if err := w.until(ctx, time.Minute, func(s autoscaleSnap) bool { return s.ready == 1 }); err != nil {
+		return fmt.Errorf("first replica: %w", err)
+	}
+	if err := c.Create(ctx, inferenceScaledObject(eps.Data["scaler-grpc"])); err != nil {
+		return fmt.Errorf("creating ScaledObject %s: %w", inferenceName, err)
+	}
+	p.say("created ScaledObject %s: external-push trigger → berth scaler at %s, targetQueueDepth 4, targetKVCacheUsage 0.8, 1–%d replicas",
+		inferenceName, eps.Data["scaler-grpc"], autoscaleMax)
+	for _, phase := range []struct {
+		rate float64
+		say  string
+		done func(autoscaleSnap) bool
+	}{
+		{2, "load: 2 requests/s — one replica copes", func(s autoscaleSnap) bool { return s.elapsed > 20*time.Second }},
+		{14, "load: 14 requests/s — 3.5 replicas' worth", func(s autoscaleSnap) bool { return s.ready >= autoscaleMax && s.queue < 4 }},
+		{0, "load stops", func(s autoscaleSnap) bool { return s.total == 1 }},
+	} {
+		if err := w.setRate(ctx, phase.rate); err != nil {
+			return err
+		}
+		p.say("%s", phase.say)
+		if err := w.until(ctx, autoscaleStep, phase.done); err != nil {
+			return err
+		}
+	}
+	p.say("the Deployment followed its load: up to %d replicas on %d L4 nodes Karpenter launched, back to 1; idle nodes are consolidated after 30 s",
+		w.peakReplicas, w.peakNodes)
+	return nil
+}
+
+// autoscaleWatch prints the scene's state whenever it changes.
+type autoscaleWatch struct {
+	c                       client.Client
+	p                       *printer
+	metricsURL, loadURL     string
+	last                    string
+	nodes                   map[string]bool
+	peakReplicas, peakNodes int
+}
+
+// autoscaleSnap is one look at the scene.
+type autoscaleSnap struct {
+	queue, kv, desired float64
+	ready, total       int
+	elapsed            time.Duration
+}
+
+func (w *autoscaleWatch) setRate(ctx context.Context, rate float64) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, w.loadURL+"?rate="+url.QueryEscape(strconv.FormatFloat(rate, 'f', -1, 64)), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("setting the emulator's load: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("setting the emulator's load: %s", resp.Status)
+	}
+	return nil
+}
+
+// until polls every second, printing changes, until done or timeout.
+func (w *autoscaleWatch) until(ctx context.Context, timeout time.Duration, done func(autoscaleSnap) bool) error {
+	start := time.Now()
+	for {
+		s, err := w.look(ctx)
+		if err != nil {
+			return err
+		}
+		s.elapsed = time.Since(start)
+		if done(s) {
+			return nil
+		}
+		if s.elapsed > timeout {
+			return fmt.Errorf("not reached within %s (replicas %d/%d, queue %.0f, berth desired %.0f)", timeout, s.ready, s.total, s.queue, s.desired)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// look reads pods, nodes and the scaler's view, and prints what changed.
+func (w *autoscaleWatch) look(ctx context.Context) (autoscaleSnap, error) {
+	var s autoscaleSnap
+	var pods corev1.PodList
+	if err := w.c.List(ctx, &pods, client.InNamespace(DemoNamespace), client.MatchingLabels{"app": inferenceName}); err != nil {
+		return s, fmt.Errorf("listing pods: %w", err)
+	}
+	for _, pod := range pods.Items {
+		if pod.DeletionTimestamp != nil {
+			continue
+		}
+		s.total++
+		for _, cond := range pod.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				s.ready++
+			}
+		}
+	}
+	var nodes corev1.NodeList
+	if err := w.c.List(ctx, &nodes, client.MatchingLabels{karpv1.NodePoolLabelKey: rig.GPUNodePoolName(inferencePool)}); err != nil {
+		return s, fmt.Errorf("listing nodes: %w", err)
+	}
+	now := map[string]bool{}
+	for _, n := range nodes.Items {
+		now[n.Name] = true
+		if !w.nodes[n.Name] {
+			w.p.say("Karpenter launched L4 node %s (%s)", n.Name, n.Labels[corev1.LabelInstanceTypeStable])
+		}
+	}
+	for name := range w.nodes {
+		if !now[name] {
+			w.p.say("L4 node %s removed (empty, consolidated)", name)
+		}
+	}
+	w.nodes = now
+	s.queue, s.kv, s.desired = w.scalerView(ctx)
+	w.peakReplicas, w.peakNodes = max(w.peakReplicas, s.total), max(w.peakNodes, len(now))
+	kv := "—"
+	if s.ready > 0 && s.kv >= 0 {
+		kv = fmt.Sprintf("%.0f%%", 100*s.kv/float64(s.ready))
+	}
+	line := fmt.Sprintf("queue %3.0f waiting | KV cache %4s per replica | berth desired %.0f | replicas %d ready / %d | L4 nodes %d",
+		s.queue, kv, s.desired, s.ready, s.total, len(now))
+	if line != w.last {
+		w.p.say("%s", line)
+		w.last = line
+	}
+	return s, nil
+}
+
+// scalerView reads the scaler's own series for the demo's ScaledObject: raw queue and KV
+// signals and the replicas it asks for (-1 when not evaluated yet).
+func (w *autoscaleWatch) scalerView(ctx context.Context) (queue, kv, desired float64) {
+	queue, kv, desired = -1, -1, -1
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.metricsURL, nil)
+	if err != nil {
+		return
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return
+	}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["scaled_object"] != inferenceName || labels["namespace"] != DemoNamespace {
+				continue
+			}
+			switch {
+			case name == "berth_scaler_desired_replicas":
+				desired = m.GetGauge().GetValue()
+			case name == "berth_scaler_signal_value" && labels["signal"] == "queue":
+				queue = m.GetGauge().GetValue()
+			case name == "berth_scaler_signal_value" && labels["signal"] == "kv_cache":
+				kv = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return
+}
