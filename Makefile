@@ -24,7 +24,7 @@ help: ## Show the targets.
 build: ## Build bin/berth.
 	go build -ldflags "$(LDFLAGS)" -o $(BERTH) ./cmd/berth
 
-tools: ## Build (or reuse) the rig's binaries: etcd, kube-*, kwok, karpenter-kwok, controller-gen.
+tools: ## Build (or reuse) the rig's binaries: etcd, kube-*, kwok, karpenter-kwok, KEDA, controller-gen.
 	@hack/build-tools.sh >/dev/null
 
 generate: tools ## Regenerate deepcopy, CRDs, RBAC and the rig's instance types.
@@ -35,6 +35,14 @@ generate: tools ## Regenerate deepcopy, CRDs, RBAC and the rig's instance types.
 	go run ./hack/gen-webhook config/webhook/manifests.yaml
 	go run ./hack/gen-priorityclass config/scheduling/priorityclass.yaml
 	go run ./hack/gen-metrics-doc docs/metrics.md
+	@# The Helm chart ships config/'s CRDs, RBAC rules, webhook, PriorityClass, alerts and dashboard.
+	mkdir -p charts/berth/crds charts/berth/files/rbac
+	cp config/crd/bases/*.yaml charts/berth/crds/
+	cp config/rbac/role.yaml config/rbac/scaler.yaml config/rbac/agent.yaml charts/berth/files/rbac/
+	cp config/webhook/manifests.yaml charts/berth/files/pod-gate-webhook.yaml
+	cp config/scheduling/priorityclass.yaml charts/berth/files/priorityclass.yaml
+	cp config/prometheus/rules.yaml charts/berth/files/prometheus-rules.yaml
+	cp config/grafana/berth-dashboard.json charts/berth/files/berth-dashboard.json
 	go build -o bin/berth ./cmd/berth && for r in inference training; do for f in h100 h200 a100 l40s a10g l4; do \
 		bin/berth nodepools render --family $$f --role $$r --cluster-name my-cluster > examples/nodepools/gpu-$$f-$$r.yaml; done; done
 

@@ -3,7 +3,8 @@
 # kube-controller-manager, kwok, Karpenter's kwok provider, the KEDA operator and metrics
 # adapter) and controller-gen, from the Go module proxy at the versions pinned in
 # hack/tools/go.mod and hack/tools/keda/go.mod, plus the assets the rig needs from those modules
-# (Karpenter's and KEDA's CRDs, kwok's Stage configs).
+# (Karpenter's and KEDA's CRDs, kwok's Stage configs) and Prometheus Operator's CRDs generated
+# from hack/tools/monitoring.
 #
 # Everything lands in a cache folder outside the repository keyed by the tools module's
 # content ($BERTH_TOOLS_CACHE, default ~/.cache/berth/tools/<key>), so a second run is instant.
@@ -80,5 +81,16 @@ if [ ! -f "$cache/keda-$kedakey.done" ]; then
   cp "$keda"/config/crd/bases/*.yaml "$cache/crds/keda/"
   chmod -R u+w "$cache/crds/keda"
   rm -f "$cache"/keda-*.done && touch "$cache/keda-$kedakey.done"
+fi
+# Prometheus Operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule), generated from its
+# pinned API types with controller-gen: the chart test dry-runs berth's monitoring objects.
+monkey=$(cat "$tools/monitoring/go.mod" "$tools/monitoring/go.sum" | sha256sum | cut -c1-16)
+if [ ! -f "$cache/monitoring-$monkey.done" ]; then
+  gen=$(mktemp -d)
+  (cd "$tools/monitoring" && go mod download && "$cache/bin/controller-gen" crd \
+    paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1 output:crd:artifacts:config="$gen")
+  rm -rf "$cache/crds/monitoring" && mkdir -p "$cache/crds/monitoring"
+  for k in servicemonitors podmonitors prometheusrules; do cp "$gen/monitoring.coreos.com_$k.yaml" "$cache/crds/monitoring/"; done
+  rm -rf "$gen" "$cache"/monitoring-*.done && touch "$cache/monitoring-$monkey.done"
 fi
 echo "$cache"

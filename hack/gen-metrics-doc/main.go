@@ -45,7 +45,7 @@ func main() {
 	ctrl = append(ctrl, bwebhook.Collectors()...)
 	comps := []component{
 		{"controller (`berth controller`)", "`--metrics-bind-address` (default :8080), `/metrics`", ctrl},
-		{"agent (`berth agent`)", "`--metrics-address`, `/metrics`", agent.Collectors()},
+		{"agent (`berth agent`)", "`--metrics-bind-address` (default :9400), `/metrics`", agent.Collectors()},
 		{"scaler (`berth scaler`)", "`--metrics-address` (default :8080), `/metrics`", scalerserver.Collectors()},
 	}
 	var b bytes.Buffer

@@ -116,7 +116,7 @@ func autoscaleScene(ctx context.Context, c client.Client, p *printer) error {
 		done func(autoscaleSnap) bool
 	}{
 		{2, "load: 2 requests/s — one replica copes", func(s autoscaleSnap) bool { return s.elapsed > 20*time.Second }},
-		{14, "load: 14 requests/s — 3.5 replicas' worth", func(s autoscaleSnap) bool { return s.ready >= autoscaleMax && s.queue < 4 }},
+		{12, "load: 12 requests/s — 3 replicas' worth", func(s autoscaleSnap) bool { return s.ready >= autoscaleMax && s.queue >= 0 && s.queue < 4 }},
 		{0, "load stops", func(s autoscaleSnap) bool { return s.total == 1 }},
 	} {
 		if err := w.setRate(ctx, phase.rate); err != nil {
@@ -127,8 +127,11 @@ func autoscaleScene(ctx context.Context, c client.Client, p *printer) error {
 			return err
 		}
 	}
-	p.say("the Deployment followed its load: up to %d replicas on %d L4 nodes Karpenter launched, back to 1; idle nodes are consolidated after 30 s",
-		w.peakReplicas, w.peakNodes)
+	p.say("the Deployment followed its load: up to %d replicas on %d L4 nodes Karpenter launched, back to 1", w.peakReplicas, w.peakNodes)
+	// Karpenter removes the node the scale-down emptied after the pool's consolidateAfter (30 s).
+	if err := w.until(ctx, 90*time.Second, func(s autoscaleSnap) bool { return len(w.nodes) <= 1 }); err != nil {
+		p.say("the emptied L4 node is still there; Karpenter consolidates it after the pool's consolidateAfter")
+	}
 	return nil
 }
 
@@ -138,6 +141,8 @@ type autoscaleWatch struct {
 	p                       *printer
 	metricsURL, loadURL     string
 	last                    string
+	lastShape               [3]int
+	lastAt                  time.Time
 	nodes                   map[string]bool
 	peakReplicas, peakNodes int
 }
@@ -231,9 +236,11 @@ func (w *autoscaleWatch) look(ctx context.Context) (autoscaleSnap, error) {
 	}
 	line := fmt.Sprintf("queue %3.0f waiting | KV cache %4s per replica | berth desired %.0f | replicas %d ready / %d | L4 nodes %d",
 		s.queue, kv, s.desired, s.ready, s.total, len(now))
-	if line != w.last {
+	// A line when replicas or nodes change, else at most every 5 s while the signals move.
+	shape := [3]int{s.ready, s.total, len(now)}
+	if line != w.last && (shape != w.lastShape || time.Since(w.lastAt) >= 5*time.Second) {
 		w.p.say("%s", line)
-		w.last = line
+		w.last, w.lastShape, w.lastAt = line, shape, time.Now()
 	}
 	return s, nil
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/berth-dev/berth/scaler"
 )
 
-
 // Label names of the scaler's metrics.
 const (
 	labelNamespace    = "namespace"

@@ -132,7 +132,7 @@ var demoMilestones = []string{
 	"removed the workloads and NodePools gpu-guarded and gpu-audit",
 	// 5: inference autoscaling through real KEDA and berth's scaler.
 	"created ScaledObject llama-serve: external-push trigger → berth scaler at 127.0.0.1:",
-	"load: 14 requests/s", "Karpenter launched L4 node", "replicas 4 ready / 4", "load stops",
+	"load: 12 requests/s", "Karpenter launched L4 node", "replicas 4 ready / 4", "load stops",
 	"the Deployment followed its load",
 }
 

@@ -1,0 +1,299 @@
+package chart_test
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/berth-dev/berth/test/chart"
+)
+
+// full turns every optional part on.
+var full = map[string]any{
+	"webhook":          map[string]any{"certManager": map[string]any{"enabled": true}},
+	"scaler":           map[string]any{"tls": map[string]any{"enabled": true, "existingSecret": "berth-scaler-tls", "mutual": true}, "watchNamespace": "inference"},
+	"agent":            map[string]any{"runtimeClassName": "nvidia"},
+	"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
+	"monitoring": map[string]any{
+		"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
+		"prometheusRule": map[string]any{"enabled": true},
+		"dashboard":      map[string]any{"enabled": true},
+	},
+	"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true}, "l4": map[string]any{"enabled": true}}},
+}
+
+func mustRender(t *testing.T, values map[string]any) map[string]map[string]any {
+	t.Helper()
+	got, err := chart.Render(values)
+	if err != nil {
+		t.Fatalf("rendering: %v", err)
+	}
+	return got
+}
+
+func keys(m map[string]map[string]any) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func TestDefaultRender(t *testing.T) {
+	got := mustRender(t, nil)
+	want := []string{
+		"ClusterRole/berth-agent", "ClusterRole/berth-controller", "ClusterRole/berth-scaler",
+		"ClusterRoleBinding/berth-agent", "ClusterRoleBinding/berth-controller", "ClusterRoleBinding/berth-scaler",
+		"CustomResourceDefinition/podgroups.scheduling.berth.dev",
+		"DaemonSet/berth-agent", "Deployment/berth-controller", "Deployment/berth-scaler",
+		"MutatingWebhookConfiguration/berth-pod-gate",
+		"PodDisruptionBudget/berth-controller", "PodDisruptionBudget/berth-scaler", "PriorityClass/berth-seat",
+		"Role/berth-controller", "RoleBinding/berth-controller",
+		"Service/berth-scaler", "Service/berth-webhook",
+		"ServiceAccount/berth-agent", "ServiceAccount/berth-controller", "ServiceAccount/berth-scaler",
+	}
+	if g := keys(got); !slices.Equal(g, want) {
+		t.Fatalf("default render:\n got %v\nwant %v", g, want)
+	}
+	dep := got["Deployment/berth-controller"]
+	if r := dig(dep, "spec", "replicas"); r != float64(2) {
+		t.Errorf("controller replicas = %v, want 2 (leader election)", r)
+	}
+	args := containerArgs(dep)
+	for _, a := range []string{"--leader-elect=true", "--webhook-hosts=berth-webhook.berth-system.svc", "--webhook-secret-namespace=berth-system", "--consolidation-guard=enforce"} {
+		if !slices.Contains(args, a) {
+			t.Errorf("controller args %v lack %s", args, a)
+		}
+	}
+	hooks := dig(got["MutatingWebhookConfiguration/berth-pod-gate"], "webhooks").([]any)
+	for _, h := range hooks {
+		svc := dig(h.(map[string]any), "clientConfig", "service").(map[string]any)
+		if svc["name"] != "berth-webhook" || svc["namespace"] != "berth-system" {
+			t.Errorf("webhook %v points at %v", h.(map[string]any)["name"], svc)
+		}
+	}
+	if len(hooks) != 4 {
+		t.Errorf("%d webhooks, want berth + coscheduling + volcano + kueue", len(hooks))
+	}
+	aff := dig(got["DaemonSet/berth-agent"], "spec", "template", "spec", "affinity", "nodeAffinity")
+	if !strings.Contains(toYAML(t, aff), "nvidia.com/gpu.present") || !strings.Contains(toYAML(t, got["DaemonSet/berth-agent"]), "key: nvidia.com/gpu") {
+		t.Errorf("agent must run on GPU nodes only and tolerate nvidia.com/gpu: %s", toYAML(t, aff))
+	}
+}
+
+func TestFullRender(t *testing.T) {
+	got := mustRender(t, full)
+	for _, k := range []string{"Certificate/berth-webhook-cert", "Issuer/berth-selfsigned", "ServiceMonitor/berth-controller", "ServiceMonitor/berth-scaler",
+		"PodMonitor/berth-agent", "PrometheusRule/berth", "ConfigMap/berth-dashboard", "NodePool/gpu-h100-training", "EC2NodeClass/gpu-l4-inference"} {
+		if got[k] == nil {
+			t.Errorf("full render lacks %s (has %v)", k, keys(got))
+		}
+	}
+	args := containerArgs(got["Deployment/berth-scaler"])
+	for _, a := range []string{"--tls-cert-file=/etc/berth/scaler-tls/tls.crt", "--tls-client-ca-file=/etc/berth/scaler-tls/ca.crt", "--namespace=inference"} {
+		if !slices.Contains(args, a) {
+			t.Errorf("scaler args %v lack %s", args, a)
+		}
+	}
+	if !slices.Contains(containerArgs(got["Deployment/berth-controller"]), "--webhook-self-signed=false") {
+		t.Error("with cert-manager the controller must not issue its own certificate")
+	}
+	ann := dig(got["MutatingWebhookConfiguration/berth-pod-gate"], "metadata", "annotations").(map[string]any)
+	if ann["cert-manager.io/inject-ca-from"] != "berth-system/berth-webhook-cert" {
+		t.Errorf("webhook annotations %v", ann)
+	}
+	// The PrometheusRule carries config/prometheus/rules.yaml's groups unchanged.
+	var rules map[string]any
+	data, _ := os.ReadFile("../../config/prometheus/rules.yaml")
+	if err := yaml.Unmarshal(data, &rules); err != nil {
+		t.Fatal(err)
+	}
+	if toYAML(t, dig(got["PrometheusRule/berth"], "spec")) != toYAML(t, rules) {
+		t.Error("PrometheusRule spec differs from config/prometheus/rules.yaml")
+	}
+	dash, _ := os.ReadFile("../../config/grafana/berth-dashboard.json")
+	if dig(got["ConfigMap/berth-dashboard"], "data", "berth-dashboard.json") != strings.TrimRight(string(dash), "\n") {
+		t.Error("dashboard ConfigMap differs from config/grafana/berth-dashboard.json")
+	}
+}
+
+// TestRestrictedPodSecurity: every pod the chart runs meets the "restricted" Pod Security
+// Standard: non-root, read-only root filesystem, no privilege escalation, all capabilities
+// dropped, seccomp RuntimeDefault; and has resource requests.
+func TestRestrictedPodSecurity(t *testing.T) {
+	for _, values := range []map[string]any{nil, full} {
+		for k, obj := range mustRender(t, values) {
+			if kind := obj["kind"]; kind != "Deployment" && kind != "DaemonSet" {
+				continue
+			}
+			pod := dig(obj, "spec", "template", "spec").(map[string]any)
+			psc, _ := pod["securityContext"].(map[string]any)
+			if psc["runAsNonRoot"] != true || dig(psc, "seccompProfile", "type") != "RuntimeDefault" {
+				t.Errorf("%s: pod securityContext %v", k, psc)
+			}
+			for _, c := range pod["containers"].([]any) {
+				c := c.(map[string]any)
+				sc, _ := c["securityContext"].(map[string]any)
+				drop, _ := dig(sc, "capabilities", "drop").([]any)
+				if sc["allowPrivilegeEscalation"] != false || sc["readOnlyRootFilesystem"] != true || sc["runAsNonRoot"] != true ||
+					len(drop) != 1 || drop[0] != "ALL" || dig(sc, "seccompProfile", "type") != "RuntimeDefault" {
+					t.Errorf("%s/%s: container securityContext %v", k, c["name"], sc)
+				}
+				if dig(c, "resources", "requests") == nil || dig(c, "resources", "limits", "memory") == nil {
+					t.Errorf("%s/%s: resources %v", k, c["name"], c["resources"])
+				}
+				if c["livenessProbe"] == nil && !strings.HasPrefix(k, "DaemonSet/") {
+					t.Errorf("%s/%s: no liveness probe", k, c["name"])
+				}
+			}
+		}
+	}
+}
+
+// TestLeastPrivilegeRBAC: no wildcard anywhere, no cluster-wide access to Secrets, and the
+// rules are config/rbac's (the kustomize install and the chart grant the same).
+func TestLeastPrivilegeRBAC(t *testing.T) {
+	got := mustRender(t, full)
+	for k, obj := range got {
+		if !strings.HasPrefix(k, "ClusterRole/") && !strings.HasPrefix(k, "Role/") {
+			continue
+		}
+		for _, r := range obj["rules"].([]any) {
+			r := r.(map[string]any)
+			for _, f := range []string{"apiGroups", "resources", "verbs"} {
+				for _, v := range asStrings(r[f]) {
+					if strings.Contains(v, "*") {
+						t.Errorf("%s: wildcard %q in %s", k, v, f)
+					}
+				}
+			}
+			if strings.HasPrefix(k, "ClusterRole/") && slices.Contains(asStrings(r["resources"]), "secrets") {
+				t.Errorf("%s reads secrets cluster-wide: %v", k, r)
+			}
+		}
+	}
+	wantRules := map[string]string{"ClusterRole/berth-scaler": "scaler.yaml", "ClusterRole/berth-agent": "agent.yaml"}
+	for k, f := range wantRules {
+		var cfg map[string]any
+		data, err := os.ReadFile(filepath.Join("../../config/rbac", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(data, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		if toYAML(t, cfg["rules"]) != toYAML(t, got[k]["rules"]) {
+			t.Errorf("%s differs from config/rbac/%s", k, f)
+		}
+	}
+	data, _ := os.ReadFile("../../config/rbac/role.yaml")
+	for _, doc := range chart.SplitDocs(string(data)) {
+		var cfg map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		k := cfg["kind"].(string) + "/berth-controller"
+		if toYAML(t, cfg["rules"]) != toYAML(t, got[k]["rules"]) {
+			t.Errorf("%s differs from config/rbac/role.yaml", k)
+		}
+	}
+}
+
+// TestChartFilesMatchConfig: the chart's copies (make generate) are config/'s files, byte for
+// byte, so `kubectl apply -k config` and `helm install` install the same CRDs, rules, webhook
+// and PriorityClass.
+func TestChartFilesMatchConfig(t *testing.T) {
+	pairs := map[string]string{
+		"crds/scheduling.berth.dev_podgroups.yaml": "crd/bases/scheduling.berth.dev_podgroups.yaml",
+		"files/rbac/role.yaml":                     "rbac/role.yaml",
+		"files/rbac/scaler.yaml":                   "rbac/scaler.yaml",
+		"files/rbac/agent.yaml":                    "rbac/agent.yaml",
+		"files/pod-gate-webhook.yaml":              "webhook/manifests.yaml",
+		"files/prometheus-rules.yaml":              "prometheus/rules.yaml",
+		"files/berth-dashboard.json":               "grafana/berth-dashboard.json",
+		"files/priorityclass.yaml":                 "scheduling/priorityclass.yaml",
+	}
+	for c, k := range pairs {
+		a, err := os.ReadFile(filepath.Join(chart.Dir(), c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join("../../config", k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(a) != string(b) {
+			t.Errorf("charts/berth/%s differs from config/%s: run make generate", c, k)
+		}
+	}
+}
+
+// TestBadValuesFailInstall: values.schema.json turns typos and wrong types into an install
+// error naming the value.
+func TestBadValuesFailInstall(t *testing.T) {
+	tests := []struct {
+		name   string
+		values map[string]any
+		want   string
+	}{
+		{"typo", map[string]any{"controler": map[string]any{"replicas": 3}}, "controler"},
+		{"replicas zero", map[string]any{"controller": map[string]any{"replicas": 0}}, "replicas"},
+		{"guard mode", map[string]any{"controller": map[string]any{"consolidationGuard": "sometimes"}}, "consolidationGuard"},
+		{"unknown adapter", map[string]any{"controller": map[string]any{"adapters": []any{"yunikorn"}}}, "adapters"},
+		{"TLS without a secret", map[string]any{"scaler": map[string]any{"tls": map[string]any{"enabled": true}}}, "existingSecret"},
+		{"headroom above 1", map[string]any{"scaler": map[string]any{"scaleDownHeadroom": 1.5}}, "scaleDownHeadroom"},
+		{"bad duration", map[string]any{"scaler": map[string]any{"scrapeTimeout": "2 seconds"}}, "scrapeTimeout"},
+		{"pull policy", map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, "pullPolicy"},
+		{"issuer kind", map[string]any{"webhook": map[string]any{"certManager": map[string]any{"enabled": true, "issuerRef": map[string]any{"name": "x", "kind": "Vault"}}}}, "kind"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := chart.Render(tt.values)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v, want one naming %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func dig(obj any, path ...string) any {
+	for _, p := range path {
+		m, ok := obj.(map[string]any)
+		if !ok {
+			return nil
+		}
+		obj = m[p]
+	}
+	return obj
+}
+
+func containerArgs(dep map[string]any) []string {
+	cs, _ := dig(dep, "spec", "template", "spec", "containers").([]any)
+	if len(cs) == 0 {
+		return nil
+	}
+	return asStrings(cs[0].(map[string]any)["args"])
+}
+
+func asStrings(v any) []string {
+	l, _ := v.([]any)
+	out := make([]string, 0, len(l))
+	for _, x := range l {
+		out = append(out, x.(string))
+	}
+	return out
+}
+
+func toYAML(t *testing.T, v any) string {
+	t.Helper()
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}

@@ -1,0 +1,99 @@
+// Package chart_test hands every object berth's Helm chart renders — with the default values
+// and with every option on — to a real kube-apiserver as a server-side dry-run apply with
+// strict field validation, with berth's, Karpenter's (and Karpenter AWS's), KEDA's and
+// Prometheus Operator's CRDs installed: what `helm install` would send is accepted.
+package chart_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	awsapis "github.com/aws/karpenter-provider-aws/pkg/apis"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/berth-dev/berth/test/chart"
+	"github.com/berth-dev/berth/test/rig"
+	"github.com/berth-dev/berth/test/rig/rigtest"
+)
+
+func TestMain(m *testing.M) {
+	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
+		if err := rigtest.InstallBerthCRDs(ctx, r); err != nil {
+			return err
+		}
+		for _, dir := range []string{"karpenter", "keda", "monitoring"} {
+			if err := r.InstallCRDsFromDir(ctx, filepath.Join(os.Getenv(rig.ToolsDirEnv), "crds", dir)); err != nil {
+				return fmt.Errorf("installing %s CRDs: %w", dir, err)
+			}
+		}
+		if err := r.InstallCRDs(ctx, bytes.Join([][]byte{awsapis.NodePoolCRD, awsapis.EC2NodeClassCRD}, []byte("\n---\n"))); err != nil {
+			return err
+		}
+		return r.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chart.Release.Namespace}})
+	})
+}
+
+// notOnRig are API groups whose CRDs the rig does not install (cert-manager's); their objects
+// are checked by the render tests only.
+var notOnRig = map[string]bool{"cert-manager.io": true}
+
+func TestChartObjectsAcceptedByAPIServer(t *testing.T) {
+	full := map[string]any{
+		"webhook": map[string]any{"certManager": map[string]any{"enabled": true}},
+		"scaler":  map[string]any{"tls": map[string]any{"enabled": true, "existingSecret": "berth-scaler-tls", "mutual": true}},
+		"agent":   map[string]any{"runtimeClassName": "nvidia"},
+		"monitoring": map[string]any{
+			"serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true},
+		},
+		"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{
+			"h100": map[string]any{"enabled": true}, "h200": map[string]any{"enabled": true}, "a100": map[string]any{"enabled": true},
+			"l40s": map[string]any{"enabled": true}, "a10g": map[string]any{"enabled": true}, "l4": map[string]any{"enabled": true},
+		}},
+	}
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	for name, values := range map[string]map[string]any{"default": nil, "full": full} {
+		t.Run(name, func(t *testing.T) {
+			objs, err := chart.RenderList(values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checked := 0
+			for _, o := range objs {
+				u := &unstructured.Unstructured{Object: o}
+				if notOnRig[u.GroupVersionKind().Group] {
+					t.Logf("not on the rig (no CRD): %s %s", u.GetKind(), u.GetName())
+					continue
+				}
+				if u.GetNamespace() == "" && isNamespaced(u.GetKind()) {
+					u.SetNamespace(chart.Release.Namespace)
+				}
+				err := c.Patch(ctx, u, client.Apply, client.FieldOwner("helm"), client.ForceOwnership, //nolint:staticcheck // SSA of unstructured objects
+					client.DryRunAll, client.FieldValidation("Strict"))
+				if err != nil {
+					t.Errorf("%s %s rejected: %v", u.GetKind(), u.GetName(), err)
+				}
+				checked++
+			}
+			if checked < 20 {
+				t.Errorf("only %d objects checked", checked)
+			}
+			t.Logf("%d objects accepted", checked)
+		})
+	}
+}
+
+func isNamespaced(kind string) bool {
+	switch kind {
+	case "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "MutatingWebhookConfiguration", "PriorityClass", "NodePool", "EC2NodeClass", "Namespace":
+		return false
+	}
+	return true
+}
