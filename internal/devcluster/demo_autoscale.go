@@ -8,19 +8,15 @@ import (
 	"strconv"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/berth-dev/berth/internal/gpu"
+	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rig"
 )
 
@@ -39,58 +35,6 @@ const (
 	autoscaleStep = 3 * time.Minute
 )
 
-// inferenceDeployment is a one-GPU vLLM server the emulator serves.
-func inferenceDeployment() *appsv1.Deployment {
-	labels := map[string]string{"app": inferenceName, VLLMSimLabel: "true"}
-	q := resource.MustParse("1")
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: DemoNamespace, Name: inferenceName},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{karpv1.NodePoolLabelKey: rig.GPUNodePoolName(inferencePool)},
-					Containers: []corev1.Container{{
-						Name: "vllm", Image: "vllm/vllm-openai:v0.11.0",
-						Args:  []string{"--model", "meta-llama/Llama-3.1-8B-Instruct", "--max-num-seqs", "8"},
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: VLLMSimPort}},
-						Resources: corev1.ResourceRequirements{
-							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), gpu.ResourceGPU: q},
-							Limits:   corev1.ResourceList{gpu.ResourceGPU: q},
-						},
-					}},
-				},
-			},
-		},
-	}
-}
-
-// inferenceScaledObject sizes the Deployment with berth's scaler: 4 waiting requests and 80%
-// KV cache per replica; the HPA may scale down after 15 s (default 5 min) for the demo.
-func inferenceScaledObject(scalerAddress string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-		"metadata": map[string]any{"name": inferenceName, "namespace": DemoNamespace},
-		"spec": map[string]any{
-			"scaleTargetRef":  map[string]any{"name": inferenceName},
-			"minReplicaCount": int64(1), "maxReplicaCount": int64(autoscaleMax),
-			"pollingInterval": int64(5), "cooldownPeriod": int64(30),
-			"advanced": map[string]any{"horizontalPodAutoscalerConfig": map[string]any{"behavior": map[string]any{
-				"scaleDown": map[string]any{"stabilizationWindowSeconds": int64(15)},
-			}}},
-			"triggers": []any{map[string]any{
-				"type": "external-push",
-				"metadata": map[string]any{
-					"scalerAddress": scalerAddress, "targetQueueDepth": "4", "targetKVCacheUsage": "0.8",
-					"metricsPort": strconv.Itoa(VLLMSimPort), "model": "meta-llama/Llama-3.1-8B-Instruct",
-				},
-			}},
-		},
-	}}
-}
-
 // autoscaleScene runs scene 5.
 func autoscaleScene(ctx context.Context, c client.Client, p *printer) error {
 	var eps corev1.ConfigMap
@@ -98,14 +42,19 @@ func autoscaleScene(ctx context.Context, c client.Client, p *printer) error {
 		return fmt.Errorf("reading the dev cluster's endpoints (ConfigMap kube-system/%s; restart with 'berth dev down && berth dev up'): %w", EndpointsConfigMap, err)
 	}
 	w := &autoscaleWatch{c: c, p: p, metricsURL: eps.Data["scaler-metrics"], loadURL: eps.Data["vllm-sim-admin"], nodes: map[string]bool{}}
-	if err := c.Create(ctx, inferenceDeployment()); err != nil {
+	dep := builders.VLLMDeployment(DemoNamespace, inferenceName, rig.GPUNodePoolName(inferencePool), VLLMSimPort, map[string]string{VLLMSimLabel: "true"})
+	if err := c.Create(ctx, dep); err != nil {
 		return fmt.Errorf("creating Deployment %s: %w", inferenceName, err)
 	}
 	p.say("created Deployment %s/%s (1 replica, 1 L4 GPU each; one replica serves %.0f requests/s)", DemoNamespace, inferenceName, perReplicaRate)
 	if err := w.until(ctx, time.Minute, func(s autoscaleSnap) bool { return s.ready == 1 }); err != nil {
 		return fmt.Errorf("first replica: %w", err)
 	}
-	if err := c.Create(ctx, inferenceScaledObject(eps.Data["scaler-grpc"])); err != nil {
+	// The HPA may scale down after 15 s (default 5 min) so the demo stays short.
+	so := builders.ScaledObject(DemoNamespace, inferenceName, builders.ScaledObjectOptions{ScalerAddress: eps.Data["scaler-grpc"],
+		Min: 1, Max: autoscaleMax, PollingInterval: 5, CooldownPeriod: 30, ScaleDownWindow: 15, MetricsPort: VLLMSimPort,
+		TargetQueueDepth: "4", TargetKVCache: "0.8"})
+	if err := c.Create(ctx, so); err != nil {
 		return fmt.Errorf("creating ScaledObject %s: %w", inferenceName, err)
 	}
 	p.say("created ScaledObject %s: external-push trigger → berth scaler at %s, targetQueueDepth 4, targetKVCacheUsage 0.8, 1–%d replicas",

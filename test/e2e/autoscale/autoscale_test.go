@@ -9,75 +9,16 @@ import (
 	"testing"
 	"time"
 
-	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rig"
 	"github.com/berth-dev/berth/test/rig/rigtest"
 )
-
-// vllmDeployment is a one-GPU vLLM server on the rig's L4 pool.
-func vllmDeployment() *appsv1.Deployment {
-	labels := map[string]string{"app": appLabel}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: appLabel},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					NodeSelector: map[string]string{karpv1.NodePoolLabelKey: rig.GPUNodePoolName("l4")},
-					Containers: []corev1.Container{{
-						Name: "vllm", Image: "vllm/vllm-openai:v0.11.0",
-						Args:  []string{"--model", "meta-llama/Llama-3.1-8B-Instruct"},
-						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: metricsPort}},
-						Resources: corev1.ResourceRequirements{
-							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), "nvidia.com/gpu": resource.MustParse("1")},
-							Limits:   corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("1")},
-						},
-					}},
-				},
-			},
-		},
-	}
-}
-
-// scaledObject is what a user writes: an external-push trigger pointing at berth's scaler,
-// queue and KV targets, and an HPA that may scale down after 10 s (default 5 min) to keep the
-// test short.
-func scaledObject(scalerAddress string) *unstructured.Unstructured {
-	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
-		"metadata": map[string]any{"name": appLabel, "namespace": namespace},
-		"spec": map[string]any{
-			"scaleTargetRef":  map[string]any{"name": appLabel},
-			"minReplicaCount": int64(1), "maxReplicaCount": int64(5),
-			"pollingInterval": int64(5), "cooldownPeriod": int64(10),
-			"advanced": map[string]any{"horizontalPodAutoscalerConfig": map[string]any{"behavior": map[string]any{
-				"scaleDown": map[string]any{"stabilizationWindowSeconds": int64(10)},
-				"scaleUp":   map[string]any{"stabilizationWindowSeconds": int64(0)},
-			}}},
-			"triggers": []any{map[string]any{
-				"type": "external-push",
-				"metadata": map[string]any{
-					"scalerAddress":      scalerAddress,
-					"targetQueueDepth":   "4",
-					"targetKVCacheUsage": "0.8",
-					"metricsPort":        fmt.Sprint(metricsPort),
-					"model":              "meta-llama/Llama-3.1-8B-Instruct",
-				},
-			}},
-		},
-	}}
-}
 
 func TestLoadScalesVLLMUpAndDown(t *testing.T) {
 	r := rigtest.Current()
@@ -86,7 +27,7 @@ func TestLoadScalesVLLMUpAndDown(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, vllmDeployment()); err != nil {
+	if err := c.Create(ctx, builders.VLLMDeployment(namespace, appLabel, rig.GPUNodePoolName("l4"), metricsPort, nil)); err != nil {
 		t.Fatal(err)
 	}
 	rigtest.Eventually(t, 3*time.Minute, time.Second, "the first replica runs on a GPU node Karpenter launched", func(ctx context.Context) (bool, string, error) {
@@ -94,7 +35,12 @@ func TestLoadScalesVLLMUpAndDown(t *testing.T) {
 		return ready == 1, fmt.Sprintf("%d/%d ready", ready, total), err
 	})
 	nodesBefore := gpuNodes(ctx, t, c)
-	if err := c.Create(ctx, scaledObject(scalerProc.GRPCAddress)); err != nil {
+	// What a user writes, with an HPA that may scale down after 10 s (default 5 min) to keep the
+	// test short.
+	so := builders.ScaledObject(namespace, appLabel, builders.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
+		Min: 1, Max: 5, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
+		TargetQueueDepth: "4", TargetKVCache: "0.8"})
+	if err := c.Create(ctx, so); err != nil {
 		t.Fatal(err)
 	}
 	rigtest.Eventually(t, 2*time.Minute, time.Second, "KEDA creates the HPA and it reads berth's metric", func(ctx context.Context) (bool, string, error) {

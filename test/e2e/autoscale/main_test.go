@@ -31,13 +31,7 @@ const (
 
 func TestMain(m *testing.M) {
 	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
-		if err := rigtest.StartCluster(ctx, r, rig.KwokOptions{NodeReadyDelay: 2 * time.Second}); err != nil {
-			return err
-		}
-		if err := r.StartKarpenter(ctx, rig.KarpenterOptions{InstanceTypesFile: instanceTypes}); err != nil {
-			return err
-		}
-		if err := r.InstallDevNodePools(ctx); err != nil {
+		if err := rigtest.StartKarpenterCluster(ctx, r, rig.KwokOptions{NodeReadyDelay: 2 * time.Second}, instanceTypes); err != nil {
 			return err
 		}
 		if err := r.StartKEDA(ctx); err != nil {

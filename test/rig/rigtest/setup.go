@@ -71,3 +71,15 @@ func WaitEvent(t testing.TB, ns, name, reason string) {
 		return false, fmt.Sprintf("events so far: %v", seen), nil
 	})
 }
+
+// StartKarpenterCluster is StartCluster plus Karpenter's kwok provider with the GPU instance
+// types in instanceTypesFile and the rig's NodePools (one per GPU family, and a CPU pool).
+func StartKarpenterCluster(ctx context.Context, r *rig.Rig, kwok rig.KwokOptions, instanceTypesFile string) error {
+	if err := StartCluster(ctx, r, kwok); err != nil {
+		return err
+	}
+	if err := r.StartKarpenter(ctx, rig.KarpenterOptions{InstanceTypesFile: instanceTypesFile}); err != nil {
+		return err
+	}
+	return r.InstallDevNodePools(ctx)
+}
