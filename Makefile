@@ -35,6 +35,7 @@ generate: tools ## Regenerate deepcopy, CRDs, RBAC and the rig's instance types.
 	go run ./hack/gen-webhook config/webhook/manifests.yaml
 	go run ./hack/gen-priorityclass config/scheduling/priorityclass.yaml
 	go run ./hack/gen-metrics-doc docs/metrics.md
+	go run ./hack/gen-reference config/crd/bases/scheduling.berth.dev_podgroups.yaml docs/reference.md
 	@# The Helm chart ships config/'s CRDs, RBAC rules, webhook, PriorityClass, alerts and dashboard.
 	mkdir -p charts/berth/crds charts/berth/files/rbac
 	cp config/crd/bases/*.yaml charts/berth/crds/
