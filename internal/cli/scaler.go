@@ -117,7 +117,7 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 			return err
 		}
 	}
-	gs, hs := server.NewGRPCServer(&server.Server{Engine: eng, StreamInterval: f.streamInterval}, tlsCfg)
+	gs, hs := server.NewGRPCServer(&server.Server{Engine: eng, StreamInterval: f.streamInterval, Stopping: ctx.Done()}, tlsCfg)
 	lis, err := net.Listen("tcp", f.grpcAddress)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", f.grpcAddress, err)

@@ -27,6 +27,9 @@ type Server struct {
 	StreamInterval time.Duration
 	// Clock drives StreamIsActive's ticker in tests (default the real clock).
 	Clock clock.WithTicker
+	// Stopping, when closed, ends every StreamIsActive stream at once (process shutdown): KEDA
+	// reconnects to another replica instead of waiting for this one's grace period.
+	Stopping <-chan struct{}
 }
 
 var _ pb.ExternalScalerServer = (*Server)(nil)
@@ -104,6 +107,8 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream grpc.ServerStrea
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-s.Stopping:
+			return status.Error(codes.Unavailable, "scaler shutting down; reconnect")
 		case <-ticker.C():
 		}
 	}
