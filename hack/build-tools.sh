@@ -93,4 +93,14 @@ if [ ! -f "$cache/monitoring-$monkey.done" ]; then
   for k in servicemonitors podmonitors prometheusrules; do cp "$gen/monitoring.coreos.com_$k.yaml" "$cache/crds/monitoring/"; done
   rm -rf "$gen" "$cache"/monitoring-*.done && touch "$cache/monitoring-$monkey.done"
 fi
+# cert-manager's Certificate and Issuer CRDs (plain YAML in its module), for the chart's
+# cert-manager option.
+certmanager=v1.19.1
+if [ ! -f "$cache/cert-manager-$certmanager.done" ]; then
+  cm=$(cd "$(mktemp -d)" && go mod download -json "github.com/cert-manager/cert-manager@$certmanager" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  rm -rf "$cache/crds/cert-manager" && mkdir -p "$cache/crds/cert-manager"
+  cp "$cm/deploy/crds/cert-manager.io_certificates.yaml" "$cm/deploy/crds/cert-manager.io_issuers.yaml" "$cache/crds/cert-manager/"
+  chmod -R u+w "$cache/crds/cert-manager"
+  rm -f "$cache"/cert-manager-*.done && touch "$cache/cert-manager-$certmanager.done"
+fi
 echo "$cache"

@@ -251,6 +251,19 @@ func TestStreamIsActivePushesChanges(t *testing.T) {
 	}
 }
 
+// TestStreamMetricSpecUnimplemented: berth's targets change only with the ScaledObject, so it
+// answers Unimplemented, on which KEDA silently keeps using GetMetricSpec.
+func TestStreamMetricSpecUnimplemented(t *testing.T) {
+	h := start(t, 1, nil)
+	stream, err := h.client.StreamMetricSpec(ctx(t), h.ref(map[string]string{"targetQueueDepth": "4"}))
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("StreamMetricSpec = %v, want Unimplemented", err)
+	}
+}
+
 func TestHealth(t *testing.T) {
 	h := start(t, 1, nil)
 	resp, err := healthpb.NewHealthClient(h.conn).Check(ctx(t), &healthpb.HealthCheckRequest{Service: "externalscaler.ExternalScaler"})

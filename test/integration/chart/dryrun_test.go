@@ -1,7 +1,7 @@
 // Package chart_test hands every object berth's Helm chart renders — with the default values
 // and with every option on — to a real kube-apiserver as a server-side dry-run apply with
-// strict field validation, with berth's, Karpenter's (and Karpenter AWS's), KEDA's and
-// Prometheus Operator's CRDs installed: what `helm install` would send is accepted.
+// strict field validation, with berth's, Karpenter's (and Karpenter AWS's), KEDA's, Prometheus
+// Operator's and cert-manager's CRDs installed: what `helm install` would send is accepted.
 package chart_test
 
 import (
@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 		if err := rigtest.InstallBerthCRDs(ctx, r); err != nil {
 			return err
 		}
-		for _, dir := range []string{"karpenter", "keda", "monitoring"} {
+		for _, dir := range []string{"karpenter", "keda", "monitoring", "cert-manager"} {
 			if err := r.InstallCRDsFromDir(ctx, filepath.Join(os.Getenv(rig.ToolsDirEnv), "crds", dir)); err != nil {
 				return fmt.Errorf("installing %s CRDs: %w", dir, err)
 			}
@@ -39,10 +39,6 @@ func TestMain(m *testing.M) {
 		return r.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chart.Release.Namespace}})
 	})
 }
-
-// notOnRig are API groups whose CRDs the rig does not install (cert-manager's); their objects
-// are checked by the render tests only.
-var notOnRig = map[string]bool{"cert-manager.io": true}
 
 func TestChartObjectsAcceptedByAPIServer(t *testing.T) {
 	full := map[string]any{
@@ -68,10 +64,6 @@ func TestChartObjectsAcceptedByAPIServer(t *testing.T) {
 			checked := 0
 			for _, o := range objs {
 				u := &unstructured.Unstructured{Object: o}
-				if notOnRig[u.GroupVersionKind().Group] {
-					t.Logf("not on the rig (no CRD): %s %s", u.GetKind(), u.GetName())
-					continue
-				}
 				if u.GetNamespace() == "" && isNamespaced(u.GetKind()) {
 					u.SetNamespace(chart.Release.Namespace)
 				}
