@@ -102,13 +102,15 @@ func TestConsolidationGuard(t *testing.T) {
 		}
 		return len(notes) == 0, strings.Join(notes, "; "), nil
 	})
-	var pg berthv1alpha1.PodGroup
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "train"}, &pg); err != nil {
-		t.Fatal(err)
-	}
-	if pg.Status.Phase != berthv1alpha1.PodGroupRunning {
-		t.Fatalf("PodGroup phase %s, want Running", pg.Status.Phase)
-	}
+	// The status controller reports Running on its own schedule (members can be protected
+	// first): wait for it rather than read it once.
+	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "PodGroup Running", func(ctx context.Context) (bool, string, error) {
+		var pg berthv1alpha1.PodGroup
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "train"}, &pg); err != nil {
+			return false, "", err
+		}
+		return pg.Status.Phase == berthv1alpha1.PodGroupRunning, "phase " + string(pg.Status.Phase), nil
+	})
 	gpuNodes := map[string]bool{}
 	for _, p := range protected {
 		gpuNodes[p.Spec.NodeName] = true
