@@ -268,7 +268,7 @@ func vllmWithoutScaler(s Snapshot) []Finding {
 		}
 		out = append(out, Finding{Check: CheckVLLMWithoutScaler, Object: obj("Deployment", d.Namespace, d.Name),
 			Problem: "vLLM Deployment with no ScaledObject scaling it on queue depth or KV-cache usage",
-			Fix:     "add a KEDA ScaledObject scaling it on waiting requests and KV-cache usage per replica (sum(vllm:num_requests_waiting), avg(vllm:kv_cache_usage_perc)), or an external trigger to a queue-aware scaler"})
+			Fix:     "add a KEDA ScaledObject with an external-push trigger to berth's scaler (targetQueueDepth, targetKVCacheUsage; docs/scaler.md, examples/vllm-scaledobject.yaml), or a prometheus trigger on aggregated sum(vllm:num_requests_waiting) / avg(vllm:kv_cache_usage_perc)"})
 	}
 	return out
 }
