@@ -84,6 +84,11 @@ func (t *Targets) Resolve(ctx context.Context, namespace, name string, tr *scale
 			t.infos = map[client.ObjectKey]cachedInfo{}
 		}
 		t.infos[key] = c
+		for k, old := range t.infos { // forget ScaledObjects KEDA stopped asking about
+			if c.at.Sub(old.at) > 10*ttl {
+				delete(t.infos, k)
+			}
+		}
 		t.mu.Unlock()
 	}
 	info := c.info
