@@ -109,6 +109,7 @@ type InvalidKeyError struct {
 	Key, Value, Want string
 }
 
+// Error names the key, the value and what berth accepts.
 func (e *InvalidKeyError) Error() string {
 	if e.Value == "" {
 		return fmt.Sprintf("trigger metadata %q: %s", e.Key, e.Want)
