@@ -162,14 +162,3 @@ type Pod struct {
 	Ready bool
 }
 
-// CountPods splits pods into ready and starting.
-func CountPods(pods []Pod) (ready, starting int) {
-	for _, p := range pods {
-		if p.Ready {
-			ready++
-		} else {
-			starting++
-		}
-	}
-	return ready, starting
-}

@@ -115,6 +115,9 @@ func Start(ctx context.Context, opts Options) (*Rig, error) {
 	return r, nil
 }
 
+// ToolsDir is the folder made by hack/build-tools.sh the rig runs from.
+func (r *Rig) ToolsDir() string { return r.opts.ToolsDir }
+
 // WorkDir is the folder with the rig's state and logs.
 func (r *Rig) WorkDir() string { return r.opts.WorkDir }
 

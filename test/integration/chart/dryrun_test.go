@@ -5,14 +5,9 @@
 package chart_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 
-	awsapis "github.com/aws/karpenter-provider-aws/pkg/apis"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -28,12 +23,10 @@ func TestMain(m *testing.M) {
 		if err := rigtest.InstallBerthCRDs(ctx, r); err != nil {
 			return err
 		}
-		for _, dir := range []string{"karpenter", "keda", "monitoring", "cert-manager"} {
-			if err := r.InstallCRDsFromDir(ctx, filepath.Join(os.Getenv(rig.ToolsDirEnv), "crds", dir)); err != nil {
-				return fmt.Errorf("installing %s CRDs: %w", dir, err)
-			}
+		if err := rigtest.InstallToolCRDs(ctx, r, rigtest.CRDsKEDA, rigtest.CRDsMonitoring, rigtest.CRDsCertManager); err != nil {
+			return err
 		}
-		if err := r.InstallCRDs(ctx, bytes.Join([][]byte{awsapis.NodePoolCRD, awsapis.EC2NodeClassCRD}, []byte("\n---\n"))); err != nil {
+		if err := rigtest.InstallKarpenterAWSCRDs(ctx, r); err != nil {
 			return err
 		}
 		return r.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chart.Release.Namespace}})

@@ -3,15 +3,12 @@
 package examples_test
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	awsapis "github.com/aws/karpenter-provider-aws/pkg/apis"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -27,14 +24,10 @@ func TestMain(m *testing.M) {
 		if err := rigtest.InstallBerthCRDs(ctx, r); err != nil {
 			return err
 		}
-		if err := r.InstallCRDsFromDir(ctx, filepath.Join(os.Getenv(rig.ToolsDirEnv), "crds", "karpenter")); err != nil {
-			return fmt.Errorf("installing Karpenter CRDs: %w", err)
+		if err := rigtest.InstallToolCRDs(ctx, r, rigtest.CRDsKEDA); err != nil {
+			return err
 		}
-		if err := r.InstallCRDsFromDir(ctx, filepath.Join(os.Getenv(rig.ToolsDirEnv), "crds", "keda")); err != nil {
-			return fmt.Errorf("installing KEDA CRDs: %w", err)
-		}
-		// The AWS provider's NodePool CRD replaces the core one (EKS's stricter label rules).
-		return r.InstallCRDs(ctx, bytes.Join([][]byte{awsapis.NodePoolCRD, awsapis.EC2NodeClassCRD}, []byte("\n---\n")))
+		return rigtest.InstallKarpenterAWSCRDs(ctx, r)
 	})
 }
 

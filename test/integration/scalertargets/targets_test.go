@@ -8,8 +8,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -28,7 +26,7 @@ import (
 
 func TestMain(m *testing.M) {
 	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
-		return r.InstallCRDsFromDir(ctx, filepath.Join(os.Getenv(rig.ToolsDirEnv), "crds", "keda"))
+		return rigtest.InstallToolCRDs(ctx, r, rigtest.CRDsKEDA)
 	})
 }
 
