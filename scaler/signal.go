@@ -161,4 +161,3 @@ type Pod struct {
 	// Ready is the pod's Ready condition.
 	Ready bool
 }
-
