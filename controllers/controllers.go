@@ -10,12 +10,12 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/berth-dev/berth/controllers/adapter"
-	"github.com/berth-dev/berth/controllers/admission"
-	"github.com/berth-dev/berth/controllers/disruption"
-	"github.com/berth-dev/berth/controllers/nodepool"
-	"github.com/berth-dev/berth/controllers/podgroup"
-	"github.com/berth-dev/berth/controllers/protect"
+	"github.com/berth-dev/berth/controllers/nodepool/guard"
+	"github.com/berth-dev/berth/controllers/pod/protect"
+	"github.com/berth-dev/berth/controllers/podgroup/adapter"
+	"github.com/berth-dev/berth/controllers/podgroup/admission"
+	"github.com/berth-dev/berth/controllers/podgroup/disruption"
+	"github.com/berth-dev/berth/controllers/podgroup/status"
 	"github.com/berth-dev/berth/internal/events"
 )
 
@@ -28,7 +28,7 @@ type Options struct {
 	Provisioning admission.ProvisioningOptions
 	// ConsolidationGuard is the consolidation guard's mode for NodePools without the
 	// consolidation-guard annotation; enforce when empty.
-	ConsolidationGuard nodepool.Mode
+	ConsolidationGuard guard.Mode
 }
 
 // controller is what each reconciler package provides.
@@ -64,14 +64,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	all := []registration{
-		{podgroup.Name, &podgroup.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Recorder: rec}},
+		{status.Name, &status.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Recorder: rec}},
 		{adapter.Name, &adapter.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec}},
 		{admission.Name, &admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: rec, Provisioning: opts.Provisioning}},
 		{protect.Name, &protect.Reconciler{Client: mgr.GetClient()}},
 		{disruption.Name, &disruption.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: rec, Karpenter: karpenter}},
 	}
 	if karpenter {
-		all = append(all, registration{nodepool.Name, &nodepool.Reconciler{Client: mgr.GetClient(), Recorder: rec, DefaultMode: opts.ConsolidationGuard}})
+		all = append(all, registration{guard.Name, &guard.Reconciler{Client: mgr.GetClient(), Recorder: rec, DefaultMode: opts.ConsolidationGuard}})
 	} else {
 		ctrl.Log.WithName("setup").Info("Karpenter's API (karpenter.sh/v1 NodePool) is not served; the consolidation guard is off until berth restarts")
 	}

@@ -12,7 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
-	bwebhook "github.com/berth-dev/berth/internal/webhook"
+	"github.com/berth-dev/berth/controllers/podgroup/gate"
+	"github.com/berth-dev/berth/internal/certs"
 )
 
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;patch
@@ -27,7 +28,7 @@ type WebhookOptions struct {
 	// CertDir holds tls.crt and tls.key.
 	CertDir string
 	// Adapters are the enabled foreign gang sources.
-	Adapters []bwebhook.Source
+	Adapters []gate.Source
 	// ManageCertificate makes the controller issue and rotate its own certificate
 	// (otherwise cert-manager or the user provides CertDir's files).
 	ManageCertificate bool
@@ -51,9 +52,9 @@ func (o ManagerOptions) setupWebhook(mgr ctrl.Manager, cfg *rest.Config) error {
 	if w.Port == 0 {
 		return nil
 	}
-	gate := &bwebhook.Gate{Adapters: w.Adapters, Decoder: admission.NewDecoder(mgr.GetScheme())}
-	mgr.GetWebhookServer().Register(bwebhook.Path, &webhook.Admission{Handler: gate})
-	bwebhook.WatchServingCertificate(w.CertDir)
+	gt := &gate.Gate{Adapters: w.Adapters, Decoder: admission.NewDecoder(mgr.GetScheme())}
+	mgr.GetWebhookServer().Register(gate.Path, &webhook.Admission{Handler: gt})
+	certs.WatchServingCertificate(w.CertDir)
 	if !w.ManageCertificate {
 		return nil
 	}
@@ -61,9 +62,9 @@ func (o ManagerOptions) setupWebhook(mgr ctrl.Manager, cfg *rest.Config) error {
 	if err != nil {
 		return fmt.Errorf("creating client for the webhook certificate: %w", err)
 	}
-	cm := &bwebhook.CertManager{
+	cm := &certs.CertManager{
 		Client: direct, Namespace: w.SecretNamespace, SecretName: w.SecretName, Hosts: w.Hosts,
-		CertDir: w.CertDir, WebhookConfiguration: bwebhook.ConfigurationName,
+		CertDir: w.CertDir, WebhookConfiguration: gate.ConfigurationName,
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/berth-dev/berth/agent"
-	"github.com/berth-dev/berth/controllers/admission"
-	"github.com/berth-dev/berth/controllers/disruption"
-	"github.com/berth-dev/berth/controllers/nodepool"
-	bwebhook "github.com/berth-dev/berth/internal/webhook"
+	"github.com/berth-dev/berth/controllers/nodepool/guard"
+	"github.com/berth-dev/berth/controllers/podgroup/admission"
+	"github.com/berth-dev/berth/controllers/podgroup/disruption"
+	"github.com/berth-dev/berth/internal/certs"
 	scalerserver "github.com/berth-dev/berth/scaler/server"
 )
 
@@ -40,9 +40,9 @@ func main() {
 	}
 	var ctrl []prometheus.Collector
 	ctrl = append(ctrl, admission.Collectors()...)
-	ctrl = append(ctrl, nodepool.Collectors()...)
+	ctrl = append(ctrl, guard.Collectors()...)
 	ctrl = append(ctrl, disruption.Collectors()...)
-	ctrl = append(ctrl, bwebhook.Collectors()...)
+	ctrl = append(ctrl, certs.Collectors()...)
 	comps := []component{
 		{"controller (`berth controller`)", "`--metrics-bind-address` (default :8080), `/metrics`", ctrl},
 		{"agent (`berth agent`)", "`--metrics-bind-address` (default :9400), `/metrics`", agent.Collectors()},

@@ -13,9 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/berth-dev/berth/controllers"
-	"github.com/berth-dev/berth/controllers/admission"
-	"github.com/berth-dev/berth/controllers/nodepool"
-	bwebhook "github.com/berth-dev/berth/internal/webhook"
+	"github.com/berth-dev/berth/controllers/nodepool/guard"
+	"github.com/berth-dev/berth/controllers/podgroup/admission"
+	"github.com/berth-dev/berth/controllers/podgroup/gate"
 )
 
 type controllerFlags struct {
@@ -69,20 +69,20 @@ Events current, and by default issues and rotates its own webhook certificate.`,
 	fl.StringSliceVar(&f.webhookHosts, "webhook-hosts", []string{"berth-webhook.berth-system.svc"}, "DNS names (or IPs) the webhook certificate is for")
 	fl.StringSliceVar(&f.adapters, "adapters", []string{"coscheduling", "volcano", "kueue"}, "foreign gang sources treated as berth gangs: coscheduling, volcano, kai, kueue (none: empty)")
 	fl.BoolVar(&f.gangProvisioning, "gang-provisioning", true, "get capacity for gangs that do not fit from Karpenter in one batch (seat pods); off when Karpenter is not installed")
-	fl.StringVar(&f.consolidationGuard, "consolidation-guard", string(nodepool.ModeEnforce), "what the consolidation guard does with GPU NodePools that let Karpenter consolidate underutilized nodes, unless the NodePool's scheduling.berth.dev/consolidation-guard annotation says otherwise: enforce (add a budget blocking Underutilized), when-empty (switch to WhenEmpty), audit (report only), off")
+	fl.StringVar(&f.consolidationGuard, "consolidation-guard", string(guard.ModeEnforce), "what the consolidation guard does with GPU NodePools that let Karpenter consolidate underutilized nodes, unless the NodePool's scheduling.berth.dev/consolidation-guard annotation says otherwise: enforce (add a budget blocking Underutilized), when-empty (switch to WhenEmpty), audit (report only), off")
 	fl.StringVar(&f.seatImage, "seat-image", admission.DefaultSeatImage, "container image of seat pods (any image that starts and sleeps; mirror it for air-gapped clusters)")
 	return cmd
 }
 
 // parseAdapters turns --adapters into sources, rejecting unknown names.
-func parseAdapters(names []string) ([]bwebhook.Source, error) {
-	var out []bwebhook.Source
+func parseAdapters(names []string) ([]gate.Source, error) {
+	var out []gate.Source
 	for _, n := range names {
 		n = strings.TrimSpace(n)
 		if n == "" || n == "none" {
 			continue
 		}
-		s, ok := bwebhook.AdapterSources[n]
+		s, ok := gate.AdapterSources[n]
 		if !ok {
 			return nil, fmt.Errorf("--adapters: unknown source %q (known: coscheduling, volcano, kai, kueue)", n)
 		}
@@ -123,7 +123,7 @@ func runController(cmd *cobra.Command, f controllerFlags) error {
 	if err != nil {
 		return err
 	}
-	guard, err := nodepool.ParseMode(f.consolidationGuard)
+	guard, err := guard.ParseMode(f.consolidationGuard)
 	if err != nil {
 		return fmt.Errorf("--consolidation-guard: %w", err)
 	}

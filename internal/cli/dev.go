@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/berth-dev/berth/internal/devcluster"
-	"github.com/berth-dev/berth/test/rig"
+	"github.com/berth-dev/berth/internal/rig"
 )
 
 func newDevCommand() *cobra.Command {

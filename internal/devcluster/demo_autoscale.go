@@ -16,8 +16,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"github.com/berth-dev/berth/test/builders"
-	"github.com/berth-dev/berth/test/rig"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/internal/vllmsim"
 )
 
 // Scene 5: inference autoscaling. A vLLM Deployment (one L4 GPU per replica; the dev cluster's
@@ -42,7 +42,7 @@ func autoscaleScene(ctx context.Context, c client.Client, p *printer) error {
 		return fmt.Errorf("reading the dev cluster's endpoints (ConfigMap kube-system/%s; restart with 'berth dev down && berth dev up'): %w", EndpointsConfigMap, err)
 	}
 	w := &autoscaleWatch{c: c, p: p, metricsURL: eps.Data["scaler-metrics"], loadURL: eps.Data["vllm-sim-admin"], nodes: map[string]bool{}}
-	dep := builders.VLLMDeployment(DemoNamespace, inferenceName, rig.GPUNodePoolName(inferencePool), VLLMSimPort, map[string]string{VLLMSimLabel: "true"})
+	dep := vllmsim.Deployment(DemoNamespace, inferenceName, rig.GPUNodePoolName(inferencePool), VLLMSimPort, map[string]string{VLLMSimLabel: "true"})
 	if err := c.Create(ctx, dep); err != nil {
 		return fmt.Errorf("creating Deployment %s: %w", inferenceName, err)
 	}
@@ -51,7 +51,7 @@ func autoscaleScene(ctx context.Context, c client.Client, p *printer) error {
 		return fmt.Errorf("first replica: %w", err)
 	}
 	// The HPA may scale down after 15 s (default 5 min) so the demo stays short.
-	so := builders.ScaledObject(DemoNamespace, inferenceName, builders.ScaledObjectOptions{ScalerAddress: eps.Data["scaler-grpc"],
+	so := vllmsim.ScaledObject(DemoNamespace, inferenceName, vllmsim.ScaledObjectOptions{ScalerAddress: eps.Data["scaler-grpc"],
 		Min: 1, Max: autoscaleMax, PollingInterval: 5, CooldownPeriod: 30, ScaleDownWindow: 15, MetricsPort: VLLMSimPort,
 		TargetQueueDepth: "4", TargetKVCache: "0.8"})
 	if err := c.Create(ctx, so); err != nil {

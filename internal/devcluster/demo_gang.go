@@ -16,7 +16,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/gpu"
-	"github.com/berth-dev/berth/test/rig"
+	"github.com/berth-dev/berth/internal/rig"
 )
 
 // Scene 2: gang admission. A 4-member gang that fits only once the H100 node frees is held at

@@ -20,7 +20,7 @@ import (
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/internal/gpu"
-	"github.com/berth-dev/berth/test/rig"
+	"github.com/berth-dev/berth/internal/rig"
 )
 
 // Scene 4: the consolidation guard. Two GPU NodePools are created the way Karpenter's defaults

@@ -18,7 +18,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/gpu"
-	"github.com/berth-dev/berth/test/rig"
+	"github.com/berth-dev/berth/internal/rig"
 )
 
 // Scene 3: whole-gang provisioning. A gang of two 8-GPU members on a family with no nodes does

@@ -13,9 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/berth-dev/berth/config"
+	"github.com/berth-dev/berth/controllers/podgroup/gate"
 	"github.com/berth-dev/berth/internal/gpu"
-	bwebhook "github.com/berth-dev/berth/internal/webhook"
-	"github.com/berth-dev/berth/test/rig"
+	"github.com/berth-dev/berth/internal/rig"
 )
 
 // Options configure the dev cluster.
@@ -176,9 +176,9 @@ func startBerth(ctx context.Context, o Options, r *rig.Rig, st *State) error {
 	metrics := "127.0.0.1:" + strconv.Itoa(ports[0])
 	health := "127.0.0.1:" + strconv.Itoa(ports[1])
 	// The pod-gate webhook listens on loopback; the apiserver reaches it by URL.
-	url := fmt.Sprintf("https://127.0.0.1:%d%s", ports[2], bwebhook.Path)
-	adapters := []bwebhook.Source{bwebhook.SourceCoscheduling, bwebhook.SourceVolcano, bwebhook.SourceKueue}
-	if err := r.Client.Create(ctx, bwebhook.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, adapters)); err != nil {
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", ports[2], gate.Path)
+	adapters := []gate.Source{gate.SourceCoscheduling, gate.SourceVolcano, gate.SourceKueue}
+	if err := r.Client.Create(ctx, gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, adapters)); err != nil {
 		return fmt.Errorf("installing webhook configuration: %w", err)
 	}
 	if err := r.StartComponent(ctx, "berth-controller", o.BerthBinary, []string{

@@ -19,7 +19,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/controllers/nodepool"
+	"github.com/berth-dev/berth/controllers/nodepool/guard"
 	"github.com/berth-dev/berth/internal/gpu"
 )
 
@@ -114,10 +114,10 @@ func unsafeNodePools(s Snapshot) []Finding {
 	var out []Finding
 	for i := range s.NodePools {
 		np := &s.NodePools[i]
-		if !nodepool.IsUnsafe(np) {
+		if !guard.IsUnsafe(np) {
 			continue
 		}
-		_, why := nodepool.IsGPUPool(np)
+		_, why := guard.IsGPUPool(np)
 		out = append(out, Finding{Check: CheckUnsafeNodePool, Object: obj("NodePool", "", np.Name),
 			Problem: fmt.Sprintf("GPU NodePool (%s) on consolidationPolicy %s without a budget blocking Underutilized: Karpenter may evict running inference or training to repack nodes", why, np.Spec.Disruption.ConsolidationPolicy),
 			Fix:     fmt.Sprintf(`kubectl annotate nodepool %s %s=enforce (berth adds {nodes: "0", reasons: [Underutilized]}), or set consolidationPolicy: WhenEmpty; templates: berth nodepools render`, np.Name, berthv1alpha1.ConsolidationGuardAnnotation)})

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/berth-dev/berth/internal/pki"
+	"github.com/berth-dev/berth/internal/certs"
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/pods"
 	"github.com/berth-dev/berth/scaler/promsource"
@@ -274,7 +274,7 @@ func TestHealth(t *testing.T) {
 
 type pkiFiles struct {
 	dir                              string
-	ca                               *pki.KeyPair
+	ca                               *certs.KeyPair
 	serverCert, serverKey, caFile    string
 	clientCert, clientKey, foreignCA string
 }
@@ -283,19 +283,19 @@ func writePKI(t *testing.T) pkiFiles {
 	t.Helper()
 	dir := t.TempDir()
 	now := time.Now()
-	ca, err := pki.Issue(pki.CA("berth-scaler-ca", now.Add(-time.Hour), now.Add(time.Hour)), nil)
+	ca, err := certs.Issue(certs.CA("berth-scaler-ca", now.Add(-time.Hour), now.Add(time.Hour)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := pki.Issue(pki.Serving("berth-scaler", []string{"127.0.0.1", "localhost"}, now.Add(-time.Hour), now.Add(time.Hour)), ca)
+	srv, err := certs.Issue(certs.Serving("berth-scaler", []string{"127.0.0.1", "localhost"}, now.Add(-time.Hour), now.Add(time.Hour)), ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := pki.Issue(pki.Client("keda-operator", now.Add(time.Hour)), ca)
+	cl, err := certs.Issue(certs.Client("keda-operator", now.Add(time.Hour)), ca)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := pki.Issue(pki.CA("someone-else", now.Add(-time.Hour), now.Add(time.Hour)), nil)
+	other, err := certs.Issue(certs.CA("someone-else", now.Add(-time.Hour), now.Add(time.Hour)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

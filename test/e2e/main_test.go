@@ -6,8 +6,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // instanceTypes is the rig's GPU instance-types file, relative to this package.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/test/builders"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // TestPendingGPUPodGetsANode: a pending pod asking for 8 nvidia.com/gpu on an 8-GPU training

@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/berth-dev/berth/test/builders"
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/internal/vllmsim"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 func TestLoadScalesVLLMUpAndDown(t *testing.T) {
@@ -27,7 +27,7 @@ func TestLoadScalesVLLMUpAndDown(t *testing.T) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, builders.VLLMDeployment(namespace, appLabel, rig.GPUNodePoolName("l4"), metricsPort, nil)); err != nil {
+	if err := c.Create(ctx, vllmsim.Deployment(namespace, appLabel, rig.GPUNodePoolName("l4"), metricsPort, nil)); err != nil {
 		t.Fatal(err)
 	}
 	rigtest.Eventually(t, 3*time.Minute, time.Second, "the first replica runs on a GPU node Karpenter launched", func(ctx context.Context) (bool, string, error) {
@@ -37,7 +37,7 @@ func TestLoadScalesVLLMUpAndDown(t *testing.T) {
 	nodesBefore := gpuNodes(ctx, t, c)
 	// What a user writes, with an HPA that may scale down after 10 s (default 5 min) to keep the
 	// test short.
-	so := builders.ScaledObject(namespace, appLabel, builders.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
+	so := vllmsim.ScaledObject(namespace, appLabel, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
 		Min: 1, Max: 5, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
 		TargetQueueDepth: "4", TargetKVCache: "0.8"})
 	if err := c.Create(ctx, so); err != nil {

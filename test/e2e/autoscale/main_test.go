@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 const instanceTypes = "../../testdata/gpu-instance-types.json"

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/devcluster"
-	"github.com/berth-dev/berth/test/rig"
+	"github.com/berth-dev/berth/internal/rig"
 )
 
 func TestDevUpDemoDown(t *testing.T) {

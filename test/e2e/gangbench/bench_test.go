@@ -15,7 +15,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/test/builders"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // scenario is one measured run: n pods of one GPU each, on an EC2 family nothing else uses.

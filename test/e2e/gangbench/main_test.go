@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // DelayEnv overrides the node-ready delay (a Go duration; default 70s).

@@ -16,7 +16,7 @@ import (
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/test/builders"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // namespace creates a namespace for one test and deletes it afterwards.

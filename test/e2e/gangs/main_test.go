@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // instanceTypes is the rig's GPU instance-types file, relative to this package.

@@ -18,11 +18,11 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/controllers/admission"
+	"github.com/berth-dev/berth/controllers/podgroup/admission"
 	"github.com/berth-dev/berth/internal/gpu"
+	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/test/builders"
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // TestWholeGangIsProvisionedInOneBatch: a 16-member gang (1 GPU each, one zone) with no GPU

@@ -18,9 +18,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-dev/berth/agent"
+	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/test/builders"
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 func TestMain(m *testing.M) { rigtest.Main(m, rig.Options{}, nil) }

@@ -24,8 +24,8 @@ import (
 
 	"github.com/berth-dev/berth/internal/cli"
 	"github.com/berth-dev/berth/internal/doctor"
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 func TestMain(m *testing.M) {

@@ -7,9 +7,9 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
-	bwebhook "github.com/berth-dev/berth/internal/webhook"
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/controllers/podgroup/gate"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // apply server-side-applies a multi-document manifest, as `kubectl apply --server-side` does.
@@ -34,8 +34,8 @@ func deadWebhook(t *testing.T) *admissionregistrationv1.MutatingWebhookConfigura
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, bwebhook.Path)
-	cfg := bwebhook.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: []byte("-")}, nil)
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, gate.Path)
+	cfg := gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url, CABundle: []byte("-")}, nil)
 	cfg.Name = "berth-pod-gate-down"
 	cfg.Webhooks[0].ClientConfig.CABundle = nil
 	c := rigtest.Current().Client

@@ -12,7 +12,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/test/builders"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // BenchmarkAdmissionLatency measures, on the rig (real apiserver, kube-scheduler, kwok nodes,

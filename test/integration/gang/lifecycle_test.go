@@ -15,7 +15,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/test/builders"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // TestScheduleTimeout: a gang that cannot fit moves to Failed when its timeout passes.

@@ -15,9 +15,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/berth-dev/berth/controllers"
-	bwebhook "github.com/berth-dev/berth/internal/webhook"
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/controllers/podgroup/gate"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // webhookPort is where the in-process webhook listens.
@@ -38,9 +38,9 @@ func TestMain(m *testing.M) {
 
 // startBerth installs the webhook configuration (pointing at loopback) and runs the manager.
 func startBerth(ctx context.Context, r *rig.Rig) error {
-	url := fmt.Sprintf("https://127.0.0.1:%d%s", webhookPort, bwebhook.Path)
-	adapters := []bwebhook.Source{bwebhook.SourceCoscheduling, bwebhook.SourceKueue}
-	cfg := bwebhook.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, adapters)
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", webhookPort, gate.Path)
+	adapters := []gate.Source{gate.SourceCoscheduling, gate.SourceKueue}
+	cfg := gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, adapters)
 	if err := r.Client.Create(ctx, cfg); err != nil {
 		return fmt.Errorf("creating webhook configuration: %w", err)
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/test/builders"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // Karpenter's consolidation loop runs every 10 s and waits 15 s before it acts on an

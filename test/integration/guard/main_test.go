@@ -16,9 +16,9 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers"
-	"github.com/berth-dev/berth/controllers/nodepool"
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/controllers/nodepool/guard"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // instanceTypes is the rig's GPU instance-types file, relative to this package.
@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 		}
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 		mgr, err := controllers.NewManager(r.Config, controllers.ManagerOptions{
-			Options: controllers.Options{ConsolidationGuard: nodepool.ModeEnforce},
+			Options: controllers.Options{ConsolidationGuard: guard.ModeEnforce},
 		})
 		if err != nil {
 			return err

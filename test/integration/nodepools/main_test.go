@@ -7,8 +7,8 @@ package nodepools_test
 import (
 	"testing"
 
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 func TestMain(m *testing.M) {

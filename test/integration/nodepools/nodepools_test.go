@@ -15,8 +15,8 @@ import (
 
 	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/internal/nodepools"
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // TestRenderedTemplatesApply renders every GPU family for every role and provider, applies the

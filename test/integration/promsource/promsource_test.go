@@ -18,10 +18,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/promsource"
 	"github.com/berth-dev/berth/scaler/scalertest"
-	"github.com/berth-dev/berth/test/rig"
 )
 
 // prometheusBinary finds Prometheus: $PROMETHEUS, else prometheus on $PATH. Without it the test

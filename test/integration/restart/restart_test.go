@@ -16,10 +16,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/controllers/admission"
+	"github.com/berth-dev/berth/controllers/podgroup/admission"
+	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/test/builders"
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 // berth runs `berth controller` as a process the tests kill and restart.

@@ -18,10 +18,10 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/targets"
-	"github.com/berth-dev/berth/test/rig"
-	"github.com/berth-dev/berth/test/rig/rigtest"
+	"github.com/berth-dev/berth/test/rigtest"
 )
 
 func TestMain(m *testing.M) {

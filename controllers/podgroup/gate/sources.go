@@ -1,0 +1,83 @@
+// Package gate is the pod-gate webhook, the first half of gang admission: a mutating admission
+// webhook for pods that makes gang members wait for their gang by adding the scheduling gate
+// scheduling.berth.dev/gang (admission removes it once the whole gang fits), and maps pods
+// labelled for other gang schedulers (scheduler-plugins coscheduling, Volcano, KAI, Kueue) onto
+// berth PodGroups of the same name.
+package gate
+
+import (
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+)
+
+// Annotations the webhook sets on adapted pods, read by the PodGroup adapter controller.
+const (
+	// SourceAnnotation names where a pod's gang membership came from (berth, coscheduling,
+	// volcano, kai, kueue).
+	SourceAnnotation = "scheduling.berth.dev/source"
+	// MinMemberAnnotation carries the gang size the source declared on the pod, when it did.
+	MinMemberAnnotation = "scheduling.berth.dev/min-member"
+)
+
+// Source is one way a pod declares its gang.
+type Source struct {
+	// Name identifies the source (also the value of SourceAnnotation).
+	Name string
+	// LabelKey is the pod label naming the gang; empty when the source uses AnnotationKey.
+	LabelKey string
+	// AnnotationKey is the pod annotation naming the gang, for sources without a label.
+	AnnotationKey string
+	// CountAnnotation, when set, is a pod annotation with the gang's total member count.
+	CountAnnotation string
+}
+
+// The sources berth understands.
+var (
+	SourceBerth        = Source{Name: "berth", LabelKey: berthv1alpha1.PodGroupLabel}
+	SourceCoscheduling = Source{Name: "coscheduling", LabelKey: "scheduling.x-k8s.io/pod-group"}
+	SourceVolcano      = Source{Name: "volcano", LabelKey: "scheduling.k8s.io/group-name"}
+	SourceKAI          = Source{Name: "kai", AnnotationKey: "pod-group-name"}
+	SourceKueue        = Source{Name: "kueue", LabelKey: "kueue.x-k8s.io/pod-group-name", CountAnnotation: "kueue.x-k8s.io/pod-group-total-count"}
+)
+
+// AdapterSources are the switchable sources by name.
+var AdapterSources = map[string]Source{
+	SourceCoscheduling.Name: SourceCoscheduling,
+	SourceVolcano.Name:      SourceVolcano,
+	SourceKAI.Name:          SourceKAI,
+	SourceKueue.Name:        SourceKueue,
+}
+
+// Membership is what a pod says about its gang.
+type Membership struct {
+	Group     string
+	Source    Source
+	MinMember int32 // 0 when the source does not say
+}
+
+// Resolve finds the gang a pod belongs to: berth's own label first, then each enabled adapter
+// in order. ok is false for pods that are not gang members.
+func Resolve(p *corev1.Pod, adapters []Source) (Membership, bool) {
+	for _, s := range append([]Source{SourceBerth}, adapters...) {
+		var name string
+		if s.LabelKey != "" {
+			name = p.Labels[s.LabelKey]
+		} else {
+			name = p.Annotations[s.AnnotationKey]
+		}
+		if name == "" {
+			continue
+		}
+		m := Membership{Group: name, Source: s}
+		if s.CountAnnotation != "" {
+			if n, err := strconv.ParseInt(p.Annotations[s.CountAnnotation], 10, 32); err == nil && n > 0 {
+				m.MinMember = int32(n)
+			}
+		}
+		return m, true
+	}
+	return Membership{}, false
+}

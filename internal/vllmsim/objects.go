@@ -1,0 +1,89 @@
+package vllmsim
+
+// Kubernetes objects for a vLLM workload the emulator serves: what the dev cluster's demo and
+// the rig's autoscaling tests deploy.
+
+import (
+	"maps"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/berth-dev/berth/internal/gpu"
+)
+
+// DeploymentModel is the model the vLLM Deployment and ScaledObject built here serve.
+const DeploymentModel = "meta-llama/Llama-3.1-8B-Instruct"
+
+// Deployment is a one-replica vLLM server with one GPU per replica on a Karpenter NodePool,
+// its pods labelled app=<name> plus extra labels, serving its API and metrics on port.
+func Deployment(namespace, name, nodePool string, port int32, extraLabels map[string]string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	maps.Copy(labels, extraLabels)
+	one := resource.MustParse("1")
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{karpv1.NodePoolLabelKey: nodePool},
+					Containers: []corev1.Container{{
+						Name: "vllm", Image: "vllm/vllm-openai:v0.11.0",
+						Args:  []string{"--model", DeploymentModel, "--max-num-seqs", "8", "--port", strconv.Itoa(int(port))},
+						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: port}},
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), gpu.ResourceGPU: one},
+							Limits:   corev1.ResourceList{gpu.ResourceGPU: one},
+						},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// ScaledObjectOptions shape a KEDA ScaledObject with one external-push trigger at berth's scaler.
+type ScaledObjectOptions struct {
+	ScalerAddress    string
+	Min, Max         int64
+	PollingInterval  int64
+	CooldownPeriod   int64
+	ScaleDownWindow  int64
+	MetricsPort      int32
+	TargetQueueDepth string
+	TargetKVCache    string
+}
+
+// ScaledObject is a KEDA ScaledObject (unstructured: berth does not link KEDA's API types)
+// sizing the Deployment name with berth's scaler, filtering on DeploymentModel.
+func ScaledObject(namespace, name string, o ScaledObjectOptions) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+		"metadata": map[string]any{"name": name, "namespace": namespace},
+		"spec": map[string]any{
+			"scaleTargetRef":  map[string]any{"name": name},
+			"minReplicaCount": o.Min, "maxReplicaCount": o.Max,
+			"pollingInterval": o.PollingInterval, "cooldownPeriod": o.CooldownPeriod,
+			"advanced": map[string]any{"horizontalPodAutoscalerConfig": map[string]any{"behavior": map[string]any{
+				"scaleDown": map[string]any{"stabilizationWindowSeconds": o.ScaleDownWindow},
+				"scaleUp":   map[string]any{"stabilizationWindowSeconds": int64(0)},
+			}}},
+			"triggers": []any{map[string]any{
+				"type": "external-push",
+				"metadata": map[string]any{
+					"scalerAddress": o.ScalerAddress, "targetQueueDepth": o.TargetQueueDepth, "targetKVCacheUsage": o.TargetKVCache,
+					"metricsPort": strconv.Itoa(int(o.MetricsPort)), "model": DeploymentModel,
+				},
+			}},
+		},
+	}}
+}

@@ -1,0 +1,86 @@
+package rigtest
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/berth-dev/berth/controllers/podgroup/gate"
+	"github.com/berth-dev/berth/internal/rig"
+)
+
+// BerthProcess runs `berth controller` as its own process on the rig, as in production: the
+// pod-gate webhook on loopback (registered with the API server once) and one controller
+// process at a time, restartable (the restart tests kill and restart it).
+type BerthProcess struct {
+	r           *rig.Rig
+	bin         string
+	webhookPort int
+	starts      int
+	// Running names the rig component of the controller that runs now ("" when none).
+	Running string
+}
+
+// NewBerthProcess builds the berth binary into the rig's work folder and registers the
+// pod-gate webhook configuration pointing at a free loopback port. It starts nothing.
+func NewBerthProcess(ctx context.Context, r *rig.Rig) (*BerthProcess, error) {
+	bin, err := BuildBerth(r)
+	if err != nil {
+		return nil, err
+	}
+	port, err := rig.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, gate.Path)
+	if err := r.Client.Create(ctx, gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, nil)); err != nil {
+		return nil, fmt.Errorf("creating webhook configuration: %w", err)
+	}
+	return &BerthProcess{r: r, bin: bin, webhookPort: port}, nil
+}
+
+// Start runs a new controller process (named berth-controller-<n>) with env added, and waits
+// until it is ready. The caller stops the previous one first.
+func (b *BerthProcess) Start(ctx context.Context, env ...string) error {
+	b.starts++
+	name := fmt.Sprintf("berth-controller-%d", b.starts)
+	health, err := rig.FreePort()
+	if err != nil {
+		return err
+	}
+	err = b.r.StartComponent(ctx, name, b.bin, []string{
+		"controller", "--kubeconfig=" + b.r.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
+		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(b.webhookPort), "--webhook-hosts=127.0.0.1",
+		"--webhook-cert-dir=" + filepath.Join(b.r.WorkDir(), name+"-certs"), "--webhook-secret-namespace=kube-system",
+	}, env, fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+	if err != nil {
+		return err
+	}
+	b.Running = name
+	return nil
+}
+
+// Stop stops the running controller process, if any.
+func (b *BerthProcess) Stop() error {
+	if b.Running == "" {
+		return nil
+	}
+	err := b.r.StopComponent(b.Running, 5*time.Second)
+	b.Running = ""
+	return err
+}
+
+// Exited reports whether the named controller process has exited.
+func (b *BerthProcess) Exited(name string) bool {
+	for _, c := range b.r.Components() {
+		if c.Name == name {
+			return !c.Running
+		}
+	}
+	return false
+}

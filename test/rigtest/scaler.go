@@ -1,0 +1,90 @@
+package rigtest
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+
+	"github.com/berth-dev/berth/internal/rig"
+)
+
+// BuildBerth builds the berth binary into the rig's work folder (once per rig) and returns
+// its path.
+func BuildBerth(r *rig.Rig) (string, error) {
+	bin := filepath.Join(r.WorkDir(), "berth")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/berth-dev/berth/cmd/berth").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building berth: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// Scaler is `berth scaler` running as a rig component.
+type Scaler struct {
+	// GRPCAddress is where KEDA reaches it (a ScaledObject's scalerAddress).
+	GRPCAddress string
+	// MetricsURL serves its Prometheus metrics.
+	MetricsURL string
+}
+
+// StartScaler runs `berth scaler` on loopback with extra flags and waits until it serves.
+func StartScaler(ctx context.Context, r *rig.Rig, bin string, flags ...string) (*Scaler, error) {
+	grpcPort, err := rig.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	metricsPort, err := rig.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &Scaler{GRPCAddress: "127.0.0.1:" + strconv.Itoa(grpcPort), MetricsURL: "http://127.0.0.1:" + strconv.Itoa(metricsPort) + "/metrics"}
+	args := append([]string{"scaler", "--kubeconfig=" + r.Kubeconfig, "--grpc-address=" + s.GRPCAddress,
+		"--metrics-address=127.0.0.1:" + strconv.Itoa(metricsPort)}, flags...)
+	if err := r.StartComponent(ctx, "berth-scaler", bin, args, nil, s.MetricsURL); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// VLLMSim is `berth dev vllm-sim` following a Deployment's pods: it serves vLLM's metrics on
+// each Running pod's loopback IP and spreads a request rate over them.
+type VLLMSim struct {
+	// Admin is the control endpoint (GET/PUT /load).
+	Admin string
+}
+
+// StartVLLMSim runs the emulator for the pods matching selector in namespace, on port, with
+// extra flags (model shape, initial rate).
+func StartVLLMSim(ctx context.Context, r *rig.Rig, bin, namespace, selector string, port int, flags ...string) (*VLLMSim, error) {
+	adminPort, err := rig.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	v := &VLLMSim{Admin: "http://127.0.0.1:" + strconv.Itoa(adminPort)}
+	args := append([]string{"dev", "vllm-sim", "--kubeconfig=" + r.Kubeconfig, "--namespace=" + namespace, "--selector=" + selector,
+		"--port=" + strconv.Itoa(port), "--admin-address=127.0.0.1:" + strconv.Itoa(adminPort)}, flags...)
+	if err := r.StartComponent(ctx, "vllm-sim-"+namespace, bin, args, nil, v.Admin+"/load"); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// SetRate sets the request rate (requests per second) the emulator spreads over the replicas.
+func (v *VLLMSim) SetRate(ctx context.Context, rate float64) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, v.Admin+"/load?rate="+url.QueryEscape(strconv.FormatFloat(rate, 'f', -1, 64)), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("setting the vllm-sim rate: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
+		return fmt.Errorf("setting the vllm-sim rate: %s", resp.Status)
+	}
+	return nil
+}

@@ -1,0 +1,85 @@
+package rigtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	eventsv1 "k8s.io/api/events/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/berth-dev/berth/config"
+	"github.com/berth-dev/berth/internal/rig"
+)
+
+// InstallBerthCRDs installs berth's own CRDs on the rig.
+func InstallBerthCRDs(ctx context.Context, r *rig.Rig) error {
+	crds, err := config.CRDs()
+	if err != nil {
+		return err
+	}
+	return r.InstallCRDs(ctx, crds)
+}
+
+// StartCluster installs berth's CRDs and starts kube-controller-manager, kube-scheduler and
+// kwok: a cluster whose fake nodes run the pods kube-scheduler binds.
+func StartCluster(ctx context.Context, r *rig.Rig, kwok rig.KwokOptions) error {
+	if err := InstallBerthCRDs(ctx, r); err != nil {
+		return err
+	}
+	if err := r.StartControllerManager(ctx); err != nil {
+		return err
+	}
+	if err := r.StartScheduler(ctx); err != nil {
+		return err
+	}
+	return r.StartKwok(ctx, kwok)
+}
+
+// RunManager starts a controller manager in the test process; it is stopped after the tests,
+// before the rig (see Defer).
+func RunManager(mgr manager.Manager) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := mgr.Start(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "manager stopped:", err)
+		}
+	}()
+	Defer(func() { cancel(); <-done })
+}
+
+// WaitEvent waits for an Event with reason about the named object in ns.
+func WaitEvent(t testing.TB, ns, name, reason string) {
+	t.Helper()
+	Eventually(t, 30*time.Second, 200*time.Millisecond, "event "+reason, func(ctx context.Context) (bool, string, error) {
+		var evs eventsv1.EventList
+		if err := Current().Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return false, "", err
+		}
+		var seen []string
+		for _, e := range evs.Items {
+			if e.Regarding.Name == name && e.Reason == reason {
+				return true, "", nil
+			}
+			seen = append(seen, e.Reason)
+		}
+		return false, fmt.Sprintf("events so far: %v", seen), nil
+	})
+}
+
+// StartKarpenterCluster is StartCluster plus Karpenter's kwok provider with the GPU instance
+// types in instanceTypesFile and the rig's NodePools (one per GPU family, and a CPU pool).
+func StartKarpenterCluster(ctx context.Context, r *rig.Rig, kwok rig.KwokOptions, instanceTypesFile string) error {
+	if err := StartCluster(ctx, r, kwok); err != nil {
+		return err
+	}
+	if err := r.StartKarpenter(ctx, rig.KarpenterOptions{InstanceTypesFile: instanceTypesFile}); err != nil {
+		return err
+	}
+	return r.InstallDevNodePools(ctx)
+}
