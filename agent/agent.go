@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 // Options configure the agent loop.
@@ -55,7 +57,7 @@ func Run(ctx context.Context, lib nvml.Interface, pub *Publisher, o Options) err
 		if o.ExitWithoutNVML {
 			return err
 		}
-		if perr := pub.Publish(ctx, corev1.ConditionFalse, ReasonNVMLUnavailable, err.Error(), nil); perr != nil {
+		if perr := pub.Publish(ctx, corev1.ConditionFalse, berthv1alpha1.ReasonNVMLUnavailable, err.Error(), nil); perr != nil {
 			logger.Error(perr, "reporting NVMLUnavailable")
 		}
 		<-ctx.Done()
@@ -148,7 +150,7 @@ func (rep Report) Print(w io.Writer, asJSON bool) error {
 	for _, f := range rep.Faults {
 		fmt.Fprintf(w, "fault: %s\n", f)
 	}
-	fmt.Fprintf(w, "%s=%s (%s): %s\n", ConditionType, rep.Condition, rep.Reason, rep.Message)
+	fmt.Fprintf(w, "%s=%s (%s): %s\n", corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady), rep.Condition, rep.Reason, rep.Message)
 	return nil
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 // healthy gives every device of a mock server healthy answers to the health readings the
@@ -61,11 +63,11 @@ func TestInventoryOnMockServers(t *testing.T) {
 				}
 				seen[g.UUID] = true
 			}
-			if rep.Condition != string(corev1.ConditionTrue) || rep.Reason != ReasonHealthy {
+			if rep.Condition != string(corev1.ConditionTrue) || rep.Reason != berthv1alpha1.ReasonGPUsHealthy {
 				t.Errorf("healthy DGX reported %s/%s: %s", rep.Condition, rep.Reason, rep.Message)
 			}
 			labels := Labels(inv)
-			if labels[LabelGPUCount] != "8" || !strings.Contains(labels[LabelGPUProduct], tt.product) || strings.Contains(labels[LabelGPUProduct], " ") {
+			if labels[berthv1alpha1.GPUCountLabel] != "8" || !strings.Contains(labels[berthv1alpha1.GPUProductLabel], tt.product) || strings.Contains(labels[berthv1alpha1.GPUProductLabel], " ") {
 				t.Errorf("labels = %v", labels)
 			}
 		})

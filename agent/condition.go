@@ -6,25 +6,21 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
-// ConditionType is the node condition the agent owns. Karpenter's AWS node-repair policies and
-// berth's gang admission both read it.
-const ConditionType corev1.NodeConditionType = "AcceleratedHardwareReady"
-
-// Condition reasons.
-const (
-	ReasonHealthy         = "GPUsHealthy"
-	ReasonRecovering      = "Recovering"
-	ReasonNVMLUnavailable = "NVMLUnavailable"
-	ReasonNoGPUs          = "NoGPUs"
-)
+// ConditionType is the node condition the agent owns
+// (berthv1alpha1.NodeConditionAcceleratedHardwareReady). Karpenter's AWS node-repair policies
+// and berth's gang admission both read it.
+const ConditionType = corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady)
 
 // faultReasons maps a fault kind to the condition reason it gives.
 var faultReasons = map[string]string{
-	FaultXID: "XidCriticalError", FaultECCDoubleBit: "EccDoubleBitErrors", FaultRetiredPagesPending: "RetiredPagesPending",
-	FaultRowRemapPending: "RowRemapPending", FaultRowRemapFailed: "RowRemapFailed", FaultThermalThrottle: "ThermalThrottle",
-	FaultPowerBrake: "PowerBrake", FaultFellOffBus: "GPULost",
+	FaultXID: berthv1alpha1.ReasonXidCriticalError, FaultECCDoubleBit: berthv1alpha1.ReasonEccDoubleBitErrors,
+	FaultRetiredPagesPending: berthv1alpha1.ReasonRetiredPagesPending, FaultRowRemapPending: berthv1alpha1.ReasonRowRemapPending,
+	FaultRowRemapFailed: berthv1alpha1.ReasonRowRemapFailed, FaultThermalThrottle: berthv1alpha1.ReasonThermalThrottle,
+	FaultPowerBrake: berthv1alpha1.ReasonPowerBrake, FaultFellOffBus: berthv1alpha1.ReasonGPULost,
 }
 
 // Hysteresis keeps the condition from flapping: it turns False on the first faulty probe, and
@@ -68,9 +64,9 @@ func Evaluate(prev State, faults []Fault, now time.Time, h Hysteresis) State {
 func NodeCondition(st State, inv Inventory, h Hysteresis) (corev1.ConditionStatus, string, string) {
 	switch {
 	case len(inv.GPUs) == 0:
-		return corev1.ConditionFalse, ReasonNoGPUs, "NVML reports no GPUs on this node"
+		return corev1.ConditionFalse, berthv1alpha1.ReasonNoGPUs, "NVML reports no GPUs on this node"
 	case st.Healthy:
-		return corev1.ConditionTrue, ReasonHealthy, fmt.Sprintf("%d GPUs healthy (%s, driver %s)", len(inv.GPUs), inv.GPUs[0].Name, inv.DriverVersion)
+		return corev1.ConditionTrue, berthv1alpha1.ReasonGPUsHealthy, fmt.Sprintf("%d GPUs healthy (%s, driver %s)", len(inv.GPUs), inv.GPUs[0].Name, inv.DriverVersion)
 	case len(st.Faults) > 0:
 		parts := make([]string, 0, len(st.Faults))
 		for _, f := range st.Faults {
@@ -78,7 +74,7 @@ func NodeCondition(st State, inv Inventory, h Hysteresis) (corev1.ConditionStatu
 		}
 		return corev1.ConditionFalse, faultReasons[st.Faults[0].Kind], strings.Join(parts, "; ")
 	default:
-		return corev1.ConditionFalse, ReasonRecovering, fmt.Sprintf("no faults for %d probes since %s; healthy after %d clean probes over %s",
+		return corev1.ConditionFalse, berthv1alpha1.ReasonRecovering, fmt.Sprintf("no faults for %d probes since %s; healthy after %d clean probes over %s",
 			st.CleanProbes, st.CleanSince.UTC().Format(time.RFC3339), h.HealthyProbes, h.HealthyFor)
 	}
 }

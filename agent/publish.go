@@ -11,21 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 // FieldManager is the server-side-apply manager of everything the agent writes. Server-side
 // apply makes the agent the owner of exactly its condition and labels: it never removes or
 // rewrites a condition or label another component owns.
 const FieldManager = "berth-agent"
-
-// Labels the agent sets when NVIDIA's GPU feature discovery (GFD) has not labelled the node.
-const (
-	LabelGPUProduct = "scheduling.berth.dev/gpu-product"
-	LabelGPUCount   = "scheduling.berth.dev/gpu-count"
-	LabelGPUMemory  = "scheduling.berth.dev/gpu-memory-mib"
-	// GFDProductLabel is the label GPU feature discovery sets; when present the agent sets none.
-	GFDProductLabel = "nvidia.com/gpu.product"
-)
 
 // Publisher writes the agent's view to its Node.
 type Publisher struct {
@@ -40,9 +33,9 @@ func Labels(inv Inventory) map[string]string {
 		return nil
 	}
 	return map[string]string{
-		LabelGPUProduct: labelValue(inv.GPUs[0].Name),
-		LabelGPUCount:   strconv.Itoa(len(inv.GPUs)),
-		LabelGPUMemory:  strconv.FormatUint(inv.GPUs[0].MemoryMiB, 10),
+		berthv1alpha1.GPUProductLabel: labelValue(inv.GPUs[0].Name),
+		berthv1alpha1.GPUCountLabel:   strconv.Itoa(len(inv.GPUs)),
+		berthv1alpha1.GPUMemoryLabel:  strconv.FormatUint(inv.GPUs[0].MemoryMiB, 10),
 	}
 }
 
@@ -75,17 +68,17 @@ func (p *Publisher) Publish(ctx context.Context, status corev1.ConditionStatus, 
 	now := metav1.NewTime(p.Now())
 	transition := now
 	for _, c := range node.Status.Conditions {
-		if c.Type == ConditionType && c.Status == status {
+		if c.Type == corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady) && c.Status == status {
 			transition = c.LastTransitionTime
 		}
 	}
-	cond := corev1ac.NodeCondition().WithType(ConditionType).WithStatus(status).WithReason(reason).
+	cond := corev1ac.NodeCondition().WithType(corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady)).WithStatus(status).WithReason(reason).
 		WithMessage(truncate(message, 1024)).WithLastHeartbeatTime(now).WithLastTransitionTime(transition)
 	statusApply := corev1ac.Node(p.NodeName).WithStatus(corev1ac.NodeStatus().WithConditions(cond))
 	if err := p.Client.Status().Apply(ctx, statusApply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
-		return fmt.Errorf("applying %s condition to node %s: %w", ConditionType, p.NodeName, err)
+		return fmt.Errorf("applying %s condition to node %s: %w", corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady), p.NodeName, err)
 	}
-	if _, gfd := node.Labels[GFDProductLabel]; gfd {
+	if _, gfd := node.Labels[berthv1alpha1.GFDProductLabel]; gfd {
 		labels = nil // GFD's labels are authoritative; an apply without labels drops ours.
 	}
 	labelApply := corev1ac.Node(p.NodeName).WithLabels(labels)

@@ -5,53 +5,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Well-known names shared by the API, the webhook and the controllers.
+// API defaults.
 const (
-	// PodGroupLabel is the pod label that makes a pod a member of the PodGroup named by its value,
-	// in the pod's own namespace.
-	PodGroupLabel = "scheduling.berth.dev/pod-group"
-
-	// SchedulingGate is the scheduling gate berth's webhook adds to member pods; the PodGroup
-	// controller removes it from every member in one pass once the whole gang fits.
-	SchedulingGate = "scheduling.berth.dev/gang"
-
-	// GPUPoolLabel marks a Karpenter NodePool as a GPU pool for the consolidation guard, even
-	// when its requirements do not name GPU instance types.
-	GPUPoolLabel = "scheduling.berth.dev/gpu-pool"
-
-	// ConsolidationGuardAnnotation on a Karpenter NodePool selects what berth's consolidation
-	// guard does with it, overriding the controller's default (--consolidation-guard). Values
-	// are the ConsolidationGuard* constants.
-	ConsolidationGuardAnnotation = "scheduling.berth.dev/consolidation-guard"
-	// ConsolidationGuardEnforce adds a disruption budget {nodes: "0", reasons: [Underutilized]}
-	// to a GPU NodePool on WhenEmptyOrUnderutilized, leaving Empty and Drifted alone.
-	ConsolidationGuardEnforce = "enforce"
-	// ConsolidationGuardWhenEmpty switches a GPU NodePool on WhenEmptyOrUnderutilized to
-	// WhenEmpty, with consolidateAfter from ConsolidateAfterAnnotation (default 1h).
-	ConsolidationGuardWhenEmpty = "when-empty"
-	// ConsolidationGuardAudit changes nothing and reports the unsafe NodePool (Warning Event,
-	// metric, ConsolidationGuardStatusAnnotation).
-	ConsolidationGuardAudit = "audit"
-	// ConsolidationGuardOff leaves the NodePool alone and reports nothing.
-	ConsolidationGuardOff = "off"
-	// ConsolidateAfterAnnotation is the consolidateAfter the when-empty guard sets.
-	ConsolidateAfterAnnotation = "scheduling.berth.dev/consolidate-after"
-	// ConsolidationGuardStatusAnnotation is where the guard records what it found and did.
-	ConsolidationGuardStatusAnnotation = "scheduling.berth.dev/consolidation-guard-status"
-
-	// ProtectAnnotation on a Deployment (value "true") makes berth mark its running pods
-	// karpenter.sh/do-not-disrupt, as it does for members of gangs with disruption.protect.
-	ProtectAnnotation = "scheduling.berth.dev/protect"
-	// ProtectedByAnnotation marks a pod's karpenter.sh/do-not-disrupt as set by berth, so
-	// berth only ever removes the marks it added.
-	ProtectedByAnnotation = "scheduling.berth.dev/do-not-disrupt-by"
-
-	// SeatPriorityClassName is the PriorityClass of seat pods: below every workload, so any
-	// member (or other pod) preempts a seat.
-	SeatPriorityClassName = "berth-seat"
-	// SeatOfLabel on a seat pod holds the UID of the PodGroup it reserves capacity for.
-	SeatOfLabel = "scheduling.berth.dev/seat-of"
-
 	// DefaultScheduleTimeoutSeconds is how long a gang may wait for admission when
 	// spec.scheduleTimeoutSeconds is not set.
 	DefaultScheduleTimeoutSeconds int32 = 600
@@ -79,21 +34,6 @@ const (
 	// PodGroupFailed: the gang timed out before admission, or too many members failed for
 	// minMember to still be reached.
 	PodGroupFailed PodGroupPhase = "Failed"
-)
-
-// Condition types on a PodGroup.
-const (
-	// ConditionScheduled is True once the whole gang has been placed and released.
-	ConditionScheduled = "Scheduled"
-	// ConditionReady is True while at least minMember members are running.
-	ConditionReady = "Ready"
-	// ConditionCapacityProvisioned is True once Karpenter capacity for every member is in place.
-	ConditionCapacityProvisioned = "CapacityProvisioned"
-	// ConditionDisrupted is True when a node backing a running gang was disrupted.
-	ConditionDisrupted = "Disrupted"
-	// ConditionGPUHealthy is False while a node backing the gang reports unhealthy GPUs
-	// (node condition AcceleratedHardwareReady=False, from berth's agent).
-	ConditionGPUHealthy = "GPUHealthy"
 )
 
 // PodGroupSpec is the desired gang: how many members must be placed together, and where.

@@ -2,23 +2,15 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes/scheme"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-
-	"github.com/berth-dev/berth/agent"
 )
 
 type agentFlags struct {
@@ -46,7 +38,10 @@ the first fault, True again after clean probes; Karpenter's node repair and bert
 admission act on it), GPU labels where GPU feature discovery set none, and berth_agent_*
 metrics.
 
---once prints the inventory and health once and exits (non-zero when NVML is absent).`,
+--once prints the inventory and health once and exits (non-zero when NVML is absent).
+
+The agent needs NVML, so it runs only from a Linux build with cgo (the berth-agent image);
+other builds of berth say so and exit.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd, f) },
 	}
@@ -60,41 +55,6 @@ metrics.
 	fl.BoolVar(&f.exitWithoutNVML, "exit-without-nvml", false, "exit with an error when NVML is absent instead of reporting NVMLUnavailable and idling")
 	fl.StringVar(&f.metricsAddress, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; 0 disables it")
 	return cmd
-}
-
-func runAgent(cmd *cobra.Command, f agentFlags) error {
-	lib := nvml.New()
-	if f.once {
-		rep, err := agent.Once(lib, time.Now())
-		if err != nil {
-			return fmt.Errorf("NVML: %w", err)
-		}
-		return rep.Print(cmd.OutOrStdout(), f.jsonOutput)
-	}
-	ctrl.SetLogger(zap.New())
-	if f.nodeName == "" {
-		return errors.New("--node-name (or $NODE_NAME) is required")
-	}
-	cfg, err := loadConfig(f.kubeconfig)
-	if err != nil {
-		return err
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
-	if err != nil {
-		return fmt.Errorf("creating client: %w", err)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(agent.Collectors()...)
-	ctx := cmd.Context()
-	if f.metricsAddress != "0" {
-		if err := serveMetrics(ctx, f.metricsAddress, reg); err != nil {
-			return err
-		}
-	}
-	pub := &agent.Publisher{Client: c, NodeName: f.nodeName, Now: time.Now}
-	return agent.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), lib, pub, agent.Options{
-		Interval: f.interval, XIDHold: f.xidHold, ExitWithoutNVML: f.exitWithoutNVML,
-	})
 }
 
 // serveMetrics serves /metrics until ctx ends.

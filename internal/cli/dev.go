@@ -36,6 +36,9 @@ is written to --kubeconfig (default <state-dir>/kubeconfig).`,
 		Short: "Start the dev cluster in the background and wait until it is ready",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := rig.CheckPlatform(); err != nil {
+				return err
+			}
 			bin, err := os.Executable()
 			if err != nil {
 				return fmt.Errorf("finding the berth binary: %w", err)

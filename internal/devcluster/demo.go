@@ -3,6 +3,7 @@ package devcluster
 import (
 	"context"
 	"fmt"
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"io"
 	"sort"
 	"strings"
@@ -15,7 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/berth-dev/berth/internal/gpu"
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/rig"
 )
 
@@ -97,7 +98,7 @@ func trainingScene(ctx context.Context, c client.Client, p *printer) (*corev1.Po
 	if err := c.Create(ctx, pod); err != nil {
 		return nil, fmt.Errorf("creating pod %s: %w", pod.Name, err)
 	}
-	p.say("created pod %s/%s requesting 8 nvidia.com/gpu with nodeSelector %s=h100", pod.Namespace, pod.Name, gpu.LabelInstanceGPUName)
+	p.say("created pod %s/%s requesting 8 nvidia.com/gpu with nodeSelector %s=h100", pod.Namespace, pod.Name, awsv1.LabelInstanceGPUName)
 	if err := p.follow(ctx, c, client.ObjectKeyFromObject(pod)); err != nil {
 		return nil, err
 	}
@@ -111,12 +112,12 @@ func demoTrainingPod(name, product string, gpus int64) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: DemoNamespace, Labels: map[string]string{"app": "llm-train"}},
 		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{gpu.LabelInstanceGPUName: product},
+			NodeSelector: map[string]string{awsv1.LabelInstanceGPUName: product},
 			Containers: []corev1.Container{{
 				Name: "trainer", Image: "nvcr.io/nvidia/pytorch:25.01-py3",
 				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi"), gpu.ResourceGPU: q},
-					Limits:   corev1.ResourceList{gpu.ResourceGPU: q},
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi"), berthv1alpha1.GPUResource: q},
+					Limits:   corev1.ResourceList{berthv1alpha1.GPUResource: q},
 				},
 			}},
 		},
@@ -170,7 +171,7 @@ func (p *printer) follow(ctx context.Context, c client.Client, key client.Object
 			if cond := nc.StatusConditions().Get(karpv1.ConditionTypeLaunched); cond != nil && cond.IsTrue() {
 				p.once("nc/launched/"+nc.Name, "NodeClaim %s launched: %s %s in %s, %s GPUs (%s)", nc.Name,
 					l[corev1.LabelInstanceTypeStable], l[karpv1.CapacityTypeLabelKey], l[corev1.LabelTopologyZone],
-					l[gpu.LabelInstanceGPUCount], l[gpu.LabelInstanceGPUName])
+					l[awsv1.LabelInstanceGPUCount], l[awsv1.LabelInstanceGPUName])
 			}
 			if cond := nc.StatusConditions().Get(karpv1.ConditionTypeRegistered); cond != nil && cond.IsTrue() {
 				p.once("nc/registered/"+nc.Name, "NodeClaim %s registered node %s", nc.Name, nc.Status.NodeName)
@@ -187,7 +188,7 @@ func (p *printer) follow(ctx context.Context, c client.Client, key client.Object
 			p.once("node/"+n.Name, "node %s joined (%s)", n.Name, n.Labels[corev1.LabelInstanceTypeStable])
 			for _, cond := range n.Status.Conditions {
 				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					p.once("node/ready/"+n.Name, "node %s is Ready with %s nvidia.com/gpu allocatable", n.Name, quantity(n.Status.Allocatable, gpu.ResourceGPU))
+					p.once("node/ready/"+n.Name, "node %s is Ready with %s nvidia.com/gpu allocatable", n.Name, quantity(n.Status.Allocatable, berthv1alpha1.GPUResource))
 				}
 			}
 		}

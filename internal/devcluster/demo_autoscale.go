@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/internal/vllmsim"
 )
@@ -42,7 +43,7 @@ func autoscaleScene(ctx context.Context, c client.Client, p *printer) error {
 		return fmt.Errorf("reading the dev cluster's endpoints (ConfigMap kube-system/%s; restart with 'berth dev down && berth dev up'): %w", EndpointsConfigMap, err)
 	}
 	w := &autoscaleWatch{c: c, p: p, metricsURL: eps.Data["scaler-metrics"], loadURL: eps.Data["vllm-sim-admin"], nodes: map[string]bool{}}
-	dep := vllmsim.Deployment(DemoNamespace, inferenceName, rig.GPUNodePoolName(inferencePool), VLLMSimPort, map[string]string{VLLMSimLabel: "true"})
+	dep := vllmsim.Deployment(DemoNamespace, inferenceName, rig.GPUNodePoolName(inferencePool), VLLMSimPort, map[string]string{berthv1alpha1.VLLMSimLabel: "true"})
 	if err := c.Create(ctx, dep); err != nil {
 		return fmt.Errorf("creating Deployment %s: %w", inferenceName, err)
 	}

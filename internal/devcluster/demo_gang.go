@@ -15,7 +15,6 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/internal/rig"
 )
 
@@ -91,7 +90,7 @@ func showHeld(ctx context.Context, c client.Client, p *printer, pg *berthv1alpha
 		}
 		sc := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionScheduled)
 		cp := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
-		if sc != nil && sc.Reason != "WaitingForMembers" && (sc.Reason != "WaitingForCapacity" || cp != nil) {
+		if sc != nil && sc.Reason != berthv1alpha1.ReasonWaitingForMembers && (sc.Reason != berthv1alpha1.ReasonWaitingForCapacity || cp != nil) {
 			p.say("PodGroup ddp is held — %s: %s", sc.Reason, sc.Message)
 			if cp != nil {
 				p.say("  condition %s=%s (%s): %s", cp.Type, cp.Status, cp.Reason, shorten(cp.Message))
@@ -152,7 +151,7 @@ func setGPULimit(ctx context.Context, c client.Client, pool string, q *resource.
 	if err := c.Get(ctx, client.ObjectKey{Name: pool}, &np); err != nil {
 		return fmt.Errorf("reading NodePool %s: %w", pool, err)
 	}
-	cur, has := np.Spec.Limits[gpu.ResourceGPU]
+	cur, has := np.Spec.Limits[berthv1alpha1.GPUResource]
 	if (q == nil && !has) || (q != nil && has && cur.Cmp(*q) == 0) {
 		return nil
 	}
@@ -161,9 +160,9 @@ func setGPULimit(ctx context.Context, c client.Client, pool string, q *resource.
 		np.Spec.Limits = karpv1.Limits{}
 	}
 	if q == nil {
-		delete(np.Spec.Limits, gpu.ResourceGPU)
+		delete(np.Spec.Limits, berthv1alpha1.GPUResource)
 	} else {
-		np.Spec.Limits[gpu.ResourceGPU] = *q
+		np.Spec.Limits[berthv1alpha1.GPUResource] = *q
 	}
 	if err := c.Patch(ctx, &np, client.MergeFrom(stored)); err != nil {
 		return fmt.Errorf("setting the GPU limit of NodePool %s: %w", pool, err)
@@ -177,7 +176,7 @@ func restoreGPULimit(ctx context.Context, c client.Client, pool string) error {
 		if np.Name != pool {
 			continue
 		}
-		if q, ok := np.Spec.Limits[gpu.ResourceGPU]; ok {
+		if q, ok := np.Spec.Limits[berthv1alpha1.GPUResource]; ok {
 			return setGPULimit(ctx, c, pool, &q)
 		}
 		return setGPULimit(ctx, c, pool, nil)

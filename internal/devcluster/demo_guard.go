@@ -19,7 +19,6 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
-	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/internal/rig"
 )
 
@@ -138,7 +137,7 @@ func demoPool(name, product string) (*karpv1.NodePool, error) {
 				np.Spec.Template.Spec.Requirements[i].Values = []string{karpv1.CapacityTypeOnDemand}
 			}
 		}
-		np.Spec.Limits = karpv1.Limits{gpu.ResourceGPU: resource.MustParse("32")}
+		np.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("32")}
 		return np, nil
 	}
 	return nil, fmt.Errorf("the rig has no NodePool for GPU %s", product)

@@ -45,12 +45,12 @@ func underutilized(ctx context.Context, c client.Client, l *lane) (string, error
 	var gpus, cpu, mem resource.Quantity
 	for _, m := range l.pods {
 		r := m.Spec.Containers[0].Resources.Requests
-		gpus.Add(r[gpu.ResourceGPU])
+		gpus.Add(r[berthv1alpha1.GPUResource])
 		cpu.Add(r[corev1.ResourceCPU])
 		mem.Add(r[corev1.ResourceMemory])
 	}
 	it := n.Labels[corev1.LabelInstanceTypeStable]
-	total := n.Status.Allocatable[gpu.ResourceGPU]
+	total := n.Status.Allocatable[berthv1alpha1.GPUResource]
 	msg := fmt.Sprintf("node %s (%s) runs %s of its %s GPUs, for %s", n.Name, it, gpus.String(), total.String(), podNames(l.pods))
 	if cheaper, ok := cheapestFit(it, gpus.Value(), cpu.Value(), mem.Value()>>30); ok && cheaper != it {
 		msg += fmt.Sprintf("; a %s would do (%s vs %s)", cheaper, price(cheaper), price(it))

@@ -3,6 +3,7 @@ package devcluster
 import (
 	"context"
 	"fmt"
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"slices"
 	"sort"
 	"strings"
@@ -17,7 +18,6 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/internal/rig"
 )
 
@@ -70,7 +70,7 @@ func provisionScene(ctx context.Context, c client.WithWatch, p *printer) error {
 		}
 	}
 	p.say("created PodGroup %s (minMember %d, topology.requiredKey %s) and %d members asking 8 nvidia.com/gpu each with %s=%s; no such node exists",
-		pg.Name, provisionMembers, corev1.LabelTopologyZone, provisionMembers, gpu.LabelInstanceGPUName, provisionProduct)
+		pg.Name, provisionMembers, corev1.LabelTopologyZone, provisionMembers, awsv1.LabelInstanceGPUName, provisionProduct)
 	v := &provisionView{p: p, pg: pg, updates: updates, pool: rig.GPUNodePoolName(provisionProduct), conds: map[string]string{}}
 	for {
 		done, err := v.step(ctx, c)

@@ -11,12 +11,12 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/scaler/targets"
 )
 
 // resetTimeout bounds the clean-up of an earlier demo run.
@@ -74,7 +74,7 @@ func resetNamespace(ctx context.Context, c client.Client) error {
 		return fmt.Errorf("creating namespace %s: %w", DemoNamespace, err)
 	}
 	so := &unstructured.Unstructured{}
-	so.SetGroupVersionKind(schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"})
+	so.SetGroupVersionKind(targets.ScaledObjectGVK)
 	if err := c.DeleteAllOf(ctx, so, client.InNamespace(DemoNamespace)); err != nil && !meta.IsNoMatchError(err) {
 		return fmt.Errorf("removing earlier demo ScaledObjects: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/controllers/podgroup/gate"
 	"github.com/berth-dev/berth/internal/gpu"
@@ -194,12 +195,9 @@ func startBerth(ctx context.Context, o Options, r *rig.Rig, st *State) error {
 	return nil
 }
 
-// VLLMSimLabel marks pods the dev cluster's vLLM emulator serves: every Running pod with this
-// label (value "true"), in any namespace, gets vLLM's metrics on <podIP>:VLLMSimPort.
-const (
-	VLLMSimLabel = "sim.berth.dev/vllm"
-	VLLMSimPort  = 8000
-)
+// VLLMSimPort is where the dev cluster's vLLM emulator serves vLLM's metrics: every Running pod
+// labelled berthv1alpha1.VLLMSimLabel=true, in any namespace, on <podIP>:VLLMSimPort.
+const VLLMSimPort = 8000
 
 // EndpointsConfigMap (in kube-system) publishes the dev cluster's own endpoints to clients such
 // as the demo: scaler-grpc, scaler-metrics, vllm-sim-admin, controller-metrics.
@@ -221,7 +219,7 @@ func startInference(ctx context.Context, o Options, r *rig.Rig, st *State) error
 		return err
 	}
 	if err := r.StartComponent(ctx, "vllm-sim", o.BerthBinary, []string{
-		"dev", "vllm-sim", "--kubeconfig=" + r.Kubeconfig, "--selector=" + VLLMSimLabel + "=true", "--port=" + strconv.Itoa(VLLMSimPort),
+		"dev", "vllm-sim", "--kubeconfig=" + r.Kubeconfig, "--selector=" + berthv1alpha1.VLLMSimLabel + "=true", "--port=" + strconv.Itoa(VLLMSimPort),
 		"--admin-address=" + admin, "--max-num-seqs=8", "--service-time=2s", "--kv-blocks=1000", "--kv-blocks-per-seq=110",
 	}, nil, "http://"+admin+"/load"); err != nil {
 		return err

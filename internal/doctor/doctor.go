@@ -20,7 +20,6 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/nodepool/guard"
-	"github.com/berth-dev/berth/internal/gpu"
 )
 
 // Snapshot is what the checks read. Kinds the cluster does not serve are left empty.
@@ -127,7 +126,8 @@ func unsafeNodePools(s Snapshot) []Finding {
 
 // gangLabels are the pod labels that put a pod in a gang berth admits (its own and the
 // schedulers it adapts).
-var gangLabels = []string{berthv1alpha1.PodGroupLabel, "scheduling.x-k8s.io/pod-group", "pod-group.scheduling.sigs.k8s.io", "volcano.sh/job-name", "kueue.x-k8s.io/queue-name", "kai.scheduler/queue"}
+var gangLabels = []string{berthv1alpha1.PodGroupLabel, berthv1alpha1.CoschedulingPodGroupLabel, berthv1alpha1.CoschedulingLegacyPodGroupLabel,
+	berthv1alpha1.VolcanoJobNameLabel, berthv1alpha1.KueueQueueNameLabel, berthv1alpha1.KAIQueueLabel}
 
 func inGang(tmpl corev1.PodTemplateSpec) bool {
 	for _, l := range gangLabels {
@@ -141,9 +141,9 @@ func inGang(tmpl corev1.PodTemplateSpec) bool {
 func gpusOf(spec corev1.PodSpec) int64 {
 	var n int64
 	for _, c := range spec.Containers {
-		if q, ok := c.Resources.Limits[gpu.ResourceGPU]; ok {
+		if q, ok := c.Resources.Limits[berthv1alpha1.GPUResource]; ok {
 			n += q.Value()
-		} else if q, ok := c.Resources.Requests[gpu.ResourceGPU]; ok {
+		} else if q, ok := c.Resources.Requests[berthv1alpha1.GPUResource]; ok {
 			n += q.Value()
 		}
 	}

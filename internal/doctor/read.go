@@ -12,11 +12,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/berth-dev/berth/scaler/targets"
 )
 
 // Optional kinds, read only when the cluster serves them.
 var (
-	scaledObjectGVK = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObject"}
+	scaledObjectGVK = targets.ScaledObjectGVK
 	nodePoolGVK     = schema.GroupVersionKind{Group: "karpenter.sh", Version: "v1", Kind: "NodePool"}
 	gangJobGVKs     = []schema.GroupVersionKind{
 		{Group: "jobset.x-k8s.io", Version: "v1alpha2", Kind: "JobSet"},

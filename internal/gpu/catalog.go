@@ -9,18 +9,6 @@ package gpu
 
 import "sort"
 
-// Well-known labels Karpenter's AWS provider puts on nodes, mirrored on the rig's fake nodes.
-const (
-	LabelInstanceFamily          = "karpenter.k8s.aws/instance-family"
-	LabelInstanceSize            = "karpenter.k8s.aws/instance-size"
-	LabelInstanceGPUCount        = "karpenter.k8s.aws/instance-gpu-count"
-	LabelInstanceGPUName         = "karpenter.k8s.aws/instance-gpu-name"
-	LabelInstanceGPUMemory       = "karpenter.k8s.aws/instance-gpu-memory"
-	LabelInstanceGPUManufacturer = "karpenter.k8s.aws/instance-gpu-manufacturer"
-	// ResourceGPU is the extended resource NVIDIA's device plugin advertises.
-	ResourceGPU = "nvidia.com/gpu"
-)
-
 // Family is one EC2 instance family.
 type Family struct {
 	// Name is the EC2 family, e.g. "p5".

@@ -2,8 +2,12 @@ package gpu
 
 import (
 	"encoding/json"
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"os"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"testing"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 func TestCatalogShapes(t *testing.T) {
@@ -71,20 +75,20 @@ func TestKwokInstanceTypesCarryGPULabels(t *testing.T) {
 	if !ok {
 		t.Fatal("no p5.48xlarge")
 	}
-	if p5.Resources[ResourceGPU] != "8" || p5.Resources["cpu"] != "192" || p5.Resources["memory"] != "2048Gi" {
+	if p5.Resources[berthv1alpha1.GPUResource] != "8" || p5.Resources["cpu"] != "192" || p5.Resources["memory"] != "2048Gi" {
 		t.Errorf("p5.48xlarge resources = %v", p5.Resources)
 	}
 	labels := map[string]string{}
 	capacityTypes := map[string]bool{}
 	for _, o := range p5.Offerings {
 		for _, r := range o.Requirements {
-			if r.Key == labelCapacityType {
+			if r.Key == karpv1.CapacityTypeLabelKey {
 				capacityTypes[r.Values[0]] = true
 			}
 			labels[r.Key] = r.Values[0]
 		}
 	}
-	for k, v := range map[string]string{LabelInstanceGPUCount: "8", LabelInstanceGPUName: "h100", LabelInstanceFamily: "p5", LabelInstanceGPUMemory: "81920"} {
+	for k, v := range map[string]string{awsv1.LabelInstanceGPUCount: "8", awsv1.LabelInstanceGPUName: "h100", awsv1.LabelInstanceFamily: "p5", awsv1.LabelInstanceGPUMemory: "81920"} {
 		if labels[k] != v {
 			t.Errorf("p5.48xlarge offering label %s = %q, want %q", k, labels[k], v)
 		}
@@ -92,7 +96,7 @@ func TestKwokInstanceTypesCarryGPULabels(t *testing.T) {
 	if !capacityTypes["spot"] || !capacityTypes["on-demand"] {
 		t.Errorf("p5.48xlarge capacity types = %v, want spot and on-demand", capacityTypes)
 	}
-	if _, ok := byName["m5.large"].Resources[ResourceGPU]; ok {
+	if _, ok := byName["m5.large"].Resources[berthv1alpha1.GPUResource]; ok {
 		t.Error("CPU type m5.large advertises nvidia.com/gpu")
 	}
 }

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-)
 
-// Labels Karpenter needs on every offering of the rig's instance types.
-const (
-	labelCapacityType = "karpenter.sh/capacity-type"
-	labelZone         = "topology.kubernetes.io/zone"
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
+	corev1 "k8s.io/api/core/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 type kwokRequirement struct {
@@ -42,8 +42,8 @@ func KwokInstanceTypesJSON() ([]byte, error) {
 	for _, f := range families {
 		for _, s := range f.Sizes {
 			labels := []kwokRequirement{
-				in(LabelInstanceFamily, f.Name),
-				in(LabelInstanceSize, s.Name),
+				in(awsv1.LabelInstanceFamily, f.Name),
+				in(awsv1.LabelInstanceSize, s.Name),
 			}
 			resources := map[string]string{
 				"cpu":    strconv.FormatInt(s.VCPU, 10),
@@ -51,12 +51,12 @@ func KwokInstanceTypesJSON() ([]byte, error) {
 				"pods":   "110",
 			}
 			if f.GPU != "" {
-				resources[ResourceGPU] = strconv.FormatInt(s.GPUs, 10)
+				resources[berthv1alpha1.GPUResource] = strconv.FormatInt(s.GPUs, 10)
 				labels = append(labels,
-					in(LabelInstanceGPUCount, strconv.FormatInt(s.GPUs, 10)),
-					in(LabelInstanceGPUName, f.GPU),
-					in(LabelInstanceGPUMemory, strconv.FormatInt(f.GPUMemoryMiB, 10)),
-					in(LabelInstanceGPUManufacturer, "nvidia"),
+					in(awsv1.LabelInstanceGPUCount, strconv.FormatInt(s.GPUs, 10)),
+					in(awsv1.LabelInstanceGPUName, f.GPU),
+					in(awsv1.LabelInstanceGPUMemory, strconv.FormatInt(f.GPUMemoryMiB, 10)),
+					in(awsv1.LabelInstanceGPUManufacturer, "nvidia"),
 				)
 			}
 			it := kwokInstanceType{
@@ -68,7 +68,7 @@ func KwokInstanceTypesJSON() ([]byte, error) {
 					name  string
 					price float64
 				}{{"spot", s.OnDemandUSD * f.SpotDiscount}, {"on-demand", s.OnDemandUSD}} {
-					reqs := append([]kwokRequirement{in(labelCapacityType, ct.name), in(labelZone, z)}, labels...)
+					reqs := append([]kwokRequirement{in(karpv1.CapacityTypeLabelKey, ct.name), in(corev1.LabelTopologyZone, z)}, labels...)
 					it.Offerings = append(it.Offerings, kwokOffering{Price: round4(ct.price), Available: true, Requirements: reqs})
 				}
 			}

@@ -31,17 +31,6 @@ var (
 	KWOKNodeClassGroupVersion = schema.GroupVersion{Group: kwokapis.Group, Version: "v1alpha1"}
 )
 
-// RoleLabel is the node label (from the NodePool template) naming the role a GPU node was
-// provisioned for; workloads select their pool with it.
-const RoleLabel = "scheduling.berth.dev/role"
-
-// GPUFamilyTag is the EC2 tag naming the GPU product on instances and volumes of a pool.
-const GPUFamilyTag = "berth.dev/gpu-family"
-
-// DiscoveryTag is the tag Karpenter's getting-started guide puts on a cluster's subnets and
-// security groups.
-const DiscoveryTag = "karpenter.sh/discovery"
-
 // KwokNodeClassName is the KWOKNodeClass every kwok NodePool refers to.
 const KwokNodeClassName = "default"
 
@@ -147,13 +136,13 @@ func nodePool(f gpu.Family, o Options) *karpv1.NodePool {
 		},
 		Spec: karpv1.NodePoolSpec{
 			Template: karpv1.NodeClaimTemplate{
-				ObjectMeta: karpv1.ObjectMeta{Labels: map[string]string{RoleLabel: string(o.Role)}},
+				ObjectMeta: karpv1.ObjectMeta{Labels: map[string]string{berthv1alpha1.NodePoolRoleLabel: string(o.Role)}},
 				Spec: karpv1.NodeClaimTemplateSpec{
 					// Only pods that tolerate nvidia.com/gpu (GPU workloads) land on GPU nodes.
-					Taints: []corev1.Taint{{Key: gpu.ResourceGPU, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
+					Taints: []corev1.Taint{{Key: berthv1alpha1.GPUResource, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
 					Requirements: []karpv1.NodeSelectorRequirementWithMinValues{
 						// One family per pool: limits, weights and node classes stay per GPU.
-						{Key: gpu.LabelInstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: []string{f.Name}},
+						{Key: awsv1.LabelInstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: []string{f.Name}},
 						{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: o.CapacityTypes},
 						// Every GPU family of the catalogue is x86-64 Linux.
 						{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}},
@@ -172,7 +161,7 @@ func nodePool(f gpu.Family, o Options) *karpv1.NodePool {
 				// At most 10% of the pool's nodes are disrupted at once (drift, emptiness).
 				Budgets: []karpv1.Budget{{Nodes: "10%"}},
 			},
-			Limits: karpv1.Limits{gpu.ResourceGPU: *resource.NewQuantity(o.GPULimit, resource.DecimalSI)},
+			Limits: karpv1.Limits{berthv1alpha1.GPUResource: *resource.NewQuantity(o.GPULimit, resource.DecimalSI)},
 			Weight: ptr.To(rd.weight),
 		},
 	}
@@ -184,7 +173,7 @@ func ec2NodeClass(f gpu.Family, o Options) (*awsv1.EC2NodeClass, error) {
 	if !ok {
 		return nil, fmt.Errorf("no EC2NodeClass settings for instance family %s", f.Name)
 	}
-	discovery := map[string]string{DiscoveryTag: o.ClusterName}
+	discovery := map[string]string{berthv1alpha1.KarpenterDiscoveryTag: o.ClusterName}
 	nc := &awsv1.EC2NodeClass{
 		TypeMeta:   metav1.TypeMeta{APIVersion: EC2NodeClassGroupVersion.String(), Kind: "EC2NodeClass"},
 		ObjectMeta: metav1.ObjectMeta{Name: NodePoolName(f.GPU, o.Role)},
@@ -215,7 +204,7 @@ func ec2NodeClass(f gpu.Family, o Options) (*awsv1.EC2NodeClass, error) {
 				HTTPPutResponseHopLimit: ptr.To[int64](1),
 				HTTPTokens:              ptr.To("required"),
 			},
-			Tags: map[string]string{GPUFamilyTag: f.GPU},
+			Tags: map[string]string{berthv1alpha1.GPUFamilyTag: f.GPU},
 		},
 	}
 	if ef.instanceStore {

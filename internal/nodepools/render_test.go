@@ -13,6 +13,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"sigs.k8s.io/yaml"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/gpu"
 )
 
@@ -102,7 +103,7 @@ func TestRenderDefaults(t *testing.T) {
 					capacity = r.Values
 				}
 			}
-			limit := np.Spec.Limits[gpu.ResourceGPU]
+			limit := np.Spec.Limits[berthv1alpha1.GPUResource]
 			got := []string{
 				np.Spec.Template.Spec.NodeClassRef.Name,
 				limit.String(),

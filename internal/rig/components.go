@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 // StartScheduler runs kube-scheduler against the rig and waits for its health check.
@@ -62,10 +64,6 @@ type KwokOptions struct {
 	NodeReadyDelay time.Duration
 }
 
-// KwokNodeAnnotation is the annotation (value "fake") that makes kwok manage a node; Karpenter's
-// kwok provider sets it on every node it creates.
-const KwokNodeAnnotation = "kwok.x-k8s.io/node"
-
 // PodCIDR is the range kwok hands pod IPs from: loopback, so a local process can serve a fake
 // pod's endpoints exactly where a client would reach them.
 const PodCIDR = "127.1.0.0/16"
@@ -87,7 +85,7 @@ func (r *Rig) StartKwok(ctx context.Context, o KwokOptions) error {
 	}
 	p, err := r.start(BinKwok, r.bin(BinKwok), []string{
 		"--kubeconfig=" + r.Kubeconfig, "--config=" + cfg,
-		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=" + KwokNodeAnnotation + "=fake",
+		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=" + berthv1alpha1.KwokNodeAnnotation + "=fake",
 		"--cidr=" + PodCIDR, "--node-ip=127.0.0.2",
 		"--server-address=127.0.0.1:" + strconv.Itoa(port),
 	}, nil)
@@ -132,13 +130,9 @@ func (r *Rig) kwokStages(o KwokOptions) ([]byte, error) {
 	return out.Bytes(), nil
 }
 
-// BootingTaintKey is the taint that keeps a new rig node unschedulable until kwok reports it
-// Ready (see NotReadyStartupTaint).
-const BootingTaintKey = "rig.berth.dev/booting"
-
 // nodeRegisterStage does what a kubelet does when it registers a node: the node reports
 // Ready=False at once (so kube-controller-manager does not mark it Unknown while it boots) and
-// carries the not-ready taint; nodeBootedStage lifts BootingTaintKey once the node is Ready.
+// carries the not-ready taint; nodeBootedStage lifts berthv1alpha1.DevBootingTaint once the node is Ready.
 const nodeRegisterStage = `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -167,7 +161,7 @@ spec:
             type: Ready
 `
 
-// nodeBootedStage lifts BootingTaintKey from a node that kwok reports Ready.
+// nodeBootedStage lifts berthv1alpha1.DevBootingTaint from a node that kwok reports Ready.
 const nodeBootedStage = `apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -184,7 +178,7 @@ spec:
     - key: .status.conditions.[] | select( .type == "Ready" ) | .status
       operator: In
       values: ["True"]
-    - key: .spec.taints.[] | select( .key == "` + BootingTaintKey + `" ) | .effect
+    - key: .spec.taints.[] | select( .key == "` + berthv1alpha1.DevBootingTaint + `" ) | .effect
       operator: Exists
   next:
     patches:
@@ -192,7 +186,7 @@ spec:
       template: |
         spec:
           taints:
-          {{ range .spec.taints }}{{ if ne .key "` + BootingTaintKey + `" }}
+          {{ range .spec.taints }}{{ if ne .key "` + berthv1alpha1.DevBootingTaint + `" }}
           - key: {{ .key | Quote }}
             effect: {{ .effect | Quote }}
             {{ with .value }}value: {{ . | Quote }}{{ end }}

@@ -3,6 +3,7 @@ package rig
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -127,6 +128,9 @@ func (r *Rig) copyKEDACerts(ctx context.Context, dir string) error {
 	return nil
 }
 
+// apiServiceGV is the aggregation layer's API (APIService).
+var apiServiceGV = schema.GroupVersion{Group: "apiregistration.k8s.io", Version: "v1"}
+
 // routeExternalMetrics registers the adapter as external.metrics.k8s.io: an ExternalName
 // Service to localhost (Endpoints may not hold loopback addresses) and the APIService.
 func (r *Rig) routeExternalMetrics(ctx context.Context, port int) error {
@@ -137,7 +141,7 @@ func (r *Rig) routeExternalMetrics(ctx context.Context, port int) error {
 			"ports": []any{map[string]any{"name": "https", "port": int64(port), "protocol": "TCP"}}},
 	}}
 	apisvc := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+		"apiVersion": apiServiceGV.String(), "kind": "APIService",
 		"metadata": map[string]any{"name": "v1beta1.external.metrics.k8s.io"},
 		"spec": map[string]any{
 			"group": "external.metrics.k8s.io", "version": "v1beta1", "insecureSkipTLSVerify": true,
@@ -153,7 +157,7 @@ func (r *Rig) routeExternalMetrics(ctx context.Context, port int) error {
 	// Available once the apiserver reaches the adapter through the route.
 	if err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 		got := &unstructured.Unstructured{}
-		got.SetAPIVersion("apiregistration.k8s.io/v1")
+		got.SetAPIVersion(apiServiceGV.String())
 		got.SetKind("APIService")
 		if err := r.Client.Get(ctx, client.ObjectKey{Name: "v1beta1.external.metrics.k8s.io"}, got); err != nil {
 			return false, nil

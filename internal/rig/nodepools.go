@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -81,12 +82,12 @@ func DevNodePools() []*karpv1.NodePool {
 // bind pods to a kwok node the moment it exists, and the node-ready delay would delay nothing.
 // (The real node.kubernetes.io/not-ready taint cannot be used: kube-controller-manager strips
 // it from a node that has no Ready condition yet.)
-var NotReadyStartupTaint = corev1.Taint{Key: BootingTaintKey, Effect: corev1.TaintEffectNoSchedule}
+var NotReadyStartupTaint = corev1.Taint{Key: berthv1alpha1.DevBootingTaint, Effect: corev1.TaintEffectNoSchedule}
 
 // productOf is the GPU product of a rendered GPU NodePool, from its instance-family requirement.
 func productOf(np *karpv1.NodePool) string {
 	for _, r := range np.Spec.Template.Spec.Requirements {
-		if r.Key == gpu.LabelInstanceFamily && len(r.Values) == 1 {
+		if r.Key == awsv1.LabelInstanceFamily && len(r.Values) == 1 {
 			for _, f := range gpu.GPUFamilies() {
 				if f.Name == r.Values[0] {
 					return f.GPU
@@ -106,7 +107,7 @@ func nodePool(name string, families ...string) *karpv1.NodePool {
 				Spec: karpv1.NodeClaimTemplateSpec{
 					NodeClassRef: &karpv1.NodeClassReference{Group: "karpenter.kwok.sh", Kind: "KWOKNodeClass", Name: KwokNodeClassName},
 					Requirements: []karpv1.NodeSelectorRequirementWithMinValues{
-						{Key: gpu.LabelInstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: families},
+						{Key: awsv1.LabelInstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: families},
 						{Key: karpv1.CapacityTypeLabelKey, Operator: corev1.NodeSelectorOpIn, Values: []string{karpv1.CapacityTypeSpot, karpv1.CapacityTypeOnDemand}},
 						{Key: corev1.LabelArchStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"amd64"}},
 						{Key: corev1.LabelOSStable, Operator: corev1.NodeSelectorOpIn, Values: []string{"linux"}},

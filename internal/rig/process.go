@@ -47,7 +47,7 @@ func startProcess(name, binary string, args, env []string, logDir string) (*proc
 		cmd := exec.Command(binary, args...)
 		cmd.Env = append(os.Environ(), env...)
 		cmd.Stdout, cmd.Stderr = logFile, logFile
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+		cmd.SysProcAttr = childAttributes()
 		if err := cmd.Start(); err != nil {
 			started <- fmt.Errorf("starting %s (%s): %w", name, binary, err)
 			close(p.done)
@@ -85,15 +85,15 @@ func (p *process) stop(grace time.Duration) error {
 		return nil
 	}
 	pgid := p.pid()
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	signalGroup(pgid, syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(grace):
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		signalGroup(pgid, syscall.SIGKILL)
 		<-p.done
 	}
 	// Anything the component forked into its group goes too.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	signalGroup(pgid, syscall.SIGKILL)
 	return nil
 }
 

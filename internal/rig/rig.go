@@ -81,6 +81,9 @@ type Rig struct {
 
 // Start runs etcd and kube-apiserver and returns once the apiserver is ready.
 func Start(ctx context.Context, opts Options) (*Rig, error) {
+	if err := CheckPlatform(); err != nil {
+		return nil, err
+	}
 	if opts.ToolsDir == "" {
 		opts.ToolsDir = os.Getenv(ToolsDirEnv)
 	}

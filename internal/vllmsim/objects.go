@@ -15,7 +15,8 @@ import (
 	"k8s.io/utils/ptr"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/berth-dev/berth/internal/gpu"
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/scaler/targets"
 )
 
 // DeploymentModel is the model the vLLM Deployment and ScaledObject built here serve.
@@ -41,8 +42,8 @@ func Deployment(namespace, name, nodePool string, port int32, extraLabels map[st
 						Args:  []string{"--model", DeploymentModel, "--max-num-seqs", "8", "--port", strconv.Itoa(int(port))},
 						Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: port}},
 						Resources: corev1.ResourceRequirements{
-							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), gpu.ResourceGPU: one},
-							Limits:   corev1.ResourceList{gpu.ResourceGPU: one},
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), berthv1alpha1.GPUResource: one},
+							Limits:   corev1.ResourceList{berthv1alpha1.GPUResource: one},
 						},
 					}},
 				},
@@ -67,7 +68,7 @@ type ScaledObjectOptions struct {
 // sizing the Deployment name with berth's scaler, filtering on DeploymentModel.
 func ScaledObject(namespace, name string, o ScaledObjectOptions) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+		"apiVersion": targets.ScaledObjectGVK.GroupVersion().String(), "kind": targets.ScaledObjectGVK.Kind,
 		"metadata": map[string]any{"name": name, "namespace": namespace},
 		"spec": map[string]any{
 			"scaleTargetRef":  map[string]any{"name": name},

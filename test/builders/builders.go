@@ -9,7 +9,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/internal/gpu"
 )
 
 // PodGroupBuilder builds a PodGroup.
@@ -104,7 +103,7 @@ func (b *PodBuilder) Request(name corev1.ResourceName, q string) *PodBuilder {
 
 // GPU requests n nvidia.com/gpu.
 func (b *PodBuilder) GPU(n int) *PodBuilder {
-	return b.Request(gpu.ResourceGPU, resource.NewQuantity(int64(n), resource.DecimalSI).String())
+	return b.Request(berthv1alpha1.GPUResource, resource.NewQuantity(int64(n), resource.DecimalSI).String())
 }
 
 // NodeSelector adds a nodeSelector entry.

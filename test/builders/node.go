@@ -5,7 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/berth-dev/berth/internal/gpu"
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 // NodeBuilder builds a Node.
@@ -35,7 +35,7 @@ func (b *NodeBuilder) Allocatable(name corev1.ResourceName, q string) *NodeBuild
 
 // GPU sets allocatable nvidia.com/gpu.
 func (b *NodeBuilder) GPU(n int) *NodeBuilder {
-	return b.Allocatable(gpu.ResourceGPU, resource.NewQuantity(int64(n), resource.DecimalSI).String())
+	return b.Allocatable(berthv1alpha1.GPUResource, resource.NewQuantity(int64(n), resource.DecimalSI).String())
 }
 
 // Label sets a label.

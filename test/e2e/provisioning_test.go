@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"testing"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/berth-dev/berth/internal/gpu"
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -31,7 +32,7 @@ func TestPendingGPUPodGetsANode(t *testing.T) {
 	pod := builders.Pod("trainer-0", ns.Name).GPU(8).Request(corev1.ResourceCPU, "8").Request(corev1.ResourceMemory, "64Gi").Obj()
 	pod.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: gpu.LabelInstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: []string{"p5", "p4d"}}},
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: awsv1.LabelInstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: []string{"p5", "p4d"}}},
 		}}},
 	}}
 	start := time.Now()
@@ -85,10 +86,10 @@ func TestPendingGPUPodGetsANode(t *testing.T) {
 	if node.Labels[corev1.LabelInstanceTypeStable] != it {
 		t.Errorf("pod runs on %s (%s), want the launched %s", node.Name, node.Labels[corev1.LabelInstanceTypeStable], it)
 	}
-	if got := node.Status.Allocatable[gpu.ResourceGPU]; got.Value() != 8 {
+	if got := node.Status.Allocatable[berthv1alpha1.GPUResource]; got.Value() != 8 {
 		t.Errorf("node allocatable nvidia.com/gpu = %s, want 8", got.String())
 	}
-	for _, k := range []string{gpu.LabelInstanceGPUCount, gpu.LabelInstanceGPUName, gpu.LabelInstanceGPUMemory, gpu.LabelInstanceFamily} {
+	for _, k := range []string{awsv1.LabelInstanceGPUCount, awsv1.LabelInstanceGPUName, awsv1.LabelInstanceGPUMemory, awsv1.LabelInstanceFamily} {
 		if node.Labels[k] == "" {
 			t.Errorf("node %s lacks label %s", node.Name, k)
 		}
@@ -103,7 +104,7 @@ func TestPendingGPUPodGetsANode(t *testing.T) {
 
 func hasGPUTaint(n corev1.Node) bool {
 	for _, t := range n.Spec.Taints {
-		if t.Key == gpu.ResourceGPU && t.Effect == corev1.TaintEffectNoSchedule {
+		if t.Key == berthv1alpha1.GPUResource && t.Effect == corev1.TaintEffectNoSchedule {
 			return true
 		}
 	}

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"fmt"
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"regexp"
 	"slices"
 	"strconv"
@@ -36,9 +37,6 @@ var Modes = []Mode{ModeEnforce, ModeWhenEmpty, ModeAudit, ModeOff}
 // DefaultConsolidateAfter is the consolidateAfter the when-empty guard sets when the NodePool
 // has no ConsolidateAfterAnnotation.
 const DefaultConsolidateAfter = "1h"
-
-// labelInstanceCategory is the AWS provider's instance-category label ("p", "g", "m", ...).
-const labelInstanceCategory = "karpenter.k8s.aws/instance-category"
 
 // Prefixes of the status the guard records in ConsolidationGuardStatusAnnotation.
 const (
@@ -110,8 +108,8 @@ func IsGPUPool(np *karpv1.NodePool) (bool, string) {
 		return true, "labelled " + berthv1alpha1.GPUPoolLabel + "=true"
 	}
 	for _, t := range np.Spec.Template.Spec.Taints {
-		if t.Key == gpu.ResourceGPU {
-			return true, "its nodes are tainted " + gpu.ResourceGPU
+		if t.Key == berthv1alpha1.GPUResource {
+			return true, "its nodes are tainted " + berthv1alpha1.GPUResource
 		}
 	}
 	for _, r := range np.Spec.Template.Spec.Requirements {
@@ -125,13 +123,13 @@ func IsGPUPool(np *karpv1.NodePool) (bool, string) {
 // selectsGPUs reports whether a requirement positively selects GPU instances.
 func selectsGPUs(r karpv1.NodeSelectorRequirementWithMinValues) bool {
 	switch r.Key {
-	case gpu.LabelInstanceGPUCount:
+	case awsv1.LabelInstanceGPUCount:
 		return selectsNonZeroCount(r)
-	case gpu.LabelInstanceGPUName, gpu.LabelInstanceGPUManufacturer:
+	case awsv1.LabelInstanceGPUName, awsv1.LabelInstanceGPUManufacturer:
 		return r.Operator == corev1.NodeSelectorOpExists || (r.Operator == corev1.NodeSelectorOpIn && len(r.Values) > 0)
-	case gpu.LabelInstanceFamily:
+	case awsv1.LabelInstanceFamily:
 		return r.Operator == corev1.NodeSelectorOpIn && slices.ContainsFunc(r.Values, isGPUFamily)
-	case labelInstanceCategory:
+	case awsv1.LabelInstanceCategory:
 		return r.Operator == corev1.NodeSelectorOpIn && (slices.Contains(r.Values, "p") || slices.Contains(r.Values, "g"))
 	case corev1.LabelInstanceTypeStable:
 		return r.Operator == corev1.NodeSelectorOpIn && slices.ContainsFunc(r.Values, func(t string) bool {

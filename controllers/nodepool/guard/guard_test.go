@@ -1,6 +1,7 @@
 package guard
 
 import (
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -10,7 +11,6 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/internal/gpu"
 )
 
 // poolBuilder builds a NodePool: by default WhenEmptyOrUnderutilized, consolidateAfter 0s,
@@ -84,28 +84,28 @@ func TestIsGPUPool(t *testing.T) {
 		{"no restriction is not a GPU pool", pool().obj(), false},
 		{"labelled", pool().gpu().obj(), true},
 		{"label false", pool().label(berthv1alpha1.GPUPoolLabel, "false").obj(), false},
-		{"taints nvidia.com/gpu", pool().taint(gpu.ResourceGPU).obj(), true},
+		{"taints nvidia.com/gpu", pool().taint(berthv1alpha1.GPUResource).obj(), true},
 		{"other taint", pool().taint("dedicated").obj(), false},
-		{"gpu-count Gt 0", pool().req(gpu.LabelInstanceGPUCount, corev1.NodeSelectorOpGt, "0").obj(), true},
-		{"gpu-count Gt 3", pool().req(gpu.LabelInstanceGPUCount, corev1.NodeSelectorOpGt, "3").obj(), true},
-		{"gpu-count Gte 1", pool().req(gpu.LabelInstanceGPUCount, "Gte", "1").obj(), true},
-		{"gpu-count Gte 0 admits CPU instances only as well", pool().req(gpu.LabelInstanceGPUCount, "Gte", "0").obj(), false},
-		{"gpu-count Lt 1 is CPU", pool().req(gpu.LabelInstanceGPUCount, corev1.NodeSelectorOpLt, "1").obj(), false},
-		{"gpu-count In 0 is CPU", pool().req(gpu.LabelInstanceGPUCount, in, "0").obj(), false},
-		{"gpu-count In 0,8", pool().req(gpu.LabelInstanceGPUCount, in, "0", "8").obj(), true},
-		{"gpu-count Exists", pool().req(gpu.LabelInstanceGPUCount, exists).obj(), true},
-		{"gpu-count NotIn 0 is not positive selection", pool().req(gpu.LabelInstanceGPUCount, notIn, "0").obj(), false},
-		{"gpu-name In", pool().req(gpu.LabelInstanceGPUName, in, "h100").obj(), true},
-		{"gpu-name Exists", pool().req(gpu.LabelInstanceGPUName, exists).obj(), true},
-		{"gpu-manufacturer In", pool().req(gpu.LabelInstanceGPUManufacturer, in, "nvidia").obj(), true},
-		{"gpu-name NotIn", pool().req(gpu.LabelInstanceGPUName, notIn, "t4").obj(), false},
-		{"catalogue family", pool().req(gpu.LabelInstanceFamily, in, "m5", "p5e").obj(), true},
-		{"family p3 by pattern", pool().req(gpu.LabelInstanceFamily, in, "p3").obj(), true},
-		{"family g4dn by pattern", pool().req(gpu.LabelInstanceFamily, in, "g4dn").obj(), true},
-		{"CPU families", pool().req(gpu.LabelInstanceFamily, in, "m5", "c5", "inf2", "gr").obj(), false},
-		{"family NotIn GPU", pool().req(gpu.LabelInstanceFamily, notIn, "p5").obj(), false},
-		{"category g", pool().req(labelInstanceCategory, in, "c", "g").obj(), true},
-		{"category m", pool().req(labelInstanceCategory, in, "m", "c").obj(), false},
+		{"gpu-count Gt 0", pool().req(awsv1.LabelInstanceGPUCount, corev1.NodeSelectorOpGt, "0").obj(), true},
+		{"gpu-count Gt 3", pool().req(awsv1.LabelInstanceGPUCount, corev1.NodeSelectorOpGt, "3").obj(), true},
+		{"gpu-count Gte 1", pool().req(awsv1.LabelInstanceGPUCount, "Gte", "1").obj(), true},
+		{"gpu-count Gte 0 admits CPU instances only as well", pool().req(awsv1.LabelInstanceGPUCount, "Gte", "0").obj(), false},
+		{"gpu-count Lt 1 is CPU", pool().req(awsv1.LabelInstanceGPUCount, corev1.NodeSelectorOpLt, "1").obj(), false},
+		{"gpu-count In 0 is CPU", pool().req(awsv1.LabelInstanceGPUCount, in, "0").obj(), false},
+		{"gpu-count In 0,8", pool().req(awsv1.LabelInstanceGPUCount, in, "0", "8").obj(), true},
+		{"gpu-count Exists", pool().req(awsv1.LabelInstanceGPUCount, exists).obj(), true},
+		{"gpu-count NotIn 0 is not positive selection", pool().req(awsv1.LabelInstanceGPUCount, notIn, "0").obj(), false},
+		{"gpu-name In", pool().req(awsv1.LabelInstanceGPUName, in, "h100").obj(), true},
+		{"gpu-name Exists", pool().req(awsv1.LabelInstanceGPUName, exists).obj(), true},
+		{"gpu-manufacturer In", pool().req(awsv1.LabelInstanceGPUManufacturer, in, "nvidia").obj(), true},
+		{"gpu-name NotIn", pool().req(awsv1.LabelInstanceGPUName, notIn, "t4").obj(), false},
+		{"catalogue family", pool().req(awsv1.LabelInstanceFamily, in, "m5", "p5e").obj(), true},
+		{"family p3 by pattern", pool().req(awsv1.LabelInstanceFamily, in, "p3").obj(), true},
+		{"family g4dn by pattern", pool().req(awsv1.LabelInstanceFamily, in, "g4dn").obj(), true},
+		{"CPU families", pool().req(awsv1.LabelInstanceFamily, in, "m5", "c5", "inf2", "gr").obj(), false},
+		{"family NotIn GPU", pool().req(awsv1.LabelInstanceFamily, notIn, "p5").obj(), false},
+		{"category g", pool().req(awsv1.LabelInstanceCategory, in, "c", "g").obj(), true},
+		{"category m", pool().req(awsv1.LabelInstanceCategory, in, "m", "c").obj(), false},
 		{"instance type p4d", pool().req(corev1.LabelInstanceTypeStable, in, "m5.large", "p4d.24xlarge").obj(), true},
 		{"instance type g6e", pool().req(corev1.LabelInstanceTypeStable, in, "g6e.xlarge").obj(), true},
 		{"CPU instance types", pool().req(corev1.LabelInstanceTypeStable, in, "m5.large", "c5.xlarge").obj(), false},

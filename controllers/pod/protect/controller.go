@@ -31,9 +31,9 @@ const Name = "pod.protect"
 // once per informer).
 const (
 	// indexPodReplicaSet indexes pods by the name of their controlling ReplicaSet.
-	indexPodReplicaSet = "protect.berth.dev/replicaset"
+	indexPodReplicaSet = "protect.podReplicaSet"
 	// indexReplicaSetDeployment indexes ReplicaSets by the name of their controlling Deployment.
-	indexReplicaSetDeployment = "protect.berth.dev/deployment"
+	indexReplicaSetDeployment = "protect.replicaSetDeployment"
 )
 
 var (

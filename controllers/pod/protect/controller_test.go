@@ -57,7 +57,7 @@ func TestReconcileDeploymentOptIn(t *testing.T) {
 		return got.Annotations
 	}
 
-	want := map[string]string{karpv1.DoNotDisruptAnnotationKey: "true", berthv1alpha1.ProtectedByAnnotation: ProtectedByValue}
+	want := map[string]string{karpv1.DoNotDisruptAnnotationKey: "true", berthv1alpha1.ProtectedByAnnotation: berthv1alpha1.ProtectedByBerth}
 	if diff := cmp.Diff(want, annotationsOf(pod)); diff != "" {
 		t.Errorf("opted-in pod annotations (-want +got):\n%s", diff)
 	}

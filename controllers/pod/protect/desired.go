@@ -9,9 +9,6 @@ import (
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
-// ProtectedByValue is the ProtectedByAnnotation value marking berth's own do-not-disrupt.
-const ProtectedByValue = "berth"
-
 // active reports whether a pod is one Karpenter's do-not-disrupt should shield: bound to a node
 // and not terminal.
 func active(p *corev1.Pod) bool {
@@ -38,7 +35,7 @@ func wantProtected(p *corev1.Pod, gang *berthv1alpha1.PodGroup, deploymentOptIn 
 // they differ from current. berth only removes a do-not-disrupt it added (ProtectedByAnnotation
 // says so), and never takes over one a user set. current is not changed.
 func desiredAnnotations(current map[string]string, want bool) (map[string]string, bool) {
-	ours := current[berthv1alpha1.ProtectedByAnnotation] == ProtectedByValue
+	ours := current[berthv1alpha1.ProtectedByAnnotation] == berthv1alpha1.ProtectedByBerth
 	_, userSet := current[karpv1.DoNotDisruptAnnotationKey]
 	userSet = userSet && !ours
 	out := maps.Clone(current)
@@ -50,7 +47,7 @@ func desiredAnnotations(current map[string]string, want bool) (map[string]string
 			out = map[string]string{}
 		}
 		out[karpv1.DoNotDisruptAnnotationKey] = "true"
-		out[berthv1alpha1.ProtectedByAnnotation] = ProtectedByValue
+		out[berthv1alpha1.ProtectedByAnnotation] = berthv1alpha1.ProtectedByBerth
 		return out, true
 	case !want && ours:
 		delete(out, karpv1.DoNotDisruptAnnotationKey)

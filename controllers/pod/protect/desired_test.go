@@ -63,7 +63,7 @@ func TestWantProtected(t *testing.T) {
 
 func TestDesiredAnnotations(t *testing.T) {
 	const dnd, by = karpv1.DoNotDisruptAnnotationKey, berthv1alpha1.ProtectedByAnnotation
-	ours := map[string]string{dnd: "true", by: ProtectedByValue, "keep": "me"}
+	ours := map[string]string{dnd: "true", by: berthv1alpha1.ProtectedByBerth, "keep": "me"}
 	tests := []struct {
 		name        string
 		current     map[string]string
@@ -71,7 +71,7 @@ func TestDesiredAnnotations(t *testing.T) {
 		wantOut     map[string]string
 		wantChanged bool
 	}{
-		{"protect a pod without annotations", nil, true, map[string]string{dnd: "true", by: ProtectedByValue}, true},
+		{"protect a pod without annotations", nil, true, map[string]string{dnd: "true", by: berthv1alpha1.ProtectedByBerth}, true},
 		{"protect keeps other annotations", map[string]string{"keep": "me"}, true, ours, true},
 		{"already protected", ours, true, ours, false},
 		{"unprotect removes both", ours, false, map[string]string{"keep": "me"}, true},
@@ -79,8 +79,8 @@ func TestDesiredAnnotations(t *testing.T) {
 		{"a user's do-not-disrupt stays when unprotecting", map[string]string{dnd: "true"}, false, map[string]string{dnd: "true"}, false},
 		{"a user's do-not-disrupt is not taken over", map[string]string{dnd: "true"}, true, map[string]string{dnd: "true"}, false},
 		{"a user's do-not-disrupt false is respected", map[string]string{dnd: "false"}, true, map[string]string{dnd: "false"}, false},
-		{"berth's marker without the annotation is restored", map[string]string{by: ProtectedByValue}, true, map[string]string{dnd: "true", by: ProtectedByValue}, true},
-		{"berth's stale marker is removed", map[string]string{by: ProtectedByValue}, false, map[string]string{}, true},
+		{"berth's marker without the annotation is restored", map[string]string{by: berthv1alpha1.ProtectedByBerth}, true, map[string]string{dnd: "true", by: berthv1alpha1.ProtectedByBerth}, true},
+		{"berth's stale marker is removed", map[string]string{by: berthv1alpha1.ProtectedByBerth}, false, map[string]string{}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -107,7 +107,7 @@ func TestRelevantAndControllerName(t *testing.T) {
 	notController := builders.Pod("x", "ml").Obj()
 	notController.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-abc"}}
 	marked := builders.Pod("m", "ml").Obj()
-	marked.Annotations = map[string]string{berthv1alpha1.ProtectedByAnnotation: ProtectedByValue}
+	marked.Annotations = map[string]string{berthv1alpha1.ProtectedByAnnotation: berthv1alpha1.ProtectedByBerth}
 	tests := []struct {
 		name   string
 		pod    *corev1.Pod

@@ -30,9 +30,6 @@ import (
 // Name is the controller's name in logs and metrics.
 const Name = "podgroup.adapter"
 
-// AdaptedFromLabel marks PodGroups this controller created, with the source's name.
-const AdaptedFromLabel = "scheduling.berth.dev/adapted-from"
-
 // sourceGroups are the foreign PodGroup kinds whose spec.minMember sizes an adapted gang.
 var sourceGroups = map[string]schema.GroupVersionKind{
 	gate.SourceCoscheduling.Name: {Group: "scheduling.x-k8s.io", Version: "v1alpha1", Kind: "PodGroup"},
@@ -57,7 +54,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	group := pod.Labels[berthv1alpha1.PodGroupLabel]
-	source := pod.Annotations[gate.SourceAnnotation]
+	source := pod.Annotations[berthv1alpha1.SourceAnnotation]
 	if group == "" || source == "" || source == gate.SourceBerth.Name {
 		return reconcile.Result{}, nil
 	}
@@ -75,11 +72,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	if minMember == 0 {
 		r.Recorder.Warning(&pod, events.ReasonGangSizeUnknown, fmt.Sprintf(
-			"pod is in %s gang %q but its size is unknown (no %s annotation and no %s PodGroup); create a berth PodGroup %q to admit it", source, group, gate.MinMemberAnnotation, source, group))
+			"pod is in %s gang %q but its size is unknown (no %s annotation and no %s PodGroup); create a berth PodGroup %q to admit it", source, group, berthv1alpha1.MinMemberAnnotation, source, group))
 		return reconcile.Result{}, nil
 	}
 	pg := &berthv1alpha1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Name: group, Namespace: pod.Namespace, Labels: map[string]string{AdaptedFromLabel: source}},
+		ObjectMeta: metav1.ObjectMeta{Name: group, Namespace: pod.Namespace, Labels: map[string]string{berthv1alpha1.AdaptedFromLabel: source}},
 		Spec:       berthv1alpha1.PodGroupSpec{MinMember: minMember},
 	}
 	if err := r.Client.Create(ctx, pg); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -91,7 +88,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 
 // gangSize is minMember from the pod's annotation, else from the source's own PodGroup.
 func (r *Reconciler) gangSize(ctx context.Context, pod *corev1.Pod, source, group string) (int32, string, error) {
-	if n, err := strconv.ParseInt(pod.Annotations[gate.MinMemberAnnotation], 10, 32); err == nil && n > 0 {
+	if n, err := strconv.ParseInt(pod.Annotations[berthv1alpha1.MinMemberAnnotation], 10, 32); err == nil && n > 0 {
 		return int32(n), "the pod's count annotation", nil
 	}
 	gvk, ok := sourceGroups[source]
@@ -116,7 +113,7 @@ func (r *Reconciler) gangSize(ctx context.Context, pod *corev1.Pod, source, grou
 // SetupWithManager watches pods the webhook adapted.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	adapted := predicate.NewPredicateFuncs(func(o client.Object) bool {
-		s := o.GetAnnotations()[gate.SourceAnnotation]
+		s := o.GetAnnotations()[berthv1alpha1.SourceAnnotation]
 		return s != "" && s != gate.SourceBerth.Name
 	})
 	return ctrl.NewControllerManagedBy(mgr).

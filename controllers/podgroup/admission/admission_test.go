@@ -25,7 +25,7 @@ func TestWithPin(t *testing.T) {
 		if diff := cmp.Diff(want, got.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution); diff != "" {
 			t.Errorf("pin (-want +got):\n%s", diff)
 		}
-		if got.Annotations[NodeAnnotation] != "n1" {
+		if got.Annotations[berthv1alpha1.PinnedNodeAnnotation] != "n1" {
 			t.Errorf("annotation = %v", got.Annotations)
 		}
 		if p.Spec.Affinity != nil {
@@ -54,7 +54,7 @@ func TestUnavailableNodes(t *testing.T) {
 	notReady := builders.Node("not-ready").Obj()
 	notReady.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
 	sick := builders.Node("sick").Obj()
-	sick.Status.Conditions = append(sick.Status.Conditions, corev1.NodeCondition{Type: ConditionAcceleratedHardwareReady, Status: corev1.ConditionFalse, Reason: "XidCritical"})
+	sick.Status.Conditions = append(sick.Status.Conditions, corev1.NodeCondition{Type: berthv1alpha1.NodeConditionAcceleratedHardwareReady, Status: corev1.ConditionFalse, Reason: "XidCritical"})
 	got := unavailableNodes([]*corev1.Node{ready, notReady, sick})
 	want := map[string]string{"not-ready": "not Ready", "sick": "GPU unhealthy: XidCritical"}
 	if diff := cmp.Diff(want, got); diff != "" {

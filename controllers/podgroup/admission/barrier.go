@@ -54,7 +54,7 @@ func (r *Reconciler) sweepBarriers(ctx context.Context, nodes []*corev1.Node, gs
 	for _, g := range gs {
 		live[barrierKey(g)] = true
 	}
-	return r.sweepNodeLabels(ctx, nodes, BarrierPrefix, live)
+	return r.sweepNodeLabels(ctx, nodes, berthv1alpha1.BarrierLabelPrefix, live)
 }
 
 // sweepNodeLabels removes from every node the labels starting with prefix that are not live.

@@ -39,7 +39,7 @@ func (r *Reconciler) setScheduled(ctx context.Context, g *berthv1alpha1.PodGroup
 		return fmt.Errorf("updating Scheduled condition: %w", err)
 	}
 	*g = *updated
-	if reason != ReasonWaitingForMembers {
+	if reason != berthv1alpha1.ReasonWaitingForMembers {
 		r.Recorder.Warning(updated, events.ReasonGangUnschedulable, msg)
 	}
 	return nil
@@ -50,7 +50,7 @@ func (r *Reconciler) fail(ctx context.Context, g *berthv1alpha1.PodGroup, msg st
 	updated := g.DeepCopy()
 	updated.Status.Phase = berthv1alpha1.PodGroupFailed
 	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
-		Type: berthv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: ReasonTimeout,
+		Type: berthv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: berthv1alpha1.ReasonScheduleTimeout,
 		Message: msg, ObservedGeneration: g.Generation, LastTransitionTime: metav1.NewTime(r.Clock.Now()),
 	})
 	if err := r.Client.Status().Update(ctx, updated); err != nil {
@@ -77,10 +77,10 @@ func (r *Reconciler) tendGPUHealth(ctx context.Context, snap *scheduling.Snapsho
 		}
 	}
 	sort.Strings(sick)
-	want := metav1.Condition{Type: berthv1alpha1.ConditionGPUHealthy, Status: metav1.ConditionTrue, Reason: "NodesHealthy",
+	want := metav1.Condition{Type: berthv1alpha1.ConditionGPUHealthy, Status: metav1.ConditionTrue, Reason: berthv1alpha1.ReasonNodesHealthy,
 		Message: fmt.Sprintf("%d node(s) report healthy GPUs", len(seen)), ObservedGeneration: g.Generation}
 	if len(sick) > 0 {
-		want.Status, want.Reason = metav1.ConditionFalse, "GPUUnhealthy"
+		want.Status, want.Reason = metav1.ConditionFalse, berthv1alpha1.ReasonGPUUnhealthy
 		want.Message = "nodes with unhealthy GPUs: " + strings.Join(sick, ", ")
 	}
 	cur := meta.FindStatusCondition(g.Status.Conditions, want.Type)

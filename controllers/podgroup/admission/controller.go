@@ -43,18 +43,6 @@ import (
 // Name is the controller's name in logs and metrics.
 const Name = "podgroup.admission"
 
-// Condition reasons of the Scheduled condition.
-const (
-	ReasonWaitingForMembers = "WaitingForMembers"
-	ReasonUnschedulable     = "Unschedulable"
-	ReasonUnsupported       = "Unsupported"
-	ReasonAdmitted          = "Admitted"
-	ReasonTimeout           = "ScheduleTimeout"
-	ReasonNotGated          = "MembersNotGated"
-	// ReasonWaitingForCapacity: the gang does not fit, and capacity was requested from Karpenter.
-	ReasonWaitingForCapacity = "WaitingForCapacity"
-)
-
 // resync bounds how long a cycle may wait without events (time-outs, missed events).
 const resync = 30 * time.Second
 
@@ -193,13 +181,13 @@ func (r *Reconciler) admit(ctx context.Context, snap *scheduling.Snapshot, g *be
 	gated := gatedOnly(members)
 	wait := r.untilTimeout(g)
 	if int32(len(members)) < g.Spec.MinMember {
-		return wait, r.setScheduled(ctx, g, metav1.ConditionFalse, ReasonWaitingForMembers,
+		return wait, r.setScheduled(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForMembers,
 			fmt.Sprintf("%d of %d members exist", len(members), g.Spec.MinMember))
 	}
 	if len(gated) == 0 {
 		// Members exist but none carries the gate: created before berth's webhook was
 		// installed, or past it. berth cannot hold them; say so instead of claiming admission.
-		return wait, r.setScheduled(ctx, g, metav1.ConditionFalse, ReasonNotGated,
+		return wait, r.setScheduled(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonMembersNotGated,
 			fmt.Sprintf("none of the %d members carries the %s scheduling gate (created before berth's webhook was installed?); kube-scheduler places them one by one", len(members), berthv1alpha1.SchedulingGate))
 	}
 	gang := scheduling.Gang{Members: gated}
@@ -209,13 +197,13 @@ func (r *Reconciler) admit(ctx context.Context, snap *scheduling.Snapshot, g *be
 	// The gang's own seats hold capacity for it: they are free when placing it.
 	res := scheduling.Place(snap.Without(seats), gang)
 	if !res.Fits() {
-		reason := ReasonUnschedulable
+		reason := berthv1alpha1.ReasonUnschedulable
 		if res.Unsupported {
-			reason = ReasonUnsupported
+			reason = berthv1alpha1.ReasonUnsupported
 		}
 		placements.WithLabelValues(resultLabel(reason)).Inc()
-		if reason == ReasonUnschedulable && r.Provisioning.Enabled {
-			if err := r.setScheduled(ctx, g, metav1.ConditionFalse, ReasonWaitingForCapacity,
+		if reason == berthv1alpha1.ReasonUnschedulable && r.Provisioning.Enabled {
+			if err := r.setScheduled(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForCapacity,
 				"the gang does not fit existing nodes; capacity for the members without a place is requested from Karpenter (see condition CapacityProvisioned)"); err != nil {
 				return 0, err
 			}
@@ -263,7 +251,7 @@ func (r *Reconciler) commit(ctx context.Context, snap *scheduling.Snapshot, g *b
 		finishProvisioning(&updated.Status, g, now, r.nodeClaimsOf(ctx, snap, updated.Status.Nodes))
 	}
 	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
-		Type: berthv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: ReasonAdmitted,
+		Type: berthv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: berthv1alpha1.ReasonAdmitted,
 		Message:            fmt.Sprintf("%d members placed on %d node(s)%s", len(assignments), len(updated.Status.Nodes), domainNote(g, res)),
 		ObservedGeneration: g.Generation, LastTransitionTime: now,
 	})
@@ -408,7 +396,7 @@ func (r *Reconciler) reportOrphans(gs []*berthv1alpha1.PodGroup, members map[str
 
 // isAdapted reports whether the webhook adopted the pod from another gang scheduler.
 func isAdapted(p *corev1.Pod) bool {
-	s := p.Annotations[gate.SourceAnnotation]
+	s := p.Annotations[berthv1alpha1.SourceAnnotation]
 	return s != "" && s != gate.SourceBerth.Name
 }
 

@@ -67,7 +67,7 @@ func init() {
 
 // resultLabel maps a Scheduled condition reason to a placement result label.
 func resultLabel(reason string) string {
-	if reason == ReasonUnsupported {
+	if reason == berthv1alpha1.ReasonUnsupported {
 		return "unsupported"
 	}
 	return "no_fit"

@@ -23,9 +23,9 @@ const SeatPriority int32 = -1000
 func SeatPriorityClass() *schedulingv1.PriorityClass {
 	never := corev1.PreemptNever
 	return &schedulingv1.PriorityClass{
-		TypeMeta: metav1.TypeMeta{APIVersion: "scheduling.k8s.io/v1", Kind: "PriorityClass"},
+		TypeMeta: metav1.TypeMeta{APIVersion: schedulingv1.SchemeGroupVersion.String(), Kind: "PriorityClass"},
 		ObjectMeta: metav1.ObjectMeta{Name: berthv1alpha1.SeatPriorityClassName,
-			Labels: map[string]string{"app.kubernetes.io/managed-by": "berth"}},
+			Labels: map[string]string{berthv1alpha1.ManagedByLabel: berthv1alpha1.ManagedByBerth}},
 		Value:            SeatPriority,
 		PreemptionPolicy: &never,
 		Description:      "Seat pods of berth: hold Karpenter capacity for a gang until it is admitted whole. Lowest priority, never preempt.",

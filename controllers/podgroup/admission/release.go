@@ -14,21 +14,14 @@ import (
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
-// NodeAnnotation records on a member the node admission pinned it to.
-const NodeAnnotation = "scheduling.berth.dev/node"
-
-// BarrierPrefix starts the node label that holds a released gang back until all its gates are
-// gone: members require "<BarrierPrefix><gang UID>" on their node, and berth sets that label on
-// the gang's nodes only after removing the last gate. kube-scheduler can therefore bind no
-// member before every member is released. The label is removed once the members are bound.
-const BarrierPrefix = "admit.scheduling.berth.dev/"
-
 // barrierKey is the node label of one gang's release barrier.
-func barrierKey(g *berthv1alpha1.PodGroup) string { return BarrierPrefix + string(g.UID) }
+func barrierKey(g *berthv1alpha1.PodGroup) string {
+	return berthv1alpha1.BarrierLabelPrefix + string(g.UID)
+}
 
 // pinned reports the node a member was pinned to, if any.
 func pinned(p *corev1.Pod) (string, bool) {
-	n, ok := p.Annotations[NodeAnnotation]
+	n, ok := p.Annotations[berthv1alpha1.PinnedNodeAnnotation]
 	return n, ok
 }
 
@@ -44,7 +37,7 @@ func gateIndex(p *corev1.Pod) int {
 
 // withPin returns a copy of p required to run on node: a metadata.name match (and, with a
 // barrier, the barrier label) added to every required node-affinity term (or one new term),
-// which Kubernetes accepts while the pod is still gated, plus the NodeAnnotation.
+// which Kubernetes accepts while the pod is still gated, plus the berthv1alpha1.PinnedNodeAnnotation.
 func withPin(p *corev1.Pod, node, barrier string) *corev1.Pod {
 	out := p.DeepCopy()
 	pin := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
@@ -72,7 +65,7 @@ func withPin(p *corev1.Pod, node, barrier string) *corev1.Pod {
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	out.Annotations[NodeAnnotation] = node
+	out.Annotations[berthv1alpha1.PinnedNodeAnnotation] = node
 	return out
 }
 

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -42,13 +43,13 @@ func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, name, image string, sf sc
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: g.Namespace,
 			Labels: map[string]string{
-				berthv1alpha1.SeatOfLabel:      string(g.UID),
-				"app.kubernetes.io/managed-by": "berth",
-				"app.kubernetes.io/component":  "seat",
+				berthv1alpha1.SeatOfLabel:    string(g.UID),
+				berthv1alpha1.ManagedByLabel: berthv1alpha1.ManagedByBerth,
+				berthv1alpha1.ComponentLabel: "seat",
 			},
 			Annotations: map[string]string{
-				doNotDisrupt:         "true",
-				SeatMemberAnnotation: m.Name,
+				karpv1.DoNotDisruptAnnotationKey:      "true",
+				berthv1alpha1.SeatForMemberAnnotation: m.Name,
 			},
 			OwnerReferences: []metav1.OwnerReference{{
 				APIVersion: berthv1alpha1.GroupVersion.String(), Kind: "PodGroup", Name: g.Name, UID: g.UID,
@@ -81,7 +82,7 @@ func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, name, image string, sf sc
 		if seat.Spec.NodeSelector == nil {
 			seat.Spec.NodeSelector = map[string]string{}
 		}
-		seat.Spec.NodeSelector["karpenter.sh/nodepool"] = g.Spec.NodePool
+		seat.Spec.NodeSelector[karpv1.NodePoolLabelKey] = g.Spec.NodePool
 	}
 	aff := &corev1.Affinity{}
 	if m.Spec.Affinity != nil && m.Spec.Affinity.NodeAffinity != nil {

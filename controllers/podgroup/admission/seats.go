@@ -33,21 +33,8 @@ import (
 // its seats are deleted after the members' gates are gone and before the release barrier is
 // lifted, so kube-scheduler binds the members into the capacity the seats held.
 
-// Seat reasons of the CapacityProvisioned condition.
-const (
-	ReasonProvisioning       = "Provisioning"
-	ReasonProvisioned        = "Provisioned"
-	ReasonProvisioningFailed = "ProvisioningFailed"
-)
-
 // DefaultSeatImage is the container image of seat pods; it only has to start and sleep.
 const DefaultSeatImage = "registry.k8s.io/pause:3.10"
-
-// SeatMemberAnnotation on a seat names the member whose shape it copies.
-const SeatMemberAnnotation = "scheduling.berth.dev/seat-for-member"
-
-// doNotDisrupt is Karpenter's annotation that keeps a node from voluntary disruption.
-const doNotDisrupt = "karpenter.sh/do-not-disrupt"
 
 // Retry backoff after a failed provisioning attempt: base doubling per attempt, capped.
 const (
@@ -135,7 +122,7 @@ func (r *Reconciler) provision(ctx context.Context, snap, booting *scheduling.Sn
 			}
 		}
 		msg := fmt.Sprintf("attempt %d: %d of %d seats on Ready nodes (%s); waiting up to %s", p.Attempt, onReady, want, placeReason, timeout)
-		if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, ReasonProvisioning, msg, nil); err != nil {
+		if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, nil); err != nil {
 			return 0, err
 		}
 		return max(time.Second, timeout-now.Sub(p.StartedAt.Time)), nil
@@ -169,7 +156,7 @@ func (r *Reconciler) provision(ctx context.Context, snap, booting *scheduling.Sn
 	// Record the request before making it: a restart then finishes it instead of starting
 	// another one, and the seat names it implies are known.
 	msg := fmt.Sprintf("attempt %d: requested capacity for %d member(s) with no place (%s)", attempt, len(sf.Missing), placeReason)
-	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, ReasonProvisioning, msg, next); err != nil {
+	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, next); err != nil {
 		return 0, err
 	}
 	provisioningAttempts.WithLabelValues("started").Inc()
@@ -253,7 +240,7 @@ func (r *Reconciler) withdraw(ctx context.Context, g *berthv1alpha1.PodGroup, se
 	next.FinishedAt, next.RetryAt = &now, &retry
 	next.LastFailure = truncate(fmt.Sprintf("capacity for %d member(s) was not Ready within %s: %s", p.Seats, timeout, why), 1024)
 	msg := fmt.Sprintf("attempt %d failed: %s; seats withdrawn, retrying in %s", p.Attempt, next.LastFailure, backoff)
-	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, ReasonProvisioningFailed, msg, next); err != nil {
+	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioningFailed, msg, next); err != nil {
 		return 0, err
 	}
 	provisioningAttempts.WithLabelValues("timeout").Inc()
@@ -378,7 +365,7 @@ func finishProvisioning(st *berthv1alpha1.PodGroupStatus, g *berthv1alpha1.PodGr
 	st.Provisioning = p
 	st.NodeClaims = nodeClaims
 	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type: berthv1alpha1.ConditionCapacityProvisioned, Status: metav1.ConditionTrue, Reason: ReasonProvisioned,
+		Type: berthv1alpha1.ConditionCapacityProvisioned, Status: metav1.ConditionTrue, Reason: berthv1alpha1.ReasonProvisioned,
 		Message:            fmt.Sprintf("capacity for %d member(s) Ready after %s (attempt %d)", p.Seats, now.Sub(p.StartedAt.Time).Round(time.Second), p.Attempt),
 		ObservedGeneration: g.Generation, LastTransitionTime: now,
 	})
@@ -454,13 +441,10 @@ func (r *Reconciler) nodeClaimsOf(ctx context.Context, snap *scheduling.Snapshot
 	return out
 }
 
-// ReservePrefix starts the node label that keeps a provisioning gang's seats off the nodes
-// where its other members have room: "<ReservePrefix><gang UID>". It is removed when the
-// attempt ends.
-const ReservePrefix = "reserve.scheduling.berth.dev/"
-
 // reserveKey is the node label of one gang's reservation.
-func reserveKey(g *berthv1alpha1.PodGroup) string { return ReservePrefix + string(g.UID) }
+func reserveKey(g *berthv1alpha1.PodGroup) string {
+	return berthv1alpha1.ReservationLabelPrefix + string(g.UID)
+}
 
 // reserve labels the nodes the gang's placeable members would use, before any seat exists.
 func (r *Reconciler) reserve(ctx context.Context, g *berthv1alpha1.PodGroup, snap *scheduling.Snapshot, nodes []string) error {
@@ -487,5 +471,5 @@ func (r *Reconciler) sweepReservations(ctx context.Context, nodes []*corev1.Node
 			live[reserveKey(g)] = true
 		}
 	}
-	return r.sweepNodeLabels(ctx, nodes, ReservePrefix, live)
+	return r.sweepNodeLabels(ctx, nodes, berthv1alpha1.ReservationLabelPrefix, live)
 }

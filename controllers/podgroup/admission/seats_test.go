@@ -30,7 +30,7 @@ func TestSeatPod(t *testing.T) {
 	member := builders.Pod("ddp-0", "ml").Member("ddp").GPU(2).Request(corev1.ResourceCPU, "4").
 		NodeSelector("karpenter.k8s.aws/instance-family", "p5").InitContainer("init", "8", false).Obj()
 	member.Spec.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}}
-	reservation := corev1.NodeSelectorRequirement{Key: ReservePrefix + "uid-1", Operator: corev1.NodeSelectorOpDoesNotExist}
+	reservation := corev1.NodeSelectorRequirement{Key: berthv1alpha1.ReservationLabelPrefix + "uid-1", Operator: corev1.NodeSelectorOpDoesNotExist}
 
 	tests := []struct {
 		name   string
@@ -242,9 +242,9 @@ func TestSweepReservations(t *testing.T) {
 	admitted.Name, admitted.UID = "adm", "uid-adm"
 	admitted.Status.Phase = berthv1alpha1.PodGroupAdmitted
 	node := builders.Node("n1").Obj()
-	node.Labels[ReservePrefix+"uid-prov"] = "true"
-	node.Labels[ReservePrefix+"uid-adm"] = "true"
-	node.Labels[ReservePrefix+"uid-gone"] = "true"
+	node.Labels[berthv1alpha1.ReservationLabelPrefix+"uid-prov"] = "true"
+	node.Labels[berthv1alpha1.ReservationLabelPrefix+"uid-adm"] = "true"
+	node.Labels[berthv1alpha1.ReservationLabelPrefix+"uid-gone"] = "true"
 	c := fake.NewClientBuilder().WithObjects(node).Build()
 	r := &Reconciler{Client: c}
 	if err := r.sweepReservations(context.Background(), []*corev1.Node{node}, []*berthv1alpha1.PodGroup{provisioning, admitted}); err != nil {
@@ -256,11 +256,11 @@ func TestSweepReservations(t *testing.T) {
 	}
 	var kept []string
 	for k := range got.Labels {
-		if strings.HasPrefix(k, ReservePrefix) {
+		if strings.HasPrefix(k, berthv1alpha1.ReservationLabelPrefix) {
 			kept = append(kept, k)
 		}
 	}
-	if diff := cmp.Diff([]string{ReservePrefix + "uid-prov"}, kept); diff != "" {
+	if diff := cmp.Diff([]string{berthv1alpha1.ReservationLabelPrefix + "uid-prov"}, kept); diff != "" {
 		t.Errorf("reservations left (-want +got):\n%s", diff)
 	}
 }

@@ -9,12 +9,6 @@ import (
 	"github.com/berth-dev/berth/scheduling"
 )
 
-// Condition type and reason for GPU health reported by berth's agent (and Karpenter's AWS
-// node-repair policies).
-const (
-	ConditionAcceleratedHardwareReady = "AcceleratedHardwareReady"
-)
-
 // gpuUnhealthyPrefix starts the unavailability reason of nodes with unhealthy GPUs.
 const gpuUnhealthyPrefix = "GPU unhealthy: "
 
@@ -59,7 +53,7 @@ func unavailableNodes(nodes []*corev1.Node) map[string]string {
 			switch {
 			case c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue:
 				ready = true
-			case string(c.Type) == ConditionAcceleratedHardwareReady && c.Status == corev1.ConditionFalse:
+			case string(c.Type) == berthv1alpha1.NodeConditionAcceleratedHardwareReady && c.Status == corev1.ConditionFalse:
 				out[n.Name] = gpuUnhealthyPrefix + c.Reason
 			}
 		}

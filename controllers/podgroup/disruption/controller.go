@@ -32,11 +32,11 @@ const Name = "podgroup.disruption"
 // Field indexes this controller registers.
 const (
 	// indexPodNode indexes pods by spec.nodeName.
-	indexPodNode = "disruption.berth.dev/node"
+	indexPodNode = "disruption.podNode"
 	// indexGroupNode indexes PodGroups by status.nodes.
-	indexGroupNode = "disruption.berth.dev/status-node"
+	indexGroupNode = "disruption.podGroupStatusNode"
 	// indexClaimNode indexes NodeClaims by status.nodeName.
-	indexClaimNode = "disruption.berth.dev/claim-node"
+	indexClaimNode = "disruption.nodeClaimNode"
 )
 
 // Reconciler reports disruptions of the nodes running gangs stand on.

@@ -61,7 +61,7 @@ func TestReconcileReportsOncePerNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	cond := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionDisrupted)
-	if cond == nil || cond.Status != "True" || cond.Reason != ReasonNodeDisrupted || !strings.Contains(cond.Message, "n1 (") {
+	if cond == nil || cond.Status != "True" || cond.Reason != berthv1alpha1.ReasonNodeDisrupted || !strings.Contains(cond.Message, "n1 (") {
 		t.Fatalf("Disrupted condition = %+v", cond)
 	}
 	if evs := run(); len(evs) != 0 {

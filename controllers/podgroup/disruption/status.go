@@ -13,9 +13,6 @@ import (
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
-// ReasonNodeDisrupted is the reason of the Disrupted condition.
-const ReasonNodeDisrupted = "NodeDisrupted"
-
 // Causes of a disruption: the reason label of berth_podgroup_disruptions_total.
 const (
 	// CauseNodeGone: the node was deleted while members were bound to it.
@@ -196,7 +193,7 @@ func disruptedCondition(pg *berthv1alpha1.PodGroup, found []disruption, now meta
 		msg = messagePrefix + strings.Join(entries, entrySeparator)
 	}
 	cond := metav1.Condition{
-		Type: berthv1alpha1.ConditionDisrupted, Status: metav1.ConditionTrue, Reason: ReasonNodeDisrupted,
+		Type: berthv1alpha1.ConditionDisrupted, Status: metav1.ConditionTrue, Reason: berthv1alpha1.ReasonNodeDisrupted,
 		Message: msg, ObservedGeneration: pg.Generation,
 		LastTransitionTime: now,
 	}

@@ -108,7 +108,7 @@ func TestDisruptedCondition(t *testing.T) {
 	withCond := func(msg string) *berthv1alpha1.PodGroup {
 		pg := gang(berthv1alpha1.PodGroupRunning)
 		pg.Status.Conditions = []metav1.Condition{{Type: berthv1alpha1.ConditionDisrupted, Status: metav1.ConditionTrue,
-			Reason: ReasonNodeDisrupted, Message: msg, LastTransitionTime: t0, ObservedGeneration: 3}}
+			Reason: berthv1alpha1.ReasonNodeDisrupted, Message: msg, LastTransitionTime: t0, ObservedGeneration: 3}}
 		return pg
 	}
 	tests := []struct {
@@ -120,7 +120,7 @@ func TestDisruptedCondition(t *testing.T) {
 	}{
 		{"nothing found, no condition", gang(berthv1alpha1.PodGroupRunning), nil, metav1.Condition{}, nil},
 		{"first disruption", gang(berthv1alpha1.PodGroupRunning), []disruption{taint},
-			metav1.Condition{Type: berthv1alpha1.ConditionDisrupted, Status: metav1.ConditionTrue, Reason: ReasonNodeDisrupted,
+			metav1.Condition{Type: berthv1alpha1.ConditionDisrupted, Status: metav1.ConditionTrue, Reason: berthv1alpha1.ReasonNodeDisrupted,
 				Message: "nodes backing the gang were disrupted: n1 (Karpenter tainted it karpenter.sh/disrupted)", LastTransitionTime: t1, ObservedGeneration: 3},
 			[]disruption{taint}},
 		{"already reported: no change", withCond("nodes backing the gang were disrupted: n1 (Karpenter tainted it karpenter.sh/disrupted)"),
@@ -128,12 +128,12 @@ func TestDisruptedCondition(t *testing.T) {
 			withCond("nodes backing the gang were disrupted: n1 (Karpenter tainted it karpenter.sh/disrupted)").Status.Conditions[0], nil},
 		{"a second node is added, keeping the first and the transition time",
 			withCond("nodes backing the gang were disrupted: n1 (Karpenter tainted it karpenter.sh/disrupted)"), []disruption{taint, gone},
-			metav1.Condition{Type: berthv1alpha1.ConditionDisrupted, Status: metav1.ConditionTrue, Reason: ReasonNodeDisrupted,
+			metav1.Condition{Type: berthv1alpha1.ConditionDisrupted, Status: metav1.ConditionTrue, Reason: berthv1alpha1.ReasonNodeDisrupted,
 				Message:            "nodes backing the gang were disrupted: n1 (Karpenter tainted it karpenter.sh/disrupted); n2 (node deleted while members were bound to it)",
 				LastTransitionTime: t0, ObservedGeneration: 3},
 			[]disruption{gone}},
 		{"a foreign message names no nodes", withCond("set by hand"), []disruption{gone},
-			metav1.Condition{Type: berthv1alpha1.ConditionDisrupted, Status: metav1.ConditionTrue, Reason: ReasonNodeDisrupted,
+			metav1.Condition{Type: berthv1alpha1.ConditionDisrupted, Status: metav1.ConditionTrue, Reason: berthv1alpha1.ReasonNodeDisrupted,
 				Message: "nodes backing the gang were disrupted: n2 (node deleted while members were bound to it)", LastTransitionTime: t0, ObservedGeneration: 3},
 			[]disruption{gone}},
 	}

@@ -2,6 +2,7 @@ package gate
 
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 )
@@ -19,7 +20,7 @@ const ConfigurationName = "berth-pod-gate"
 // apiserver itself), so they are unaffected when the webhook is down.
 func Configuration(client admissionregistrationv1.WebhookClientConfig, adapters []Source) *admissionregistrationv1.MutatingWebhookConfiguration {
 	cfg := &admissionregistrationv1.MutatingWebhookConfiguration{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingWebhookConfiguration"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "MutatingWebhookConfiguration"},
 		ObjectMeta: metav1.ObjectMeta{Name: ConfigurationName},
 	}
 	for _, s := range append([]Source{SourceBerth}, adapters...) {
@@ -40,7 +41,7 @@ func Configuration(client admissionregistrationv1.WebhookClientConfig, adapters 
 				Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}, Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
 			}},
 			NamespaceSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
-				Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system"},
+				Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-system"},
 			}}},
 		}
 		if s.LabelKey != "" {

@@ -53,9 +53,9 @@ func (g *Gate) Handle(_ context.Context, req admission.Request) admission.Respon
 			mutated.Annotations = map[string]string{}
 		}
 		mutated.Labels[berthv1alpha1.PodGroupLabel] = m.Group
-		mutated.Annotations[SourceAnnotation] = m.Source.Name
+		mutated.Annotations[berthv1alpha1.SourceAnnotation] = m.Source.Name
 		if m.MinMember > 0 {
-			mutated.Annotations[MinMemberAnnotation] = strconv.Itoa(int(m.MinMember))
+			mutated.Annotations[berthv1alpha1.MinMemberAnnotation] = strconv.Itoa(int(m.MinMember))
 		}
 	}
 	if !hasGate(mutated) {

@@ -13,6 +13,7 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/test/builders"
 )
 
@@ -119,11 +120,11 @@ func TestGate(t *testing.T) {
 			if tt.group != "" && got.Labels["scheduling.berth.dev/pod-group"] != tt.group {
 				t.Errorf("pod-group label = %q, want %q", got.Labels["scheduling.berth.dev/pod-group"], tt.group)
 			}
-			if got.Annotations[SourceAnnotation] != tt.source {
-				t.Errorf("source annotation = %q, want %q", got.Annotations[SourceAnnotation], tt.source)
+			if got.Annotations[berthv1alpha1.SourceAnnotation] != tt.source {
+				t.Errorf("source annotation = %q, want %q", got.Annotations[berthv1alpha1.SourceAnnotation], tt.source)
 			}
-			if got.Annotations[MinMemberAnnotation] != tt.minMember {
-				t.Errorf("min-member annotation = %q, want %q", got.Annotations[MinMemberAnnotation], tt.minMember)
+			if got.Annotations[berthv1alpha1.MinMemberAnnotation] != tt.minMember {
+				t.Errorf("min-member annotation = %q, want %q", got.Annotations[berthv1alpha1.MinMemberAnnotation], tt.minMember)
 			}
 			if !tt.gated && len(resp.Patches) != 0 {
 				t.Errorf("pod that is not gated was patched: %+v", resp.Patches)

@@ -13,18 +13,9 @@ import (
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
-// Annotations the webhook sets on adapted pods, read by the PodGroup adapter controller.
-const (
-	// SourceAnnotation names where a pod's gang membership came from (berth, coscheduling,
-	// volcano, kai, kueue).
-	SourceAnnotation = "scheduling.berth.dev/source"
-	// MinMemberAnnotation carries the gang size the source declared on the pod, when it did.
-	MinMemberAnnotation = "scheduling.berth.dev/min-member"
-)
-
 // Source is one way a pod declares its gang.
 type Source struct {
-	// Name identifies the source (also the value of SourceAnnotation).
+	// Name identifies the source (also the value of berthv1alpha1.SourceAnnotation).
 	Name string
 	// LabelKey is the pod label naming the gang; empty when the source uses AnnotationKey.
 	LabelKey string
@@ -37,10 +28,10 @@ type Source struct {
 // The sources berth understands.
 var (
 	SourceBerth        = Source{Name: "berth", LabelKey: berthv1alpha1.PodGroupLabel}
-	SourceCoscheduling = Source{Name: "coscheduling", LabelKey: "scheduling.x-k8s.io/pod-group"}
-	SourceVolcano      = Source{Name: "volcano", LabelKey: "scheduling.k8s.io/group-name"}
-	SourceKAI          = Source{Name: "kai", AnnotationKey: "pod-group-name"}
-	SourceKueue        = Source{Name: "kueue", LabelKey: "kueue.x-k8s.io/pod-group-name", CountAnnotation: "kueue.x-k8s.io/pod-group-total-count"}
+	SourceCoscheduling = Source{Name: "coscheduling", LabelKey: berthv1alpha1.CoschedulingPodGroupLabel}
+	SourceVolcano      = Source{Name: "volcano", LabelKey: berthv1alpha1.VolcanoGroupNameKey}
+	SourceKAI          = Source{Name: "kai", AnnotationKey: berthv1alpha1.KAIPodGroupAnnotation}
+	SourceKueue        = Source{Name: "kueue", LabelKey: berthv1alpha1.KueuePodGroupNameLabel, CountAnnotation: berthv1alpha1.KueuePodGroupTotalCountAnnotation}
 )
 
 // AdapterSources are the switchable sources by name.

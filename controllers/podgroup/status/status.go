@@ -10,15 +10,6 @@ import (
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
-// Condition reasons for the Ready condition.
-const (
-	ReasonMembersRunning   = "MembersRunning"
-	ReasonTooFewRunning    = "TooFewMembersRunning"
-	ReasonGangSucceeded    = "GangSucceeded"
-	ReasonGangFailed       = "GangFailed"
-	ReasonWaitingOnMembers = "WaitingForMembers"
-)
-
 // isGated reports whether a pod still carries berth's scheduling gate.
 func isGated(p *corev1.Pod) bool {
 	for _, g := range p.Spec.SchedulingGates {
@@ -79,19 +70,19 @@ func readyCondition(phase berthv1alpha1.PodGroupPhase, minMember int32, c berthv
 	cond := metav1.Condition{Type: berthv1alpha1.ConditionReady, ObservedGeneration: generation}
 	switch {
 	case phase == berthv1alpha1.PodGroupSucceeded:
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonGangSucceeded
+		cond.Status, cond.Reason = metav1.ConditionFalse, berthv1alpha1.ReasonGangSucceeded
 		cond.Message = fmt.Sprintf("%d of %d members succeeded", c.Succeeded, minMember)
 	case phase == berthv1alpha1.PodGroupFailed:
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonGangFailed
+		cond.Status, cond.Reason = metav1.ConditionFalse, berthv1alpha1.ReasonGangFailed
 		cond.Message = fmt.Sprintf("%d members failed; %d of the %d needed can still run", c.Failed, c.Total-c.Failed, minMember)
 	case c.Running >= minMember:
-		cond.Status, cond.Reason = metav1.ConditionTrue, ReasonMembersRunning
+		cond.Status, cond.Reason = metav1.ConditionTrue, berthv1alpha1.ReasonMembersRunning
 		cond.Message = fmt.Sprintf("%d of %d members running", c.Running, minMember)
 	case c.Total < minMember:
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonWaitingOnMembers
+		cond.Status, cond.Reason = metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForMembers
 		cond.Message = fmt.Sprintf("%d of %d members exist", c.Total, minMember)
 	default:
-		cond.Status, cond.Reason = metav1.ConditionFalse, ReasonTooFewRunning
+		cond.Status, cond.Reason = metav1.ConditionFalse, berthv1alpha1.ReasonTooFewMembersRunning
 		cond.Message = fmt.Sprintf("%d of %d members running", c.Running, minMember)
 	}
 	return cond

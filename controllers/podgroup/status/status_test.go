@@ -95,7 +95,7 @@ func TestComputeStatus(t *testing.T) {
 			Phase:              berthv1alpha1.PodGroupRunning,
 			Members:            berthv1alpha1.MemberCounts{Total: 2, Running: 2},
 			Conditions: []metav1.Condition{{
-				Type: berthv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonMembersRunning,
+				Type: berthv1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: berthv1alpha1.ReasonMembersRunning,
 				Message: "2 of 2 members running", ObservedGeneration: 3, LastTransitionTime: now,
 			}},
 		}
@@ -114,8 +114,8 @@ func TestComputeStatus(t *testing.T) {
 	t.Run("waiting for members", func(t *testing.T) {
 		got := computeStatus(pg, running[:1], now)
 		c := got.Conditions[0]
-		if c.Status != metav1.ConditionFalse || c.Reason != ReasonWaitingOnMembers || c.Message != "1 of 2 members exist" {
-			t.Errorf("condition = %+v, want False/%s/'1 of 2 members exist'", c, ReasonWaitingOnMembers)
+		if c.Status != metav1.ConditionFalse || c.Reason != berthv1alpha1.ReasonWaitingForMembers || c.Message != "1 of 2 members exist" {
+			t.Errorf("condition = %+v, want False/%s/'1 of 2 members exist'", c, berthv1alpha1.ReasonWaitingForMembers)
 		}
 	})
 	t.Run("input is not modified", func(t *testing.T) {

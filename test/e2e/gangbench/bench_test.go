@@ -3,6 +3,7 @@ package gangbench
 import (
 	"context"
 	"fmt"
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"sort"
 	"sync"
 	"testing"
@@ -13,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/berth-dev/berth/internal/gpu"
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -78,7 +79,7 @@ func run(b *testing.B, s scenario) result {
 		b.Fatal(err)
 	}
 	if s.filler {
-		filler := builders.Pod("filler", ns.Name).GPU(1).NodeSelector(gpu.LabelInstanceFamily, s.family).Obj()
+		filler := builders.Pod("filler", ns.Name).GPU(1).NodeSelector(awsv1.LabelInstanceFamily, s.family).Obj()
 		if err := c.Create(ctx, filler); err != nil {
 			b.Fatal(err)
 		}
@@ -97,7 +98,7 @@ func run(b *testing.B, s scenario) result {
 	}
 	for i := range s.n {
 		pb := builders.Pod(fmt.Sprintf("%s-%d", group, i), ns.Name).Label("bench", group).GPU(1).
-			NodeSelector(gpu.LabelInstanceFamily, s.family)
+			NodeSelector(awsv1.LabelInstanceFamily, s.family)
 		if s.berth {
 			pb = pb.Member(group)
 		}
@@ -182,7 +183,7 @@ func watch(ctx context.Context, ns string, sel map[string]string) *observer {
 				now := time.Now()
 				o.mu.Lock()
 				for _, p := range list.Items {
-					q := p.Spec.Containers[0].Resources.Requests[gpu.ResourceGPU]
+					q := p.Spec.Containers[0].Resources.Requests[berthv1alpha1.GPUResource]
 					o.gpus[p.Name] = q.Value()
 					if _, ok := o.bound[p.Name]; !ok && p.Spec.NodeName != "" {
 						o.bound[p.Name] = now

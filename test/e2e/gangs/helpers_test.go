@@ -3,6 +3,7 @@ package gangs_test
 import (
 	"context"
 	"fmt"
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"sort"
 	"sync"
 	"testing"
@@ -14,7 +15,6 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -41,7 +41,7 @@ func createGang(t *testing.T, pg *berthv1alpha1.PodGroup, n, gpus int, family st
 	}
 	for i := range n {
 		p := builders.Pod(fmt.Sprintf("%s-%d", pg.Name, i), pg.Namespace).Member(pg.Name).GPU(gpus).
-			NodeSelector(gpu.LabelInstanceFamily, family).Obj()
+			NodeSelector(awsv1.LabelInstanceFamily, family).Obj()
 		if err := c.Create(ctx, p); err != nil {
 			t.Fatalf("creating member %s: %v", p.Name, err)
 		}

@@ -3,6 +3,7 @@ package gangs_test
 import (
 	"context"
 	"fmt"
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"sort"
 	"strings"
 	"testing"
@@ -19,7 +20,6 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/podgroup/admission"
-	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
@@ -167,7 +167,7 @@ func TestSeatsOnlyForMissingMembers(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
 	ns := namespace(t, "shortfall")
-	filler := builders.Pod("filler", ns).GPU(1).NodeSelector(gpu.LabelInstanceFamily, "p4d").Obj()
+	filler := builders.Pod("filler", ns).GPU(1).NodeSelector(awsv1.LabelInstanceFamily, "p4d").Obj()
 	if err := c.Create(ctx, filler); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestNodePoolLimitTooSmall(t *testing.T) {
 	pool.Name = "gpu-tiny"
 	pool.ResourceVersion = ""
 	pool.Spec.Template.Spec.Requirements[0].Values = []string{"g5"}
-	pool.Spec.Limits = karpv1.Limits{gpu.ResourceGPU: resource.MustParse("2")}
+	pool.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("2")}
 	pool.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("5s")
 	pool.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "100%"}}
 	pool.Spec.Weight = ptr.To[int32](100)
@@ -243,7 +243,7 @@ func TestNodePoolLimitTooSmall(t *testing.T) {
 			return false, "", err
 		}
 		cond := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
-		if cond == nil || cond.Reason != admission.ReasonProvisioningFailed {
+		if cond == nil || cond.Reason != berthv1alpha1.ReasonProvisioningFailed {
 			return false, fmt.Sprintf("condition %+v", cond), nil
 		}
 		failure = cond.Message

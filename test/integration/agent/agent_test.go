@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-dev/berth/agent"
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
@@ -74,11 +75,11 @@ func TestConditionAndLabelsLandAndRestartIsIdempotent(t *testing.T) {
 	healthy := agent.Evaluate(agent.State{}, nil, t0, agent.DefaultHysteresis)
 	publish(t0, healthy)
 	n := get(t, "gpu-1")
-	c := cond(n, agent.ConditionType)
-	if c == nil || c.Status != corev1.ConditionTrue || c.Reason != agent.ReasonHealthy {
+	c := cond(n, corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady))
+	if c == nil || c.Status != corev1.ConditionTrue || c.Reason != berthv1alpha1.ReasonGPUsHealthy {
 		t.Fatalf("condition after first publish: %+v", c)
 	}
-	if n.Labels[agent.LabelGPUProduct] != "NVIDIA-H100-80GB-HBM3" || n.Labels[agent.LabelGPUCount] != "1" || n.Labels["team"] != "ml" {
+	if n.Labels[berthv1alpha1.GPUProductLabel] != "NVIDIA-H100-80GB-HBM3" || n.Labels[berthv1alpha1.GPUCountLabel] != "1" || n.Labels["team"] != "ml" {
 		t.Errorf("labels = %v", n.Labels)
 	}
 	if r := cond(n, corev1.NodeReady); r == nil || r.Reason != "KubeletReady" {
@@ -88,7 +89,7 @@ func TestConditionAndLabelsLandAndRestartIsIdempotent(t *testing.T) {
 	// A restarted agent publishing the same verdict changes nothing but the heartbeat.
 	publish(t0.Add(time.Minute), healthy)
 	n2 := get(t, "gpu-1")
-	c2 := cond(n2, agent.ConditionType)
+	c2 := cond(n2, corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady))
 	if len(n2.Status.Conditions) != 2 || !c2.LastTransitionTime.Equal(&c.LastTransitionTime) || c2.LastHeartbeatTime.Equal(&c.LastHeartbeatTime) {
 		t.Errorf("after restart: conditions %d, transition %v→%v, heartbeat %v→%v", len(n2.Status.Conditions), c.LastTransitionTime, c2.LastTransitionTime, c.LastHeartbeatTime, c2.LastHeartbeatTime)
 	}
@@ -101,24 +102,24 @@ func TestConditionAndLabelsLandAndRestartIsIdempotent(t *testing.T) {
 	// A fault flips it; the message names the GPU and the fault.
 	faulty := agent.Evaluate(healthy, []agent.Fault{{GPU: 0, Kind: agent.FaultXID, Detail: "Xid 79"}}, t0.Add(2*time.Minute), agent.DefaultHysteresis)
 	publish(t0.Add(2*time.Minute), faulty)
-	c3 := cond(get(t, "gpu-1"), agent.ConditionType)
+	c3 := cond(get(t, "gpu-1"), corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady))
 	if c3.Status != corev1.ConditionFalse || c3.Reason != "XidCriticalError" || c3.Message != "GPU 0: xid (Xid 79)" || c3.LastTransitionTime.Equal(&c.LastTransitionTime) {
 		t.Errorf("after fault: %+v", c3)
 	}
 }
 
 func TestGFDLabelsWin(t *testing.T) {
-	node(t, "gpu-gfd", map[string]string{agent.GFDProductLabel: "NVIDIA-H100-80GB-HBM3"})
+	node(t, "gpu-gfd", map[string]string{berthv1alpha1.GFDProductLabel: "NVIDIA-H100-80GB-HBM3"})
 	p := &agent.Publisher{Client: rigtest.Current().Client, NodeName: "gpu-gfd", Now: time.Now}
 	inv := agent.Inventory{GPUs: []agent.GPU{{Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559}}}
-	if err := p.Publish(context.Background(), corev1.ConditionTrue, agent.ReasonHealthy, "ok", agent.Labels(inv)); err != nil {
+	if err := p.Publish(context.Background(), corev1.ConditionTrue, berthv1alpha1.ReasonGPUsHealthy, "ok", agent.Labels(inv)); err != nil {
 		t.Fatal(err)
 	}
 	n := get(t, "gpu-gfd")
-	if _, ok := n.Labels[agent.LabelGPUProduct]; ok {
+	if _, ok := n.Labels[berthv1alpha1.GPUProductLabel]; ok {
 		t.Errorf("agent labelled a node GFD already labels: %v", n.Labels)
 	}
-	if n.Labels[agent.GFDProductLabel] == "" {
+	if n.Labels[berthv1alpha1.GFDProductLabel] == "" {
 		t.Error("GFD's label was removed")
 	}
 }
@@ -159,17 +160,17 @@ func TestRunLoopReportsInjectedFault(t *testing.T) {
 	wait := func(status corev1.ConditionStatus, reason string) {
 		t.Helper()
 		rigtest.Eventually(t, 20*time.Second, 50*time.Millisecond, fmt.Sprintf("condition %s/%s", status, reason), func(ctx context.Context) (bool, string, error) {
-			c := cond(get(t, "gpu-loop"), agent.ConditionType)
+			c := cond(get(t, "gpu-loop"), corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady))
 			if c == nil {
 				return false, "no condition", nil
 			}
 			return c.Status == status && c.Reason == reason, fmt.Sprintf("%s/%s %s", c.Status, c.Reason, c.Message), nil
 		})
 	}
-	wait(corev1.ConditionTrue, agent.ReasonHealthy)
+	wait(corev1.ConditionTrue, berthv1alpha1.ReasonGPUsHealthy)
 	broken.Store(true)
 	wait(corev1.ConditionFalse, "EccDoubleBitErrors")
-	if c := cond(get(t, "gpu-loop"), agent.ConditionType); c.Message != "GPU 6: ecc_double_bit (1 uncorrectable ECC errors since boot)" {
+	if c := cond(get(t, "gpu-loop"), corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady)); c.Message != "GPU 6: ecc_double_bit (1 uncorrectable ECC errors since boot)" {
 		t.Errorf("message = %q", c.Message)
 	}
 }
@@ -187,8 +188,8 @@ func TestWithoutNVML(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(ctx, lib, pub, agent.Options{}) }()
 	rigtest.Eventually(t, 10*time.Second, 50*time.Millisecond, "NVMLUnavailable reported", func(ctx context.Context) (bool, string, error) {
-		c := cond(get(t, "gpu-nonvml"), agent.ConditionType)
-		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == agent.ReasonNVMLUnavailable, fmt.Sprintf("%+v", c), nil
+		c := cond(get(t, "gpu-nonvml"), corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady))
+		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == berthv1alpha1.ReasonNVMLUnavailable, fmt.Sprintf("%+v", c), nil
 	})
 	cancel()
 	if err := <-done; err != nil {

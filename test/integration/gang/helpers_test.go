@@ -17,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -48,7 +47,7 @@ func kwokNode(t *testing.T, name string, gpus int, labels map[string]string) *co
 		b.Label(k, v)
 	}
 	n := b.Obj()
-	n.Annotations = map[string]string{rig.KwokNodeAnnotation: "fake"}
+	n.Annotations = map[string]string{berthv1alpha1.KwokNodeAnnotation: "fake"}
 	n.Status.Conditions = nil
 	c := rigtest.Current().Client
 	if err := c.Create(context.Background(), n); err != nil {

@@ -21,7 +21,6 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
-	"github.com/berth-dev/berth/internal/gpu"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -335,7 +334,7 @@ func isProtected(p *corev1.Pod) bool {
 
 // gpuPod is a pod for the GPU pool requesting gpus nvidia.com/gpu.
 func gpuPod(name, ns string, gpus int) *builders.PodBuilder {
-	return builders.Pod(name, ns).GPU(gpus).Tolerate(gpu.ResourceGPU, "", corev1.TaintEffectNoSchedule).
+	return builders.Pod(name, ns).GPU(gpus).Tolerate(berthv1alpha1.GPUResource, "", corev1.TaintEffectNoSchedule).
 		NodeSelector(karpv1.NodePoolLabelKey, gpuPool)
 }
 

@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
-	"github.com/berth-dev/berth/internal/gpu"
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/nodepools"
 	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/test/rigtest"
@@ -68,7 +68,7 @@ func TestNodePoolReadBack(t *testing.T) {
 	if b := np.Spec.Disruption.Budgets; len(b) != 1 || b[0].Nodes != "10%" {
 		t.Errorf("budgets = %+v, want [{nodes: 10%%}]", b)
 	}
-	wantTaint := corev1.Taint{Key: gpu.ResourceGPU, Value: "true", Effect: corev1.TaintEffectNoSchedule}
+	wantTaint := corev1.Taint{Key: berthv1alpha1.GPUResource, Value: "true", Effect: corev1.TaintEffectNoSchedule}
 	if ts := np.Spec.Template.Spec.Taints; len(ts) != 1 || !ts[0].MatchTaint(&wantTaint) || ts[0].Value != "true" {
 		t.Errorf("taints = %+v, want [%v]", ts, wantTaint)
 	}

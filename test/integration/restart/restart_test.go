@@ -44,7 +44,7 @@ func TestRestartFinishesRelease(t *testing.T) {
 			c := r.Client
 			node := fmt.Sprintf("restart-%d", i)
 			n := builders.Node(node).GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
-			n.Annotations = map[string]string{rig.KwokNodeAnnotation: "fake"}
+			n.Annotations = map[string]string{berthv1alpha1.KwokNodeAnnotation: "fake"}
 			n.Status.Conditions = nil
 			if err := c.Create(ctx, n); err != nil {
 				t.Fatal(err)
@@ -74,9 +74,9 @@ func TestRestartFinishesRelease(t *testing.T) {
 			}
 			// Half-way state: every member pinned to the same node, none bound.
 			pods := members(t, ns.Name)
-			node = pods[0].Annotations[admission.NodeAnnotation]
+			node = pods[0].Annotations[berthv1alpha1.PinnedNodeAnnotation]
 			for _, p := range pods {
-				if p.Annotations[admission.NodeAnnotation] != node || node == "" {
+				if p.Annotations[berthv1alpha1.PinnedNodeAnnotation] != node || node == "" {
 					t.Errorf("member %s not pinned with the others after the crash (annotations %v)", p.Name, p.Annotations)
 				}
 				if p.Spec.NodeName != "" {
@@ -109,7 +109,7 @@ func TestRestartFinishesRelease(t *testing.T) {
 					return false, "", err
 				}
 				for k := range got.Labels {
-					if strings.HasPrefix(k, admission.BarrierPrefix) {
+					if strings.HasPrefix(k, berthv1alpha1.BarrierLabelPrefix) {
 						return false, "label " + k, nil
 					}
 				}

@@ -1,0 +1,172 @@
+package v1alpha1
+
+// berth's vocabulary: every label, annotation, scheduling gate, taint and tag key berth reads or
+// writes on other objects, in one place. Keys that Kubernetes and Karpenter define in their Go
+// packages are used from there and listed at the end of this file; everything else is here.
+// `make verify` (hack/check-vocabulary) fails on a key-shaped string literal anywhere else in
+// berth's production code.
+
+// Gang membership and admission (pods, nodes).
+const (
+	// PodGroupLabel is the pod label that makes a pod a member of the PodGroup named by its value,
+	// in the pod's own namespace.
+	PodGroupLabel = "scheduling.berth.dev/pod-group"
+
+	// SchedulingGate is the scheduling gate berth's webhook adds to member pods; admission
+	// removes it from every member in one pass once the whole gang fits.
+	SchedulingGate = "scheduling.berth.dev/gang"
+
+	// SourceAnnotation on a member names where its gang membership came from: "berth" or the
+	// name of an adapter (coscheduling, volcano, kai, kueue). Set by the pod-gate webhook.
+	SourceAnnotation = "scheduling.berth.dev/source"
+	// MinMemberAnnotation on an adapted member carries the gang size its source declared on the
+	// pod, when it declared one. Set by the pod-gate webhook, read by the adapter.
+	MinMemberAnnotation = "scheduling.berth.dev/min-member"
+	// AdaptedFromLabel marks PodGroups the adapter created for a foreign gang, with the source's
+	// name.
+	AdaptedFromLabel = "scheduling.berth.dev/adapted-from"
+
+	// PinnedNodeAnnotation records on a member the node admission pinned it to.
+	PinnedNodeAnnotation = "scheduling.berth.dev/node"
+	// BarrierLabelPrefix starts the node label that holds a released gang back until all its
+	// gates are gone: members require "<BarrierLabelPrefix><gang UID>" on their node, and berth
+	// sets that label on the gang's nodes only after removing the last gate, so kube-scheduler
+	// binds no member before every member is released. Removed once the members are bound.
+	BarrierLabelPrefix = "admit.scheduling.berth.dev/"
+	// ReservationLabelPrefix starts the node label ("<prefix><gang UID>") that keeps a
+	// provisioning gang's seats off the nodes where its other members have room. Removed when the
+	// provisioning attempt ends.
+	ReservationLabelPrefix = "reserve.scheduling.berth.dev/"
+)
+
+// Seats: the placeholder pods that hold Karpenter capacity for a gang's missing members.
+const (
+	// SeatOfLabel on a seat pod holds the UID of the PodGroup it reserves capacity for.
+	SeatOfLabel = "scheduling.berth.dev/seat-of"
+	// SeatForMemberAnnotation on a seat names the member whose shape it copies.
+	SeatForMemberAnnotation = "scheduling.berth.dev/seat-for-member"
+	// SeatPriorityClassName is the PriorityClass of seat pods: below every workload, so any
+	// member (or other pod) preempts a seat.
+	SeatPriorityClassName = "berth-seat"
+)
+
+// Keeping GPU capacity put: the consolidation guard (NodePools) and pod protection.
+const (
+	// GPUPoolLabel marks a Karpenter NodePool as a GPU pool for the consolidation guard, even
+	// when its requirements do not name GPU instance types.
+	GPUPoolLabel = "scheduling.berth.dev/gpu-pool"
+
+	// ConsolidationGuardAnnotation on a Karpenter NodePool selects what berth's consolidation
+	// guard does with it, overriding the controller's default (--consolidation-guard). Values
+	// are the ConsolidationGuard* constants.
+	ConsolidationGuardAnnotation = "scheduling.berth.dev/consolidation-guard"
+	// ConsolidationGuardEnforce adds a disruption budget {nodes: "0", reasons: [Underutilized]}
+	// to a GPU NodePool on WhenEmptyOrUnderutilized, leaving Empty and Drifted alone.
+	ConsolidationGuardEnforce = "enforce"
+	// ConsolidationGuardWhenEmpty switches a GPU NodePool on WhenEmptyOrUnderutilized to
+	// WhenEmpty, with consolidateAfter from ConsolidateAfterAnnotation (default 1h).
+	ConsolidationGuardWhenEmpty = "when-empty"
+	// ConsolidationGuardAudit changes nothing and reports the unsafe NodePool (Warning Event,
+	// metric, ConsolidationGuardStatusAnnotation).
+	ConsolidationGuardAudit = "audit"
+	// ConsolidationGuardOff leaves the NodePool alone and reports nothing.
+	ConsolidationGuardOff = "off"
+	// ConsolidateAfterAnnotation is the consolidateAfter the when-empty guard sets.
+	ConsolidateAfterAnnotation = "scheduling.berth.dev/consolidate-after"
+	// ConsolidationGuardStatusAnnotation is where the guard records what it found and did.
+	ConsolidationGuardStatusAnnotation = "scheduling.berth.dev/consolidation-guard-status"
+
+	// ProtectAnnotation on a Deployment (value "true") makes berth mark its running pods
+	// karpenter.sh/do-not-disrupt, as it does for members of gangs with disruption.protect.
+	ProtectAnnotation = "scheduling.berth.dev/protect"
+	// ProtectedByAnnotation marks a pod's karpenter.sh/do-not-disrupt as set by berth (value
+	// ProtectedByBerth), so berth only ever removes the marks it added.
+	ProtectedByAnnotation = "scheduling.berth.dev/do-not-disrupt-by"
+	// ProtectedByBerth is the ProtectedByAnnotation value berth writes.
+	ProtectedByBerth = "berth"
+)
+
+// Nodes, NodePools and EC2 resources berth renders or labels.
+const (
+	// NodePoolRoleLabel is the node label (from berth's NodePool templates) naming the role a GPU
+	// node was provisioned for (inference, training); workloads select their pool with it.
+	NodePoolRoleLabel = "scheduling.berth.dev/role"
+	// GPUFamilyTag is the EC2 tag naming the GPU product on instances and volumes of a pool
+	// rendered from berth's templates.
+	GPUFamilyTag = "berth.dev/gpu-family"
+
+	// GPUProductLabel, GPUCountLabel and GPUMemoryLabel are the node labels berth's agent sets
+	// when NVIDIA's GPU feature discovery has not labelled the node (GFDProductLabel).
+	GPUProductLabel = "scheduling.berth.dev/gpu-product"
+	GPUCountLabel   = "scheduling.berth.dev/gpu-count"
+	GPUMemoryLabel  = "scheduling.berth.dev/gpu-memory-mib"
+)
+
+// The local dev cluster (berth dev) and its vLLM emulator.
+const (
+	// DevBootingTaint keeps a new dev-cluster node unschedulable until kwok reports it Ready, so
+	// the node-ready delay is real.
+	DevBootingTaint = "rig.berth.dev/booting"
+	// VLLMSimLabel (value "true") on a dev-cluster pod makes berth's vLLM emulator serve vLLM's
+	// metrics on the pod's IP.
+	VLLMSimLabel = "sim.berth.dev/vllm"
+)
+
+// Keys of other projects that berth reads or writes and whose Go packages berth does not link.
+const (
+	// GPUResource is NVIDIA's extended resource for whole GPUs (device plugin), also the key of
+	// the taint GPU NodePools carry.
+	GPUResource = "nvidia.com/gpu"
+	// GPUTaintKey is the taint berth's GPU NodePool templates put on GPU nodes (pods requesting
+	// GPUResource tolerate it through the ExtendedResourceToleration admission plugin on EKS).
+	GPUTaintKey = GPUResource
+	// GFDProductLabel is the label NVIDIA's GPU feature discovery sets; where present, berth's
+	// agent sets no GPU labels of its own.
+	GFDProductLabel = "nvidia.com/gpu.product"
+
+	// CoschedulingPodGroupLabel is scheduler-plugins coscheduling's pod label naming its gang.
+	CoschedulingPodGroupLabel = "scheduling.x-k8s.io/pod-group"
+	// CoschedulingLegacyPodGroupLabel is the label older coscheduling releases used.
+	CoschedulingLegacyPodGroupLabel = "pod-group.scheduling.sigs.k8s.io"
+	// VolcanoGroupNameKey is Volcano's key naming a pod's PodGroup.
+	VolcanoGroupNameKey = "scheduling.k8s.io/group-name"
+	// VolcanoJobNameLabel is the label Volcano puts on the pods of a Volcano Job.
+	VolcanoJobNameLabel = "volcano.sh/job-name"
+	// KAIPodGroupAnnotation is KAI Scheduler's pod annotation naming its PodGroup.
+	KAIPodGroupAnnotation = "pod-group-name"
+	// KAIQueueLabel is KAI Scheduler's queue label.
+	KAIQueueLabel = "kai.scheduler/queue"
+	// KueuePodGroupNameLabel is Kueue's label making plain pods one group.
+	KueuePodGroupNameLabel = "kueue.x-k8s.io/pod-group-name"
+	// KueuePodGroupTotalCountAnnotation is Kueue's annotation with a pod group's size.
+	KueuePodGroupTotalCountAnnotation = "kueue.x-k8s.io/pod-group-total-count"
+	// KueueQueueNameLabel is Kueue's label submitting a workload to a LocalQueue.
+	KueueQueueNameLabel = "kueue.x-k8s.io/queue-name"
+
+	// KarpenterDiscoveryTag is the tag Karpenter's getting-started guide puts on a cluster's
+	// subnets and security groups; berth's EC2NodeClass templates select on it.
+	KarpenterDiscoveryTag = "karpenter.sh/discovery"
+	// KwokNodeAnnotation (value "fake") makes kwok manage a node; Karpenter's kwok provider sets
+	// it on every node it creates on the dev cluster.
+	KwokNodeAnnotation = "kwok.x-k8s.io/node"
+
+	// ManagedByLabel and ComponentLabel are Kubernetes' recommended labels, set on objects berth
+	// creates (ManagedByLabel=ManagedByBerth).
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ComponentLabel = "app.kubernetes.io/component"
+	// ManagedByBerth is the ManagedByLabel value of objects berth creates.
+	ManagedByBerth = "berth"
+)
+
+// Keys from Go packages berth links, used from there (not redefined):
+//
+//   - Kubernetes (k8s.io/api/core/v1): corev1.LabelHostname, corev1.LabelTopologyZone,
+//     corev1.LabelInstanceTypeStable, corev1.LabelArchStable, corev1.LabelOSStable,
+//     corev1.LabelMetadataName (namespace name, in the webhook's namespace selector).
+//   - Karpenter (sigs.k8s.io/karpenter/pkg/apis/v1): karpv1.DoNotDisruptAnnotationKey (written
+//     on protected pods and seats), karpv1.NodePoolLabelKey (seats select spec.nodePool),
+//     karpv1.CapacityTypeLabelKey, karpv1.DisruptedTaintKey (read by disruption reporting).
+//   - Karpenter's AWS provider (github.com/aws/karpenter-provider-aws/pkg/apis/v1):
+//     awsv1.LabelInstanceFamily, LabelInstanceSize, LabelInstanceCategory,
+//     LabelInstanceGPUCount, LabelInstanceGPUName, LabelInstanceGPUMemory,
+//     LabelInstanceGPUManufacturer (GPU pool detection, templates, doctor).

@@ -1,0 +1,54 @@
+//go:build linux && cgo
+
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/berth-dev/berth/agent"
+)
+
+func runAgent(cmd *cobra.Command, f agentFlags) error {
+	lib := nvml.New()
+	if f.once {
+		rep, err := agent.Once(lib, time.Now())
+		if err != nil {
+			return fmt.Errorf("NVML: %w", err)
+		}
+		return rep.Print(cmd.OutOrStdout(), f.jsonOutput)
+	}
+	ctrl.SetLogger(zap.New())
+	if f.nodeName == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	cfg, err := loadConfig(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme.Scheme})
+	if err != nil {
+		return fmt.Errorf("creating client: %w", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(agent.Collectors()...)
+	ctx := cmd.Context()
+	if f.metricsAddress != "0" {
+		if err := serveMetrics(ctx, f.metricsAddress, reg); err != nil {
+			return err
+		}
+	}
+	pub := &agent.Publisher{Client: c, NodeName: f.nodeName, Now: time.Now}
+	return agent.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), lib, pub, agent.Options{
+		Interval: f.interval, XIDHold: f.xidHold, ExitWithoutNVML: f.exitWithoutNVML,
+	})
+}
