@@ -4,6 +4,7 @@ package controllers
 
 import (
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -26,6 +27,8 @@ type Options struct {
 	// Provisioning configures whole-gang provisioning through Karpenter. It is turned off at
 	// start when Karpenter's API (karpenter.sh/v1 NodeClaim) is not served.
 	Provisioning admission.ProvisioningOptions
+	// AdmissionResync is the longest gang admission waits without events; its default when zero.
+	AdmissionResync time.Duration
 	// ConsolidationGuard is the consolidation guard's mode for NodePools without the
 	// consolidation-guard annotation; enforce when empty.
 	ConsolidationGuard guard.Mode
@@ -66,7 +69,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	all := []registration{
 		{status.Name, &status.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Recorder: rec}},
 		{adapter.Name, &adapter.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec}},
-		{admission.Name, &admission.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: rec, Provisioning: opts.Provisioning}},
+		{admission.Name, admission.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec, admission.Options{Provisioning: opts.Provisioning, Resync: opts.AdmissionResync})},
 		{protect.Name, &protect.Reconciler{Client: mgr.GetClient()}},
 		{disruption.Name, &disruption.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: rec, Karpenter: karpenter}},
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
@@ -36,6 +37,7 @@ type controllerFlags struct {
 	gangProvisioning   bool
 	seatImage          string
 	consolidationGuard string
+	admissionResync    time.Duration
 }
 
 func newControllerCommand() *cobra.Command {
@@ -70,6 +72,7 @@ Events current, and by default issues and rotates its own webhook certificate.`,
 	fl.StringSliceVar(&f.adapters, "adapters", []string{"coscheduling", "volcano", "kueue"}, "foreign gang sources treated as berth gangs: coscheduling, volcano, kai, kueue (none: empty)")
 	fl.BoolVar(&f.gangProvisioning, "gang-provisioning", true, "get capacity for gangs that do not fit from Karpenter in one batch (seat pods); off when Karpenter is not installed")
 	fl.StringVar(&f.consolidationGuard, "consolidation-guard", string(guard.ModeEnforce), "what the consolidation guard does with GPU NodePools that let Karpenter consolidate underutilized nodes, unless the NodePool's scheduling.berth.dev/consolidation-guard annotation says otherwise: enforce (add a budget blocking Underutilized), when-empty (switch to WhenEmpty), audit (report only), off")
+	fl.DurationVar(&f.admissionResync, "admission-resync", admission.DefaultResync, "longest gang admission waits for an event before it looks again (a safety net; deadlines are kept exactly)")
 	fl.StringVar(&f.seatImage, "seat-image", admission.DefaultSeatImage, "container image of seat pods (any image that starts and sleeps; mirror it for air-gapped clusters)")
 	return cmd
 }
@@ -132,6 +135,7 @@ func runController(cmd *cobra.Command, f controllerFlags) error {
 		Options: controllers.Options{
 			Provisioning:       admission.ProvisioningOptions{Enabled: f.gangProvisioning, SeatImage: f.seatImage},
 			ConsolidationGuard: guard,
+			AdmissionResync:    f.admissionResync,
 		},
 		MetricsAddress:          f.metricsAddress,
 		HealthProbeAddress:      f.healthProbeAddress,

@@ -108,7 +108,7 @@ func TestForgetCaughtUp(t *testing.T) {
 
 func TestTimeouts(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	r := &Reconciler{Clock: clk}
+	r := New(nil, nil, clk, nil, Options{})
 	mk := func(age time.Duration, timeout *int32) *berthv1alpha1.PodGroup {
 		g := builders.PodGroup("g", "ml").Obj()
 		g.CreationTimestamp = metav1.NewTime(clk.Now().Add(-age))

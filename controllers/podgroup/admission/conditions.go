@@ -30,9 +30,9 @@ func (r *Reconciler) setScheduled(ctx context.Context, g *berthv1alpha1.PodGroup
 	}
 	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
 		Type: berthv1alpha1.ConditionScheduled, Status: status, Reason: reason, Message: msg,
-		ObservedGeneration: g.Generation, LastTransitionTime: metav1.NewTime(r.Clock.Now()),
+		ObservedGeneration: g.Generation, LastTransitionTime: metav1.NewTime(r.clock.Now()),
 	})
-	if err := r.Client.Status().Update(ctx, updated); err != nil {
+	if err := r.client.Status().Update(ctx, updated); err != nil {
 		if apierrors.IsConflict(err) {
 			return nil // the next cycle writes it again
 		}
@@ -40,7 +40,7 @@ func (r *Reconciler) setScheduled(ctx context.Context, g *berthv1alpha1.PodGroup
 	}
 	*g = *updated
 	if reason != berthv1alpha1.ReasonWaitingForMembers {
-		r.Recorder.Warning(updated, events.ReasonGangUnschedulable, msg)
+		r.recorder.Warning(updated, events.ReasonGangUnschedulable, msg)
 	}
 	return nil
 }
@@ -51,13 +51,13 @@ func (r *Reconciler) fail(ctx context.Context, g *berthv1alpha1.PodGroup, msg st
 	updated.Status.Phase = berthv1alpha1.PodGroupFailed
 	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
 		Type: berthv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: berthv1alpha1.ReasonScheduleTimeout,
-		Message: msg, ObservedGeneration: g.Generation, LastTransitionTime: metav1.NewTime(r.Clock.Now()),
+		Message: msg, ObservedGeneration: g.Generation, LastTransitionTime: metav1.NewTime(r.clock.Now()),
 	})
-	if err := r.Client.Status().Update(ctx, updated); err != nil {
+	if err := r.client.Status().Update(ctx, updated); err != nil {
 		return fmt.Errorf("failing timed-out gang: %w", err)
 	}
 	placements.WithLabelValues("timeout").Inc()
-	r.Recorder.Warning(updated, events.ReasonGangTimedOut, msg)
+	r.recorder.Warning(updated, events.ReasonGangTimedOut, msg)
 	return nil
 }
 
@@ -91,19 +91,19 @@ func (r *Reconciler) tendGPUHealth(ctx context.Context, snap *scheduling.Snapsho
 		return nil
 	}
 	var fresh berthv1alpha1.PodGroup
-	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(g), &fresh); err != nil {
+	if err := r.client.Get(ctx, client.ObjectKeyFromObject(g), &fresh); err != nil {
 		return fmt.Errorf("reading PodGroup: %w", err)
 	}
-	want.LastTransitionTime = metav1.NewTime(r.Clock.Now())
+	want.LastTransitionTime = metav1.NewTime(r.clock.Now())
 	meta.SetStatusCondition(&fresh.Status.Conditions, want)
-	if err := r.Client.Status().Update(ctx, &fresh); err != nil {
+	if err := r.client.Status().Update(ctx, &fresh); err != nil {
 		if apierrors.IsConflict(err) {
 			return nil // next cycle
 		}
 		return fmt.Errorf("updating GPUHealthy condition: %w", err)
 	}
 	if len(sick) > 0 {
-		r.Recorder.Warning(&fresh, events.ReasonGangNodeUnhealthy, want.Message)
+		r.recorder.Warning(&fresh, events.ReasonGangNodeUnhealthy, want.Message)
 	}
 	return nil
 }
@@ -114,7 +114,7 @@ func (r *Reconciler) timedOut(g *berthv1alpha1.PodGroup) (time.Duration, bool) {
 	if t == 0 {
 		return 0, false
 	}
-	return t, r.Clock.Since(g.CreationTimestamp.Time) >= t
+	return t, r.clock.Since(g.CreationTimestamp.Time) >= t
 }
 
 func (r *Reconciler) untilTimeout(g *berthv1alpha1.PodGroup) time.Duration {
@@ -122,7 +122,7 @@ func (r *Reconciler) untilTimeout(g *berthv1alpha1.PodGroup) time.Duration {
 	if t == 0 {
 		return 0
 	}
-	return max(time.Second, t-r.Clock.Since(g.CreationTimestamp.Time))
+	return max(time.Second, t-r.clock.Since(g.CreationTimestamp.Time))
 }
 
 func timeoutOf(g *berthv1alpha1.PodGroup) time.Duration {

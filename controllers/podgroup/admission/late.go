@@ -38,29 +38,27 @@ func (r *Reconciler) admitLate(ctx context.Context, snap *scheduling.Snapshot, g
 		res := scheduling.Place(snap, scheduling.Gang{Members: []*corev1.Pod{candidate}})
 		if !res.Fits() {
 			placements.WithLabelValues("no_fit").Inc()
-			r.Recorder.Warning(g, events.ReasonLateMemberWaiting, fmt.Sprintf("member %s, created after admission, does not fit yet: %s", p.Name, res.Reason))
+			r.recorder.Warning(g, events.ReasonLateMemberWaiting, fmt.Sprintf("member %s, created after admission, does not fit yet: %s", p.Name, res.Reason))
 			continue
 		}
 		if err := snap.Assume([]*corev1.Pod{candidate}, res); err != nil {
 			return err
 		}
 		var cur berthv1alpha1.PodGroup
-		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(g), &cur); err != nil {
+		if err := r.client.Get(ctx, client.ObjectKeyFromObject(g), &cur); err != nil {
 			return fmt.Errorf("reading PodGroup: %w", err)
 		}
 		node := res.Assignments[0].Node
 		cur.Status.Assignments = append(assignmentsWithout(cur.Status.Assignments, p.Name), berthv1alpha1.MemberAssignment{Pod: p.Name, Node: node})
-		if err := r.Client.Status().Update(ctx, &cur); err != nil {
+		if err := r.client.Status().Update(ctx, &cur); err != nil {
 			return fmt.Errorf("recording late member %s: %w", p.Name, err)
 		}
-		r.mu.Lock()
-		r.assumed[string(g.UID)] = cur.Status.Assignments
-		r.mu.Unlock()
+		r.assume(g, cur.Status.Assignments)
 		placements.WithLabelValues("admitted").Inc()
 		if err := r.release(ctx, g, []*corev1.Pod{p}, map[string]string{p.Name: node}, nil); err != nil {
 			return err
 		}
-		r.Recorder.Normal(g, events.ReasonLateMemberAdmitted, fmt.Sprintf("member %s, created after admission, released onto %s", p.Name, node))
+		r.recorder.Normal(g, events.ReasonLateMemberAdmitted, fmt.Sprintf("member %s, created after admission, released onto %s", p.Name, node))
 	}
 	return nil
 }

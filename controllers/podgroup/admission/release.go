@@ -3,7 +3,10 @@ package admission
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -79,7 +82,7 @@ func (r *Reconciler) pin(ctx context.Context, p *corev1.Pod, node, barrier strin
 		return p, nil
 	}
 	out := withPin(p, node, barrier)
-	if err := r.Client.Patch(ctx, out, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.client.Patch(ctx, out, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
 		return nil, fmt.Errorf("pinning member %s to %s: %w", p.Name, node, err)
 	}
 	return out, nil
@@ -95,7 +98,7 @@ func (r *Reconciler) ungate(ctx context.Context, p *corev1.Pod) error {
 		{"op": "test", "path": fmt.Sprintf("/spec/schedulingGates/%d/name", i), "value": berthv1alpha1.SchedulingGate},
 		{"op": "remove", "path": fmt.Sprintf("/spec/schedulingGates/%d", i)},
 	})
-	if err := r.Client.Patch(ctx, p, client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.client.Patch(ctx, p, client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing the gate of member %s: %w", p.Name, err)
 	}
 	return nil
@@ -140,25 +143,7 @@ func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, mem
 	for _, m := range gated {
 		nodes[nodeOf[m.Name]] = true
 	}
-	var errs []error
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := r.setNodeLabel(ctx, n, barrier, true); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		return errs[0]
-	}
-	return nil
+	return parallel(slices.Sorted(maps.Keys(nodes)), func(_ int, n string) error { return r.setNodeLabel(ctx, n, barrier, true) })
 }
 
 // setNodeLabel adds (value "true") or removes a label on a node with a merge patch.
@@ -170,28 +155,23 @@ func (r *Reconciler) setNodeLabel(ctx context.Context, node, key string, present
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: value}}})
 	n := &corev1.Node{}
 	n.Name = node
-	if err := r.Client.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.client.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("setting label %s on node %s: %w", key, node, err)
 	}
 	return nil
 }
 
-// parallel runs f for every pod at once and returns the first error.
-func parallel(pods []*corev1.Pod, f func(int, *corev1.Pod) error) error {
+// parallel runs f for every item at once and returns every error, joined.
+func parallel[T any](items []T, f func(int, T) error) error {
 	var wg sync.WaitGroup
-	errs := make([]error, len(pods))
-	for i, p := range pods {
+	errs := make([]error, len(items))
+	for i, it := range items {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = f(i, p)
+			errs[i] = f(i, it)
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return errors.Join(errs...)
 }

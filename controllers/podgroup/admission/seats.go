@@ -8,65 +8,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log"
-	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/scheduling"
 )
-
-// Whole-gang provisioning with seat pods.
-//
-// When a gang does not fit existing nodes, admission creates one seat pod for every member
-// that has no place: a pause container with the member's requests, node selection and
-// tolerations, the lowest priority (PriorityClass berth-seat), karpenter.sh/do-not-disrupt,
-// and, for gangs with a topology key, required pod affinity among the gang's seats. The seats
-// are created together, so Karpenter's provisioner sees the whole shortfall in one batch and
-// launches every NodeClaim for it. Admission discounts a gang's own seats when it places that
-// gang: once every seat is on a Ready node, the gang fits, is admitted onto those nodes, and
-// its seats are deleted after the members' gates are gone and before the release barrier is
-// lifted, so kube-scheduler binds the members into the capacity the seats held.
-
-// DefaultSeatImage is the container image of seat pods; it only has to start and sleep.
-const DefaultSeatImage = "registry.k8s.io/pause:3.10"
-
-// Retry backoff after a failed provisioning attempt: base doubling per attempt, capped.
-const (
-	provisioningBackoffBase = 30 * time.Second
-	provisioningBackoffMax  = 10 * time.Minute
-)
-
-// ProvisioningOptions configure whole-gang provisioning. The zero value turns it off.
-type ProvisioningOptions struct {
-	// Enabled creates seat pods for gangs that do not fit existing nodes.
-	Enabled bool
-	// SeatImage is the seat container's image; DefaultSeatImage when empty.
-	SeatImage string
-}
-
-// provisioningTimeoutOf is the gang's bound on one capacity request.
-func provisioningTimeoutOf(g *berthv1alpha1.PodGroup) time.Duration {
-	s := berthv1alpha1.DefaultProvisioningTimeoutSeconds
-	if g.Spec.ProvisioningTimeoutSeconds != nil {
-		s = *g.Spec.ProvisioningTimeoutSeconds
-	}
-	return time.Duration(s) * time.Second
-}
-
-// provisioningBackoff is the wait before attempt+1 after attempt failed.
-func provisioningBackoff(attempt int32) time.Duration {
-	d := provisioningBackoffBase
-	for i := int32(1); i < attempt && d < provisioningBackoffMax; i++ {
-		d *= 2
-	}
-	return min(d, provisioningBackoffMax)
-}
 
 // seatsByGroup indexes seat pods by the UID of the PodGroup they hold capacity for, sorted by
 // name, leaving out seats being deleted.
@@ -83,89 +30,6 @@ func seatsByGroup(pods []*corev1.Pod) map[types.UID][]*corev1.Pod {
 		sort.Slice(ss, func(i, j int) bool { return ss[i].Name < ss[j].Name })
 	}
 	return out
-}
-
-// provision asks Karpenter for the capacity a gang that does not fit is missing, keeps that
-// request whole while it runs, and withdraws it when it takes longer than the gang's
-// provisioning timeout. snap counts the gang's own seats like any pod, so the shortfall is what
-// the gang lacks without them and does not shrink as they bind; booting is the same snapshot
-// with nodes that are coming up counted as available, so capacity already on its way is not
-// asked for again. It returns how soon it wants another look.
-func (r *Reconciler) provision(ctx context.Context, snap, booting *scheduling.Snapshot, g *berthv1alpha1.PodGroup, gang scheduling.Gang, seats []*corev1.Pod, placeReason string) (time.Duration, error) {
-	now := r.Clock.Now()
-	p := g.Status.Provisioning
-	switch {
-	case p.Active():
-		timeout := provisioningTimeoutOf(g)
-		if elapsed := now.Sub(p.StartedAt.Time); elapsed >= timeout {
-			return r.withdraw(ctx, g, seats, p, timeout, placeReason)
-		}
-		// While the attempt runs, its own seats' nodes boot: judge on the snapshot where booting
-		// nodes are unavailable, or the seats would be counted twice.
-		sf, ok := scheduling.ComputeShortfall(snap, gang)
-		if !ok {
-			return 0, nil
-		}
-		if err := r.reserve(ctx, g, snap, sf.Nodes); err != nil {
-			return 0, err
-		}
-		want := min(int(p.Seats), len(sf.Missing))
-		if err := r.ensureSeats(ctx, g, p.Attempt, sf, want, seats); err != nil {
-			return 0, err
-		}
-		onReady := 0
-		for _, s := range seats {
-			if s.Spec.NodeName != "" {
-				if n, ok := snap.Node(s.Spec.NodeName); ok && n.Unavailable == "" {
-					onReady++
-				}
-			}
-		}
-		msg := fmt.Sprintf("attempt %d: %d of %d seats on Ready nodes (%s); waiting up to %s", p.Attempt, onReady, want, placeReason, timeout)
-		if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, nil); err != nil {
-			return 0, err
-		}
-		return max(time.Second, timeout-now.Sub(p.StartedAt.Time)), nil
-	case p != nil && p.RetryAt != nil && now.Before(p.RetryAt.Time):
-		if len(seats) > 0 { // left over from a withdrawal that was interrupted
-			if err := r.deleteSeats(ctx, seats); err != nil {
-				return 0, err
-			}
-		}
-		return p.RetryAt.Sub(now), nil
-	}
-	sf, ok := scheduling.ComputeShortfall(booting, gang)
-	if !ok {
-		return 0, nil
-	}
-	if len(sf.Missing) == 0 {
-		return 5 * time.Second, nil // capacity for every member is booting; look again soon
-	}
-	if err := r.reserve(ctx, g, snap, sf.Nodes); err != nil {
-		return 0, err
-	}
-	var attempt int32 = 1
-	if p != nil {
-		attempt = p.Attempt + 1
-	}
-	start := metav1.NewTime(now)
-	next := &berthv1alpha1.ProvisioningStatus{Attempt: attempt, Seats: int32(len(sf.Missing)), StartedAt: &start}
-	if p != nil {
-		next.LastFailure = p.LastFailure
-	}
-	// Record the request before making it: a restart then finishes it instead of starting
-	// another one, and the seat names it implies are known.
-	msg := fmt.Sprintf("attempt %d: requested capacity for %d member(s) with no place (%s)", attempt, len(sf.Missing), placeReason)
-	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, next); err != nil {
-		return 0, err
-	}
-	provisioningAttempts.WithLabelValues("started").Inc()
-	if err := r.ensureSeats(ctx, g, attempt, sf, len(sf.Missing), seats); err != nil {
-		return 0, err
-	}
-	r.Recorder.Normal(g, events.ReasonCapacityRequested, msg)
-	log.FromContext(ctx).Info("requested capacity for gang", "podgroup", client.ObjectKeyFromObject(g), "seats", len(sf.Missing), "attempt", attempt)
-	return provisioningTimeoutOf(g), nil
 }
 
 // ensureSeats makes the attempt's seat set exactly seats 0..want-1: missing ones are created
@@ -187,7 +51,7 @@ func (r *Reconciler) ensureSeats(ctx context.Context, g *berthv1alpha1.PodGroup,
 	if err := r.deleteSeats(ctx, extra); err != nil {
 		return err
 	}
-	image := r.Provisioning.SeatImage
+	image := r.opts.Provisioning.SeatImage
 	if image == "" {
 		image = DefaultSeatImage
 	}
@@ -199,14 +63,14 @@ func (r *Reconciler) ensureSeats(ctx context.Context, g *berthv1alpha1.PodGroup,
 	}
 	if faultArmed("mid-seats") && len(create) > 1 {
 		for _, s := range create[:len(create)/2] {
-			if err := r.Client.Create(ctx, s); err != nil {
+			if err := r.client.Create(ctx, s); err != nil {
 				return fmt.Errorf("creating seat %s: %w", s.Name, err)
 			}
 		}
 		faultPoint("mid-seats")
 	}
 	return parallel(create, func(_ int, s *corev1.Pod) error {
-		if err := r.Client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
+		if err := r.client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating seat %s: %w", s.Name, err)
 		}
 		seatsCreated.Inc()
@@ -218,168 +82,22 @@ func (r *Reconciler) ensureSeats(ctx context.Context, g *berthv1alpha1.PodGroup,
 // for).
 func (r *Reconciler) deleteSeats(ctx context.Context, seats []*corev1.Pod) error {
 	return parallel(seats, func(_ int, s *corev1.Pod) error {
-		if err := r.Client.Delete(ctx, s, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+		if err := r.client.Delete(ctx, s, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("deleting seat %s: %w", s.Name, err)
 		}
 		return nil
 	})
 }
 
-// withdraw ends a provisioning attempt that ran out of time: every seat goes (the nodes that
-// came up stay empty and Karpenter reclaims them), the gang returns to Pending with the reason,
-// and the next attempt waits for the backoff.
-func (r *Reconciler) withdraw(ctx context.Context, g *berthv1alpha1.PodGroup, seats []*corev1.Pod, p *berthv1alpha1.ProvisioningStatus, timeout time.Duration, placeReason string) (time.Duration, error) {
-	why := r.seatTrouble(ctx, seats, placeReason)
-	if err := r.deleteSeats(ctx, seats); err != nil {
-		return 0, err
-	}
-	now := metav1.NewTime(r.Clock.Now())
-	backoff := provisioningBackoff(p.Attempt)
-	retry := metav1.NewTime(now.Add(backoff))
-	next := p.DeepCopy()
-	next.FinishedAt, next.RetryAt = &now, &retry
-	next.LastFailure = truncate(fmt.Sprintf("capacity for %d member(s) was not Ready within %s: %s", p.Seats, timeout, why), 1024)
-	msg := fmt.Sprintf("attempt %d failed: %s; seats withdrawn, retrying in %s", p.Attempt, next.LastFailure, backoff)
-	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioningFailed, msg, next); err != nil {
-		return 0, err
-	}
-	provisioningAttempts.WithLabelValues("timeout").Inc()
-	r.Recorder.Warning(g, events.ReasonCapacityNotProvisioned, msg)
-	return backoff, nil
-}
-
-// seatTrouble explains why seats are not on Ready nodes: Karpenter's latest word on an
-// unbound seat (NodePool limits, no instance type fits…), or kube-scheduler's.
-func (r *Reconciler) seatTrouble(ctx context.Context, seats []*corev1.Pod, placeReason string) string {
-	unbound := 0
-	var first *corev1.Pod
-	for _, s := range seats {
-		if s.Spec.NodeName == "" {
-			unbound++
-			if first == nil {
-				first = s
-			}
-		}
-	}
-	if first == nil {
-		return fmt.Sprintf("all %d seats are on nodes, but the gang still does not fit them (%s)", len(seats), placeReason)
-	}
-	detail := ""
-	var evs corev1.EventList
-	sel := fields.SelectorFromSet(fields.Set{"involvedObject.uid": string(first.UID)})
-	if err := r.APIReader.List(ctx, &evs, client.InNamespace(first.Namespace), client.MatchingFieldsSelector{Selector: sel}); err == nil {
-		var latest *corev1.Event
-		for i := range evs.Items {
-			e := &evs.Items[i]
-			if e.Type != corev1.EventTypeWarning {
-				continue
-			}
-			if latest == nil || eventTime(e).After(eventTime(latest)) || (e.Source.Component == "karpenter" && latest.Source.Component != "karpenter") {
-				latest = e
-			}
-		}
-		if latest != nil {
-			detail = latest.Message
-		}
-	}
-	if detail == "" {
-		if c := podCondition(first, corev1.PodScheduled); c != nil {
-			detail = c.Message
-		}
-	}
-	if detail == "" {
-		detail = "no reason reported"
-	}
-	return fmt.Sprintf("%d of %d seats got no node; %s: %s", unbound, len(seats), first.Name, detail)
-}
-
-func eventTime(e *corev1.Event) time.Time {
-	if !e.LastTimestamp.IsZero() {
-		return e.LastTimestamp.Time
-	}
-	if !e.EventTime.IsZero() {
-		return e.EventTime.Time
-	}
-	return e.CreationTimestamp.Time
-}
-
-func podCondition(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == t {
-			return &p.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-3] + "..."
-}
-
-// setProvisioned writes the CapacityProvisioned condition (and, when next is not nil, the
-// provisioning status and the matching phase) on a fresh copy of the PodGroup.
-func (r *Reconciler) setProvisioned(ctx context.Context, g *berthv1alpha1.PodGroup, status metav1.ConditionStatus, reason, msg string, next *berthv1alpha1.ProvisioningStatus) error {
-	cur := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
-	if next == nil && cur != nil && cur.Status == status && cur.Reason == reason && cur.Message == msg {
-		return nil
-	}
-	updated := g.DeepCopy()
-	if next != nil {
-		updated.Status.Provisioning = next
-		switch {
-		case next.Active():
-			updated.Status.Phase = berthv1alpha1.PodGroupProvisioning
-		case updated.Status.Phase == berthv1alpha1.PodGroupProvisioning || updated.Status.Phase == "":
-			updated.Status.Phase = berthv1alpha1.PodGroupPending
-		}
-	}
-	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
-		Type: berthv1alpha1.ConditionCapacityProvisioned, Status: status, Reason: reason, Message: msg,
-		ObservedGeneration: g.Generation, LastTransitionTime: metav1.NewTime(r.Clock.Now()),
-	})
-	if err := r.Client.Status().Update(ctx, updated); err != nil {
-		if apierrors.IsConflict(err) && next == nil {
-			return nil // the next cycle writes it again
-		}
-		return fmt.Errorf("updating CapacityProvisioned condition: %w", err)
-	}
-	*g = *updated
-	return nil
-}
-
-// finishProvisioning marks an attempt that ended with the gang admitted as a success, in the
-// status about to be written at admission.
-func finishProvisioning(st *berthv1alpha1.PodGroupStatus, g *berthv1alpha1.PodGroup, now metav1.Time, nodeClaims []string) {
-	p := st.Provisioning
-	if !p.Active() {
-		return
-	}
-	p = p.DeepCopy()
-	p.FinishedAt = &now
-	provisioningAttempts.WithLabelValues("provisioned").Inc()
-	provisioningDuration.Observe(now.Sub(p.StartedAt.Time).Seconds())
-	p.RetryAt = nil
-	st.Provisioning = p
-	st.NodeClaims = nodeClaims
-	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-		Type: berthv1alpha1.ConditionCapacityProvisioned, Status: metav1.ConditionTrue, Reason: berthv1alpha1.ReasonProvisioned,
-		Message:            fmt.Sprintf("capacity for %d member(s) Ready after %s (attempt %d)", p.Seats, now.Sub(p.StartedAt.Time).Round(time.Second), p.Attempt),
-		ObservedGeneration: g.Generation, LastTransitionTime: now,
-	})
-}
-
 // sweepSeats deletes seats whose gang no longer needs them: the PodGroup is gone (the garbage
 // collector would get there too, but later), finished, or admitted.
-func (r *Reconciler) sweepSeats(ctx context.Context, gs []*berthv1alpha1.PodGroup, seats map[types.UID][]*corev1.Pod) error {
+func (r *Reconciler) sweepSeats(ctx context.Context, cy *cycle) error {
 	live := map[types.UID]*berthv1alpha1.PodGroup{}
-	for _, g := range gs {
+	for _, g := range cy.groups {
 		live[g.UID] = g
 	}
 	var stale []*corev1.Pod
-	for uid, ss := range seats {
+	for uid, ss := range cy.seats {
 		g, ok := live[uid]
 		if ok && g.Status.Phase != berthv1alpha1.PodGroupFailed && g.Status.Phase != berthv1alpha1.PodGroupSucceeded &&
 			g.Status.Phase != berthv1alpha1.PodGroupRunning {
@@ -400,11 +118,11 @@ func (r *Reconciler) giveWay(ctx context.Context, seats []*corev1.Pod) error {
 	if err := r.deleteSeats(ctx, seats); err != nil {
 		return err
 	}
-	deadline := r.Clock.Now().Add(2 * time.Second)
+	deadline := r.clock.Now().Add(2 * time.Second)
 	for _, s := range seats {
-		for r.Clock.Now().Before(deadline) {
+		for r.clock.Now().Before(deadline) {
 			var p corev1.Pod
-			err := r.Client.Get(ctx, client.ObjectKeyFromObject(s), &p)
+			err := r.client.Get(ctx, client.ObjectKeyFromObject(s), &p)
 			if apierrors.IsNotFound(err) || (err == nil && p.UID != s.UID) {
 				break
 			}
@@ -412,64 +130,4 @@ func (r *Reconciler) giveWay(ctx context.Context, seats []*corev1.Pod) error {
 		}
 	}
 	return nil
-}
-
-// nodeClaimsOf names the Karpenter NodeClaims behind nodes, matched on the provider ID (which
-// a NodeClaim reports from launch on, long before its status.nodeName); empty when Karpenter's
-// API is not there or cannot be read (the names are informative only).
-func (r *Reconciler) nodeClaimsOf(ctx context.Context, snap *scheduling.Snapshot, nodes []string) []string {
-	var list karpv1.NodeClaimList
-	if err := r.APIReader.List(ctx, &list); err != nil {
-		log.FromContext(ctx).V(1).Info("cannot list NodeClaims", "error", err)
-		return nil
-	}
-	byProvider := map[string]bool{}
-	byName := map[string]bool{}
-	for _, n := range nodes {
-		byName[n] = true
-		if ns, ok := snap.Node(n); ok && ns.Node.Spec.ProviderID != "" {
-			byProvider[ns.Node.Spec.ProviderID] = true
-		}
-	}
-	var out []string
-	for _, nc := range list.Items {
-		if byProvider[nc.Status.ProviderID] || byName[nc.Status.NodeName] {
-			out = append(out, nc.Name)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// reserveKey is the node label of one gang's reservation.
-func reserveKey(g *berthv1alpha1.PodGroup) string {
-	return berthv1alpha1.ReservationLabelPrefix + string(g.UID)
-}
-
-// reserve labels the nodes the gang's placeable members would use, before any seat exists.
-func (r *Reconciler) reserve(ctx context.Context, g *berthv1alpha1.PodGroup, snap *scheduling.Snapshot, nodes []string) error {
-	key := reserveKey(g)
-	for _, n := range nodes {
-		if ns, ok := snap.Node(n); ok {
-			if _, has := ns.Node.Labels[key]; has {
-				continue
-			}
-		}
-		if err := r.setNodeLabel(ctx, n, key, true); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// sweepReservations removes reservation labels of gangs that are not provisioning (admitted,
-// withdrawn, failed, finished or deleted).
-func (r *Reconciler) sweepReservations(ctx context.Context, nodes []*corev1.Node, gs []*berthv1alpha1.PodGroup) error {
-	live := map[string]bool{}
-	for _, g := range gs {
-		if g.Status.Provisioning.Active() && g.Status.Phase == berthv1alpha1.PodGroupProvisioning {
-			live[reserveKey(g)] = true
-		}
-	}
-	return r.sweepNodeLabels(ctx, nodes, berthv1alpha1.ReservationLabelPrefix, live)
 }

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"k8s.io/utils/clock"
 	"strings"
 	"testing"
 	"time"
@@ -246,8 +247,9 @@ func TestSweepReservations(t *testing.T) {
 	node.Labels[berthv1alpha1.ReservationLabelPrefix+"uid-adm"] = "true"
 	node.Labels[berthv1alpha1.ReservationLabelPrefix+"uid-gone"] = "true"
 	c := fake.NewClientBuilder().WithObjects(node).Build()
-	r := &Reconciler{Client: c}
-	if err := r.sweepReservations(context.Background(), []*corev1.Node{node}, []*berthv1alpha1.PodGroup{provisioning, admitted}); err != nil {
+	r := New(c, c, clock.RealClock{}, nil, Options{})
+	cy := &cycle{nodes: []*corev1.Node{node}, groups: []*berthv1alpha1.PodGroup{provisioning, admitted}}
+	if err := r.sweepReservations(context.Background(), cy); err != nil {
 		t.Fatal(err)
 	}
 	var got corev1.Node

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,20 +22,17 @@ func (r *Reconciler) tendBarrier(ctx context.Context, snap *scheduling.Snapshot,
 			waiting[node] = true
 		}
 	}
+	var errs []error
 	for _, n := range snap.Nodes() {
 		_, has := n.Node.Labels[key]
 		switch {
 		case waiting[n.Name()] && !has:
-			if err := r.setNodeLabel(ctx, n.Name(), key, true); err != nil {
-				return err
-			}
+			errs = append(errs, r.setNodeLabel(ctx, n.Name(), key, true))
 		case !waiting[n.Name()] && has && !r.gatedAssigned(members, nodeOf, n.Name()):
-			if err := r.setNodeLabel(ctx, n.Name(), key, false); err != nil {
-				return err
-			}
+			errs = append(errs, r.setNodeLabel(ctx, n.Name(), key, false))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // gatedAssigned reports whether a still-gated member is assigned to node (its release is in
@@ -49,24 +47,56 @@ func (r *Reconciler) gatedAssigned(members []*corev1.Pod, nodeOf map[string]stri
 }
 
 // sweepBarriers removes release barriers of PodGroups that no longer exist.
-func (r *Reconciler) sweepBarriers(ctx context.Context, nodes []*corev1.Node, gs []*berthv1alpha1.PodGroup) error {
+func (r *Reconciler) sweepBarriers(ctx context.Context, cy *cycle) error {
 	live := map[string]bool{}
-	for _, g := range gs {
+	for _, g := range cy.groups {
 		live[barrierKey(g)] = true
 	}
-	return r.sweepNodeLabels(ctx, nodes, berthv1alpha1.BarrierLabelPrefix, live)
+	return r.sweepNodeLabels(ctx, cy.nodes, berthv1alpha1.BarrierLabelPrefix, live)
 }
 
 // sweepNodeLabels removes from every node the labels starting with prefix that are not live.
 func (r *Reconciler) sweepNodeLabels(ctx context.Context, nodes []*corev1.Node, prefix string, live map[string]bool) error {
+	var errs []error
 	for _, n := range nodes {
 		for k := range n.Labels {
 			if strings.HasPrefix(k, prefix) && !live[k] {
-				if err := r.setNodeLabel(ctx, n.Name, k, false); err != nil {
-					return err
-				}
+				errs = append(errs, r.setNodeLabel(ctx, n.Name, k, false))
 			}
 		}
 	}
+	return errors.Join(errs...)
+}
+
+// reserveKey is the node label of one gang's reservation.
+func reserveKey(g *berthv1alpha1.PodGroup) string {
+	return berthv1alpha1.ReservationLabelPrefix + string(g.UID)
+}
+
+// reserve labels the nodes the gang's placeable members would use, before any seat exists.
+func (r *Reconciler) reserve(ctx context.Context, g *berthv1alpha1.PodGroup, snap *scheduling.Snapshot, nodes []string) error {
+	key := reserveKey(g)
+	for _, n := range nodes {
+		if ns, ok := snap.Node(n); ok {
+			if _, has := ns.Node.Labels[key]; has {
+				continue
+			}
+		}
+		if err := r.setNodeLabel(ctx, n, key, true); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// sweepReservations removes reservation labels of gangs that are not provisioning (admitted,
+// withdrawn, failed, finished or deleted).
+func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
+	live := map[string]bool{}
+	for _, g := range cy.groups {
+		if g.Status.Provisioning.Active() && g.Status.Phase == berthv1alpha1.PodGroupProvisioning {
+			live[reserveKey(g)] = true
+		}
+	}
+	return r.sweepNodeLabels(ctx, cy.nodes, berthv1alpha1.ReservationLabelPrefix, live)
 }

@@ -1,0 +1,183 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers/podgroup/gate"
+	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/scheduling"
+)
+
+// cycle is one admission cycle's view of the cluster, built once from the informer cache at
+// the start of Reconcile and passed to every step. Nothing in it outlives the cycle.
+type cycle struct {
+	// now is when the cycle started.
+	now time.Time
+	// groups are every PodGroup, oldest first (the order gangs are admitted in).
+	groups []*berthv1alpha1.PodGroup
+	// nodes are every node.
+	nodes []*corev1.Node
+	// snap is the placement snapshot: nodes with what counts against them (bound pods, and
+	// members promised a node but not bound yet). Admissions in this cycle are assumed into it.
+	snap *scheduling.Snapshot
+	// members are the gangs' member pods by namespace/name, sorted by name.
+	members map[string][]*corev1.Pod
+	// seats are the seat pods by the UID of the gang they hold capacity for.
+	seats map[types.UID][]*corev1.Pod
+
+	// What the booting snapshot is built from, on first use.
+	onNodes     []scheduling.PodOnNode
+	unavailable map[string]string
+	booting     *scheduling.Snapshot
+}
+
+// gangView is one gang as a cycle sees it.
+type gangView struct {
+	group   *berthv1alpha1.PodGroup
+	members []*corev1.Pod
+	seats   []*corev1.Pod
+}
+
+// newCycle lists PodGroups, pods and nodes from the cache and builds the cycle's view.
+func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
+	var groups berthv1alpha1.PodGroupList
+	if err := r.client.List(ctx, &groups); err != nil {
+		return nil, fmt.Errorf("listing PodGroups: %w", err)
+	}
+	var podList corev1.PodList
+	if err := r.client.List(ctx, &podList); err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	var nodeList corev1.NodeList
+	if err := r.client.List(ctx, &nodeList); err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	pods := ptrs(podList.Items)
+	cy := &cycle{now: r.clock.Now(), groups: ptrs(groups.Items), nodes: ptrs(nodeList.Items)}
+	sort.Slice(cy.groups, func(i, j int) bool { return older(cy.groups[i], cy.groups[j]) })
+	r.mu.Lock()
+	r.forgetCaughtUp(cy.groups)
+	cy.onNodes = podsOnNodes(pods, cy.groups, r.assumed)
+	r.mu.Unlock()
+	cy.unavailable = unavailableNodes(cy.nodes)
+	cy.snap = scheduling.NewSnapshot(cy.nodes, cy.onNodes, cy.unavailable)
+	cy.members = membersByGroup(pods)
+	cy.seats = seatsByGroup(pods)
+	return cy, nil
+}
+
+// gang is the cycle's view of one PodGroup.
+func (cy *cycle) gang(g *berthv1alpha1.PodGroup) gangView {
+	return gangView{group: g, members: cy.members[g.Namespace+"/"+g.Name], seats: cy.seats[g.UID]}
+}
+
+// bootingSnapshot is the snapshot in which nodes that are coming up count as available: what
+// capacity a gang lacks is judged counting capacity already on its way. Built on first use, at
+// most once per cycle.
+func (cy *cycle) bootingSnapshot() *scheduling.Snapshot {
+	if cy.booting == nil {
+		cy.booting = scheduling.NewSnapshot(cy.nodes, cy.onNodes, withoutBooting(cy.unavailable, cy.nodes, cy.now))
+	}
+	return cy.booting
+}
+
+// forgetCaughtUp drops assumed assignments once the cache shows them (or the group is gone).
+// The caller holds r.mu.
+func (r *Reconciler) forgetCaughtUp(gs []*berthv1alpha1.PodGroup) {
+	live := map[string]*berthv1alpha1.PodGroup{}
+	for _, g := range gs {
+		live[string(g.UID)] = g
+	}
+	for uid, as := range r.assumed {
+		g, ok := live[uid]
+		if !ok || len(g.Status.Assignments) >= len(as) {
+			delete(r.assumed, uid)
+		}
+	}
+}
+
+// reportOrphans tells, once per pod, gated members whose PodGroup does not exist that they
+// wait for one: without it they would stay gated with no explanation.
+func (r *Reconciler) reportOrphans(cy *cycle) {
+	exists := map[string]bool{}
+	for _, g := range cy.groups {
+		exists[g.Namespace+"/"+g.Name] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key, ms := range cy.members {
+		if exists[key] {
+			continue
+		}
+		for _, m := range gatedOnly(ms) {
+			if r.orphansSeen[m.UID] || isAdapted(m) {
+				continue // adapted gangs get their PodGroup from the adapter, which reports itself
+			}
+			r.orphansSeen[m.UID] = true
+			r.recorder.Warning(m, events.ReasonPodGroupMissing, fmt.Sprintf(
+				"pod is a member of gang %q (label %s) but no PodGroup of that name exists in namespace %s; it stays gated until one is created",
+				m.Labels[berthv1alpha1.PodGroupLabel], berthv1alpha1.PodGroupLabel, m.Namespace))
+		}
+	}
+}
+
+// isAdapted reports whether the webhook adopted the pod from another gang scheduler.
+func isAdapted(p *corev1.Pod) bool {
+	s := p.Annotations[berthv1alpha1.SourceAnnotation]
+	return s != "" && s != gate.SourceBerth.Name
+}
+
+// membersByGroup indexes pods carrying the pod-group label by namespace/group, sorted by name,
+// leaving out pods being deleted.
+func membersByGroup(pods []*corev1.Pod) map[string][]*corev1.Pod {
+	out := map[string][]*corev1.Pod{}
+	for _, p := range pods {
+		name := p.Labels[berthv1alpha1.PodGroupLabel]
+		if name == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		k := p.Namespace + "/" + name
+		out[k] = append(out[k], p)
+	}
+	for _, ms := range out {
+		sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
+	}
+	return out
+}
+
+// gatedOnly are the pods that still carry berth's gate and have not finished.
+func gatedOnly(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if gateIndex(p) >= 0 && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// older orders gangs first come, first served.
+func older(a, b *berthv1alpha1.PodGroup) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	if a.Namespace != b.Namespace {
+		return a.Namespace < b.Namespace
+	}
+	return a.Name < b.Name
+}
+
+func ptrs[T any](items []T) []*T {
+	out := make([]*T, len(items))
+	for i := range items {
+		out[i] = &items[i]
+	}
+	return out
+}
