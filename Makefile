@@ -10,11 +10,13 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X github.com/berth-dev/berth/internal/version.Version=$(VERSION) -X github.com/berth-dev/berth/internal/version.Commit=$(COMMIT)
 BERTH   := bin/berth
-# The rig's binaries and assets (built once from the Go module proxy, cached outside the repo).
-TOOLS_DIR = $(shell hack/build-tools.sh)
+# The rig's binaries and assets: built once from the Go module proxy by `make tools`, cached
+# outside the repo. Computed once here (a hash of the tools modules); nothing is built by it.
+TOOLS_DIR := $(shell hack/build-tools.sh --dir)
+export BERTH_TOOLS_DIR := $(TOOLS_DIR)
 GO_TEST_FLAGS ?= -race -shuffle=on -timeout=30m
 
-.PHONY: all build tools generate verify vet test test-rules test-unit test-rig demo bench clean help
+.PHONY: all build tools generate verify vet lint cross test test-rules test-unit demo bench clean help
 
 all: build
 
@@ -24,35 +26,26 @@ help: ## Show the targets.
 build: ## Build bin/berth.
 	go build -ldflags "$(LDFLAGS)" -o $(BERTH) ./cmd/berth
 
-tools: ## Build (or reuse) the rig's binaries: etcd, kube-*, kwok, karpenter-kwok, KEDA, controller-gen.
+tools: ## Build (or reuse) the rig's binaries, controller-gen and golangci-lint (hack/build-tools.sh).
 	@hack/build-tools.sh >/dev/null
 
-generate: tools ## Regenerate deepcopy, CRDs, RBAC and the rig's instance types.
-	"$(TOOLS_DIR)/bin/controller-gen" object paths=./api/...
-	"$(TOOLS_DIR)/bin/controller-gen" crd rbac:roleName=berth-controller paths=./api/... paths=./controllers/... \
-		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
-	go run ./hack/gen-instance-types test/testdata/gpu-instance-types.json
-	go run ./hack/gen-webhook config/webhook/manifests.yaml
-	go run ./hack/gen-priorityclass config/scheduling/priorityclass.yaml
-	go run ./hack/gen-metrics-doc docs/metrics.md
-	go run ./hack/gen-reference config/crd/bases/scheduling.berth.dev_podgroups.yaml docs/reference.md
-	@# The Helm chart ships config/'s CRDs, RBAC rules, webhook, PriorityClass, alerts and dashboard.
-	mkdir -p charts/berth/crds charts/berth/files/rbac
-	cp config/crd/bases/*.yaml charts/berth/crds/
-	cp config/rbac/role.yaml config/rbac/scaler.yaml config/rbac/agent.yaml charts/berth/files/rbac/
-	cp config/webhook/manifests.yaml charts/berth/files/pod-gate-webhook.yaml
-	cp config/scheduling/priorityclass.yaml charts/berth/files/priorityclass.yaml
-	cp config/prometheus/rules.yaml charts/berth/files/prometheus-rules.yaml
-	cp config/grafana/berth-dashboard.json charts/berth/files/berth-dashboard.json
-	go build -o bin/berth ./cmd/berth && for r in inference training; do for f in h100 h200 a100 l40s a10g l4; do \
-		bin/berth nodepools render --family $$f --role $$r --cluster-name my-cluster > examples/nodepools/gpu-$$f-$$r.yaml; done; done
+generate: ## Regenerate deepcopy, CRDs, RBAC, instance types, references, chart copies (hack/generate.sh).
+	hack/generate.sh
 
 vet: ## go vet and gofmt.
 	go vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^hack/tools/')); \
 		if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
-verify: tools vet ## Regenerate everything and fail if a generated file changed.
+lint: ## golangci-lint (.golangci.yml: layering, import aliases, function length…) and the one-vocabulary check.
+	"$$(hack/build-tools.sh golangci-lint)/bin/golangci-lint" run ./...
+	go run ./hack/check-vocabulary
+
+cross: ## berth builds for macOS and Linux on arm64 without cgo (agent and dev say where they cannot run).
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go build -o /dev/null ./cmd/berth
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -o /dev/null ./cmd/berth
+
+verify: vet lint cross ## Regenerate everything and fail if a generated file changed; vet, lint, cross-build.
 	hack/verify-generated.sh
 
 test-rules: ## Check and unit-test the Prometheus alert rules with promtool (installs Debian's prometheus package if needed).
@@ -60,8 +53,8 @@ test-rules: ## Check and unit-test the Prometheus alert rules with promtool (ins
 		$$promtool check rules config/prometheus/rules.yaml && \
 		cd config/prometheus && $$promtool test rules rules_test.yaml
 
-test: verify test-rules ## Everything CI runs: verify, unit tests and rig tests (real apiserver, scheduler, kcm, kwok, Karpenter).
-	BERTH_TOOLS_DIR="$(TOOLS_DIR)" BERTH_REQUIRE_RIG=1 go test $(GO_TEST_FLAGS) ./...
+test: verify test-rules tools ## Everything CI runs: verify, unit tests and rig tests (real apiserver, scheduler, kcm, kwok, Karpenter, KEDA).
+	BERTH_REQUIRE_RIG=1 go test $(GO_TEST_FLAGS) ./...
 
 test-unit: ## Unit tests only (no rig).
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/)
@@ -72,7 +65,7 @@ demo: build tools ## Start the local dev cluster (berth dev up) and run the demo
 	@echo "The dev cluster keeps running: '$(BERTH) dev status' shows it, '$(BERTH) dev down' stops it."
 
 bench: tools ## Benchmarks (results in docs/benchmarks.md).
-	BERTH_TOOLS_DIR="$(TOOLS_DIR)" go test -run='^$$' -bench=. -benchmem -timeout=60m ./...
+	go test -run='^$$' -bench=. -benchmem -timeout=60m ./...
 
 clean: ## Remove build output (the tools cache stays; see hack/build-tools.sh).
 	rm -rf bin

@@ -189,7 +189,12 @@ func TestXID79FlipsAndRecoversWithHysteresis(t *testing.T) {
 	stop := make(chan struct{})
 	done := make(chan error, 1)
 	go func() { done <- r.WatchXIDs(xids, clock, stop) }()
-	defer func() { close(stop); <-done }()
+	defer func() {
+		close(stop)
+		if err := <-done; err != nil {
+			t.Errorf("WatchXIDs: %v", err)
+		}
+	}()
 
 	h := Hysteresis{HealthyProbes: 3, HealthyFor: 2 * time.Minute}
 	hold := 10 * time.Minute

@@ -134,7 +134,7 @@ func (r *Reader) WatchXIDs(xids *xidLog, now func() time.Time, stop <-chan struc
 	if ret != nvml.SUCCESS {
 		return fmt.Errorf("creating NVML event set: %s", nvml.ErrorString(ret))
 	}
-	defer set.Free()
+	defer func() { _ = set.Free() }() // nothing to do if freeing the set fails: the process goes on
 	index := map[string]int{}
 	n, ret := r.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {

@@ -86,6 +86,12 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	return nil
 }
 
+// Names are the names of every controller Setup registers (the nodepool guard only where
+// Karpenter is installed), as logs and the controller_runtime_* metrics show them.
+func Names() []string {
+	return []string{status.Name, adapter.Name, admission.Name, protect.Name, disruption.Name, guard.Name}
+}
+
 // served reports whether the cluster serves a kind at a version.
 func served(mgr ctrl.Manager, gk schema.GroupKind, version string) (bool, error) {
 	_, err := mgr.GetRESTMapper().RESTMapping(gk, version)

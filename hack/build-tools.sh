@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
 # Builds what berth's local rig runs (etcd, kube-apiserver, kube-scheduler,
 # kube-controller-manager, kwok, Karpenter's kwok provider, the KEDA operator and metrics
-# adapter) and controller-gen, from the Go module proxy at the versions pinned in
-# hack/tools/go.mod and hack/tools/keda/go.mod, plus the assets the rig needs from those modules
-# (Karpenter's and KEDA's CRDs, kwok's Stage configs) and Prometheus Operator's CRDs generated
-# from hack/tools/monitoring.
+# adapter), controller-gen and golangci-lint, from the Go module proxy at the versions pinned in
+# hack/tools/go.mod, hack/tools/keda/go.mod and hack/tools/lint/go.mod, plus the assets the rig
+# needs from those modules (Karpenter's and KEDA's CRDs, kwok's Stage configs) and Prometheus
+# Operator's CRDs generated from hack/tools/monitoring.
 #
 # Everything lands in a cache folder outside the repository keyed by the tools module's
 # content ($BERTH_TOOLS_CACHE, default ~/.cache/berth/tools/<key>), so a second run is instant.
-# KEDA is its own module with its own key (folder keda-<key>, linked into the main folder), so
-# moving one never rebuilds the other.
+# KEDA and golangci-lint are modules of their own with their own keys (folders keda-<key> and
+# lint-<key>, linked into the main folder), so moving one never rebuilds the others.
 #
-# Usage: hack/build-tools.sh [binary...]   Prints the cache folder on stdout; progress on stderr.
+# Usage: hack/build-tools.sh [binary...]   Builds what is missing; prints the cache folder on
+#                                          stdout, progress on stderr.
+#        hack/build-tools.sh --dir         Only prints the cache folder (builds nothing).
 set -euo pipefail
 export GOTOOLCHAIN=${GOTOOLCHAIN:-go1.27.3}
 root=$(cd "$(dirname "$0")/.." && pwd)
 tools="$root/hack/tools"
-key=$(cat "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go" | sha256sum | cut -c1-16)
+modkey() { cat "$@" | sha256sum | cut -c1-16; }
+key=$(modkey "$tools/go.mod" "$tools/go.sum" "$tools/etcd/main.go")
 cacheroot="${BERTH_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/berth/tools}"
 cache="$cacheroot/$key"
+if [ "${1:-}" = "--dir" ]; then
+  echo "$cache"
+  exit 0
+fi
 mkdir -p "$cache/bin"
-kedakey=$(cat "$tools/keda/go.mod" "$tools/keda/go.sum" | sha256sum | cut -c1-16)
+kedakey=$(modkey "$tools/keda/go.mod" "$tools/keda/go.sum")
 kedacache="$cacheroot/keda-$kedakey"
+lintcache="$cacheroot/lint-$(modkey "$tools/lint/go.mod" "$tools/lint/go.sum")"
 
 k8sver=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$tools/go.mod")
 minor=$(echo "$k8sver" | cut -d. -f2)
@@ -37,15 +45,19 @@ declare -A pkgs=(
   [kube-controller-manager]=k8s.io/kubernetes/cmd/kube-controller-manager
   [keda-operator]=github.com/kedacore/keda/v2/cmd/operator
   [keda-adapter]=github.com/kedacore/keda/v2/cmd/adapter
+  [golangci-lint]=github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 )
-order=(etcd kube-apiserver controller-gen kwok karpenter-kwok kube-scheduler kube-controller-manager keda-operator keda-adapter)
+order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager keda-operator keda-adapter)
 [ $# -gt 0 ] && order=("$@")
 
 for b in "${order[@]}"; do
   pkg=${pkgs[$b]:-}
   [ -n "$pkg" ] || { echo "build-tools: unknown binary $b (known: ${!pkgs[*]})" >&2; exit 2; }
   dir=$tools out=$cache/bin
-  case $pkg in github.com/kedacore/*) dir=$tools/keda out=$kedacache/bin ;; esac
+  case $pkg in
+    github.com/kedacore/*) dir=$tools/keda out=$kedacache/bin ;;
+    github.com/golangci/*) dir=$tools/lint out=$lintcache/bin ;;
+  esac
   if [ ! -x "$out/$b" ]; then
     mkdir -p "$out"
     echo "build-tools: building $b from the Go module proxy into $out (a cold build of the whole rig takes ~25 min on 2 cores; cached afterwards)" >&2

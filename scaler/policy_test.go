@@ -156,7 +156,8 @@ func TestHistogramQuantile(t *testing.T) {
 		t.Errorf("Sub over a counter reset = %+v, want the later snapshot itself", d)
 	}
 	var sum Histogram
-	if !sum.Add(h) || !sum.Add(h) || sum.Total() != 200 {
+	first, second := sum.Add(h), sum.Add(h)
+	if !first || !second || sum.Total() != 200 {
 		t.Errorf("Add = %+v", sum)
 	}
 	if sum.Add(Histogram{Bounds: []float64{2, inf}, Counts: []float64{1, 1}}) {

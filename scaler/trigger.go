@@ -317,7 +317,8 @@ func (p parser) prometheus(t *Trigger) error {
 
 func isLabelName(s string) bool {
 	for i, r := range s {
-		if !(r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (i > 0 && r >= '0' && r <= '9')) {
+		letter := r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
+		if !letter && (i == 0 || r < '0' || r > '9') {
 			return false
 		}
 	}

@@ -243,7 +243,3 @@ type PodGroupList struct {
 	// Items are the PodGroups.
 	Items []PodGroup `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&PodGroup{}, &PodGroupList{})
-}

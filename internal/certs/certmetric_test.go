@@ -40,13 +40,14 @@ func collect(t *testing.T) *float64 {
 	ch := make(chan prometheus.Metric, 1)
 	certCollector{}.Collect(ch)
 	close(ch)
-	for m := range ch {
-		var out dto.Metric
-		if err := m.Write(&out); err != nil {
-			t.Fatal(err)
-		}
-		v := out.GetGauge().GetValue()
-		return &v
+	m, ok := <-ch
+	if !ok {
+		return nil
 	}
-	return nil
+	var out dto.Metric
+	if err := m.Write(&out); err != nil {
+		t.Fatal(err)
+	}
+	v := out.GetGauge().GetValue()
+	return &v
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -13,8 +14,8 @@ import (
 	"github.com/berth-dev/berth/internal/doctor"
 )
 
-// errFindings makes `berth doctor` exit non-zero when it found something.
-var errFindings = fmt.Errorf("doctor found problems")
+// ErrFindings is what `berth doctor` returns when it found something (the command exits 1).
+var ErrFindings = errors.New("doctor found problems")
 
 func newDoctorCommand() *cobra.Command {
 	var kubeconfig, namespace, output string
@@ -54,7 +55,7 @@ Prometheus triggers on vLLM metrics without aggregation. Exits 1 when it finds s
 				return err
 			}
 			if len(findings) > 0 {
-				return errFindings
+				return ErrFindings
 			}
 			return nil
 		},

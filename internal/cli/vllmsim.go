@@ -37,7 +37,7 @@ finishes each after --service-time, and serves vLLM's real metrics on /metrics (
 and /v1/models). Requests arrive at --rate per second, spread round-robin over the replicas.
 
 Replicas listen on every --listen address or, with --selector, on <podIP>:--port of every
-Running pod that matches (the dev cluster gives its fake pods loopback IPs 127.1.x.y), so a
+Running pod that matches (the dev cluster gives its fake pods loopback IPs, 127.<n>.x.y), so a
 Deployment scaled by berth's scaler gains and loses emulated servers as its pods come and go.
 
 Change the load while it runs on the admin address:

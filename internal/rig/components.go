@@ -64,10 +64,6 @@ type KwokOptions struct {
 	NodeReadyDelay time.Duration
 }
 
-// PodCIDR is the range kwok hands pod IPs from: loopback, so a local process can serve a fake
-// pod's endpoints exactly where a client would reach them.
-const PodCIDR = "127.1.0.0/16"
-
 // StartKwok runs kwok, managing nodes annotated kwok.x-k8s.io/node=fake, with the Stage configs
 // from the tools folder and the node-ready delay applied to node initialisation.
 func (r *Rig) StartKwok(ctx context.Context, o KwokOptions) error {
@@ -86,7 +82,7 @@ func (r *Rig) StartKwok(ctx context.Context, o KwokOptions) error {
 	p, err := r.start(BinKwok, r.bin(BinKwok), []string{
 		"--kubeconfig=" + r.Kubeconfig, "--config=" + cfg,
 		"--manage-all-nodes=false", "--manage-nodes-with-annotation-selector=" + berthv1alpha1.KwokNodeAnnotation + "=fake",
-		"--cidr=" + PodCIDR, "--node-ip=127.0.0.2",
+		"--cidr=" + r.PodCIDR(), "--node-ip=127.0.0.2",
 		"--server-address=127.0.0.1:" + strconv.Itoa(port),
 	}, nil)
 	if err != nil {

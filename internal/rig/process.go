@@ -104,14 +104,14 @@ func (p *process) waitFor(ctx context.Context, what string, check func(context.C
 	defer tick.Stop()
 	for {
 		if done, err := p.exited(); done {
-			return fmt.Errorf("%s exited before it was %s (%v); see %s", p.name, what, err, p.logPath)
+			return fmt.Errorf("%s exited before it was %s (%w); see %s", p.name, what, err, p.logPath)
 		}
 		if last = check(ctx); last == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s not %s: %w (last check: %v); see %s", p.name, what, ctx.Err(), last, p.logPath)
+			return fmt.Errorf("%s not %s: %w (last check: %w); see %s", p.name, what, ctx.Err(), last, p.logPath)
 		case <-tick.C:
 		}
 	}

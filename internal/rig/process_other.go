@@ -4,6 +4,7 @@ package rig
 
 import (
 	"fmt"
+	"os"
 	"runtime"
 	"syscall"
 )
@@ -13,6 +14,9 @@ func childAttributes() *syscall.SysProcAttr { return nil }
 
 // signalGroup is never used off Linux: CheckPlatform refuses to start a rig.
 func signalGroup(int, syscall.Signal) {}
+
+// lockExclusive is never used off Linux: CheckPlatform refuses to start a rig.
+func lockExclusive(*os.File) error { return CheckPlatform() }
 
 // CheckPlatform refuses to run the rig off Linux: its components are Linux binaries, and only
 // Linux kills them with the process that started them (PR_SET_PDEATHSIG).

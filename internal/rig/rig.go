@@ -72,7 +72,8 @@ type Rig struct {
 	// APIServerURL is the apiserver's https URL.
 	APIServerURL string
 
-	pki *rigPKI
+	pki  *rigPKI
+	pods podRange
 
 	mu      sync.Mutex
 	procs   []*process
@@ -109,7 +110,11 @@ func Start(ctx context.Context, opts Options) (*Rig, error) {
 	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
 		return nil, fmt.Errorf("rig: creating work folder: %w", err)
 	}
-	r := &Rig{opts: opts}
+	pods, err := allocatePodRange()
+	if err != nil {
+		return nil, fmt.Errorf("rig: %w", err)
+	}
+	r := &Rig{opts: opts, pods: pods}
 	track(r)
 	if err := r.startControlPlane(ctx); err != nil {
 		_ = r.Stop()
@@ -117,6 +122,9 @@ func Start(ctx context.Context, opts Options) (*Rig, error) {
 	}
 	return r, nil
 }
+
+// PodCIDR is the loopback range kwok hands this rig's pod IPs from (see podcidr.go).
+func (r *Rig) PodCIDR() string { return r.pods.cidr }
 
 // ToolsDir is the folder made by hack/build-tools.sh the rig runs from.
 func (r *Rig) ToolsDir() string { return r.opts.ToolsDir }
@@ -209,6 +217,9 @@ func (r *Rig) Stop() error {
 		_ = procs[i].stop(grace)
 	}
 	untrack(r)
+	if r.pods.release != nil {
+		r.pods.release()
+	}
 	return nil
 }
 
@@ -256,20 +267,9 @@ func (r *Rig) startControlPlane(ctx context.Context) error {
 	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
 
 	// 1. etcd, with fsync off: the rig's data is disposable and fsync dominates on small disks.
-	etcdURL := "http://127.0.0.1:" + strconv.Itoa(etcdClient)
-	peerURL := "http://127.0.0.1:" + strconv.Itoa(etcdPeer)
-	etcd, err := r.start(BinEtcd, r.bin(BinEtcd), []string{
-		"--name=rig", "--data-dir=" + filepath.Join(r.opts.WorkDir, "etcd"),
-		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
-		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
-		"--initial-cluster=rig=" + peerURL, "--unsafe-no-fsync=true", "--log-level=warn",
-		"--listen-metrics-urls=", "--quota-backend-bytes=4294967296",
-	}, nil)
+	etcdURL, err := r.startEtcd(ctx, etcdClient, etcdPeer)
 	if err != nil {
-		return fmt.Errorf("rig: %w", err)
-	}
-	if err := etcd.waitFor(ctx, "healthy", httpOK(http.DefaultClient, etcdURL+"/health")); err != nil {
-		return fmt.Errorf("rig: %w", err)
+		return err
 	}
 
 	// 2. kube-apiserver, with the aggregation layer's front-proxy settings so aggregated APIs
@@ -324,6 +324,27 @@ func (r *Rig) startControlPlane(ctx context.Context) error {
 	}
 	r.opts.Logf("rig: kube-apiserver ready at %s", r.APIServerURL)
 	return nil
+}
+
+// startEtcd runs etcd on the client and peer ports and waits until it is healthy; it returns
+// the client URL.
+func (r *Rig) startEtcd(ctx context.Context, clientPort, peerPort int) (string, error) {
+	etcdURL := "http://127.0.0.1:" + strconv.Itoa(clientPort)
+	peerURL := "http://127.0.0.1:" + strconv.Itoa(peerPort)
+	etcd, err := r.start(BinEtcd, r.bin(BinEtcd), []string{
+		"--name=rig", "--data-dir=" + filepath.Join(r.opts.WorkDir, "etcd"),
+		"--listen-client-urls=" + etcdURL, "--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=" + peerURL, "--initial-advertise-peer-urls=" + peerURL,
+		"--initial-cluster=rig=" + peerURL, "--unsafe-no-fsync=true", "--log-level=warn",
+		"--listen-metrics-urls=", "--quota-backend-bytes=4294967296",
+	}, nil)
+	if err != nil {
+		return "", fmt.Errorf("rig: %w", err)
+	}
+	if err := etcd.waitFor(ctx, "healthy", httpOK(http.DefaultClient, etcdURL+"/health")); err != nil {
+		return "", fmt.Errorf("rig: %w", err)
+	}
+	return etcdURL, nil
 }
 
 // NewScheme returns a scheme with core Kubernetes, berth and Karpenter (incl. kwok) types.

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/berth-dev/berth/test/testenv"
 )
 
 func TestWithStageDelay(t *testing.T) {
@@ -103,10 +105,7 @@ func TestHelperHoldRig(t *testing.T) {
 // SIGTERM) or killed outright, no component outlives it.
 func TestComponentsStopWithTheirParent(t *testing.T) {
 	if os.Getenv(ToolsDirEnv) == "" {
-		if os.Getenv("BERTH_REQUIRE_RIG") == "1" {
-			t.Fatalf("%s not set", ToolsDirEnv)
-		}
-		t.Skipf("needs %s (make test sets it)", ToolsDirEnv)
+		testenv.SkipOrFail(t, "needs %s (make test sets it)", ToolsDirEnv)
 	}
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {

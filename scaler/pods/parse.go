@@ -93,85 +93,110 @@ func Parse(in io.Reader, at time.Time) (Reading, error) {
 	if err != nil {
 		return Reading{}, fmt.Errorf("parsing the metrics page: %w", err)
 	}
-	type acc struct {
-		s          scaler.Sample
-		hasQueue   bool
-		kvSum      float64
-		kvN        int
-		oldKV, sgl float64
-		oldN, sglN int
+	pp := pageParser{fams: fams, at: at, byModel: map[string]*modelAcc{}}
+	if err := pp.gauges(); err != nil {
+		return Reading{}, err
 	}
-	byModel := map[string]*acc{}
-	get := func(m *dto.Metric) *acc {
-		name := ""
-		for _, l := range m.GetLabel() {
-			if l.GetName() == modelLabel {
-				name = l.GetValue()
-			}
-		}
-		a := byModel[name]
-		if a == nil {
-			a = &acc{s: scaler.Sample{At: at}}
-			byModel[name] = a
-		}
-		return a
+	if err := pp.histograms(); err != nil {
+		return Reading{}, err
 	}
-	gauge := func(name string, fn func(a *acc, v float64)) error {
-		f := fams[name]
+	return pp.reading(), nil
+}
+
+// modelAcc accumulates one model's series over a page's engines.
+type modelAcc struct {
+	s          scaler.Sample
+	hasQueue   bool
+	kvSum      float64
+	kvN        int
+	oldKV, sgl float64
+	oldN, sglN int
+}
+
+// pageParser folds one page's metric families into per-model samples.
+type pageParser struct {
+	fams    map[string]*dto.MetricFamily
+	at      time.Time
+	byModel map[string]*modelAcc
+}
+
+// acc is the accumulator of the model a series is labelled with.
+func (pp *pageParser) acc(m *dto.Metric) *modelAcc {
+	name := ""
+	for _, l := range m.GetLabel() {
+		if l.GetName() == modelLabel {
+			name = l.GetValue()
+		}
+	}
+	a := pp.byModel[name]
+	if a == nil {
+		a = &modelAcc{s: scaler.Sample{At: pp.at}}
+		pp.byModel[name] = a
+	}
+	return a
+}
+
+// gauges folds the queue, running and KV-usage gauges (vLLM's current and old names, SGLang's).
+func (pp *pageParser) gauges() error {
+	steps := []struct {
+		name string
+		fn   func(a *modelAcc, v float64)
+	}{
+		{VLLMWaiting, func(a *modelAcc, v float64) { a.s.Waiting += v; a.hasQueue = true }},
+		{SGLangWaiting, func(a *modelAcc, v float64) { a.s.Waiting += v; a.hasQueue = true }},
+		{VLLMRunning, func(a *modelAcc, v float64) { a.s.Running += v }},
+		{SGLangRunning, func(a *modelAcc, v float64) { a.s.Running += v }},
+		{VLLMKVUsage, func(a *modelAcc, v float64) { a.kvSum += v; a.kvN++ }},
+		{VLLMKVUsageOld, func(a *modelAcc, v float64) { a.oldKV += v; a.oldN++ }},
+		{SGLangTokenUsage, func(a *modelAcc, v float64) { a.sgl += v; a.sglN++ }},
+	}
+	for _, st := range steps {
+		f := pp.fams[st.name]
 		if f == nil {
-			return nil
+			continue
 		}
 		for _, m := range f.GetMetric() {
 			v, ok := value(f, m)
 			if !ok {
-				return fmt.Errorf("%s: want a gauge, the page has a %s", name, f.GetType())
+				return fmt.Errorf("%s: want a gauge, the page has a %s", st.name, f.GetType())
 			}
 			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
-				return fmt.Errorf("%s: value %v", name, v)
+				return fmt.Errorf("%s: value %v", st.name, v)
 			}
-			fn(get(m), v)
-		}
-		return nil
-	}
-	steps := []struct {
-		name string
-		fn   func(a *acc, v float64)
-	}{
-		{VLLMWaiting, func(a *acc, v float64) { a.s.Waiting += v; a.hasQueue = true }},
-		{SGLangWaiting, func(a *acc, v float64) { a.s.Waiting += v; a.hasQueue = true }},
-		{VLLMRunning, func(a *acc, v float64) { a.s.Running += v }},
-		{SGLangRunning, func(a *acc, v float64) { a.s.Running += v }},
-		{VLLMKVUsage, func(a *acc, v float64) { a.kvSum += v; a.kvN++ }},
-		{VLLMKVUsageOld, func(a *acc, v float64) { a.oldKV += v; a.oldN++ }},
-		{SGLangTokenUsage, func(a *acc, v float64) { a.sgl += v; a.sglN++ }},
-	}
-	for _, st := range steps {
-		if err := gauge(st.name, st.fn); err != nil {
-			return Reading{}, err
+			st.fn(pp.acc(m), v)
 		}
 	}
+	return nil
+}
+
+// histograms merges the TTFT histograms of every engine.
+func (pp *pageParser) histograms() error {
 	for _, name := range []string{VLLMTTFT, SGLangTTFT} {
-		f := fams[name]
+		f := pp.fams[name]
 		if f == nil {
 			continue
 		}
 		if f.GetType() != dto.MetricType_HISTOGRAM {
-			return Reading{}, fmt.Errorf("%s: want a histogram, the page has a %s", name, f.GetType())
+			return fmt.Errorf("%s: want a histogram, the page has a %s", name, f.GetType())
 		}
 		for _, m := range f.GetMetric() {
-			h := histogram(m.GetHistogram())
-			a := get(m)
-			if !a.s.TTFT.Add(h) {
-				return Reading{}, fmt.Errorf("%s: engines expose different bucket bounds", name)
+			if !pp.acc(m).s.TTFT.Add(histogram(m.GetHistogram())) {
+				return fmt.Errorf("%s: engines expose different bucket bounds", name)
 			}
 		}
 	}
-	r := Reading{At: at, ByModel: map[string]scaler.Sample{}}
-	for name, a := range byModel {
+	return nil
+}
+
+// reading is the page's per-model samples: models with a queue series, KV usage from the
+// current vLLM name, else the old one, else SGLang's.
+func (pp *pageParser) reading() Reading {
+	r := Reading{At: pp.at, ByModel: map[string]scaler.Sample{}}
+	for name, a := range pp.byModel {
 		if !a.hasQueue {
 			continue
 		}
-		switch { // the current name wins over the old one; vLLM wins over SGLang
+		switch {
 		case a.kvN > 0:
 			a.s.KVUsage, a.s.HasKV = a.kvSum/float64(a.kvN), true
 		case a.oldN > 0:
@@ -181,7 +206,7 @@ func Parse(in io.Reader, at time.Time) (Reading, error) {
 		}
 		r.ByModel[name] = a.s
 	}
-	return r, nil
+	return r
 }
 
 func value(f *dto.MetricFamily, m *dto.Metric) (float64, bool) {

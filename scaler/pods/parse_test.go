@@ -16,7 +16,7 @@ func TestParseVLLMDataParallel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	at := time.Unix(1000, 0)
 	r, err := Parse(f, at)
 	if err != nil {

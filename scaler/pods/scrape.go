@@ -279,6 +279,9 @@ const (
 	ReasonNoSeries   = "no_series"
 )
 
+// Reasons are every error reason a scrape reports.
+var Reasons = []string{ReasonTimeout, ReasonConnection, ReasonHTTPStatus, ReasonParse, ReasonNoSeries}
+
 func (s *Scraper) fetch(ctx context.Context, url string) (Reading, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()

@@ -24,6 +24,11 @@ import (
 	"github.com/berth-dev/berth/scaler"
 )
 
+// ReasonQuery is the error reason of a failed evaluation (a query Prometheus did not answer,
+// or answered with an error), as reported to Options.Observe and in
+// berth_scaler_scrape_errors_total.
+const ReasonQuery = "query"
+
 // Options tunes a Source.
 type Options struct {
 	// Timeout bounds one evaluation's queries (default 5s).
@@ -139,7 +144,7 @@ func (s *Source) Observe(ctx context.Context, t *scaler.Trigger, namespace strin
 	res, err := s.query(ctx, t.Prometheus, queries, now)
 	reason := ""
 	if err != nil {
-		reason = "query"
+		reason = ReasonQuery
 	}
 	if s.opts.Observe != nil {
 		s.opts.Observe(s.opts.Clock.Since(start), reason)

@@ -17,7 +17,7 @@ import (
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/pods"
 	"github.com/berth-dev/berth/scaler/promsource"
-	"github.com/berth-dev/berth/scaler/scalertest"
+	"github.com/berth-dev/berth/test/scalertest"
 )
 
 // benchServer serves the scaler over n fake replicas; reuse is the scrape reuse window.

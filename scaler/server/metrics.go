@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/berth-dev/berth/internal/metrics"
+	bmetrics "github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/scaler"
 )
 
@@ -23,57 +23,57 @@ const (
 
 var (
 	requestDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "request_duration_seconds",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "request_duration_seconds",
 		Help:    "Latency of the scaler's gRPC calls from KEDA, by RPC and gRPC status code.",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5},
 	}, []string{labelRPC, labelCode})
 	scrapeDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "scrape_duration_seconds",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "scrape_duration_seconds",
 		Help:    "Time to read one replica's metrics page (source pods) or run one evaluation's queries (source prometheus).",
 		Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5},
 	}, []string{labelSource})
 	scrapeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "scrape_errors_total",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "scrape_errors_total",
 		Help: "Failed scrapes or queries, by source and reason (timeout, connection, http_status, parse, no_series, query).",
 	}, []string{labelSource, labelReason})
 	evaluationErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "evaluation_errors_total",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "evaluation_errors_total",
 		Help: "Evaluations of a ScaledObject that returned an error to KEDA instead of a value, by reason (invalid_metadata, target, no_fresh_data, source).",
 	}, []string{labelNamespace, labelScaledObject, labelReason})
 	signalValue = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "signal_value",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "signal_value",
 		Help: "A ScaledObject's raw signal at its last evaluation: total waiting requests (queue), total KV-cache usage over ready replicas (kv_cache), p95 time to first token in seconds (ttft).",
 	}, []string{labelNamespace, labelScaledObject, labelSignal})
 	signalTarget = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "signal_target",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "signal_target",
 		Help: "A ScaledObject's per-replica target for each signal.",
 	}, []string{labelNamespace, labelScaledObject, labelSignal})
 	desiredReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "desired_replicas",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "desired_replicas",
 		Help: "Replicas berth asks for (the largest over the signals), before KEDA's and the HPA's min/max.",
 	}, []string{labelNamespace, labelScaledObject})
 	currentReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "current_replicas",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "current_replicas",
 		Help: "Replicas of the scale target that are ready or starting.",
 	}, []string{labelNamespace, labelScaledObject})
 	maxReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "max_replicas",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "max_replicas",
 		Help: "The ScaledObject's maxReplicaCount.",
 	}, []string{labelNamespace, labelScaledObject})
 	unsampledReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "unsampled_replicas",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "unsampled_replicas",
 		Help: "Ready replicas without a fresh sample at the last evaluation (scrape failing beyond the staleness bound).",
 	}, []string{labelNamespace, labelScaledObject})
 	sampleAge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "sample_age_seconds",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "sample_age_seconds",
 		Help: "Age of the oldest sample the last evaluation used.",
 	}, []string{labelNamespace, labelScaledObject})
 	lastSuccess = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "last_success_timestamp_seconds",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "last_success_timestamp_seconds",
 		Help: "When a ScaledObject was last evaluated successfully (Unix time).",
 	}, []string{labelNamespace, labelScaledObject})
 	active = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Namespace: metrics.Namespace, Subsystem: "scaler", Name: "active",
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "active",
 		Help: "1 when the last evaluation found the ScaledObject active (KEDA scales 0↔1 on it).",
 	}, []string{labelNamespace, labelScaledObject})
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"github.com/google/go-cmp/cmp"
 	"net"
 	"net/http"
 	"os"
@@ -26,8 +27,8 @@ import (
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/pods"
 	"github.com/berth-dev/berth/scaler/promsource"
-	"github.com/berth-dev/berth/scaler/scalertest"
 	"github.com/berth-dev/berth/scaler/targets"
+	"github.com/berth-dev/berth/test/scalertest"
 )
 
 // staticResolver stands in for the API: a fixed pod list per ScaledObject.
@@ -55,9 +56,15 @@ type harness struct {
 // start serves berth's scaler in-process on 127.0.0.1:0 over n fake replicas.
 func start(t *testing.T, n int, tlsCfg *tls.Config, dial ...grpc.DialOption) *harness {
 	t.Helper()
+	return startWith(t, n, pods.Options{Timeout: 300 * time.Millisecond, FreshFor: time.Millisecond}, tlsCfg, dial...)
+}
+
+// startWith is start with the pods source's options given.
+func startWith(t *testing.T, n int, po pods.Options, tlsCfg *tls.Config, dial ...grpc.DialOption) *harness {
+	t.Helper()
 	reps, port, podList := scalertest.Fleet(t, n)
 	res := &staticResolver{pods: podList}
-	eng := &Engine{Resolver: res, Pods: pods.New(pods.Options{Timeout: 300 * time.Millisecond, FreshFor: time.Millisecond}),
+	eng := &Engine{Resolver: res, Pods: pods.New(po),
 		Prometheus: promsource.New(promsource.Options{}), Policy: scaler.DefaultPolicy}
 	gs, hs := NewGRPCServer(&Server{Engine: eng, StreamInterval: 20 * time.Millisecond}, tlsCfg)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -107,11 +114,14 @@ func TestGetMetricSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := map[string]float64{}
+	gotInt := map[string]int64{}
 	for _, s := range resp.MetricSpecs {
 		got[s.MetricName] = s.TargetSizeFloat
-		if s.TargetSize < 1 {
-			t.Errorf("%s: TargetSize %d (the deprecated int field must stay usable)", s.MetricName, s.TargetSize)
-		}
+		gotInt[s.MetricName] = s.TargetSize
+	}
+	// The deprecated int field stays usable: the target rounded down, at least 1.
+	if d := cmp.Diff(map[string]int64{"berth-queue-depth": 4, "berth-kv-cache-usage": 1, "berth-ttft-seconds": 1}, gotInt); d != "" {
+		t.Errorf("TargetSize (-want +got):\n%s", d)
 	}
 	want := map[string]float64{"berth-queue-depth": 4, "berth-kv-cache-usage": 0.75, "berth-ttft-seconds": 0.5}
 	if len(got) != 3 || got["berth-queue-depth"] != want["berth-queue-depth"] || got["berth-kv-cache-usage"] != 0.75 || got["berth-ttft-seconds"] != 0.5 {
@@ -228,27 +238,73 @@ func TestFaultsNeverLookIdle(t *testing.T) {
 	}
 }
 
+// TestStreamIsActivePushesChanges: the stream sends the activity when it changes, and only
+// then: a replica that fails sends nothing (neither while its last page still counts nor once
+// it is too old to), a recovery to the same activity sends nothing, and a drained queue sends
+// exactly one "inactive".
 func TestStreamIsActivePushesChanges(t *testing.T) {
-	h := start(t, 1, nil)
+	const maxAge, interval = 100 * time.Millisecond, 20 * time.Millisecond
+	h := startWith(t, 1, pods.Options{Timeout: 300 * time.Millisecond, FreshFor: time.Millisecond, MaxAge: maxAge}, nil)
 	stream, err := h.client.StreamIsActive(ctx(t), h.ref(map[string]string{"targetQueueDepth": "4"}))
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := stream.Recv()
-	if err != nil || first.Result {
-		t.Fatalf("first message = %v, %v; want inactive at once", first, err)
+	msgs := make(chan *pb.IsActiveResponse, 16)
+	go func() {
+		defer close(msgs)
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			msgs <- m
+		}
+	}()
+	recv := func(what string) bool {
+		t.Helper()
+		select {
+		case m, ok := <-msgs:
+			if !ok {
+				t.Fatalf("%s: the stream ended", what)
+			}
+			return m.Result
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: nothing sent in 5s", what)
+		}
+		return false
+	}
+	// quiet fails on any message while the replica serves hits more scrapes, and for at least
+	// d: the stream evaluates every interval.
+	quiet := func(what string, hits int, d time.Duration) {
+		t.Helper()
+		base, start := h.reps[0].Hits(), time.Now()
+		for h.reps[0].Hits() < base+hits || time.Since(start) < d {
+			select {
+			case m := <-msgs:
+				t.Fatalf("%s: stream sent %v", what, m)
+			case <-time.After(interval):
+			}
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("%s: only %d scrapes in 5s", what, h.reps[0].Hits()-base)
+			}
+		}
+	}
+	if recv("first message") {
+		t.Fatal("first message active, want inactive at once")
 	}
 	h.reps[0].Set(scalertest.Page(3, 0, 0)) // a queue appears
-	second, err := stream.Recv()
-	if err != nil || !second.Result {
-		t.Fatalf("after a queue appears = %v, %v; want active pushed", second, err)
+	if !recv("after a queue appears") {
+		t.Fatal("want active pushed")
 	}
-	h.reps[0].Set(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) }) // faults send nothing
+	h.reps[0].Set(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusInternalServerError) })
+	quiet("while the replica fails (its last page counts, then is too old)", 5, maxAge+3*interval)
+	h.reps[0].Set(scalertest.Page(3, 0, 0))
+	quiet("after recovering to the same activity", 3, 3*interval)
 	h.reps[0].Set(scalertest.Page(0, 0, 0))
-	third, err := stream.Recv()
-	if err != nil || third.Result {
-		t.Fatalf("after the queue drains = %v, %v", third, err)
+	if recv("after the queue drains") {
+		t.Fatal("want inactive pushed")
 	}
+	quiet("after the one change", 3, 3*interval)
 }
 
 // TestStreamMetricSpecUnimplemented: berth's targets change only with the ScaledObject, so it

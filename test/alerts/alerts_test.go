@@ -10,10 +10,20 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers"
+	"github.com/berth-dev/berth/controllers/podgroup/admission"
+	"github.com/berth-dev/berth/controllers/podgroup/disruption"
+	"github.com/berth-dev/berth/scaler"
+	"github.com/berth-dev/berth/scaler/pods"
+	"github.com/berth-dev/berth/scaler/promsource"
+	"github.com/berth-dev/berth/test/testenv"
 )
 
 const (
@@ -79,8 +89,13 @@ func TestEveryAlertHasARunbook(t *testing.T) {
 			}
 		}
 	}
-	if n < 10 {
-		t.Errorf("only %d alerts", n)
+	// Counted on the raw text too, so a YAML shape the struct above misreads cannot pass.
+	raw, err := os.ReadFile(rulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(regexp.MustCompile(`(?m)^\s*- alert: `).FindAll(raw, -1)); n != want || n == 0 {
+		t.Errorf("checked %d alerts, the file defines %d", n, want)
 	}
 }
 
@@ -182,12 +197,16 @@ func TestDashboardQueriesReadExistingMetrics(t *testing.T) {
 }
 
 // TestDashboardQueriesParse hands every dashboard query to promtool as a recording rule, so a
-// query Prometheus cannot parse fails here (skipped where promtool is not installed; make
-// test-rules installs it).
+// query Prometheus cannot parse fails here ($PROMTOOL, else promtool on PATH; make test-rules
+// installs it, and under make test a missing promtool fails the test).
 func TestDashboardQueriesParse(t *testing.T) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Skip("promtool not installed")
+	promtool := os.Getenv("PROMTOOL")
+	if promtool == "" {
+		p, err := exec.LookPath("promtool")
+		if err != nil {
+			testenv.SkipOrFail(t, "promtool not installed (hack/ensure-promtool.sh installs it)")
+		}
+		promtool = p
 	}
 	data, err := os.ReadFile(filepath.Join(repoRoot, "config", "grafana", "berth-dashboard.json"))
 	if err != nil {
@@ -223,5 +242,69 @@ func TestDashboardQueriesParse(t *testing.T) {
 	}
 	if msg, err := exec.Command(promtool, "check", "rules", f).CombinedOutput(); err != nil {
 		t.Fatalf("promtool rejects dashboard queries: %v\n%s", err, msg)
+	}
+}
+
+// closedLabels are the label values berth's code can emit, for every label of a closed set that
+// the rule tests feed: a rule test that uses another value tests an alert that never fires.
+func closedLabels() map[string]map[string][]string {
+	phases := []string{}
+	for _, p := range []berthv1alpha1.PodGroupPhase{berthv1alpha1.PodGroupPending, berthv1alpha1.PodGroupProvisioning} {
+		phases = append(phases, string(p)) // the waiting phases oldest_waiting_seconds reports
+	}
+	sources := []string{string(scaler.SourcePods), string(scaler.SourcePrometheus)}
+	return map[string]map[string][]string{
+		"berth_podgroup_disruptions_total":           {"reason": disruption.Causes},
+		"berth_podgroup_provisioning_attempts_total": {"result": admission.ProvisioningResults},
+		"berth_podgroup_placement_attempts_total":    {"result": admission.PlacementResults},
+		"berth_podgroup_oldest_waiting_seconds":      {"phase": phases},
+		"berth_scaler_scrape_errors_total":           {"source": sources, "reason": append(slices.Clone(pods.Reasons), promsource.ReasonQuery)},
+		"berth_scaler_scrape_duration_seconds_count": {"source": sources},
+		"leader_election_master_status":              {"name": {controllers.LeaderElectionID}},
+		"controller_runtime_reconcile_errors_total":  {"controller": append(controllers.Names(), "someone-else")}, // someone-else: a foreign controller the rule must ignore
+	}
+}
+
+func TestRuleTestsUseLabelValuesTheCodeEmits(t *testing.T) {
+	data, err := os.ReadFile(repoRoot + "/config/prometheus/rules_test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tests struct {
+		Tests []struct {
+			Name        string `json:"name"`
+			InputSeries []struct {
+				Series string `json:"series"`
+			} `json:"input_series"`
+		} `json:"tests"`
+	}
+	if err := yaml.Unmarshal(data, &tests); err != nil {
+		t.Fatal(err)
+	}
+	series := regexp.MustCompile(`^([a-z_:]+)(?:\{(.*)\})?$`)
+	label := regexp.MustCompile(`([a-z_]+)="([^"]*)"`)
+	closed := closedLabels()
+	checked := 0
+	for _, tc := range tests.Tests {
+		for _, in := range tc.InputSeries {
+			m := series.FindStringSubmatch(in.Series)
+			if m == nil {
+				t.Errorf("%s: cannot parse series %q", tc.Name, in.Series)
+				continue
+			}
+			for _, l := range label.FindAllStringSubmatch(m[2], -1) {
+				allowed, ok := closed[m[1]][l[1]]
+				if !ok {
+					continue
+				}
+				checked++
+				if !slices.Contains(allowed, l[2]) {
+					t.Errorf("%s: %s{%s=%q}: berth never emits that value (it emits %v)", tc.Name, m[1], l[1], l[2], allowed)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no rule test feeds a closed-set label; is rules_test.yaml read?")
 	}
 }

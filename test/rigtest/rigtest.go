@@ -14,11 +14,8 @@ import (
 	"time"
 
 	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/testenv"
 )
-
-// RequireEnv, when "1", turns a missing tools folder into a failure instead of a skip. `make
-// test` sets it, so CI never silently skips the rig tests.
-const RequireEnv = "BERTH_REQUIRE_RIG"
 
 // Main starts a rig with opts, calls setup with it (to start more components), runs the
 // package's tests, stops the rig and exits. Tests reach the rig through Current.
@@ -46,7 +43,7 @@ func run(m *testing.M, opts rig.Options, setup func(context.Context, *rig.Rig) e
 	}
 	if opts.ToolsDir == "" {
 		msg := fmt.Sprintf("rig tests need %s (the folder printed by hack/build-tools.sh; `make test` sets it)", rig.ToolsDirEnv)
-		if os.Getenv(RequireEnv) == "1" {
+		if testenv.Required() {
 			fmt.Fprintln(os.Stderr, "FAIL:", msg)
 			return 1
 		}

@@ -17,7 +17,7 @@ import (
 func BuildBerth(r *rig.Rig) (string, error) {
 	bin := filepath.Join(r.WorkDir(), "berth")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/berth-dev/berth/cmd/berth").CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building berth: %v\n%s", err, out)
+		return "", fmt.Errorf("building berth: %w\n%s", err, out)
 	}
 	return bin, nil
 }

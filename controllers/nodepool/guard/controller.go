@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +26,9 @@ import (
 
 // Name is the controller's name in logs and metrics.
 const Name = "nodepool.guard"
+
+// conflictRetry is how soon a reconcile that lost an optimistic-lock race runs again.
+const conflictRetry = 100 * time.Millisecond
 
 // Reconciler guards the consolidation of GPU NodePools.
 type Reconciler struct {
@@ -75,7 +79,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		patch := client.MergeFromWithOptions(stored, client.MergeFromWithOptimisticLock{})
 		if err := r.Client.Patch(ctx, next, patch); err != nil {
 			if apierrors.IsConflict(err) {
-				return reconcile.Result{Requeue: true}, nil
+				return reconcile.Result{RequeueAfter: conflictRetry}, nil
 			}
 			return reconcile.Result{}, fmt.Errorf("patching NodePool %s: %w", np.Name, err)
 		}

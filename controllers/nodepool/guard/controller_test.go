@@ -157,7 +157,7 @@ func TestReconcileConflictRequeues(t *testing.T) {
 		return apierrors.NewConflict(schema.GroupResource{Group: "karpenter.sh", Resource: "nodepools"}, np.Name, nil)
 	}}
 	r, _, rec := harness(t, conflict, np)
-	if res := reconcileOnce(t, r, np.Name); !res.Requeue {
+	if res := reconcileOnce(t, r, np.Name); res.RequeueAfter != conflictRetry {
 		t.Errorf("conflict: result %+v, want a requeue", res)
 	}
 	if evs := drain(rec); len(evs) != 0 {

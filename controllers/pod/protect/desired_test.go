@@ -89,7 +89,7 @@ func TestDesiredAnnotations(t *testing.T) {
 			if changed != tt.wantChanged {
 				t.Errorf("changed = %v, want %v", changed, tt.wantChanged)
 			}
-			if diff := cmp.Diff(tt.wantOut, got); diff != "" && !(len(tt.wantOut) == 0 && len(got) == 0) {
+			if diff := cmp.Diff(tt.wantOut, got); diff != "" && (len(tt.wantOut) != 0 || len(got) != 0) {
 				t.Errorf("annotations (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(before, tt.current); diff != "" {

@@ -56,7 +56,7 @@ func (r *Reconciler) fail(ctx context.Context, g *berthv1alpha1.PodGroup, msg st
 	if err := r.client.Status().Update(ctx, updated); err != nil {
 		return fmt.Errorf("failing timed-out gang: %w", err)
 	}
-	placements.WithLabelValues("timeout").Inc()
+	placements.WithLabelValues(ResultTimeout).Inc()
 	r.recorder.Warning(updated, events.ReasonGangTimedOut, msg)
 	return nil
 }

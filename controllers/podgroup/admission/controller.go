@@ -193,7 +193,7 @@ func (r *Reconciler) admit(ctx context.Context, cy *cycle, gv gangView) (time.Du
 		}
 		return wait, r.setScheduled(ctx, g, metav1.ConditionFalse, reason, res.Reason)
 	}
-	placements.WithLabelValues("admitted").Inc()
+	placements.WithLabelValues(ResultAdmitted).Inc()
 	if err := cy.snap.Assume(gated, res); err != nil {
 		return 0, err
 	}

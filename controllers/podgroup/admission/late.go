@@ -37,7 +37,7 @@ func (r *Reconciler) admitLate(ctx context.Context, snap *scheduling.Snapshot, g
 		}
 		res := scheduling.Place(snap, scheduling.Gang{Members: []*corev1.Pod{candidate}})
 		if !res.Fits() {
-			placements.WithLabelValues("no_fit").Inc()
+			placements.WithLabelValues(ResultNoFit).Inc()
 			r.recorder.Warning(g, events.ReasonLateMemberWaiting, fmt.Sprintf("member %s, created after admission, does not fit yet: %s", p.Name, res.Reason))
 			continue
 		}
@@ -54,7 +54,7 @@ func (r *Reconciler) admitLate(ctx context.Context, snap *scheduling.Snapshot, g
 			return fmt.Errorf("recording late member %s: %w", p.Name, err)
 		}
 		r.assume(g, cur.Status.Assignments)
-		placements.WithLabelValues("admitted").Inc()
+		placements.WithLabelValues(ResultAdmitted).Inc()
 		if err := r.release(ctx, g, []*corev1.Pod{p}, map[string]string{p.Name: node}, nil); err != nil {
 			return err
 		}

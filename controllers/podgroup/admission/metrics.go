@@ -5,7 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	bmetrics "github.com/berth-dev/berth/internal/metrics"
@@ -62,16 +62,35 @@ var (
 )
 
 func init() {
-	metrics.Registry.MustRegister(Collectors()...)
+	ctrlmetrics.Registry.MustRegister(Collectors()...)
 }
 
 // resultLabel maps a Scheduled condition reason to a placement result label.
 func resultLabel(reason string) string {
 	if reason == berthv1alpha1.ReasonUnsupported {
-		return "unsupported"
+		return ResultUnsupported
 	}
-	return "no_fit"
+	return ResultNoFit
 }
+
+// Values of the result label: berth_podgroup_placement_attempts_total takes the Result*
+// placement values, berth_podgroup_provisioning_attempts_total the Provisioning* values.
+const (
+	ResultAdmitted          = "admitted"
+	ResultNoFit             = "no_fit"
+	ResultUnsupported       = "unsupported"
+	ResultTimeout           = "timeout"
+	ProvisioningStarted     = "started"
+	ProvisioningProvisioned = "provisioned"
+	ProvisioningTimeout     = "timeout"
+)
+
+// PlacementResults and ProvisioningResults are every value of the two counters' result label
+// (the alert tests check the rules' label values against them).
+var (
+	PlacementResults    = []string{ResultAdmitted, ResultNoFit, ResultUnsupported, ResultTimeout}
+	ProvisioningResults = []string{ProvisioningStarted, ProvisioningProvisioned, ProvisioningTimeout}
+)
 
 // lastCreated is when the newest of the members was created.
 func lastCreated(members []*corev1.Pod) time.Time {

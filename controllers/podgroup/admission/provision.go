@@ -142,7 +142,7 @@ func (r *Reconciler) provision(ctx context.Context, cy *cycle, gv gangView, gang
 	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, next); err != nil {
 		return 0, err
 	}
-	provisioningAttempts.WithLabelValues("started").Inc()
+	provisioningAttempts.WithLabelValues(ProvisioningStarted).Inc()
 	if err := r.ensureSeats(ctx, g, attempt, sf, len(sf.Missing), seats); err != nil {
 		return 0, err
 	}
@@ -169,7 +169,7 @@ func (r *Reconciler) withdraw(ctx context.Context, g *berthv1alpha1.PodGroup, se
 	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioningFailed, msg, next); err != nil {
 		return 0, err
 	}
-	provisioningAttempts.WithLabelValues("timeout").Inc()
+	provisioningAttempts.WithLabelValues(ProvisioningTimeout).Inc()
 	r.recorder.Warning(g, events.ReasonCapacityNotProvisioned, msg)
 	return backoff, nil
 }
@@ -285,7 +285,7 @@ func finishProvisioning(st *berthv1alpha1.PodGroupStatus, g *berthv1alpha1.PodGr
 	}
 	p = p.DeepCopy()
 	p.FinishedAt = &now
-	provisioningAttempts.WithLabelValues("provisioned").Inc()
+	provisioningAttempts.WithLabelValues(ProvisioningProvisioned).Inc()
 	provisioningDuration.Observe(now.Sub(p.StartedAt.Time).Seconds())
 	p.RetryAt = nil
 	st.Provisioning = p

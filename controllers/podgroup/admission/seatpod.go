@@ -84,6 +84,15 @@ func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, name, image string, sf sc
 		}
 		seat.Spec.NodeSelector[karpv1.NodePoolLabelKey] = g.Spec.NodePool
 	}
+	// Always set: at least the reservation term is there.
+	seat.Spec.Affinity = seatAffinity(g, m, sf)
+	return seat
+}
+
+// seatAffinity is a seat's scheduling constraints: the member's node affinity, off the nodes
+// reserved for the gang's placeable members, in the gang's topology domain (pod affinity among
+// the gang's seats), and spread like the member's self anti-affinity.
+func seatAffinity(g *berthv1alpha1.PodGroup, m *corev1.Pod, sf scheduling.Shortfall) *corev1.Affinity {
 	aff := &corev1.Affinity{}
 	if m.Spec.Affinity != nil && m.Spec.Affinity.NodeAffinity != nil {
 		aff.NodeAffinity = m.Spec.Affinity.NodeAffinity.DeepCopy()
@@ -111,10 +120,7 @@ func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, name, image string, sf sc
 			})
 		}
 	}
-	if aff.NodeAffinity != nil || aff.PodAffinity != nil || aff.PodAntiAffinity != nil {
-		seat.Spec.Affinity = aff
-	}
-	return seat
+	return aff
 }
 
 // selfAntiAffinity returns the topology keys of the member's required anti-affinity terms that

@@ -44,6 +44,7 @@ func TestSeatPod(t *testing.T) {
 			name:  "copies the member's effective requests, selectors and tolerations",
 			group: base, member: member,
 			check: func(t *testing.T, seat *corev1.Pod) {
+				t.Helper()
 				req := seat.Spec.Containers[0].Resources.Requests
 				if got := req[corev1.ResourceCPU]; got.Cmp(resource.MustParse("8")) != 0 {
 					t.Errorf("cpu request = %s, want 8 (the init container's, the larger)", got.String())
@@ -93,6 +94,7 @@ func TestSeatPod(t *testing.T) {
 			member: member,
 			sf:     scheduling.Shortfall{Domain: "us-west-2a"},
 			check: func(t *testing.T, seat *corev1.Pod) {
+				t.Helper()
 				if seat.Spec.NodeSelector["karpenter.sh/nodepool"] != "gpu-h100" {
 					t.Errorf("nodeSelector = %v", seat.Spec.NodeSelector)
 				}
@@ -113,6 +115,7 @@ func TestSeatPod(t *testing.T) {
 			member: builders.Pod("ddp-0", "ml").Member("ddp").GPU(8).
 				PodAntiAffinity(corev1.LabelHostname, berthv1alpha1.PodGroupLabel, "ddp").Obj(),
 			check: func(t *testing.T, seat *corev1.Pod) {
+				t.Helper()
 				anti := seat.Spec.Affinity.PodAntiAffinity
 				if anti == nil || len(anti.RequiredDuringSchedulingIgnoredDuringExecution) != 1 ||
 					anti.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey != corev1.LabelHostname {
@@ -126,6 +129,7 @@ func TestSeatPod(t *testing.T) {
 			member: builders.Pod("ddp-0", "ml").Member("ddp").GPU(8).
 				PodAntiAffinity(corev1.LabelHostname, "app", "noisy").Obj(),
 			check: func(t *testing.T, seat *corev1.Pod) {
+				t.Helper()
 				if seat.Spec.Affinity.PodAntiAffinity != nil {
 					t.Errorf("anti-affinity %+v", seat.Spec.Affinity.PodAntiAffinity)
 				}

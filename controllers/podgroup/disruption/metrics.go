@@ -2,7 +2,7 @@ package disruption
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	bmetrics "github.com/berth-dev/berth/internal/metrics"
 )
@@ -18,7 +18,7 @@ var disruptions = prometheus.NewCounterVec(prometheus.CounterOpts{
 }, []string{labelReason})
 
 func init() {
-	metrics.Registry.MustRegister(Collectors()...)
+	ctrlmetrics.Registry.MustRegister(Collectors()...)
 }
 
 // Collectors are the package's metrics, as registered with controller-runtime's registry

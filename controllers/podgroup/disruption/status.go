@@ -28,6 +28,9 @@ const (
 	CauseDisruptionTarget = "disruption_target"
 )
 
+// Causes are every cause, in the order the metric's help lists them.
+var Causes = []string{CauseNodeGone, CauseNodeDeleting, CauseNodeClaimDeleting, CauseDisruptedTaint, CauseDisruptionTarget}
+
 // messagePrefix starts the Disrupted condition's message, which lists every node reported so
 // far as "<node> (<why>)", separated by entrySeparator; the list is how the controller knows,
 // across restarts, which nodes it already reported.

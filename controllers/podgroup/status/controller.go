@@ -5,6 +5,7 @@ package status
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -22,6 +23,9 @@ import (
 
 // Name is the controller's name in logs and metrics.
 const Name = "podgroup.status"
+
+// conflictRetry is how soon a reconcile that lost an optimistic-lock race runs again.
+const conflictRetry = 100 * time.Millisecond
 
 // Reconciler keeps PodGroup status in step with the gang's member pods.
 type Reconciler struct {
@@ -57,7 +61,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	// zero-valued member counts, which the schema requires.
 	if err := r.Client.Status().Update(ctx, &pg); err != nil {
 		if apierrors.IsConflict(err) {
-			return reconcile.Result{Requeue: true}, nil
+			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("patching status of %s: %w", req.NamespacedName, err)
 	}

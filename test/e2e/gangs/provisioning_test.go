@@ -126,7 +126,7 @@ func TestWholeGangIsProvisionedInOneBatch(t *testing.T) {
 	}
 	firstBatch := 0
 	for _, nc := range all {
-		if nc.CreationTimestamp.Time.Sub(first) <= 10*time.Second {
+		if nc.CreationTimestamp.Sub(first) <= 10*time.Second {
 			firstBatch++
 		}
 	}

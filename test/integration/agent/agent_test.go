@@ -156,7 +156,12 @@ func TestRunLoopReportsInjectedFault(t *testing.T) {
 	done := make(chan error, 1)
 	pub := &agent.Publisher{Client: rigtest.Current().Client, NodeName: "gpu-loop", Now: time.Now}
 	go func() { done <- agent.Run(ctx, s, pub, agent.Options{Interval: 50 * time.Millisecond}) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent.Run: %v", err)
+		}
+	}()
 	wait := func(status corev1.ConditionStatus, reason string) {
 		t.Helper()
 		rigtest.Eventually(t, 20*time.Second, 50*time.Millisecond, fmt.Sprintf("condition %s/%s", status, reason), func(ctx context.Context) (bool, string, error) {

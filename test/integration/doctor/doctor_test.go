@@ -3,12 +3,15 @@
 package doctor_test
 
 import (
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -22,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/cli"
 	"github.com/berth-dev/berth/internal/doctor"
 	"github.com/berth-dev/berth/internal/rig"
@@ -38,7 +42,7 @@ func gpuTemplate(image string, gpus int64) corev1.PodTemplateSpec {
 	return corev1.PodTemplateSpec{
 		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "x"}},
 		Spec: corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "c", Image: image,
-			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}}}}},
+			Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{berthv1alpha1.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}}}}},
 	}
 }
 
@@ -67,7 +71,7 @@ func seed(t *testing.T) {
 	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "gpu-doctor"}, Spec: karpv1.NodePoolSpec{
 		Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
 			NodeClassRef: &karpv1.NodeClassReference{Group: "karpenter.k8s.aws", Kind: "EC2NodeClass", Name: "default"},
-			Requirements: []karpv1.NodeSelectorRequirementWithMinValues{{Key: "karpenter.k8s.aws/instance-family", Operator: corev1.NodeSelectorOpIn, Values: []string{"p5"}}},
+			Requirements: []karpv1.NodeSelectorRequirementWithMinValues{{Key: awsv1.LabelInstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: []string{"p5"}}},
 		}},
 		Disruption: karpv1.Disruption{ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized, ConsolidateAfter: karpv1.MustParseNillableDuration("0s"),
 			Budgets: []karpv1.Budget{{Nodes: "10%"}}},
@@ -91,11 +95,13 @@ func doctorCmd(args ...string) (string, error) {
 	return out.String(), err
 }
 
-func TestDoctorFindsSeededProblems(t *testing.T) {
-	seed(t)
-	out, err := doctorCmd("-o", "json")
-	if err == nil {
-		t.Errorf("doctor exited 0 with problems in the cluster:\n%s", out)
+// findings runs `berth doctor -o json` with args and returns "check object" per finding,
+// sorted: an empty, non-nil list when the command found nothing and succeeded.
+func findings(t *testing.T, args ...string) []string {
+	t.Helper()
+	out, err := doctorCmd(append([]string{"-o", "json"}, args...)...)
+	if err != nil && !errors.Is(err, cli.ErrFindings) {
+		t.Fatalf("doctor %v: %v\n%s", args, err, out)
 	}
 	var res struct {
 		Findings []doctor.Finding `json:"findings"`
@@ -103,14 +109,41 @@ func TestDoctorFindsSeededProblems(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("parsing JSON output: %v\n%s", err, out)
 	}
-	var got []string
+	if res.Findings == nil {
+		t.Fatalf("JSON output has no findings list:\n%s", out)
+	}
+	got := []string{}
 	for _, f := range res.Findings {
 		got = append(got, f.Check+" "+f.Object)
 		if f.Fix == "" {
 			t.Errorf("no fix for %+v", f)
 		}
 	}
+	if (err == nil) != (len(got) == 0) {
+		t.Errorf("doctor %v: error %v with %d finding(s); want ErrFindings exactly when it finds something", args, err, len(got))
+	}
 	sort.Strings(got)
+	return got
+}
+
+// guardPool gives a NodePool the Underutilized budget that makes it safe.
+func guardPool(t *testing.T, name string) {
+	t.Helper()
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	var np karpv1.NodePool
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &np); err != nil {
+		t.Fatal(err)
+	}
+	np.Spec.Disruption.Budgets = append(np.Spec.Disruption.Budgets, karpv1.Budget{Nodes: "0", Reasons: []karpv1.DisruptionReason{karpv1.DisruptionReasonUnderutilized}})
+	if err := c.Update(ctx, &np); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDoctorFindsSeededProblems(t *testing.T) {
+	seed(t)
+	got := findings(t)
 	want := []string{
 		"gpu-job-without-gang Job sick/ddp",
 		"gpu-nodepool-consolidation NodePool gpu-doctor",
@@ -122,22 +155,37 @@ func TestDoctorFindsSeededProblems(t *testing.T) {
 	}
 
 	text, err := doctorCmd("-n", "sick")
-	if err == nil {
-		t.Error("doctor -n sick exited 0")
+	if !errors.Is(err, cli.ErrFindings) {
+		t.Errorf("doctor -n sick: error %v, want %v", err, cli.ErrFindings)
 	}
 	t.Logf("human output:\n%s", text)
-	for _, s := range []string{"sick/ddp", "fix:", "problem(s) found"} {
-		if !bytes.Contains([]byte(text), []byte(s)) {
+	for _, s := range []string{"sick/ddp", "fix:", "4 problem(s) found"} {
+		if !strings.Contains(text, s) {
 			t.Errorf("human output lacks %q", s)
 		}
 	}
 	// NodePools are cluster-wide, so they show in every namespace's report; a namespace with
-	// only healthy objects reports just that pool.
-	clean, _ := doctorCmd("-n", "healthy", "-o", "json")
-	if bytes.Contains([]byte(clean), []byte("single")) {
-		t.Errorf("a single-pod GPU Job was reported:\n%s", clean)
+	// only healthy objects (a single-pod GPU Job) reports just that pool.
+	if got := findings(t, "-n", "healthy"); !cmp.Equal(got, []string{"gpu-nodepool-consolidation NodePool gpu-doctor"}) {
+		t.Errorf("doctor -n healthy found %v, want only the cluster-wide NodePool", got)
 	}
-	if _, err := doctorCmd("-o", "yaml"); err == nil || !bytes.Contains([]byte(err.Error()), []byte("text, json")) {
+	if code := cli.Execute([]string{"doctor", "--kubeconfig=" + rigtest.Current().Kubeconfig, "-n", "sick"}); code != 1 {
+		t.Errorf("berth doctor on findings exited %d, want 1", code)
+	}
+
+	// Once the pool is guarded, the healthy namespace is clean: exit 0, and it says so.
+	guardPool(t, "gpu-doctor")
+	if got := findings(t, "-n", "healthy"); got == nil || len(got) != 0 {
+		t.Errorf("doctor -n healthy on a clean namespace found %v, want an empty list", got)
+	}
+	clean, err := doctorCmd("-n", "healthy")
+	if err != nil || clean != "no problems found\n" {
+		t.Errorf("doctor -n healthy = %q, %v; want \"no problems found\" and no error", clean, err)
+	}
+	if code := cli.Execute([]string{"doctor", "--kubeconfig=" + rigtest.Current().Kubeconfig, "-n", "healthy"}); code != 0 {
+		t.Errorf("berth doctor on a clean namespace exited %d, want 0", code)
+	}
+	if _, err := doctorCmd("-o", "yaml"); err == nil || !strings.Contains(err.Error(), "text, json") {
 		t.Errorf("bad -o: %v", err)
 	}
 }

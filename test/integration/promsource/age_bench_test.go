@@ -9,7 +9,7 @@ import (
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/pods"
 	"github.com/berth-dev/berth/scaler/promsource"
-	"github.com/berth-dev/berth/scaler/scalertest"
+	"github.com/berth-dev/berth/test/scalertest"
 )
 
 // BenchmarkSignalAge compares how old the data behind one evaluation is on the two paths, over
