@@ -108,7 +108,7 @@ func printStatus(out io.Writer, st State) {
 		state = "starting"
 	}
 	fmt.Fprintf(out, "dev cluster: %s (pid %d, since %s)\n", state, st.PID, st.StartedAt.Format(time.RFC3339))
-	fmt.Fprintf(out, "api server:  %s\nkubeconfig:  %s   (export KUBECONFIG=%s)\nlogs:        %s\n", st.APIServer, st.Kubeconfig, st.Kubeconfig, st.LogDir)
+	fmt.Fprintf(out, "api server:  %s\nkubeconfig:  %s   (export KUBECONFIG=%s)\nlogs:        %s\npod IPs:     %s\n", st.APIServer, st.Kubeconfig, st.Kubeconfig, st.LogDir, st.PodCIDR)
 	names := make([]string, 0, len(st.Endpoints))
 	for name := range st.Endpoints {
 		names = append(names, name)

@@ -3,14 +3,13 @@ package devcluster
 import (
 	"context"
 	"fmt"
-	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -23,52 +22,110 @@ import (
 // DemoNamespace holds the demo's workloads.
 const DemoNamespace = "berth-demo"
 
-// Demo runs the scripted scenario against the dev cluster whose kubeconfig is given, printing
-// what happens as it happens:
-//
-//  1. a pending 8-GPU training pod makes Karpenter launch a p5 node, the node becomes Ready,
-//     kube-scheduler binds the pod and kwok runs it;
-//  2. a 4-member gang is held at its gate while that node is busy, and released and bound whole
-//     once it frees;
-//  3. a 2-member gang of 8-GPU pods on a family with no nodes gets both nodes from Karpenter in
-//     one batch through berth's seat pods, and is admitted and started whole (demo_provision.go);
-//  4. on a GPU NodePool that lets Karpenter consolidate underutilized nodes, berth's
-//     consolidation guard and pod protection keep a running gang's underutilized node from
-//     being repacked (demo_guard.go);
-//  5. a vLLM Deployment under a KEDA ScaledObject pointing at berth's scaler follows a load
-//     ramp up and down while Karpenter adds and removes L4 nodes (demo_autoscale.go).
-func Demo(ctx context.Context, kubeconfig string, out io.Writer) error {
+// appLabel is the plain label the demo's pods are selected by (app=<name>), as the pods of the
+// vLLM Deployment are (vllmsim.Deployment).
+const appLabel = "app"
+
+// Scene is one scene of the demo: Name selects it (berth dev demo --scene NAME), Title opens it.
+type Scene struct {
+	Name, Title string
+	// timeout bounds the scene. run plays it on the demo namespace as the reset, or the scenes
+	// before it in the table, left it: a scene needs nothing from another.
+	timeout time.Duration
+	run     func(ctx context.Context, d *demo) error
+}
+
+// scenes are the demo's scenes, in the order it plays them; what each shows is told at the top
+// of its file, demo_<name>.go.
+var scenes = []Scene{
+	{"training", "an 8-GPU training pod on a cluster with no GPU nodes", trainingTimeout, trainingScene},
+	{"gang", "a 4-member gang (2 GPUs each) while the H100 node is busy", gangTimeout, gangScene},
+	{"provision", "a 2-node gang (2 x 8 H200 GPUs, one zone) on a family with no nodes yet", provisionTimeout, provisionScene},
+	{"guard", "the consolidation guard on a GPU NodePool that consolidates underutilized nodes", guardTimeout, guardScene},
+	{"autoscale", "a vLLM Deployment sized by KEDA and berth's scaler from queue depth and KV-cache usage", autoscaleTimeout, autoscaleScene},
+}
+
+// Scenes are the demo's scenes in the order Demo plays them.
+func Scenes() []Scene { return slices.Clone(scenes) }
+
+// ListScenes writes one line per scene: its name and its title.
+func ListScenes(w io.Writer) error {
+	for _, s := range scenes {
+		if _, err := fmt.Fprintf(w, "%-10s %s\n", s.Name, s.Title); err != nil {
+			return fmt.Errorf("listing the scenes: %w", err)
+		}
+	}
+	return nil
+}
+
+// CheckScenes fails, naming the scenes there are, when a name is not a scene's.
+func CheckScenes(names ...string) error {
+	_, err := pickScenes(names)
+	return err
+}
+
+// pickScenes are the table positions of the named scenes, in table order; all of them when no
+// name is given.
+func pickScenes(names []string) ([]int, error) {
+	want := map[string]bool{}
+	for _, n := range names {
+		if !slices.ContainsFunc(scenes, func(s Scene) bool { return s.Name == n }) {
+			return nil, fmt.Errorf("no scene %q: the scenes are %s", n, strings.Join(sceneNames(), ", "))
+		}
+		want[n] = true
+	}
+	var out []int
+	for i, s := range scenes {
+		if len(want) == 0 || want[s.Name] {
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+// sceneNames are the scenes' names in table order.
+func sceneNames() []string {
+	out := make([]string, len(scenes))
+	for i, s := range scenes {
+		out[i] = s.Name
+	}
+	return out
+}
+
+// demo is what a scene plays with: the dev cluster's client and the printer.
+type demo struct {
+	c client.WithWatch
+	p *printer
+}
+
+// Demo plays the demo's scenes (all of them, or the named ones, in table order) against the dev
+// cluster whose kubeconfig is given, after removing what an earlier run left, printing what
+// happens as it happens.
+func Demo(ctx context.Context, kubeconfig string, out io.Writer, names ...string) error {
+	picked, err := pickScenes(names)
+	if err != nil {
+		return err
+	}
 	c, err := demoClient(kubeconfig)
 	if err != nil {
 		return err
 	}
-	p := &printer{out: out, start: time.Now()}
-	if err := resetDemo(ctx, c, p); err != nil {
+	d := &demo{c: c, p: &printer{out: out, start: time.Now()}}
+	if err := resetDemo(ctx, c, d.p); err != nil {
 		return err
 	}
-	p.say("scene 1: an 8-GPU training pod on a cluster with no GPU nodes")
-	pod, err := trainingScene(ctx, c, p)
-	if err != nil {
-		return fmt.Errorf("scene 1: %w", err)
+	for _, i := range picked {
+		s := scenes[i]
+		d.p.say("scene %d: %s", i+1, s.Title)
+		sctx, cancel := context.WithTimeout(ctx, s.timeout)
+		err := s.run(sctx, d)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("scene %d (%s): %w", i+1, s.Name, err)
+		}
 	}
-	p.say("scene 2: a 4-member gang (2 GPUs each) while the H100 node is busy")
-	if err := gangScene(ctx, c, p, pod); err != nil {
-		return fmt.Errorf("scene 2: %w", err)
-	}
-	p.say("scene 3: a 2-node gang (2 x 8 H200 GPUs, one zone) on a family with no nodes yet")
-	if err := provisionScene(ctx, c, p); err != nil {
-		return fmt.Errorf("scene 3: %w", err)
-	}
-	p.say("scene 4: the consolidation guard on a GPU NodePool that consolidates underutilized nodes")
-	if err := guardScene(ctx, c, p); err != nil {
-		return fmt.Errorf("scene 4: %w", err)
-	}
-	p.say("scene 5: a vLLM Deployment sized by KEDA and berth's scaler from queue depth and KV-cache usage")
-	if err := autoscaleScene(ctx, c, p); err != nil {
-		return fmt.Errorf("scene 5: %w", err)
-	}
-	p.say("done in %s. Inspect with KUBECONFIG=%s; stop everything with 'berth dev down'",
-		time.Since(p.start).Round(time.Second), kubeconfig)
+	d.p.say("done in %s. Inspect with KUBECONFIG=%s; stop everything with 'berth dev down'",
+		time.Since(d.p.start).Round(time.Second), kubeconfig)
 	return nil
 }
 
@@ -80,7 +137,7 @@ func demoClient(kubeconfig string) (client.WithWatch, error) {
 	}
 	scheme, err := rig.NewScheme()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("building the scheme: %w", err)
 	}
 	c, err := client.NewWithWatch(cfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -89,46 +146,13 @@ func demoClient(kubeconfig string) (client.WithWatch, error) {
 	return c, nil
 }
 
-// trainingScene creates one 8-GPU pod and follows it until it runs on the node Karpenter
-// launched for it; the pod is returned, busy, for scene 2.
-func trainingScene(ctx context.Context, c client.Client, p *printer) (*corev1.Pod, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	pod := demoTrainingPod("llm-train-0", "h100", 8)
-	if err := c.Create(ctx, pod); err != nil {
-		return nil, fmt.Errorf("creating pod %s: %w", pod.Name, err)
-	}
-	p.say("created pod %s/%s requesting 8 nvidia.com/gpu with nodeSelector %s=h100", pod.Namespace, pod.Name, awsv1.LabelInstanceGPUName)
-	if err := p.follow(ctx, c, client.ObjectKeyFromObject(pod)); err != nil {
-		return nil, err
-	}
-	p.say("Karpenter provisioned a GPU node for the pending pod, which now runs.")
-	return pod, nil
-}
-
-// demoTrainingPod is a pod asking for gpus GPUs of one product.
-func demoTrainingPod(name, product string, gpus int64) *corev1.Pod {
-	q := *resource.NewQuantity(gpus, resource.DecimalSI)
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: DemoNamespace, Labels: map[string]string{"app": "llm-train"}},
-		Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{awsv1.LabelInstanceGPUName: product},
-			Containers: []corev1.Container{{
-				Name: "trainer", Image: "nvcr.io/nvidia/pytorch:25.01-py3",
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16"), corev1.ResourceMemory: resource.MustParse("64Gi"), berthv1alpha1.GPUResource: q},
-					Limits:   corev1.ResourceList{berthv1alpha1.GPUResource: q},
-				},
-			}},
-		},
-	}
-}
-
-// printer prints timestamped lines, each change once.
+// printer prints lines stamped with the time since the demo started, and remembers what it
+// printed so that a poll prints each change once.
 type printer struct {
 	out   io.Writer
 	start time.Time
-	seen  map[string]bool
+	// last is the value last printed under each key.
+	last map[string]string
 }
 
 // say prints a line stamped with the time since the demo started.
@@ -137,74 +161,64 @@ func (p *printer) say(format string, args ...any) {
 }
 
 // once prints a line the first time its key is seen.
-func (p *printer) once(key, format string, args ...any) {
-	if p.seen == nil {
-		p.seen = map[string]bool{}
-	}
-	if p.seen[key] {
+func (p *printer) once(key, format string, args ...any) { p.change(key, "", format, args...) }
+
+// change prints a line when a key is new or its value is not the one last printed under it.
+func (p *printer) change(key, value, format string, args ...any) {
+	if last, ok := p.last[key]; ok && last == value {
 		return
 	}
-	p.seen[key] = true
+	if p.last == nil {
+		p.last = map[string]string{}
+	}
+	p.last[key] = value
 	p.say(format, args...)
 }
 
-// follow prints NodeClaims, nodes and the pod as they change, until the pod runs.
-func (p *printer) follow(ctx context.Context, c client.Client, key client.ObjectKey) error {
-	for {
-		var pod corev1.Pod
-		if err := c.Get(ctx, key, &pod); err != nil {
-			return fmt.Errorf("reading pod %s: %w", key, err)
-		}
-		for _, cond := range pod.Status.Conditions {
-			if cond.Type == corev1.PodScheduled && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-				p.once("unschedulable", "pod %s is Pending: %s", pod.Name, shorten(cond.Message))
-			}
-		}
-		var claims karpv1.NodeClaimList
-		if err := c.List(ctx, &claims); err != nil {
-			return fmt.Errorf("listing NodeClaims: %w", err)
-		}
-		sort.Slice(claims.Items, func(i, j int) bool { return claims.Items[i].Name < claims.Items[j].Name })
-		for _, nc := range claims.Items {
-			l := nc.Labels
-			p.once("nc/"+nc.Name, "Karpenter created NodeClaim %s (NodePool %s)", nc.Name, l[karpv1.NodePoolLabelKey])
-			if cond := nc.StatusConditions().Get(karpv1.ConditionTypeLaunched); cond != nil && cond.IsTrue() {
-				p.once("nc/launched/"+nc.Name, "NodeClaim %s launched: %s %s in %s, %s GPUs (%s)", nc.Name,
-					l[corev1.LabelInstanceTypeStable], l[karpv1.CapacityTypeLabelKey], l[corev1.LabelTopologyZone],
-					l[awsv1.LabelInstanceGPUCount], l[awsv1.LabelInstanceGPUName])
-			}
-			if cond := nc.StatusConditions().Get(karpv1.ConditionTypeRegistered); cond != nil && cond.IsTrue() {
-				p.once("nc/registered/"+nc.Name, "NodeClaim %s registered node %s", nc.Name, nc.Status.NodeName)
-			}
-			if cond := nc.StatusConditions().Get(karpv1.ConditionTypeInitialized); cond != nil && cond.IsTrue() {
-				p.once("nc/initialized/"+nc.Name, "NodeClaim %s initialized", nc.Name)
-			}
-		}
-		var nodes corev1.NodeList
-		if err := c.List(ctx, &nodes); err != nil {
-			return fmt.Errorf("listing nodes: %w", err)
-		}
-		for _, n := range nodes.Items {
-			p.once("node/"+n.Name, "node %s joined (%s)", n.Name, n.Labels[corev1.LabelInstanceTypeStable])
-			for _, cond := range n.Status.Conditions {
-				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
-					p.once("node/ready/"+n.Name, "node %s is Ready with %s nvidia.com/gpu allocatable", n.Name, quantity(n.Status.Allocatable, berthv1alpha1.GPUResource))
-				}
-			}
-		}
-		if pod.Spec.NodeName != "" {
-			p.once("bound", "kube-scheduler bound pod %s to node %s", pod.Name, pod.Spec.NodeName)
-		}
-		if pod.Status.Phase == corev1.PodRunning {
-			p.once("running", "pod %s is Running with IP %s", pod.Name, pod.Status.PodIP)
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("pod %s did not start in time (phase %s): %w", pod.Name, pod.Status.Phase, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
+// demoPods lists the demo namespace's pods with labels that are not being deleted, sorted by
+// name.
+func demoPods(ctx context.Context, c client.Client, labels client.MatchingLabels) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := c.List(ctx, &list, client.InNamespace(DemoNamespace), labels); err != nil {
+		return nil, fmt.Errorf("listing pods %v: %w", map[string]string(labels), err)
+	}
+	out := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	slices.SortFunc(out, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// createGang creates a PodGroup and its MinMember members <name>-0, <name>-1, ..., made by
+// member and labelled with the group.
+func createGang(ctx context.Context, c client.Client, pg *berthv1alpha1.PodGroup, member func(name string) *corev1.Pod) error {
+	if err := c.Create(ctx, pg); err != nil {
+		return fmt.Errorf("creating PodGroup %s: %w", pg.Name, err)
+	}
+	for i := range pg.Spec.MinMember {
+		m := member(fmt.Sprintf("%s-%d", pg.Name, i))
+		m.Labels[berthv1alpha1.PodGroupLabel] = pg.Name
+		if err := c.Create(ctx, m); err != nil {
+			return fmt.Errorf("creating member %s: %w", m.Name, err)
 		}
 	}
+	return nil
+}
+
+// demoGroup is a PodGroup of the demo namespace.
+func demoGroup(name string, minMember int32) *berthv1alpha1.PodGroup {
+	return &berthv1alpha1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: DemoNamespace},
+		Spec:       berthv1alpha1.PodGroupSpec{MinMember: minMember},
+	}
+}
+
+// rigPool is (a copy of) the NodePool `berth dev up` installs under a name.
+func rigPool(name string) (*karpv1.NodePool, error) {
+	for _, np := range rig.DevNodePools() {
+		if np.Name == name {
+			return np, nil
+		}
+	}
+	return nil, fmt.Errorf("the rig has no NodePool %s", name)
 }
 
 // quantity prints a resource of a list, "0" when it is not there.
@@ -222,4 +236,33 @@ func shorten(s string) string {
 		return s[:157] + "..."
 	}
 	return strings.TrimSpace(s)
+}
+
+// orNone joins names, or says there are none.
+func orNone(names []string) string {
+	if len(names) == 0 {
+		return "(none)"
+	}
+	return strings.Join(names, ", ")
+}
+
+// sortedKeys are a set's members, sorted.
+func sortedKeys(set map[string]bool) []string { return slices.Sorted(maps.Keys(set)) }
+
+// podNames lists pods' names.
+func podNames(pods []corev1.Pod) string {
+	out := make([]string, len(pods))
+	for i, p := range pods {
+		out[i] = p.Name
+	}
+	return strings.Join(out, ", ")
+}
+
+// conditionSummary lists conditions as Type=Status (Reason).
+func conditionSummary(conds []metav1.Condition) string {
+	var out []string
+	for _, c := range conds {
+		out = append(out, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, c.Reason))
+	}
+	return strings.Join(out, ", ")
 }

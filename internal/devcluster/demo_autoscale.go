@@ -2,6 +2,7 @@ package devcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -34,16 +35,20 @@ const (
 	autoscaleMax   = 4
 	// autoscaleStep bounds each phase of the ramp.
 	autoscaleStep = 3 * time.Minute
+	// autoscaleTimeout bounds scene 5: the first replica, the ramp and the scale-down's node.
+	autoscaleTimeout = time.Minute + 3*autoscaleStep + 2*time.Minute
 )
 
 // autoscaleScene runs scene 5.
-func autoscaleScene(ctx context.Context, c client.Client, p *printer) error {
+func autoscaleScene(ctx context.Context, d *demo) error {
+	c, p := d.c, d.p
 	var eps corev1.ConfigMap
 	if err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: EndpointsConfigMap}, &eps); err != nil {
 		return fmt.Errorf("reading the dev cluster's endpoints (ConfigMap kube-system/%s; restart with 'berth dev down && berth dev up'): %w", EndpointsConfigMap, err)
 	}
-	w := &autoscaleWatch{c: c, p: p, metricsURL: eps.Data["scaler-metrics"], loadURL: eps.Data["vllm-sim-admin"], nodes: map[string]bool{}}
 	dep := vllmsim.Deployment(DemoNamespace, inferenceName, rig.GPUNodePoolName(inferencePool), VLLMSimPort, map[string]string{berthv1alpha1.VLLMSimLabel: "true"})
+	w := &autoscaleWatch{c: c, p: p, metricsURL: eps.Data["scaler-metrics"], loadURL: eps.Data["vllm-sim-admin"],
+		pods: dep.Spec.Selector.MatchLabels, nodes: map[string]bool{}}
 	if err := c.Create(ctx, dep); err != nil {
 		return fmt.Errorf("creating Deployment %s: %w", inferenceName, err)
 	}
@@ -79,10 +84,12 @@ func autoscaleScene(ctx context.Context, c client.Client, p *printer) error {
 	}
 	p.say("the Deployment followed its load: up to %d replicas on %d L4 nodes Karpenter launched, back to 1", w.peakReplicas, w.peakNodes)
 	// Karpenter removes the node the scale-down emptied after the pool's consolidateAfter (30 s).
-	if err := w.until(ctx, 90*time.Second, func(s autoscaleSnap) bool { return len(w.nodes) <= 1 }); err != nil {
+	err := w.until(ctx, 90*time.Second, func(autoscaleSnap) bool { return len(w.nodes) <= 1 })
+	if errors.Is(err, errTimedOut) {
 		p.say("the emptied L4 node is still there; Karpenter consolidates it after the pool's consolidateAfter")
+		return nil
 	}
-	return nil
+	return err
 }
 
 // autoscaleWatch prints the scene's state whenever it changes.
@@ -90,6 +97,7 @@ type autoscaleWatch struct {
 	c                       client.Client
 	p                       *printer
 	metricsURL, loadURL     string
+	pods                    client.MatchingLabels
 	last                    string
 	lastShape               [3]int
 	lastAt                  time.Time
@@ -104,10 +112,11 @@ type autoscaleSnap struct {
 	elapsed            time.Duration
 }
 
+// setRate sets the request rate of the vLLM emulator's load generator.
 func (w *autoscaleWatch) setRate(ctx context.Context, rate float64) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, w.loadURL+"?rate="+url.QueryEscape(strconv.FormatFloat(rate, 'f', -1, 64)), nil)
 	if err != nil {
-		return err
+		return fmt.Errorf("setting the emulator's load: %w", err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -120,45 +129,33 @@ func (w *autoscaleWatch) setRate(ctx context.Context, rate float64) error {
 	return nil
 }
 
-// until polls every second, printing changes, until done or timeout.
+// until looks every second, printing changes, until done; it fails (errTimedOut) after timeout.
 func (w *autoscaleWatch) until(ctx context.Context, timeout time.Duration, done func(autoscaleSnap) bool) error {
 	start := time.Now()
-	for {
-		s, err := w.look(ctx)
-		if err != nil {
-			return err
-		}
+	var s autoscaleSnap
+	err := poll(ctx, time.Second, timeout, func(ctx context.Context) (bool, error) {
+		var err error
+		s, err = w.look(ctx)
 		s.elapsed = time.Since(start)
-		if done(s) {
-			return nil
-		}
-		if s.elapsed > timeout {
-			return fmt.Errorf("not reached within %s (replicas %d/%d, queue %.0f, berth desired %.0f)", timeout, s.ready, s.total, s.queue, s.desired)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
+		return err == nil && done(s), err
+	})
+	if err != nil {
+		return fmt.Errorf("not reached (replicas %d/%d, queue %.0f, berth desired %.0f): %w", s.ready, s.total, s.queue, s.desired, err)
 	}
+	return nil
 }
 
 // look reads pods, nodes and the scaler's view, and prints what changed.
 func (w *autoscaleWatch) look(ctx context.Context) (autoscaleSnap, error) {
 	var s autoscaleSnap
-	var pods corev1.PodList
-	if err := w.c.List(ctx, &pods, client.InNamespace(DemoNamespace), client.MatchingLabels{"app": inferenceName}); err != nil {
-		return s, fmt.Errorf("listing pods: %w", err)
+	pods, err := demoPods(ctx, w.c, w.pods)
+	if err != nil {
+		return s, err
 	}
-	for _, pod := range pods.Items {
-		if pod.DeletionTimestamp != nil {
-			continue
-		}
-		s.total++
-		for _, cond := range pod.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				s.ready++
-			}
+	s.total = len(pods)
+	for _, pod := range pods {
+		if cond := podCondition(&pod, corev1.PodReady); cond != nil && cond.Status == corev1.ConditionTrue {
+			s.ready++
 		}
 	}
 	var nodes corev1.NodeList
@@ -178,7 +175,9 @@ func (w *autoscaleWatch) look(ctx context.Context) (autoscaleSnap, error) {
 		}
 	}
 	w.nodes = now
-	s.queue, s.kv, s.desired = w.scalerView(ctx)
+	if s.queue, s.kv, s.desired, err = w.scalerView(ctx); err != nil {
+		w.p.change("scaler", err.Error(), "  (berth's scaler metrics unreadable: %v)", err)
+	}
 	w.peakReplicas, w.peakNodes = max(w.peakReplicas, s.total), max(w.peakNodes, len(now))
 	kv := "—"
 	if s.ready > 0 && s.kv >= 0 {
@@ -196,22 +195,22 @@ func (w *autoscaleWatch) look(ctx context.Context) (autoscaleSnap, error) {
 }
 
 // scalerView reads the scaler's own series for the demo's ScaledObject: raw queue and KV
-// signals and the replicas it asks for (-1 when not evaluated yet).
-func (w *autoscaleWatch) scalerView(ctx context.Context) (queue, kv, desired float64) {
+// signals and the replicas it asks for (-1 when not evaluated yet, or not readable).
+func (w *autoscaleWatch) scalerView(ctx context.Context) (queue, kv, desired float64, err error) {
 	queue, kv, desired = -1, -1, -1
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, w.metricsURL, nil)
 	if err != nil {
-		return
+		return queue, kv, desired, fmt.Errorf("reading %s: %w", w.metricsURL, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return
+		return queue, kv, desired, fmt.Errorf("reading %s: %w", w.metricsURL, err)
 	}
 	defer resp.Body.Close()
 	parser := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return
+		return queue, kv, desired, fmt.Errorf("parsing %s: %w", w.metricsURL, err)
 	}
 	for name, f := range fams {
 		for _, m := range f.GetMetric() {
@@ -232,5 +231,5 @@ func (w *autoscaleWatch) scalerView(ctx context.Context) (queue, kv, desired flo
 			}
 		}
 	}
-	return
+	return queue, kv, desired, nil
 }

@@ -9,10 +9,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -52,8 +50,10 @@ const (
 
 // lane is one NodePool of scene 4 with what runs on its node.
 type lane struct {
-	// pool is the NodePool, created from the rig's pool for product.
+	// pool is the NodePool, created from the rig's pool for product; audit annotates it so
+	// that berth only reports it.
 	pool, product string
+	audit         bool
 	// fillerGPUs is the filler's share of the node's 8 GPUs; the workloads take the rest.
 	fillerGPUs int64
 	// gang is a protected 2-member PodGroup of 1-GPU members; none when empty.
@@ -62,41 +62,32 @@ type lane struct {
 	deploy   string
 	replicas int32
 	// np, filler and pods (gang members and Deployment pods) are the objects once created and
-	// running; node is where they run.
+	// running; node is where they run, claim its NodeClaim.
 	np     *karpv1.NodePool
 	filler *corev1.Pod
 	pods   []corev1.Pod
 	node   string
+	claim  *karpv1.NodeClaim
 }
 
 // guardScene runs scene 4 and removes what it created.
-func guardScene(ctx context.Context, c client.Client, p *printer) error {
-	ctx, cancel := context.WithTimeout(ctx, guardTimeout)
-	defer cancel()
+func guardScene(ctx context.Context, d *demo) error {
+	c, p := d.c, d.p
 	guarded := &lane{pool: guardedPool, product: "l40s", fillerGPUs: 5, gang: "guarded", deploy: "infer-l40s", replicas: 1}
-	audited := &lane{pool: auditPool, product: "a10g", fillerGPUs: 6, deploy: "infer-a10g", replicas: 2}
+	audited := &lane{pool: auditPool, product: "a10g", audit: true, fillerGPUs: 6, deploy: "infer-a10g", replicas: 2}
 	lanes := []*lane{guarded, audited}
 	if err := createDemoPools(ctx, c, p, guarded, audited); err != nil {
 		return err
 	}
-	if err := showEnforced(ctx, c, p, guarded); err != nil {
-		return err
-	}
-	if err := showAudited(ctx, c, p, audited); err != nil {
-		return err
+	for _, l := range lanes {
+		if err := showGuard(ctx, c, p, l); err != nil {
+			return err
+		}
 	}
 	if err := runFillers(ctx, c, p, lanes); err != nil {
 		return err
 	}
 	if err := runWorkloads(ctx, c, p, lanes); err != nil {
-		return err
-	}
-	gw, err := newGuardWatch(ctx, c, guarded)
-	if err != nil {
-		return err
-	}
-	aw, err := newAuditWatch(ctx, c, audited)
-	if err != nil {
 		return err
 	}
 	for _, l := range lanes {
@@ -109,49 +100,54 @@ func guardScene(ctx context.Context, c client.Client, p *printer) error {
 		}
 		p.say("%s finishes: %s", l.filler.Name, msg)
 	}
-	if err := watchBoth(ctx, c, p, gw, aw); err != nil {
+	if err := watchBoth(ctx, c, p, guarded, audited); err != nil {
 		return err
 	}
-	return cleanUpGuard(ctx, c, p, lanes)
+	for _, l := range lanes {
+		if err := deleteLane(ctx, c, l); err != nil {
+			return err
+		}
+	}
+	p.say("removed the workloads and NodePools %s and %s; Karpenter removes their nodes", guardedPool, auditPool)
+	return nil
 }
 
-// demoPool is a copy of the rig's NodePool for a GPU product, renamed, on-demand only and
-// consolidating underutilized nodes at once with a 100% budget.
-func demoPool(name, product string) (*karpv1.NodePool, error) {
-	for _, np := range rig.DevNodePools() {
-		if np.Name != rig.GPUNodePoolName(product) {
-			continue
-		}
-		np.Name = name
-		// No consolidation-guard annotation: the guard's mode is berth controller's default.
-		np.Annotations = nil
-		np.Spec.Disruption = karpv1.Disruption{
-			ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized,
-			ConsolidateAfter:    karpv1.MustParseNillableDuration("0s"),
-			Budgets:             []karpv1.Budget{{Nodes: "100%"}},
-		}
-		// On-demand only: Karpenter replaces spot nodes with cheaper spot ones only behind a
-		// feature gate, so on spot an underutilized node would stay for lack of a replacement.
-		for i, req := range np.Spec.Template.Spec.Requirements {
-			if req.Key == karpv1.CapacityTypeLabelKey {
-				np.Spec.Template.Spec.Requirements[i].Values = []string{karpv1.CapacityTypeOnDemand}
-			}
-		}
-		np.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("32")}
-		return np, nil
+// demoPool is a copy of the rig's NodePool for a lane's GPU product, renamed, on-demand only and
+// consolidating underutilized nodes at once with a 100% budget; an audit lane's is annotated so.
+func demoPool(l *lane) (*karpv1.NodePool, error) {
+	np, err := rigPool(rig.GPUNodePoolName(l.product))
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("the rig has no NodePool for GPU %s", product)
+	np.Name = l.pool
+	// No consolidation-guard annotation but the audit lane's: the guard's mode is berth
+	// controller's default.
+	np.Annotations = nil
+	if l.audit {
+		np.Annotations = map[string]string{berthv1alpha1.ConsolidationGuardAnnotation: berthv1alpha1.ConsolidationGuardAudit}
+	}
+	np.Spec.Disruption = karpv1.Disruption{
+		ConsolidationPolicy: karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized,
+		ConsolidateAfter:    karpv1.MustParseNillableDuration("0s"),
+		Budgets:             []karpv1.Budget{{Nodes: "100%"}},
+	}
+	// On-demand only: Karpenter replaces spot nodes with cheaper spot ones only behind a
+	// feature gate, so on spot an underutilized node would stay for lack of a replacement.
+	for i, req := range np.Spec.Template.Spec.Requirements {
+		if req.Key == karpv1.CapacityTypeLabelKey {
+			np.Spec.Template.Spec.Requirements[i].Values = []string{karpv1.CapacityTypeOnDemand}
+		}
+	}
+	np.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("32")}
+	return np, nil
 }
 
 // createDemoPools creates the guarded and the audit NodePool.
 func createDemoPools(ctx context.Context, c client.Client, p *printer, guarded, audited *lane) error {
 	for _, l := range []*lane{guarded, audited} {
-		np, err := demoPool(l.pool, l.product)
+		np, err := demoPool(l)
 		if err != nil {
 			return err
-		}
-		if l == audited {
-			np.Annotations = map[string]string{berthv1alpha1.ConsolidationGuardAnnotation: berthv1alpha1.ConsolidationGuardAudit}
 		}
 		if err := c.Create(ctx, np); err != nil {
 			return fmt.Errorf("creating NodePool %s: %w", np.Name, err)
@@ -182,59 +178,29 @@ func budgetList(budgets []karpv1.Budget) string {
 	return strings.Join(out, " ")
 }
 
-// showEnforced waits for berth's budget and status annotation on the guarded pool, and its
-// Event, and prints them.
-func showEnforced(ctx context.Context, c client.Client, p *printer, l *lane) error {
-	np, err := waitGuardStatus(ctx, c, l.pool, func(np *karpv1.NodePool, status string) bool {
-		return guardBudget(np.Spec.Disruption.Budgets) && strings.HasPrefix(status, "enforced:")
+// showGuard waits for berth's verdict on a lane's NodePool — on the guarded pool its budget, on
+// either its status annotation and its Event — and prints it.
+func showGuard(ctx context.Context, c client.Client, p *printer, l *lane) error {
+	status, reason, head := "enforced:", events.ReasonConsolidationGuarded, "berth guarded NodePool %s: budgets now %s"
+	if l.audit {
+		status, reason, head = "unsafe:", events.ReasonUnsafeConsolidation, "berth left NodePool %s as it is (budgets %s) and reported it:"
+	}
+	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: l.pool}}
+	err := waitFor(ctx, c, np, 200*time.Millisecond, func(np *karpv1.NodePool) bool {
+		return strings.HasPrefix(np.Annotations[berthv1alpha1.ConsolidationGuardStatusAnnotation], status) && (l.audit || guardBudget(np.Spec.Disruption.Budgets))
 	})
 	if err != nil {
-		return err
+		return fmt.Errorf("berth did not act on NodePool %s (budgets %s, status %q): %w",
+			l.pool, budgetList(np.Spec.Disruption.Budgets), np.Annotations[berthv1alpha1.ConsolidationGuardStatusAnnotation], err)
 	}
-	p.say("berth guarded NodePool %s: budgets now %s", l.pool, budgetList(np.Spec.Disruption.Budgets))
-	p.say("  %s: %s", berthv1alpha1.ConsolidationGuardStatusAnnotation, np.Annotations[berthv1alpha1.ConsolidationGuardStatusAnnotation])
-	ev, err := waitEvent(ctx, c, np.UID, events.ReasonConsolidationGuarded)
+	ev, err := waitEvent(ctx, c, np.UID, reason)
 	if err != nil {
 		return fmt.Errorf("NodePool %s: %w", l.pool, err)
 	}
-	p.say("  Event %s %s: %s", ev.Type, ev.Reason, shorten(ev.Note))
-	return nil
-}
-
-// showAudited waits for berth's report on the audit pool (status annotation and Warning
-// Event) and prints it.
-func showAudited(ctx context.Context, c client.Client, p *printer, l *lane) error {
-	np, err := waitGuardStatus(ctx, c, l.pool, func(_ *karpv1.NodePool, status string) bool {
-		return strings.HasPrefix(status, "unsafe:")
-	})
-	if err != nil {
-		return err
-	}
-	ev, err := waitEvent(ctx, c, np.UID, events.ReasonUnsafeConsolidation)
-	if err != nil {
-		return fmt.Errorf("NodePool %s: %w", l.pool, err)
-	}
-	p.say("berth left NodePool %s as it is (budgets %s) and reported it:", l.pool, budgetList(np.Spec.Disruption.Budgets))
+	p.say(head, l.pool, budgetList(np.Spec.Disruption.Budgets))
 	p.say("  %s: %s", berthv1alpha1.ConsolidationGuardStatusAnnotation, np.Annotations[berthv1alpha1.ConsolidationGuardStatusAnnotation])
 	p.say("  Event %s %s: %s", ev.Type, ev.Reason, shorten(ev.Note))
 	return nil
-}
-
-// waitGuardStatus waits until done holds for a NodePool and its guard status annotation.
-func waitGuardStatus(ctx context.Context, c client.Client, name string, done func(*karpv1.NodePool, string) bool) (*karpv1.NodePool, error) {
-	var np karpv1.NodePool
-	for {
-		if err := c.Get(ctx, client.ObjectKey{Name: name}, &np); err != nil {
-			return nil, fmt.Errorf("reading NodePool %s: %w", name, err)
-		}
-		status := np.Annotations[berthv1alpha1.ConsolidationGuardStatusAnnotation]
-		if done(&np, status) {
-			return &np, nil
-		}
-		if err := pause(ctx, 200*time.Millisecond); err != nil {
-			return nil, fmt.Errorf("berth did not act on NodePool %s (budgets %s, status %q): %w", name, budgetList(np.Spec.Disruption.Budgets), status, err)
-		}
-	}
 }
 
 // guardBudget reports whether budgets hold berth's {nodes: "0", reasons: [Underutilized]}.
@@ -242,53 +208,6 @@ func guardBudget(budgets []karpv1.Budget) bool {
 	return slices.ContainsFunc(budgets, func(b karpv1.Budget) bool {
 		return b.Nodes == "0" && b.Schedule == nil && slices.Equal(b.Reasons, []karpv1.DisruptionReason{karpv1.DisruptionReasonUnderutilized})
 	})
-}
-
-// waitEvent waits for an Event with a reason about the object with a UID.
-func waitEvent(ctx context.Context, c client.Client, uid types.UID, reason string) (*eventsv1.Event, error) {
-	for {
-		evs, err := eventsAbout(ctx, c, uid)
-		if err != nil {
-			return nil, err
-		}
-		for i := range evs {
-			if evs[i].Reason == reason {
-				return &evs[i], nil
-			}
-		}
-		if err := pause(ctx, 200*time.Millisecond); err != nil {
-			return nil, fmt.Errorf("no %s Event: %w", reason, err)
-		}
-	}
-}
-
-// eventsAbout lists the Events about any of the objects with uids, oldest first. Only the
-// default namespace is read: it holds the Events of cluster-scoped objects.
-func eventsAbout(ctx context.Context, c client.Client, uids ...types.UID) ([]eventsv1.Event, error) {
-	var list eventsv1.EventList
-	if err := c.List(ctx, &list, client.InNamespace(metav1.NamespaceDefault)); err != nil {
-		return nil, fmt.Errorf("listing Events: %w", err)
-	}
-	var out []eventsv1.Event
-	for _, e := range list.Items {
-		if slices.Contains(uids, e.Regarding.UID) {
-			out = append(out, e)
-		}
-	}
-	slices.SortFunc(out, func(a, b eventsv1.Event) int { return eventTime(a).Compare(eventTime(b)) })
-	return out, nil
-}
-
-// eventTime is when an Event was last seen, whichever API recorded it.
-func eventTime(e eventsv1.Event) time.Time {
-	t := e.CreationTimestamp.Time
-	for _, u := range []time.Time{e.EventTime.Time, e.DeprecatedLastTimestamp.Time} {
-		t = maxTime(t, u)
-	}
-	if e.Series != nil {
-		t = maxTime(t, e.Series.LastObservedTime.Time)
-	}
-	return t
 }
 
 // lanePod is a pod asking for gpus GPUs of a lane's product from its NodePool.
@@ -317,24 +236,10 @@ func runFillers(ctx context.Context, c client.Client, p *printer, lanes []*lane)
 		if err != nil {
 			return err
 		}
+		l.claim = nc
 		p.say("Karpenter launched NodeClaim %s (%s); %s runs on its node %s", nc.Name, instanceNote(nc.Labels[corev1.LabelInstanceTypeStable]), l.filler.Name, l.node)
 	}
 	return nil
-}
-
-// waitRunning waits until a pod runs, refreshing it in place.
-func waitRunning(ctx context.Context, c client.Client, pod *corev1.Pod) error {
-	for {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod); err != nil {
-			return fmt.Errorf("reading pod %s: %w", pod.Name, err)
-		}
-		if pod.Status.Phase == corev1.PodRunning {
-			return nil
-		}
-		if err := pause(ctx, 250*time.Millisecond); err != nil {
-			return fmt.Errorf("pod %s did not start (phase %s, node %q): %w", pod.Name, pod.Status.Phase, pod.Spec.NodeName, err)
-		}
-	}
 }
 
 // claimOfNode finds the NodeClaim of a node, by provider ID: the NodeClaim may not name its
@@ -361,7 +266,7 @@ func claimOfNode(ctx context.Context, c client.Client, node string) (*karpv1.Nod
 func runWorkloads(ctx context.Context, c client.Client, p *printer, lanes []*lane) error {
 	for _, l := range lanes {
 		if l.gang != "" {
-			if err := createGang(ctx, c, l); err != nil {
+			if err := createGang(ctx, c, demoGroup(l.gang, 2), func(name string) *corev1.Pod { return lanePod(l, name, 1) }); err != nil {
 				return err
 			}
 			p.say("created PodGroup %s (minMember 2; spec.disruption.protect defaults to true) and 2 members asking 1 GPU each from %s", l.gang, l.pool)
@@ -372,31 +277,10 @@ func runWorkloads(ctx context.Context, c client.Client, p *printer, lanes []*lan
 		p.say("created Deployment %s: %d replica(s) asking 1 GPU each from %s, not opted in to protection", l.deploy, l.replicas, l.pool)
 	}
 	for _, l := range lanes {
-		pods, err := waitWorkloads(ctx, c, l)
-		if err != nil {
+		if err := waitWorkloads(ctx, c, l); err != nil {
 			return err
 		}
-		l.pods = pods
-		showPods(p, pods)
-	}
-	return nil
-}
-
-// createGang creates a lane's PodGroup and its two 1-GPU members.
-func createGang(ctx context.Context, c client.Client, l *lane) error {
-	pg := &berthv1alpha1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Name: l.gang, Namespace: DemoNamespace},
-		Spec:       berthv1alpha1.PodGroupSpec{MinMember: 2},
-	}
-	if err := c.Create(ctx, pg); err != nil {
-		return fmt.Errorf("creating PodGroup %s: %w", pg.Name, err)
-	}
-	for i := range 2 {
-		m := lanePod(l, fmt.Sprintf("%s-%d", l.gang, i), 1)
-		m.Labels[berthv1alpha1.PodGroupLabel] = l.gang
-		if err := c.Create(ctx, m); err != nil {
-			return fmt.Errorf("creating member %s: %w", m.Name, err)
-		}
+		showPods(p, l.pods)
 	}
 	return nil
 }
@@ -404,12 +288,12 @@ func createGang(ctx context.Context, c client.Client, l *lane) error {
 // laneDeployment is a lane's Deployment of 1-GPU pods labelled app=<name>.
 func laneDeployment(l *lane) *appsv1.Deployment {
 	pod := lanePod(l, "", 1)
-	pod.Labels["app"] = l.deploy
+	pod.Labels[appLabel] = l.deploy
 	return &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: l.deploy, Namespace: DemoNamespace},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(l.replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": l.deploy}},
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{appLabel: l.deploy}},
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels}, Spec: pod.Spec},
 		},
 	}
@@ -418,67 +302,51 @@ func laneDeployment(l *lane) *appsv1.Deployment {
 // lanePods lists a lane's gang members and Deployment pods that are not being deleted, sorted
 // by name.
 func lanePods(ctx context.Context, c client.Client, l *lane) ([]corev1.Pod, error) {
-	var out []corev1.Pod
-	if l.gang != "" {
-		ms, err := membersOf(ctx, c, l.gang)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, ms...)
+	out, err := demoPods(ctx, c, client.MatchingLabels{appLabel: l.deploy})
+	if err != nil || l.gang == "" {
+		return out, err
 	}
-	var list corev1.PodList
-	if err := c.List(ctx, &list, client.InNamespace(DemoNamespace), client.MatchingLabels{"app": l.deploy}); err != nil {
-		return nil, fmt.Errorf("listing the pods of %s: %w", l.deploy, err)
+	members, err := demoPods(ctx, c, client.MatchingLabels{berthv1alpha1.PodGroupLabel: l.gang})
+	if err != nil {
+		return nil, err
 	}
-	out = append(out, list.Items...)
-	out = slices.DeleteFunc(out, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	out = append(out, members...)
 	slices.SortFunc(out, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
 // waitWorkloads waits until a lane's pods all run on its node, each gang member marked
-// do-not-disrupt by berth, and returns them.
-func waitWorkloads(ctx context.Context, c client.Client, l *lane) ([]corev1.Pod, error) {
+// do-not-disrupt by berth, and keeps them in the lane.
+func waitWorkloads(ctx context.Context, c client.Client, l *lane) error {
 	want := int(l.replicas)
 	if l.gang != "" {
 		want += 2
 	}
-	for {
-		pods, err := lanePods(ctx, c, l)
-		if err != nil {
-			return nil, err
+	err := poll(ctx, 200*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
+		var err error
+		if l.pods, err = lanePods(ctx, c, l); err != nil || len(l.pods) != want {
+			return false, err
 		}
-		done, err := settled(pods, want, l.node)
-		if err != nil || done {
-			return pods, err
+		for _, pod := range l.pods {
+			// A pod elsewhere than on the filler's node would leave no underutilized node to show.
+			if pod.Spec.NodeName != "" && pod.Spec.NodeName != l.node {
+				return false, fmt.Errorf("pod %s was placed on node %s, not on the filler's node %s", pod.Name, pod.Spec.NodeName, l.node)
+			}
+			if member := pod.Labels[berthv1alpha1.PodGroupLabel] != ""; pod.Status.Phase != corev1.PodRunning || protected(&pod) != member {
+				return false, nil
+			}
 		}
-		if err := pause(ctx, 200*time.Millisecond); err != nil {
-			return nil, fmt.Errorf("pods on %s not running as expected: %s: %w", l.pool, podStates(pods), err)
-		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("pods on %s not running as expected: %s: %w", l.pool, podStates(l.pods), err)
 	}
-}
-
-// settled reports whether want pods run, gang members marked by berth; it fails when one runs
-// on another node than the filler's, which would leave no underutilized node to show.
-func settled(pods []corev1.Pod, want int, node string) (bool, error) {
-	if len(pods) != want {
-		return false, nil
-	}
-	for _, pod := range pods {
-		if pod.Spec.NodeName != "" && pod.Spec.NodeName != node {
-			return false, fmt.Errorf("pod %s was placed on node %s, not on the filler's node %s", pod.Name, pod.Spec.NodeName, node)
-		}
-		member := pod.Labels[berthv1alpha1.PodGroupLabel] != ""
-		if pod.Status.Phase != corev1.PodRunning || protected(&pod) != member {
-			return false, nil
-		}
-	}
-	return true, nil
+	return nil
 }
 
 // protected reports whether a pod carries berth's do-not-disrupt.
 func protected(p *corev1.Pod) bool {
-	return p.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true" && p.Annotations[berthv1alpha1.ProtectedByAnnotation] == "berth"
+	return p.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true" && p.Annotations[berthv1alpha1.ProtectedByAnnotation] == berthv1alpha1.ProtectedByBerth
 }
 
 // showPods prints where pods run and berth's marks on them.
@@ -495,45 +363,31 @@ func showPods(p *printer, pods []corev1.Pod) {
 
 // podStates sums up pods for an error.
 func podStates(pods []corev1.Pod) string {
-	var out []string
-	for _, pod := range pods {
-		out = append(out, fmt.Sprintf("%s %s on %q protected=%v", pod.Name, pod.Status.Phase, pod.Spec.NodeName, protected(&pod)))
+	out := make([]string, len(pods))
+	for i, pod := range pods {
+		out[i] = fmt.Sprintf("%s %s on %q protected=%v", pod.Name, pod.Status.Phase, pod.Spec.NodeName, protected(&pod))
 	}
-	if len(out) == 0 {
-		return "no pods"
-	}
-	return strings.Join(out, "; ")
+	return orNone(out)
 }
 
-// cleanUpGuard deletes the gangs, the Deployments and the NodePools; Karpenter then removes
-// their nodes.
-func cleanUpGuard(ctx context.Context, c client.Client, p *printer, lanes []*lane) error {
-	for _, l := range lanes {
-		if err := deleteLane(ctx, c, l); err != nil {
-			return err
-		}
-	}
-	p.say("removed the workloads and NodePools %s and %s; Karpenter removes their nodes", guardedPool, auditPool)
-	return nil
-}
-
-// deleteLane deletes a lane's gang, Deployment and NodePool.
+// deleteLane deletes a lane's gang, Deployment, their pods at once, and its NodePool; Karpenter
+// then removes the node.
 func deleteLane(ctx context.Context, c client.Client, l *lane) error {
+	objs := []client.Object{&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: l.deploy, Namespace: DemoNamespace}}}
+	pods := []client.MatchingLabels{{appLabel: l.deploy}}
 	if l.gang != "" {
-		pg := &berthv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: l.gang, Namespace: DemoNamespace}}
-		if err := c.Delete(ctx, pg); client.IgnoreNotFound(err) != nil {
-			return fmt.Errorf("deleting PodGroup %s: %w", l.gang, err)
-		}
-		if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(DemoNamespace), client.MatchingLabels{berthv1alpha1.PodGroupLabel: l.gang}, client.GracePeriodSeconds(0)); err != nil {
-			return fmt.Errorf("deleting the members of %s: %w", l.gang, err)
+		objs = append(objs, demoGroup(l.gang, 2))
+		pods = append(pods, client.MatchingLabels{berthv1alpha1.PodGroupLabel: l.gang})
+	}
+	for _, o := range objs {
+		if err := c.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("deleting %s: %w", o.GetName(), err)
 		}
 	}
-	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: l.deploy, Namespace: DemoNamespace}}
-	if err := c.Delete(ctx, d, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
-		return fmt.Errorf("deleting Deployment %s: %w", l.deploy, err)
-	}
-	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(DemoNamespace), client.MatchingLabels{"app": l.deploy}, client.GracePeriodSeconds(0)); err != nil {
-		return fmt.Errorf("deleting the pods of %s: %w", l.deploy, err)
+	for _, sel := range pods {
+		if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(DemoNamespace), sel, client.GracePeriodSeconds(0)); err != nil {
+			return fmt.Errorf("deleting pods %v: %w", map[string]string(sel), err)
+		}
 	}
 	if err := c.Delete(ctx, &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: l.pool}}); client.IgnoreNotFound(err) != nil {
 		return fmt.Errorf("deleting NodePool %s: %w", l.pool, err)

@@ -3,6 +3,8 @@ package devcluster
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -25,20 +27,19 @@ const resetTimeout = 90 * time.Second
 // demoPools are the NodePools whose nodes the demo launches: every scene expects to start
 // with none of them, so that Karpenter's launches show.
 func demoPools() []string {
-	return []string{rig.GPUNodePoolName("h100"), rig.GPUNodePoolName("h200"), guardedPool, auditPool, rig.GPUNodePoolName(inferencePool)}
+	return []string{rig.GPUNodePoolName("h100"), rig.GPUNodePoolName(provisionProduct), guardedPool, auditPool, rig.GPUNodePoolName(inferencePool)}
 }
 
-// resetDemo removes what an earlier run left: the demo namespace's pods and PodGroups, the
-// NodePools the demo creates, the cap scene 2 puts on the H100 pool, and the idle nodes of the pools the demo uses (their NodeClaims
-// are deleted, so Karpenter terminates them now instead of after consolidateAfter). Nodes that
-// run pods of other namespaces are left alone.
+// resetDemo removes what an earlier run left: the demo namespace's workloads, the NodePools the
+// demo creates, the cap scene 2 puts on the H100 pool, and the idle nodes of the pools the demo
+// uses (their NodeClaims are deleted, so Karpenter terminates them now instead of after
+// consolidateAfter). Nodes that run pods of other namespaces are left alone.
 func resetDemo(ctx context.Context, c client.Client, p *printer) error {
 	ctx, cancel := context.WithTimeout(ctx, resetTimeout)
 	defer cancel()
 	if err := resetNamespace(ctx, c); err != nil {
 		return err
 	}
-	// Scene 2 caps the H100 pool while it runs.
 	if err := restoreGPULimit(ctx, c, rig.GPUNodePoolName("h100")); err != nil {
 		return err
 	}
@@ -49,11 +50,8 @@ func resetDemo(ctx context.Context, c client.Client, p *printer) error {
 		}
 	}
 	stale, err := staleDemoClaims(ctx, c)
-	if err != nil {
+	if err != nil || len(stale) == 0 {
 		return err
-	}
-	if len(stale) == 0 {
-		return nil
 	}
 	p.say("removing %d idle node(s) left by an earlier demo run", len(stale))
 	for i := range stale {
@@ -67,7 +65,8 @@ func resetDemo(ctx context.Context, c client.Client, p *printer) error {
 	return waitGone(ctx, c, stale)
 }
 
-// resetNamespace creates the demo namespace, or empties it of Deployments, PodGroups and pods.
+// resetNamespace creates the demo namespace, or empties it of ScaledObjects, Deployments,
+// ReplicaSets, PodGroups and pods, and waits until its pods are gone.
 func resetNamespace(ctx context.Context, c client.Client) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}
 	if err := c.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -75,33 +74,36 @@ func resetNamespace(ctx context.Context, c client.Client) error {
 	}
 	so := &unstructured.Unstructured{}
 	so.SetGroupVersionKind(targets.ScaledObjectGVK)
-	if err := c.DeleteAllOf(ctx, so, client.InNamespace(DemoNamespace)); err != nil && !meta.IsNoMatchError(err) {
-		return fmt.Errorf("removing earlier demo ScaledObjects: %w", err)
+	background := client.PropagationPolicy(metav1.DeletePropagationBackground)
+	for _, kind := range []struct {
+		name string
+		obj  client.Object
+		opt  client.DeleteAllOfOption
+	}{
+		{"ScaledObjects", so, background},
+		{"Deployments", &appsv1.Deployment{}, background},
+		{"ReplicaSets", &appsv1.ReplicaSet{}, background},
+		{"PodGroups", &berthv1alpha1.PodGroup{}, background},
+		{"pods", &corev1.Pod{}, client.GracePeriodSeconds(0)},
+	} {
+		// A cluster without KEDA's CRDs has no ScaledObjects to remove.
+		if err := c.DeleteAllOf(ctx, kind.obj, client.InNamespace(DemoNamespace), kind.opt); err != nil && !meta.IsNoMatchError(err) {
+			return fmt.Errorf("removing earlier demo %s: %w", kind.name, err)
+		}
 	}
-	if err := c.DeleteAllOf(ctx, &appsv1.Deployment{}, client.InNamespace(DemoNamespace), client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
-		return fmt.Errorf("removing earlier demo Deployments: %w", err)
-	}
-	if err := c.DeleteAllOf(ctx, &appsv1.ReplicaSet{}, client.InNamespace(DemoNamespace), client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
-		return fmt.Errorf("removing earlier demo ReplicaSets: %w", err)
-	}
-	if err := c.DeleteAllOf(ctx, &berthv1alpha1.PodGroup{}, client.InNamespace(DemoNamespace)); err != nil {
-		return fmt.Errorf("removing earlier demo PodGroups: %w", err)
-	}
-	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(DemoNamespace), client.GracePeriodSeconds(0)); err != nil {
-		return fmt.Errorf("removing earlier demo pods: %w", err)
-	}
-	for {
+	var left int
+	err := poll(ctx, 200*time.Millisecond, 0, func(ctx context.Context) (bool, error) {
 		var pods corev1.PodList
 		if err := c.List(ctx, &pods, client.InNamespace(DemoNamespace)); err != nil {
-			return fmt.Errorf("listing demo pods: %w", err)
+			return false, fmt.Errorf("listing demo pods: %w", err)
 		}
-		if len(pods.Items) == 0 {
-			return nil
-		}
-		if err := pause(ctx, 200*time.Millisecond); err != nil {
-			return fmt.Errorf("waiting for %d earlier demo pods to go: %w", len(pods.Items), err)
-		}
+		left = len(pods.Items)
+		return left == 0, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %d earlier demo pods to go: %w", left, err)
 	}
+	return nil
 }
 
 // staleDemoClaims are the NodeClaims of the demo's NodePools that are being deleted or whose
@@ -139,21 +141,19 @@ func nodeBusy(ctx context.Context, c client.Client, node string) (bool, error) {
 	if err := c.List(ctx, &pods, client.MatchingFields{"spec.nodeName": node}); err != nil {
 		return false, fmt.Errorf("listing pods on node %s: %w", node, err)
 	}
-	for _, pod := range pods.Items {
+	return slices.ContainsFunc(pods.Items, func(pod corev1.Pod) bool {
 		owner := metav1.GetControllerOf(&pod)
-		if pod.DeletionTimestamp == nil && (owner == nil || owner.Kind != "DaemonSet") {
-			return true, nil
-		}
-	}
-	return false, nil
+		return pod.DeletionTimestamp == nil && (owner == nil || owner.Kind != "DaemonSet")
+	}), nil
 }
 
-// claimsOf lists a NodePool's NodeClaims.
+// claimsOf lists a NodePool's NodeClaims, sorted by name.
 func claimsOf(ctx context.Context, c client.Client, pool string) ([]karpv1.NodeClaim, error) {
 	var list karpv1.NodeClaimList
 	if err := c.List(ctx, &list, client.MatchingLabels{karpv1.NodePoolLabelKey: pool}); err != nil {
 		return nil, fmt.Errorf("listing NodeClaims of NodePool %s: %w", pool, err)
 	}
+	slices.SortFunc(list.Items, func(a, b karpv1.NodeClaim) int { return strings.Compare(a.Name, b.Name) })
 	return list.Items, nil
 }
 
@@ -180,33 +180,4 @@ func nodeNameOf(nc *karpv1.NodeClaim, byProvider map[string]string) string {
 		return nc.Status.NodeName
 	}
 	return byProvider[nc.Status.ProviderID]
-}
-
-// waitGone waits until every NodeClaim is deleted.
-func waitGone(ctx context.Context, c client.Client, claims []karpv1.NodeClaim) error {
-	for _, nc := range claims {
-		for {
-			err := c.Get(ctx, client.ObjectKeyFromObject(&nc), &karpv1.NodeClaim{})
-			if apierrors.IsNotFound(err) {
-				break
-			}
-			if err != nil {
-				return fmt.Errorf("reading NodeClaim %s: %w", nc.Name, err)
-			}
-			if err := pause(ctx, 250*time.Millisecond); err != nil {
-				return fmt.Errorf("waiting for NodeClaim %s to go: %w", nc.Name, err)
-			}
-		}
-	}
-	return nil
-}
-
-// pause sleeps for d, or returns ctx's error if it ends first.
-func pause(ctx context.Context, d time.Duration) error {
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(d):
-		return nil
-	}
 }

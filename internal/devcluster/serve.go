@@ -118,6 +118,7 @@ func bringUp(ctx context.Context, o Options, st *State) (*rig.Rig, error) {
 		return nil, err
 	}
 	st.APIServer = r.APIServerURL
+	st.PodCIDR = r.PodCIDR()
 	data, err := os.ReadFile(r.Kubeconfig)
 	if err != nil {
 		return r, fmt.Errorf("reading rig kubeconfig: %w", err)

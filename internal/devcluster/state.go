@@ -40,6 +40,8 @@ type State struct {
 	Kubeconfig string `json:"kubeconfig"`
 	// APIServer is the kube-apiserver URL.
 	APIServer string `json:"apiServer"`
+	// PodCIDR is the loopback range pods get their IPs from (one of its own per cluster).
+	PodCIDR string `json:"podCIDR,omitempty"`
 	// StartedAt is when the background process started.
 	StartedAt time.Time `json:"startedAt"`
 	// ReadyAfter is how long it took until Ready.

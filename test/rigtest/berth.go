@@ -57,6 +57,7 @@ func (b *BerthProcess) Start(ctx context.Context, env ...string) error {
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
 		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(b.webhookPort), "--webhook-hosts=127.0.0.1",
 		"--webhook-cert-dir=" + filepath.Join(b.r.WorkDir(), name+"-certs"), "--webhook-secret-namespace=kube-system",
+		"--admission-resync=" + AdmissionResync.String(),
 	}, env, fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
 	if err != nil {
 		return err

@@ -15,6 +15,10 @@ import (
 	"github.com/berth-dev/berth/internal/rig"
 )
 
+// AdmissionResync is the admission resync every rig test runs berth with: so long that no test
+// can pass on the safety net; only event triggers and exact deadlines move gangs.
+const AdmissionResync = time.Hour
+
 // InstallBerthCRDs installs berth's own CRDs on the rig.
 func InstallBerthCRDs(ctx context.Context, r *rig.Rig) error {
 	crds, err := config.CRDs()
@@ -53,10 +57,11 @@ func RunManager(mgr manager.Manager) {
 	Defer(func() { cancel(); <-done })
 }
 
-// WaitEvent waits for an Event with reason about the named object in ns.
+// WaitEvent waits for an Event with reason about the named object in ns. berth records its
+// Events in the reconcile that changes the state a test waited for, so 10 s is ample.
 func WaitEvent(t testing.TB, ns, name, reason string) {
 	t.Helper()
-	Eventually(t, 30*time.Second, 200*time.Millisecond, "event "+reason, func(ctx context.Context) (bool, string, error) {
+	Eventually(t, 10*time.Second, 200*time.Millisecond, "event "+reason, func(ctx context.Context) (bool, string, error) {
 		var evs eventsv1.EventList
 		if err := Current().Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
 			return false, "", err

@@ -1,15 +1,21 @@
 package admission
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/test/builders"
@@ -17,7 +23,7 @@ import (
 
 func TestWithPin(t *testing.T) {
 	pin := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}
-	barrier := corev1.NodeSelectorRequirement{Key: "admit.scheduling.berth.dev/uid", Operator: corev1.NodeSelectorOpExists}
+	barrier := corev1.NodeSelectorRequirement{Key: berthv1alpha1.BarrierLabelPrefix + "uid", Operator: corev1.NodeSelectorOpExists}
 	t.Run("no affinity: one term", func(t *testing.T) {
 		p := builders.Pod("a", "ml").Member("g").Gated().Obj()
 		got := withPin(p, "n1", barrier.Key)
@@ -126,5 +132,65 @@ func TestTimeouts(t *testing.T) {
 	}
 	if got := r.untilTimeout(mk(50*time.Second, ptr.To[int32](60))); got != 10*time.Second {
 		t.Errorf("untilTimeout = %v, want 10s", got)
+	}
+}
+
+func TestNodeChangedIgnoresHeartbeats(t *testing.T) {
+	old := builders.Node("n1").GPU(8).Obj()
+	old.ResourceVersion = "1"
+	old.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		LastHeartbeatTime: metav1.NewTime(time.Unix(100, 0)), LastTransitionTime: metav1.NewTime(time.Unix(50, 0))}}
+	for _, tc := range []struct {
+		name   string
+		change func(n *corev1.Node)
+		want   bool
+	}{
+		{"heartbeat only", func(n *corev1.Node) { n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Unix(140, 0)) }, false},
+		{"not Ready", func(n *corev1.Node) {
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Unix(140, 0))
+			n.Status.Conditions[0].Status = corev1.ConditionFalse
+		}, true},
+		{"label", func(n *corev1.Node) { n.Labels[berthv1alpha1.BarrierLabelPrefix+"uid"] = "true" }, true},
+		{"taint", func(n *corev1.Node) {
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: "x", Effect: corev1.TaintEffectNoSchedule})
+		}, true},
+		{"allocatable", func(n *corev1.Node) { n.Status.Allocatable[berthv1alpha1.GPUResource] = resource.MustParse("7") }, true},
+		{"GPU condition", func(n *corev1.Node) {
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: berthv1alpha1.NodeConditionAcceleratedHardwareReady, Status: corev1.ConditionFalse})
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			updated := old.DeepCopy()
+			updated.ResourceVersion = "2"
+			tc.change(updated)
+			if got := nodeChanged(event.UpdateEvent{ObjectOld: old, ObjectNew: updated}); got != tc.want {
+				t.Errorf("nodeChanged = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLostRace(t *testing.T) {
+	gr := schema.GroupResource{Group: "scheduling.berth.dev", Resource: "podgroups"}
+	conflict := apierrors.NewConflict(gr, "g", errors.New("modified"))
+	gone := apierrors.NewNotFound(gr, "g")
+	other := errors.New("apiserver down")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"conflict", conflict, true},
+		{"wrapped conflict", fmt.Errorf("recording admission: %w", conflict), true},
+		{"gone", gone, true},
+		{"conflicts joined", errors.Join(conflict, fmt.Errorf("pin: %w", conflict)), true},
+		{"a real error beside a conflict", fmt.Errorf("gang: %w", errors.Join(conflict, other)), false},
+		{"a real error", other, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := lostRace(tc.err); got != tc.want {
+				t.Errorf("lostRace(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
 	}
 }

@@ -44,6 +44,7 @@ func (r *Reconciler) commit(ctx context.Context, cy *cycle, gv gangView, gated [
 		// Nothing was released; the next cycle decides again on fresh state.
 		return fmt.Errorf("recording admission: %w", err)
 	}
+	placements.WithLabelValues(ResultAdmitted).Inc()
 	r.assume(g, assignments)
 	if err := r.release(ctx, updated, gated, nodeOf, gv.seats); err != nil {
 		return err

@@ -22,13 +22,17 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
-	ctrl "sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -94,17 +98,41 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 // +kubebuilder:rbac:groups=karpenter.sh,resources=nodeclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 
-// SetupWithManager registers the cycle: any change to PodGroups, pods or nodes triggers it.
+// SetupWithManager registers the cycle: any change to PodGroups, pods or nodes triggers it,
+// except a node's heartbeat, which changes nothing placement reads.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	toCycle := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{cycleKey}
 	})
-	return ctrl.ControllerManagedBy(mgr).
+	return builder.ControllerManagedBy(mgr).
 		Named(Name).
 		Watches(&berthv1alpha1.PodGroup{}, toCycle).
 		Watches(&corev1.Pod{}, toCycle).
-		Watches(&corev1.Node{}, toCycle).
+		Watches(&corev1.Node{}, toCycle, builder.WithPredicates(predicate.Funcs{UpdateFunc: nodeChanged})).
 		Complete(r)
+}
+
+// nodeChanged reports whether a node update changed more than heartbeat times: a kubelet (or
+// kwok) heartbeat rewrites every condition's lastHeartbeatTime every few seconds on every node,
+// and a cycle for each would run the whole cluster's admission for nothing.
+func nodeChanged(e event.UpdateEvent) bool {
+	oldNode, ok1 := e.ObjectOld.(*corev1.Node)
+	newNode, ok2 := e.ObjectNew.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return !equality.Semantic.DeepEqual(withoutHeartbeat(oldNode), withoutHeartbeat(newNode))
+}
+
+// withoutHeartbeat is a copy of n without what every heartbeat changes.
+func withoutHeartbeat(n *corev1.Node) *corev1.Node {
+	out := n.DeepCopy()
+	out.ResourceVersion = ""
+	out.ManagedFields = nil
+	for i := range out.Status.Conditions {
+		out.Status.Conditions[i].LastHeartbeatTime = metav1.Time{}
+	}
+	return out
 }
 
 // Reconcile runs one admission cycle over the whole cluster:
@@ -128,7 +156,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	var errs []error
 	for _, g := range cy.groups {
 		wait, err := r.admit(ctx, cy, cy.gang(g))
-		if err != nil {
+		switch {
+		case err == nil:
+		case lostRace(err):
+			// Another writer changed the PodGroup or a pod first (the status controller
+			// counting members, a user), or the gang went away: decide again on fresh state.
+			wait = retryAfterRace
+		default:
 			errs = append(errs, fmt.Errorf("PodGroup %s/%s: %w", g.Namespace, g.Name, err))
 		}
 		if wait > 0 && wait < next {
@@ -193,7 +227,6 @@ func (r *Reconciler) admit(ctx context.Context, cy *cycle, gv gangView) (time.Du
 		}
 		return wait, r.setScheduled(ctx, g, metav1.ConditionFalse, reason, res.Reason)
 	}
-	placements.WithLabelValues(ResultAdmitted).Inc()
 	if err := cy.snap.Assume(gated, res); err != nil {
 		return 0, err
 	}
@@ -213,6 +246,28 @@ func (r *Reconciler) assume(g *berthv1alpha1.PodGroup, as []berthv1alpha1.Member
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.assumed[string(g.UID)] = as
+}
+
+// retryAfterRace is how soon a cycle runs again after losing an optimistic-lock race.
+const retryAfterRace = 100 * time.Millisecond
+
+// lostRace reports whether every error in err is an optimistic-lock conflict or an object
+// that is gone: a race with another writer, not a failure to report.
+func lostRace(err error) bool {
+	switch e := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, inner := range e.Unwrap() {
+			if !lostRace(inner) {
+				return false
+			}
+		}
+		return true
+	case interface{ Unwrap() error }:
+		if inner := e.Unwrap(); inner != nil {
+			return lostRace(inner)
+		}
+	}
+	return apierrors.IsConflict(err) || apierrors.IsNotFound(err)
 }
 
 // minPositive is the smaller of two waits, where 0 means "no wait wanted".

@@ -84,6 +84,28 @@ func TestDevUpDemoDown(t *testing.T) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
+	// Pods get IPs from the cluster's own loopback range.
+	if prefix := strings.TrimSuffix(st.PodCIDR, "0.0/16"); st.PodCIDR == "" || !strings.Contains(out, "is Running with IP "+prefix) {
+		t.Errorf("no pod IP from the cluster's range %q in the demo output", st.PodCIDR)
+	}
+	// One scene on its own, on a reset namespace: the gang scene sets up its own busy node.
+	start = time.Now()
+	out, err = run("demo", "--scene", "gang")
+	if err != nil {
+		t.Fatalf("berth dev demo --scene gang: %v\n%s", err, out)
+	}
+	t.Logf("demo --scene gang in %s:\n%s", time.Since(start).Round(time.Millisecond), out)
+	for _, want := range []string{"scene 2: a 4-member gang", "all 4 members of ddp run together"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo --scene gang output lacks %q", want)
+		}
+	}
+	if strings.Contains(out, "scene 1:") || strings.Contains(out, "scene 3:") {
+		t.Errorf("demo --scene gang played other scenes:\n%s", out)
+	}
+	if out, err := run("demo", "--list"); err != nil || !strings.Contains(out, "autoscale") || strings.Count(out, "\n") != 5 {
+		t.Errorf("demo --list: err=%v\n%s", err, out)
+	}
 	if out, err := run("status"); err != nil || !strings.Contains(out, "dev cluster: up") || !strings.Contains(out, "scaler-grpc:") {
 		t.Errorf("status: err=%v\n%s", err, out)
 	}
@@ -115,7 +137,7 @@ func TestDevUpDemoDown(t *testing.T) {
 // within the watch) is not checked.
 var demoMilestones = []string{
 	// 1: a pending GPU pod gets a node from Karpenter.
-	"Karpenter created NodeClaim", "p5.48xlarge", "is Ready", "kube-scheduler bound pod llm-train-0", "is Running with IP 127.1.",
+	"Karpenter created NodeClaim", "p5.48xlarge", "is Ready", "kube-scheduler bound pod llm-train-0", "is Running with IP ",
 	// 2: a gang waits at its gate, capped out of new capacity, and starts whole.
 	"capped NodePool gpu-h100 at 8 nvidia.com/gpu", "PodGroup ddp is held — WaitingForCapacity", "member ddp-3: gated",
 	"all 4 members of ddp run together", "lifted the cap on NodePool gpu-h100",

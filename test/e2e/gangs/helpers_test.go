@@ -2,13 +2,14 @@ package gangs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"sort"
 	"sync"
 	"testing"
 	"time"
 
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -90,6 +91,9 @@ type observation struct {
 	maxSeats int
 	// earlyBinds are members seen bound while another member still had its gate.
 	earlyBinds []string
+	// seatsReadyAt is when every seat was first seen on a node berth can use (Ready, the rig's
+	// booting taint gone); ungatedAt is when no member was first seen gated.
+	seatsReadyAt, ungatedAt time.Time
 	// errs are read errors.
 	errs []error
 }
@@ -106,9 +110,10 @@ func observe(pg *berthv1alpha1.PodGroup) (*observation, func() *observation) {
 		for {
 			ms, err := members(ctx, pg.Namespace, pg.Name)
 			seats, err2 := seatsOf(ctx, pg)
+			usable, err3 := usableNodes(ctx)
 			now := time.Now()
 			o.mu.Lock()
-			if err == nil && err2 == nil {
+			if err == nil && err2 == nil && err3 == nil {
 				anyGated := false
 				for i := range ms {
 					anyGated = anyGated || gated(&ms[i])
@@ -126,8 +131,20 @@ func observe(pg *berthv1alpha1.PodGroup) (*observation, func() *observation) {
 					}
 				}
 				o.maxSeats = max(o.maxSeats, len(seats))
+				ready := 0
+				for _, s := range seats {
+					if usable[s.Spec.NodeName] {
+						ready++
+					}
+				}
+				if len(seats) > 0 && ready == len(seats) && o.seatsReadyAt.IsZero() {
+					o.seatsReadyAt = now
+				}
+				if len(ms) > 0 && !anyGated && o.ungatedAt.IsZero() {
+					o.ungatedAt = now
+				}
 			} else if ctx.Err() == nil {
-				o.errs = append(o.errs, fmt.Errorf("observing: %v %v", err, err2))
+				o.errs = append(o.errs, errors.Join(err, err2, err3))
 			}
 			o.mu.Unlock()
 			select {
@@ -144,12 +161,49 @@ func observe(pg *berthv1alpha1.PodGroup) (*observation, func() *observation) {
 	}
 }
 
+// usableNodes are the nodes admission may place members on: Ready, without the rig's booting
+// taint.
+func usableNodes(ctx context.Context) (map[string]bool, error) {
+	var nodes corev1.NodeList
+	if err := rigtest.Current().Client.List(ctx, &nodes); err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, n := range nodes.Items {
+		ready := false
+		for _, c := range n.Status.Conditions {
+			ready = ready || (c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue)
+		}
+		for _, t := range n.Spec.Taints {
+			ready = ready && t.Key != berthv1alpha1.DevBootingTaint
+		}
+		out[n.Name] = ready
+	}
+	return out, nil
+}
+
+// admittedOnCapacity checks that the gang was released within d of its last seat's node
+// becoming usable: admission reacts to that node event (the resync is an hour; a booting-node
+// look-again is 5 s, so d must stay under it).
+func (o *observation) admittedOnCapacity(t *testing.T, d time.Duration) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.seatsReadyAt.IsZero() || o.ungatedAt.IsZero() {
+		t.Errorf("did not see every seat on a usable node (%v) and then every gate gone (%v)", o.seatsReadyAt, o.ungatedAt)
+		return
+	}
+	if took := o.ungatedAt.Sub(o.seatsReadyAt); took > d {
+		t.Errorf("members released %s after every seat was on a usable node, want within %s", took, d)
+	}
+}
+
 // incompleteMemberSeconds is the member-seconds members spent bound while the gang was not
 // complete: for each member, the time from its bind to the last member's bind.
 func (o *observation) incompleteMemberSeconds(n int) (float64, time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(o.boundAt) < n {
+	if len(o.boundAt) != n {
 		return -1, 0
 	}
 	var ts []time.Time

@@ -3,12 +3,12 @@ package gangs_test
 import (
 	"context"
 	"fmt"
-	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -73,17 +73,20 @@ func TestWholeGangIsProvisionedInOneBatch(t *testing.T) {
 	if len(o.earlyBinds) > 0 {
 		t.Errorf("members bound while others were still gated: %v", o.earlyBinds)
 	}
-	if o.maxSeats > n {
-		t.Errorf("saw %d seats at once for %d members", o.maxSeats, n)
+	// Every member lacked a place, and every seat lives until admission (at least the 2 s node
+	// boot), so the observer sees all 16 at once.
+	if o.maxSeats != n {
+		t.Errorf("saw at most %d seats at once, want %d (one per member)", o.maxSeats, n)
 	}
-	if o.maxSeats == 0 {
-		t.Errorf("no seat was ever seen; capacity did not come through seats")
-	}
+	o.admittedOnCapacity(t, 2*time.Second)
 	wasted, spread := o.incompleteMemberSeconds(n)
 	t.Logf("gang running %s after creation; bind spread %s; member-seconds bound while incomplete %.3f; max seats %d",
 		elapsed.Round(time.Millisecond), spread.Round(time.Millisecond), wasted, o.maxSeats)
-	if spread > 2*time.Second {
-		t.Errorf("members bound over %s; want them bound together", spread)
+	if wasted < 0 {
+		t.Fatalf("the observer saw %d of %d members bound", len(o.boundAt), n)
+	}
+	if spread > 2*time.Second || wasted > float64(n)*2 {
+		t.Errorf("members bound over %s (%.1f member-seconds bound while incomplete); want them bound together", spread, wasted)
 	}
 
 	g, err := getGroup(ctx, pg)
@@ -100,7 +103,10 @@ func TestWholeGangIsProvisionedInOneBatch(t *testing.T) {
 	// One zone, nodes from one batch, named in the status.
 	nodes := map[string]bool{}
 	zones := map[string]bool{}
-	ms, _ := members(ctx, ns, pg.Name)
+	ms, err := members(ctx, ns, pg.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range ms {
 		nodes[m.Spec.NodeName] = true
 		var node corev1.Node
@@ -178,9 +184,15 @@ func TestSeatsOnlyForMissingMembers(t *testing.T) {
 		}
 		return p.Status.Phase == corev1.PodRunning, string(p.Status.Phase), nil
 	})
+	if err := c.Get(ctx, client.ObjectKeyFromObject(filler), filler); err != nil {
+		t.Fatal(err)
+	}
 	pg := builders.PodGroup("ddp", ns).MinMember(8).Obj()
 	createGang(t, pg, 8, 1, "p4d")
-	pg, _ = getGroup(ctx, pg)
+	pg, err := getGroup(ctx, pg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, stop := observe(pg)
 	rigtest.Eventually(t, 3*time.Minute, 100*time.Millisecond, "gang running", func(ctx context.Context) (bool, string, error) {
 		g, err := getGroup(ctx, pg)
@@ -193,6 +205,7 @@ func TestSeatsOnlyForMissingMembers(t *testing.T) {
 	if o.maxSeats != 1 {
 		t.Errorf("saw at most %d seats; want exactly 1 for the one member without a place", o.maxSeats)
 	}
+	o.admittedOnCapacity(t, 2*time.Second)
 	if len(o.earlyBinds) > 0 {
 		t.Errorf("members bound while others were still gated: %v", o.earlyBinds)
 	}
@@ -203,13 +216,40 @@ func TestSeatsOnlyForMissingMembers(t *testing.T) {
 	if len(claims) != 2 {
 		t.Errorf("%d a100 NodeClaims; want the filler's and one more for the one missing member", len(claims))
 	}
-	// Placement may use the new node alone (fewest nodes): 8 GPUs are free there.
+	// The new node has 8 GPUs free (the gang's own seat does not count against it), the filler's
+	// only 7: placement prefers the node that takes every member, so all 8 run on the new node.
 	perNode := map[string]int{}
-	ms, _ := members(ctx, ns, pg.Name)
+	ms, err := members(ctx, ns, pg.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, m := range ms {
 		perNode[m.Spec.NodeName]++
 	}
-	t.Logf("members per node: %v", perNode)
+	if len(perNode) != 1 || perNode[filler.Spec.NodeName] != 0 {
+		t.Fatalf("members per node %v; want all 8 on the new node, none on the filler's %s", perNode, filler.Spec.NodeName)
+	}
+	var newNode string
+	for n := range perNode {
+		newNode = n
+	}
+	if perNode[newNode] != 8 {
+		t.Errorf("%d members on %s, want 8", perNode[newNode], newNode)
+	}
+	g, err := getGroup(ctx, pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]string{newNode}, g.Status.Nodes); d != "" {
+		t.Errorf("status.nodes (-want +got):\n%s", d)
+	}
+	backing, err := claimsFor(ctx, map[string]bool{newNode: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(backing) != 1 || backing[0].Status.NodeName == filler.Spec.NodeName {
+		t.Errorf("NodeClaims behind the gang's node: %v; want the one launched for the seat", backing)
+	}
 }
 
 // TestNodePoolLimitTooSmall: a gang that its NodePool's limits cannot hold never runs a member;
@@ -234,7 +274,10 @@ func TestNodePoolLimitTooSmall(t *testing.T) {
 	ns := namespace(t, "limits")
 	pg := builders.PodGroup("big", ns).MinMember(4).NodePool("gpu-tiny").ProvisioningTimeout(15).ScheduleTimeout(0).Obj()
 	createGang(t, pg, 4, 1, "g5")
-	pg, _ = getGroup(ctx, pg)
+	pg, err := getGroup(ctx, pg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, stop := observe(pg)
 	var failure string
 	rigtest.Eventually(t, 2*time.Minute, 200*time.Millisecond, "provisioning attempt fails and says why", func(ctx context.Context) (bool, string, error) {
@@ -253,11 +296,14 @@ func TestNodePoolLimitTooSmall(t *testing.T) {
 	if !strings.Contains(failure, "seats got no node") {
 		t.Errorf("failure message does not say what was missing: %q", failure)
 	}
-	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "seats withdrawn", func(ctx context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 5*time.Second, 200*time.Millisecond, "seats withdrawn", func(ctx context.Context) (bool, string, error) {
 		seats, err := seatsOf(ctx, pg)
 		return len(seats) == 0, fmt.Sprintf("%d seats", len(seats)), err
 	})
-	g, _ := getGroup(ctx, pg)
+	g, err := getGroup(ctx, pg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if g.Status.Phase != berthv1alpha1.PodGroupPending {
 		t.Errorf("phase after the failed attempt = %s, want Pending", g.Status.Phase)
 	}
@@ -301,9 +347,12 @@ func TestRestartDuringProvisioning(t *testing.T) {
 	const n = 6
 	pg := builders.PodGroup("ddp", ns).MinMember(n).Obj()
 	createGang(t, pg, n, 1, "g6e")
-	pg, _ = getGroup(ctx, pg)
+	pg, err := getGroup(ctx, pg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	_, stop := observe(pg)
-	rigtest.Eventually(t, time.Minute, 100*time.Millisecond, "controller dies half-way through the seats", func(context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 15*time.Second, 100*time.Millisecond, "controller dies half-way through the seats", func(context.Context) (bool, string, error) {
 		return berth.Exited(crashed), "running", nil
 	})
 	seats, err := seatsOf(ctx, pg)
@@ -316,9 +365,12 @@ func TestRestartDuringProvisioning(t *testing.T) {
 	if err := berth.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	rigtest.Eventually(t, time.Minute, 100*time.Millisecond, "seat count equals missing members", func(ctx context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, "seat count equals missing members", func(ctx context.Context) (bool, string, error) {
 		seats, err := seatsOf(ctx, pg)
-		g, _ := getGroup(ctx, pg)
+		if err != nil {
+			return false, "", err
+		}
+		g, err := getGroup(ctx, pg)
 		return len(seats) == n || g.Status.Phase == berthv1alpha1.PodGroupAdmitted || g.Status.Phase == berthv1alpha1.PodGroupRunning,
 			fmt.Sprintf("%d seats", len(seats)), err
 	})
@@ -336,7 +388,10 @@ func TestRestartDuringProvisioning(t *testing.T) {
 	if len(o.earlyBinds) > 0 {
 		t.Errorf("members bound while others were still gated: %v", o.earlyBinds)
 	}
-	g, _ := getGroup(ctx, pg)
+	g, err := getGroup(ctx, pg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if g.Status.Provisioning == nil || g.Status.Provisioning.Attempt != 1 {
 		t.Errorf("provisioning %+v, want the first attempt finished by the restarted controller", g.Status.Provisioning)
 	}

@@ -3,11 +3,11 @@
 package doctor_test
 
 import (
-	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	"os"
 	"path/filepath"
 	"sort"

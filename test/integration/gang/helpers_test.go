@@ -112,7 +112,9 @@ func waitAllBound(t *testing.T, ns, group string, n int, timeout time.Duration) 
 	rigtest.Eventually(t, timeout, 100*time.Millisecond, "all members of "+group+" bound", func(ctx context.Context) (bool, string, error) {
 		total, gated, bound, err := memberStates(ctx, ns, group)
 		var pg berthv1alpha1.PodGroup
-		_ = rigtest.Current().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: group}, &pg)
+		if err := rigtest.Current().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: group}, &pg); err != nil {
+			return false, "", err
+		}
 		return bound == n && total == n, fmt.Sprintf("%d members, %d gated, %d bound; PodGroup %s %+v", total, gated, bound, pg.Status.Phase, pg.Status.Conditions), err
 	})
 }
@@ -129,11 +131,12 @@ func scheduledCondition(t *testing.T, ns, group string) *metav1.Condition {
 // recorder watches a namespace's pods and records, in resourceVersion order, when each member
 // first lost its gate and when it was first bound.
 type recorder struct {
-	mu       sync.Mutex
-	ungated  map[string]int64
-	bound    map[string]int64
-	stop     func()
-	observed int
+	mu        sync.Mutex
+	ungated   map[string]int64
+	ungatedAt map[string]time.Time
+	bound     map[string]int64
+	stop      func()
+	observed  int
 }
 
 func record(t *testing.T, ns string) *recorder {
@@ -146,7 +149,7 @@ func record(t *testing.T, ns string) *recorder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &recorder{ungated: map[string]int64{}, bound: map[string]int64{}, stop: w.Stop}
+	r := &recorder{ungated: map[string]int64{}, ungatedAt: map[string]time.Time{}, bound: map[string]int64{}, stop: w.Stop}
 	go func() {
 		for ev := range w.ResultChan() {
 			if ev.Type != watch.Added && ev.Type != watch.Modified {
@@ -165,6 +168,7 @@ func record(t *testing.T, ns string) *recorder {
 			}
 			if _, seen := r.ungated[p.Name]; !seen && !gated {
 				r.ungated[p.Name] = rv
+				r.ungatedAt[p.Name] = time.Now()
 			}
 			if _, seen := r.bound[p.Name]; !seen && p.Spec.NodeName != "" {
 				r.bound[p.Name] = rv
@@ -193,6 +197,23 @@ func (r *recorder) lastUngateBeforeFirstBind(t *testing.T, members int) {
 	}
 	if firstBind <= lastUngate {
 		t.Errorf("a member was bound (resourceVersion %d) before the last gate was removed (resourceVersion %d)", firstBind, lastUngate)
+	}
+}
+
+// releasedWithin checks that the last gate went within d of since: the release was driven by
+// the event at since (admission runs with an hour's resync in these tests), not by a timer.
+func (r *recorder) releasedWithin(t *testing.T, since time.Time, d time.Duration) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var last time.Time
+	for _, at := range r.ungatedAt {
+		if at.After(last) {
+			last = at
+		}
+	}
+	if took := last.Sub(since); last.IsZero() || took > d {
+		t.Errorf("the last gate went %s after the event that freed capacity, want within %s", took, d)
 	}
 }
 

@@ -31,13 +31,14 @@ func TestScheduleTimeout(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "gang fails after its timeout", func(ctx context.Context) (bool, string, error) {
+	// The timeout is 3 s, kept by an exact requeue (the resync is an hour).
+	rigtest.Eventually(t, 8*time.Second, 200*time.Millisecond, "gang fails after its timeout", func(ctx context.Context) (bool, string, error) {
 		var pg berthv1alpha1.PodGroup
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "huge"}, &pg); err != nil {
 			return false, "", err
 		}
 		cond := scheduledCondition(t, ns, "huge")
-		return pg.Status.Phase == berthv1alpha1.PodGroupFailed && cond != nil && cond.Reason == "ScheduleTimeout", fmt.Sprintf("phase %s, %+v", pg.Status.Phase, cond), nil
+		return pg.Status.Phase == berthv1alpha1.PodGroupFailed && cond != nil && cond.Reason == berthv1alpha1.ReasonScheduleTimeout, fmt.Sprintf("phase %s, %+v", pg.Status.Phase, cond), nil
 	})
 	rigtest.WaitEvent(t, ns, "huge", "GangTimedOut")
 	_, gated, bound, err := memberStates(ctx, ns, "huge")
@@ -54,7 +55,7 @@ func TestLateMemberJoinsAdmittedGang(t *testing.T) {
 	ns := namespace(t)
 	kwokNode(t, "late-a", 8, nil)
 	pods := gang(t, ns, "elastic", 3)
-	waitAllBound(t, ns, "elastic", 3, 60*time.Second)
+	waitAllBound(t, ns, "elastic", 3, 15*time.Second)
 	if err := c.Delete(ctx, pods[2], client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestLateMemberJoinsAdmittedGang(t *testing.T) {
 	if err := c.Create(ctx, replacement); err != nil {
 		t.Fatal(err)
 	}
-	rigtest.Eventually(t, 60*time.Second, 100*time.Millisecond, "replacement bound", func(ctx context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, "replacement bound", func(ctx context.Context) (bool, string, error) {
 		var p corev1.Pod
 		if err := c.Get(ctx, client.ObjectKeyFromObject(replacement), &p); err != nil {
 			return false, "", err
@@ -83,25 +84,79 @@ func TestLateMemberJoinsAdmittedGang(t *testing.T) {
 	}
 }
 
-// TestMetricsExposed: the berth_podgroup_* metrics are registered and have samples.
+// TestMetricsExposed: admitting one gang moves berth_podgroup_* by exactly what happened, and
+// its release is in the sub-second buckets.
 func TestMetricsExposed(t *testing.T) {
 	ns := namespace(t)
 	kwokNode(t, "metrics-a", 8, nil)
+	admitted := metricSample(t, "berth_podgroup_placement_attempts_total", "result", "admitted")
+	released := metricSample(t, "berth_podgroup_admission_latency_seconds", "stage", "released")
+	bound := metricSample(t, "berth_podgroup_admission_latency_seconds", "stage", "bound")
+	cycles := metricSample(t, "berth_podgroup_admission_cycle_duration_seconds", "", "")
 	gang(t, ns, "m", 2)
-	waitAllBound(t, ns, "m", 2, 60*time.Second)
+	waitAllBound(t, ns, "m", 2, 15*time.Second)
+	rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, "all-bound latency observed", func(context.Context) (bool, string, error) {
+		got := metricSample(t, "berth_podgroup_admission_latency_seconds", "stage", "bound")
+		return got.count == bound.count+1, fmt.Sprintf("%d observations", got.count-bound.count), nil
+	})
+	if got := metricSample(t, "berth_podgroup_placement_attempts_total", "result", "admitted"); got.value != admitted.value+1 {
+		t.Errorf("placement_attempts_total{result=admitted} rose by %v, want 1", got.value-admitted.value)
+	}
+	got := metricSample(t, "berth_podgroup_admission_latency_seconds", "stage", "released")
+	if got.count != released.count+1 {
+		t.Errorf("admission_latency_seconds{stage=released} has %d new observations, want 1", got.count-released.count)
+	}
+	if fast := got.upTo[1] - released.upTo[1]; fast != 1 {
+		t.Errorf("the release was not observed within 1 s of the last member's creation (%d of 1 in the le=1 bucket)", fast)
+	}
+	if c := metricSample(t, "berth_podgroup_admission_cycle_duration_seconds", "", ""); c.count <= cycles.count {
+		t.Error("admission_cycle_duration_seconds observed no cycle")
+	}
+	gauges := metricSample(t, "berth_podgroup_gangs", "phase", "Admitted")
+	if !gauges.found {
+		t.Error("berth_podgroup_gangs{phase=Admitted} is not exported")
+	}
+}
+
+// sample is one metric series read from the controller's registry: a counter's or gauge's
+// value, or a histogram's observation count and cumulative bucket counts by upper bound.
+type sample struct {
+	found bool
+	value float64
+	count uint64
+	upTo  map[float64]uint64
+}
+
+// metricSample reads the series of family name whose label (if given) has value.
+func metricSample(t *testing.T, name, label, value string) sample {
+	t.Helper()
 	families, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := map[string]bool{}
 	for _, f := range families {
-		seen[f.GetName()] = len(f.GetMetric()) > 0
-	}
-	for _, name := range []string{"berth_podgroup_placement_attempts_total", "berth_podgroup_admission_latency_seconds", "berth_podgroup_gangs", "berth_podgroup_admission_cycle_duration_seconds"} {
-		if !seen[name] {
-			t.Errorf("metric %s missing or without samples", name)
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			match := label == ""
+			for _, l := range m.GetLabel() {
+				match = match || (l.GetName() == label && l.GetValue() == value)
+			}
+			if !match {
+				continue
+			}
+			s := sample{found: true, value: m.GetCounter().GetValue() + m.GetGauge().GetValue(), upTo: map[float64]uint64{}}
+			if h := m.GetHistogram(); h != nil {
+				s.count = h.GetSampleCount()
+				for _, b := range h.GetBucket() {
+					s.upTo[b.GetUpperBound()] = b.GetCumulativeCount()
+				}
+			}
+			return s
 		}
 	}
+	return sample{upTo: map[float64]uint64{}}
 }
 
 // TestUnhealthyGPUNodes: a node whose agent reports AcceleratedHardwareReady=False takes no new
@@ -112,10 +167,10 @@ func TestUnhealthyGPUNodes(t *testing.T) {
 	ns := namespace(t)
 	kwokNode(t, "health-a", 8, nil)
 	gang(t, ns, "victim", 2)
-	waitAllBound(t, ns, "victim", 2, 60*time.Second)
+	waitAllBound(t, ns, "victim", 2, 15*time.Second)
 
 	setGPUHealth(t, "health-a", corev1.ConditionFalse)
-	rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, "GPUHealthy=False on the running gang", func(ctx context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, "GPUHealthy=False on the running gang", func(ctx context.Context) (bool, string, error) {
 		var pg berthv1alpha1.PodGroup
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "victim"}, &pg); err != nil {
 			return false, "", err
@@ -126,7 +181,7 @@ func TestUnhealthyGPUNodes(t *testing.T) {
 	rigtest.WaitEvent(t, ns, "victim", "GangNodeUnhealthy")
 
 	gang(t, ns, "newcomer", 2)
-	rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, "newcomer held with the node named", func(ctx context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, "newcomer held with the node named", func(ctx context.Context) (bool, string, error) {
 		cond := scheduledCondition(t, ns, "newcomer")
 		return cond != nil && strings.Contains(cond.Message, "GPU unhealthy: XidCriticalError"), fmt.Sprintf("%+v", cond), nil
 	})
@@ -145,7 +200,7 @@ func setGPUHealth(t *testing.T, node string, status corev1.ConditionStatus) {
 		if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
 			return false, "", err
 		}
-		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: "AcceleratedHardwareReady", Status: status, Reason: "XidCriticalError",
+		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: berthv1alpha1.NodeConditionAcceleratedHardwareReady, Status: status, Reason: berthv1alpha1.ReasonXidCriticalError,
 			Message: "GPU 3: xid (Xid 79)", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()})
 		if err := c.Status().Update(ctx, &n); err != nil {
 			return false, err.Error(), nil

@@ -46,6 +46,7 @@ func startBerth(ctx context.Context, r *rig.Rig) error {
 	}
 	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 	mgr, err := controllers.NewManager(r.Config, controllers.ManagerOptions{
+		Options: controllers.Options{AdmissionResync: rigtest.AdmissionResync},
 		Webhook: controllers.WebhookOptions{
 			Host: "127.0.0.1", Port: webhookPort, CertDir: filepath.Join(r.WorkDir(), "webhook-certs"),
 			Adapters: adapters, ManageCertificate: true, SecretNamespace: "kube-system", SecretName: "berth-webhook-cert",

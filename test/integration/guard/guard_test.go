@@ -20,6 +20,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers/podgroup/disruption"
 	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
@@ -32,35 +33,95 @@ const (
 	watchAtMost  = 150 * time.Second
 )
 
-// TestConsolidationGuard: with a GPU NodePool and a CPU NodePool both on
-// WhenEmptyOrUnderutilized, consolidateAfter 0s and a 100% budget,
-//   - the guard adds an Underutilized budget to the GPU pool (enforce, the default), reports the
-//     audit pool (Warning Event, metric) and leaves the CPU pool alone;
-//   - a running gang and an opted-in Deployment on a GPU node left underutilized are marked
-//     do-not-disrupt and never disrupted, while Karpenter consolidates the underutilized CPU
-//     node in the same window;
-//   - a disrupted GPU node is reported on the gang (condition, Event, metric);
-//   - opting out removes berth's do-not-disrupt.
+// lane is one GPU NodePool's workload: a 2-member gang, a one-replica Deployment and a 4-GPU
+// filler, 7 GPUs that Karpenter puts on one 8-GPU node. When the filler goes, the node is
+// underutilized (3 GPUs on a node with 8), and a 4-GPU node would be cheaper: Karpenter
+// consolidates it unless something holds it.
+type lane struct {
+	name, pool string
+	// protect is what the gang's spec.disruption.protect and the Deployment's opt-in say.
+	protect bool
+	// pods are the lane's gang members and Deployment pod once running; claims their NodeClaims.
+	pods   []corev1.Pod
+	claims []karpv1.NodeClaim
+}
+
+func (l *lane) gang() string   { return "train-" + l.name }
+func (l *lane) serve() string  { return "serve-" + l.name }
+func (l *lane) filler() string { return "filler-" + l.name }
+
+// TestConsolidationGuard: three GPU NodePools on WhenEmptyOrUnderutilized, consolidateAfter 0s
+// and a 100% budget, so only berth stands between Karpenter and the GPU pods. Each mechanism is
+// shown holding a node on its own:
+//   - budget: the guard enforces an Underutilized budget on gpuPool; its workload is not
+//     protected (no do-not-disrupt), and its underutilized node is never disrupted;
+//   - protection: auditPool has no budget (the guard only reports it); its gang and opted-in
+//     Deployment carry berth's do-not-disrupt, and their underutilized node is never disrupted;
+//   - control: controlPool (guard off) runs the same workload unprotected, and Karpenter
+//     consolidates its underutilized node in the same window.
+//
+// Then a disrupted GPU node is reported on its gang, and opting out removes berth's marks, after
+// which Karpenter consolidates the node protection alone had held.
 func TestConsolidationGuard(t *testing.T) {
-	ctx := context.Background()
-	c := rigtest.Current().Client
-
-	// 1. The guard acts on the NodePools as soon as it runs.
 	expectGuarded(t)
-
-	// 2. A gang and an opted-in Deployment share a GPU node with a filler; two Deployment pods
-	// are shown to Karpenter together with a CPU filler, so each filler's node is left
-	// underutilized when it goes.
 	ns := namespace(t)
-	mustCreate(t, builders.PodGroup("train", ns).MinMember(2).Obj())
-	for i := range 2 {
-		mustCreate(t, gpuPod(fmt.Sprintf("train-%d", i), ns, 1).Member("train").Obj())
+	budget := &lane{name: "budget", pool: gpuPool, protect: false}
+	dnd := &lane{name: "dnd", pool: auditPool, protect: true}
+	control := &lane{name: "control", pool: controlPool, protect: false}
+	lanes := []*lane{budget, dnd, control}
+	for _, l := range lanes {
+		startLane(t, ns, l)
 	}
-	mustCreate(t, deployment("serve", ns, true, gpuPod("", ns, 1)))
-	mustCreate(t, gpuPod("gpu-filler", ns, 4).Obj())
-	mustCreate(t, cpuPod("cpu-filler", ns).Request(corev1.ResourceCPU, "12").Obj())
-	mustCreate(t, deployment("web", ns, false, cpuPod("", ns)))
+	waitRunning(t, ns, 4*len(lanes))
+	for _, l := range lanes {
+		settleLane(t, ns, l)
+	}
 
+	// The fillers go: every lane's node is now underutilized, with a cheaper replacement.
+	for _, l := range lanes {
+		deletePod(t, ns, l.filler())
+	}
+	start := time.Now()
+	var controlConsolidated time.Duration
+	for {
+		elapsed := time.Since(start)
+		for _, l := range []*lane{budget, dnd} {
+			if err := expectUndisrupted(context.Background(), l, ns); err != nil {
+				t.Fatalf("after %s, lane %s: %v", elapsed.Round(time.Second), l.name, err)
+			}
+		}
+		if controlConsolidated == 0 && claimsGone(t, control.claims) {
+			controlConsolidated = elapsed
+			t.Logf("Karpenter consolidated the unguarded, unprotected GPU node after %s", elapsed.Round(time.Second))
+		}
+		if controlConsolidated > 0 && elapsed >= watchAtLeast && elapsed >= controlConsolidated+15*time.Second {
+			break
+		}
+		if elapsed > watchAtMost {
+			t.Fatalf("Karpenter did not consolidate the control lane's underutilized GPU node within %s: the scenario shows nothing", watchAtMost)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Logf("budget-only and protection-only GPU nodes undisrupted for %s", time.Since(start).Round(time.Second))
+
+	expectDisruptionReported(t, ns, budget)
+	expectOptOut(t, ns, dnd)
+}
+
+// startLane creates a lane's gang, Deployment and filler on its pool.
+func startLane(t *testing.T, ns string, l *lane) {
+	t.Helper()
+	mustCreate(t, builders.PodGroup(l.gang(), ns).MinMember(2).Protect(l.protect).Obj())
+	for i := range 2 {
+		mustCreate(t, gpuPod(fmt.Sprintf("%s-%d", l.gang(), i), ns, l.pool, 1).Member(l.gang()).Obj())
+	}
+	mustCreate(t, deployment(l.serve(), ns, l.protect, gpuPod("", ns, l.pool, 1)))
+	mustCreate(t, gpuPod(l.filler(), ns, l.pool, 4).Obj())
+}
+
+// waitRunning waits until n pods run in ns.
+func waitRunning(t *testing.T, ns string, n int) {
+	t.Helper()
 	rigtest.Eventually(t, 2*time.Minute, 250*time.Millisecond, "every pod running", func(ctx context.Context) (bool, string, error) {
 		pods, err := listPods(ctx, ns)
 		if err != nil {
@@ -74,115 +135,99 @@ func TestConsolidationGuard(t *testing.T) {
 				running++
 			}
 		}
-		return running == 6 && len(pods) == 6, strings.Join(states, " "), nil
+		return running == n && len(pods) == n, strings.Join(states, " "), nil
 	})
+}
 
-	// 3. berth marks the gang's members and the opted-in Deployment's pod, and nothing else.
-	var protected []corev1.Pod
-	var web corev1.Pod
-	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "running gang and opted-in pods protected", func(ctx context.Context) (bool, string, error) {
+// settleLane waits until berth marks exactly the lane's protected pods (all of them when the
+// lane protects, none otherwise), the gang runs, and records the lane's pods and NodeClaims.
+func settleLane(t *testing.T, ns string, l *lane) {
+	t.Helper()
+	c := rigtest.Current().Client
+	rigtest.Eventually(t, 10*time.Second, 200*time.Millisecond, "protection settled on lane "+l.name, func(ctx context.Context) (bool, string, error) {
 		pods, err := listPods(ctx, ns)
 		if err != nil {
 			return false, "", err
 		}
-		protected = nil
+		l.pods = nil
 		var notes []string
 		for _, p := range pods {
-			want := p.Labels[berthv1alpha1.PodGroupLabel] != "" || p.Labels["app"] == "serve"
-			if p.Labels["app"] == "web" {
-				web = p
+			ours := p.Labels[berthv1alpha1.PodGroupLabel] == l.gang() || p.Labels["app"] == l.serve()
+			if p.Name == l.filler() || ours {
+				if want := ours && l.protect; isProtected(&p) != want {
+					notes = append(notes, fmt.Sprintf("%s protected=%v want %v", p.Name, isProtected(&p), want))
+				}
 			}
-			if isProtected(&p) != want {
-				notes = append(notes, fmt.Sprintf("%s protected=%v want %v", p.Name, isProtected(&p), want))
-			}
-			if want {
-				protected = append(protected, p)
+			if ours {
+				l.pods = append(l.pods, p)
 			}
 		}
-		return len(notes) == 0, strings.Join(notes, "; "), nil
+		return len(notes) == 0 && len(l.pods) == 3, strings.Join(notes, "; "), nil
 	})
-	// The status controller reports Running on its own schedule (members can be protected
-	// first): wait for it rather than read it once.
-	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "PodGroup Running", func(ctx context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 10*time.Second, 200*time.Millisecond, "PodGroup "+l.gang()+" Running", func(ctx context.Context) (bool, string, error) {
 		var pg berthv1alpha1.PodGroup
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "train"}, &pg); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: l.gang()}, &pg); err != nil {
 			return false, "", err
 		}
 		return pg.Status.Phase == berthv1alpha1.PodGroupRunning, "phase " + string(pg.Status.Phase), nil
 	})
-	gpuNodes := map[string]bool{}
-	for _, p := range protected {
-		gpuNodes[p.Spec.NodeName] = true
+	nodes := map[string]bool{}
+	for _, p := range l.pods {
+		nodes[p.Spec.NodeName] = true
 	}
-	gpuClaims := claimsOf(t, gpuNodes)
-	cpuClaims := claimsOf(t, map[string]bool{web.Spec.NodeName: true})
-	for _, nc := range append(slices.Clone(gpuClaims), cpuClaims...) {
-		t.Logf("NodeClaim %s: %s in %s, node %s", nc.Name, nc.Labels[corev1.LabelInstanceTypeStable], nc.Labels[karpv1.NodePoolLabelKey], nc.Status.NodeName)
+	l.claims = claimsOf(t, nodes)
+	for _, nc := range l.claims {
+		t.Logf("lane %s: NodeClaim %s: %s in %s, node %s", l.name, nc.Name, nc.Labels[corev1.LabelInstanceTypeStable], nc.Labels[karpv1.NodePoolLabelKey], nc.Status.NodeName)
 	}
+}
 
-	// 4. The fillers go: both nodes are now underutilized, with cheaper replacements.
-	for _, name := range []string{"gpu-filler", "cpu-filler"} {
-		if err := c.Delete(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.GracePeriodSeconds(0)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	start := time.Now()
-	var cpuConsolidated time.Duration
-	for {
-		elapsed := time.Since(start)
-		if err := expectUndisrupted(ctx, protected, gpuClaims, ns); err != nil {
-			t.Fatalf("after %s: %v", elapsed.Round(time.Second), err)
-		}
-		if cpuConsolidated == 0 {
-			gone, err := claimsGone(ctx, cpuClaims)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if gone {
-				cpuConsolidated = elapsed
-				t.Logf("Karpenter consolidated the underutilized CPU node %s after %s", web.Spec.NodeName, elapsed.Round(time.Second))
-			}
-		}
-		if cpuConsolidated > 0 && elapsed >= watchAtLeast && elapsed >= cpuConsolidated+15*time.Second {
-			break
-		}
-		if elapsed > watchAtMost {
-			t.Fatalf("Karpenter did not consolidate the underutilized CPU node %s within %s", web.Spec.NodeName, watchAtMost)
-		}
-		time.Sleep(time.Second)
-	}
-	t.Logf("GPU pods and nodes undisrupted for %s", time.Since(start).Round(time.Second))
-
-	// 5. A disrupted GPU node is reported on the gang.
-	member := protected[0]
-	for _, p := range protected {
-		if p.Labels[berthv1alpha1.PodGroupLabel] != "" {
+// expectDisruptionReported taints a node under the lane's running gang as Karpenter does before
+// it drains one, and checks that the gang reports it: condition, Event, exactly one count.
+func expectDisruptionReported(t *testing.T, ns string, l *lane) {
+	t.Helper()
+	c := rigtest.Current().Client
+	var member corev1.Pod
+	for _, p := range l.pods {
+		if p.Labels[berthv1alpha1.PodGroupLabel] == l.gang() {
 			member = p
 			break
 		}
 	}
 	taintNode(t, member.Spec.NodeName)
-	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "gang reports the disrupted node", func(ctx context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 10*time.Second, 200*time.Millisecond, "gang reports the disrupted node", func(ctx context.Context) (bool, string, error) {
 		var got berthv1alpha1.PodGroup
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "train"}, &got); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: l.gang()}, &got); err != nil {
 			return false, "", err
 		}
 		cond := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionDisrupted)
 		return cond != nil && cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, member.Spec.NodeName),
 			fmt.Sprintf("conditions %+v", got.Status.Conditions), nil
 	})
-	rigtest.WaitEvent(t, ns, "train", events.ReasonGangMemberDisrupted)
-	if v, ok := metricValue("berth_podgroup_disruptions_total", map[string]string{"reason": "disrupted_taint"}); !ok || v < 1 {
-		t.Errorf("berth_podgroup_disruptions_total{reason=disrupted_taint} = %v (found %v), want >= 1", v, ok)
+	rigtest.WaitEvent(t, ns, l.gang(), events.ReasonGangMemberDisrupted)
+	// Once per node per gang: one gang, one tainted node, one count, and no other cause.
+	total := 0.0
+	for _, cause := range disruption.Causes {
+		v, _ := metricValue("berth_podgroup_disruptions_total", map[string]string{"reason": cause})
+		total += v
 	}
+	if v, ok := metricValue("berth_podgroup_disruptions_total", map[string]string{"reason": disruption.CauseDisruptedTaint}); !ok || v != 1 || total != 1 {
+		t.Errorf("berth_podgroup_disruptions_total{reason=disrupted_taint} = %v (found %v), all causes %v; want exactly 1", v, ok, total)
+	}
+}
 
-	// 6. Opting out removes berth's marks.
-	patchAnnotation(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "serve"}}, berthv1alpha1.ProtectAnnotation, "false")
+// expectOptOut opts the protected lane out (Deployment annotation false, gang protect false):
+// berth removes every mark it added, and with neither a budget nor do-not-disrupt left,
+// Karpenter consolidates the node protection alone had held.
+func expectOptOut(t *testing.T, ns string, l *lane) {
+	t.Helper()
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	patchAnnotation(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: l.serve()}}, berthv1alpha1.ProtectAnnotation, "false")
 	pgPatch := []byte(`{"spec":{"disruption":{"protect":false}}}`)
-	if err := c.Patch(ctx, &berthv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "train"}}, client.RawPatch(types.MergePatchType, pgPatch)); err != nil {
+	if err := c.Patch(ctx, &berthv1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: l.gang()}}, client.RawPatch(types.MergePatchType, pgPatch)); err != nil {
 		t.Fatal(err)
 	}
-	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "protection removed after opting out", func(ctx context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 10*time.Second, 200*time.Millisecond, "protection removed after opting out", func(ctx context.Context) (bool, string, error) {
 		pods, err := listPods(ctx, ns)
 		if err != nil {
 			return false, "", err
@@ -195,9 +240,12 @@ func TestConsolidationGuard(t *testing.T) {
 		}
 		return len(still) == 0, fmt.Sprintf("still marked: %v", still), nil
 	})
+	rigtest.Eventually(t, watchAtMost, time.Second, "Karpenter consolidates the node once protection is gone", func(context.Context) (bool, string, error) {
+		return claimsGone(t, l.claims), "NodeClaims still there", nil
+	})
 }
 
-// expectGuarded checks what the guard did to the three NodePools.
+// expectGuarded checks what the guard did to the NodePools.
 func expectGuarded(t *testing.T) {
 	t.Helper()
 	c := rigtest.Current().Client
@@ -243,26 +291,26 @@ func expectGuarded(t *testing.T) {
 	}
 }
 
-// expectUndisrupted fails when a protected pod was evicted, moved or marked for disruption, or
-// a NodeClaim or node under them is being disrupted, or the gang reports a disruption.
-func expectUndisrupted(ctx context.Context, protected []corev1.Pod, claims []karpv1.NodeClaim, ns string) error {
+// expectUndisrupted fails when a pod of the lane was evicted, moved or marked for disruption,
+// a NodeClaim or node under them is being disrupted, or the lane's gang reports a disruption.
+func expectUndisrupted(ctx context.Context, l *lane, ns string) error {
 	c := rigtest.Current().Client
-	for _, want := range protected {
+	for _, want := range l.pods {
 		var p corev1.Pod
 		if err := c.Get(ctx, client.ObjectKeyFromObject(&want), &p); err != nil {
-			return fmt.Errorf("protected pod %s: %w", want.Name, err)
+			return fmt.Errorf("pod %s: %w", want.Name, err)
 		}
 		if p.UID != want.UID || p.DeletionTimestamp != nil || p.Spec.NodeName != want.Spec.NodeName {
-			return fmt.Errorf("protected pod %s was disrupted (uid %s→%s, deleting %v, node %s→%s)",
+			return fmt.Errorf("pod %s was disrupted (uid %s→%s, deleting %v, node %s→%s)",
 				p.Name, want.UID, p.UID, p.DeletionTimestamp != nil, want.Spec.NodeName, p.Spec.NodeName)
 		}
 		for _, cond := range p.Status.Conditions {
 			if cond.Type == corev1.DisruptionTarget && cond.Status == corev1.ConditionTrue {
-				return fmt.Errorf("protected pod %s is a disruption target: %s", p.Name, cond.Message)
+				return fmt.Errorf("pod %s is a disruption target: %s", p.Name, cond.Message)
 			}
 		}
 	}
-	for _, want := range claims {
+	for _, want := range l.claims {
 		var nc karpv1.NodeClaim
 		if err := c.Get(ctx, client.ObjectKeyFromObject(&want), &nc); err != nil {
 			return fmt.Errorf("GPU NodeClaim %s: %w", want.Name, err)
@@ -281,7 +329,7 @@ func expectUndisrupted(ctx context.Context, protected []corev1.Pod, claims []kar
 		}
 	}
 	var pg berthv1alpha1.PodGroup
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "train"}, &pg); err != nil {
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: l.gang()}, &pg); err != nil {
 		return err
 	}
 	if cond := meta.FindStatusCondition(pg.Status.Conditions, berthv1alpha1.ConditionDisrupted); cond != nil {
@@ -310,37 +358,41 @@ func claimsOf(t *testing.T, nodes map[string]bool) []karpv1.NodeClaim {
 }
 
 // claimsGone reports whether every NodeClaim is deleted or being deleted.
-func claimsGone(ctx context.Context, claims []karpv1.NodeClaim) (bool, error) {
+func claimsGone(t *testing.T, claims []karpv1.NodeClaim) bool {
+	t.Helper()
 	for _, want := range claims {
 		var nc karpv1.NodeClaim
-		err := rigtest.Current().Client.Get(ctx, client.ObjectKeyFromObject(&want), &nc)
+		err := rigtest.Current().Client.Get(context.Background(), client.ObjectKeyFromObject(&want), &nc)
 		if apierrors.IsNotFound(err) {
 			continue
 		}
 		if err != nil {
-			return false, err
+			t.Fatal(err)
 		}
 		if nc.DeletionTimestamp == nil {
-			return false, nil
+			return false
 		}
 	}
-	return true, nil
+	return len(claims) > 0
+}
+
+// deletePod deletes a pod at once.
+func deletePod(t *testing.T, ns, name string) {
+	t.Helper()
+	if err := rigtest.Current().Client.Delete(context.Background(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // isProtected reports whether a pod carries berth's do-not-disrupt.
 func isProtected(p *corev1.Pod) bool {
-	return p.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true" && p.Annotations[berthv1alpha1.ProtectedByAnnotation] == "berth"
+	return p.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true" && p.Annotations[berthv1alpha1.ProtectedByAnnotation] == berthv1alpha1.ProtectedByBerth
 }
 
-// gpuPod is a pod for the GPU pool requesting gpus nvidia.com/gpu.
-func gpuPod(name, ns string, gpus int) *builders.PodBuilder {
-	return builders.Pod(name, ns).GPU(gpus).Tolerate(berthv1alpha1.GPUResource, "", corev1.TaintEffectNoSchedule).
-		NodeSelector(karpv1.NodePoolLabelKey, gpuPool)
-}
-
-// cpuPod is a pod for the CPU pool.
-func cpuPod(name, ns string) *builders.PodBuilder {
-	return builders.Pod(name, ns).NodeSelector(karpv1.NodePoolLabelKey, cpuPool)
+// gpuPod is a pod for a GPU pool requesting gpus nvidia.com/gpu.
+func gpuPod(name, ns, pool string, gpus int) *builders.PodBuilder {
+	return builders.Pod(name, ns).GPU(gpus).Tolerate(berthv1alpha1.GPUTaintKey, "", corev1.TaintEffectNoSchedule).
+		NodeSelector(karpv1.NodePoolLabelKey, pool)
 }
 
 // deployment is a one-replica Deployment of pod, opted in to protection when protect.

@@ -28,11 +28,13 @@ const instanceTypes = "../../testdata/gpu-instance-types.json"
 // (consolidateAfter 0s, a budget of 100%), so only berth stands between Karpenter and the GPU
 // pods.
 var (
-	// gpuPool (g6, L4) runs the gang and the protected Deployment; the guard enforces on it.
+	// gpuPool (g6, L4): the guard enforces its Underutilized budget; its workload is unprotected.
 	gpuPool = rig.GPUNodePoolName("l4")
-	// auditPool (g5, A10G) is annotated audit and never used.
+	// auditPool (g5, A10G) is annotated audit (no budget); its workload is protected.
 	auditPool = rig.GPUNodePoolName("a10g")
-	// cpuPool is unguarded: Karpenter consolidates it.
+	// controlPool (g6e, L40S) is annotated off; its unprotected workload is consolidated.
+	controlPool = rig.GPUNodePoolName("l40s")
+	// cpuPool is not a GPU pool: the guard leaves it alone.
 	cpuPool = rig.CPUNodePoolName
 )
 
@@ -49,7 +51,7 @@ func TestMain(m *testing.M) {
 		}
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
 		mgr, err := controllers.NewManager(r.Config, controllers.ManagerOptions{
-			Options: controllers.Options{ConsolidationGuard: guard.ModeEnforce},
+			Options: controllers.Options{ConsolidationGuard: guard.ModeEnforce, AdmissionResync: rigtest.AdmissionResync},
 		})
 		if err != nil {
 			return err
@@ -59,7 +61,7 @@ func TestMain(m *testing.M) {
 	})
 }
 
-// installNodePools creates the KWOKNodeClass and this suite's three NodePools.
+// installNodePools creates the KWOKNodeClass and this suite's NodePools.
 func installNodePools(ctx context.Context, r *rig.Rig) error {
 	if err := r.Client.Create(ctx, rig.KwokNodeClass()); err != nil {
 		return fmt.Errorf("creating KWOKNodeClass: %w", err)
@@ -68,7 +70,7 @@ func installNodePools(ctx context.Context, r *rig.Rig) error {
 	for _, np := range rig.DevNodePools() {
 		pools[np.Name] = np
 	}
-	for _, name := range []string{gpuPool, auditPool, cpuPool} {
+	for _, name := range []string{gpuPool, auditPool, controlPool, cpuPool} {
 		np, ok := pools[name]
 		if !ok {
 			return fmt.Errorf("rig has no NodePool %s", name)
@@ -83,8 +85,11 @@ func installNodePools(ctx context.Context, r *rig.Rig) error {
 				np.Spec.Template.Spec.Requirements[i].Values = []string{karpv1.CapacityTypeOnDemand}
 			}
 		}
-		if name == auditPool {
+		switch name {
+		case auditPool:
 			np.Annotations = map[string]string{berthv1alpha1.ConsolidationGuardAnnotation: berthv1alpha1.ConsolidationGuardAudit}
+		case controlPool:
+			np.Annotations = map[string]string{berthv1alpha1.ConsolidationGuardAnnotation: berthv1alpha1.ConsolidationGuardOff}
 		}
 		if err := r.Client.Create(ctx, np); err != nil {
 			return fmt.Errorf("creating NodePool %s: %w", name, err)

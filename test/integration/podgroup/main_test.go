@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 			return err
 		}
 		ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
-		mgr, err := controllers.NewManager(r.Config, controllers.ManagerOptions{})
+		mgr, err := controllers.NewManager(r.Config, controllers.ManagerOptions{Options: controllers.Options{AdmissionResync: rigtest.AdmissionResync}})
 		if err != nil {
 			return err
 		}

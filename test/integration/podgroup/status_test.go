@@ -101,7 +101,7 @@ func findCondition(cs []metav1.Condition, t string) *metav1.Condition {
 func waitStatus(t *testing.T, c client.Client, pg *berthv1alpha1.PodGroup, ok func(berthv1alpha1.PodGroupStatus) bool) berthv1alpha1.PodGroupStatus {
 	t.Helper()
 	var got berthv1alpha1.PodGroup
-	rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, "PodGroup status", func(ctx context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 5*time.Second, 100*time.Millisecond, "PodGroup status", func(ctx context.Context) (bool, string, error) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), &got); err != nil {
 			return false, "", err
 		}

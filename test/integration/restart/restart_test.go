@@ -65,10 +65,13 @@ func TestRestartFinishesRelease(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			rigtest.Eventually(t, 60*time.Second, 100*time.Millisecond, "controller dies at "+fault, func(context.Context) (bool, string, error) {
+			rigtest.Eventually(t, 15*time.Second, 100*time.Millisecond, "controller dies at "+fault, func(context.Context) (bool, string, error) {
 				return berth.Exited(first), "still running", nil
 			})
-			log, _ := os.ReadFile(filepath.Join(r.LogDir(), first+".log"))
+			log, err := os.ReadFile(filepath.Join(r.LogDir(), first+".log"))
+			if err != nil {
+				t.Fatal(err)
+			}
 			if !strings.Contains(string(log), "fault injection: exiting at "+fault) {
 				t.Fatalf("controller exited, but not at the fault point:\n%s", lastLines(string(log), 20))
 			}
@@ -93,7 +96,7 @@ func TestRestartFinishesRelease(t *testing.T) {
 			if err := berth.Start(ctx); err != nil {
 				t.Fatal(err)
 			}
-			rigtest.Eventually(t, 60*time.Second, 100*time.Millisecond, "restarted controller releases every member", func(ctx context.Context) (bool, string, error) {
+			rigtest.Eventually(t, 15*time.Second, 100*time.Millisecond, "restarted controller releases every member", func(ctx context.Context) (bool, string, error) {
 				bound := 0
 				for _, p := range members(t, ns.Name) {
 					if p.Spec.NodeName == node {
@@ -103,7 +106,7 @@ func TestRestartFinishesRelease(t *testing.T) {
 				return bound == 4, fmt.Sprintf("%d of 4 bound", bound), nil
 			})
 			// The barrier label is cleaned up once all members are bound.
-			rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, "barrier removed", func(ctx context.Context) (bool, string, error) {
+			rigtest.Eventually(t, 5*time.Second, 100*time.Millisecond, "barrier removed", func(ctx context.Context) (bool, string, error) {
 				var got corev1.Node
 				if err := c.Get(ctx, client.ObjectKey{Name: node}, &got); err != nil {
 					return false, "", err
