@@ -6,7 +6,7 @@ import (
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	bmetrics "github.com/berth-dev/berth/internal/metrics"
 )
@@ -24,7 +24,7 @@ func WatchServingCertificate(dir string) {
 	certDirMu.Lock()
 	certDir = dir
 	certDirMu.Unlock()
-	certMetricOnce.Do(func() { metrics.Registry.MustRegister(Collectors()...) })
+	certMetricOnce.Do(func() { ctrlmetrics.Registry.MustRegister(Collectors()...) })
 }
 
 var certExpiryDesc = prometheus.NewDesc(

@@ -97,9 +97,10 @@ func runVLLMSim(cmd *cobra.Command, f vllmSimFlags) error {
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	watchDone := make(chan error, 1)
+	// watchDone closes when the pod watch ends; its error, if any, ends the run through cancel.
+	watchDone := make(chan struct{})
 	if client == nil {
-		watchDone <- nil
+		close(watchDone)
 		if err := fleet.SetAddresses(ctx, f.listen); err != nil {
 			cancel(err)
 		}
@@ -114,7 +115,7 @@ func runVLLMSim(cmd *cobra.Command, f vllmSimFlags) error {
 			if err != nil {
 				cancel(err)
 			}
-			watchDone <- err
+			close(watchDone)
 		}()
 	}
 	go func() {

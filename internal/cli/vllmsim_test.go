@@ -40,22 +40,25 @@ func TestVLLMSimFlags(t *testing.T) {
 }
 
 func TestVLLMSimRejectsBadFlags(t *testing.T) {
-	for _, args := range [][]string{
-		{"--port", "0"},
-		{"--max-num-seqs", "-1"},
-		{"--rate", "-2"},
-		{"--kv-blocks", "10"},
-		{"--admin-address", "192.0.2.1:1"},
-		{"--listen", "192.0.2.1:1", "--admin-address", "127.0.0.1:0"},
+	for _, tc := range []struct {
+		args []string
+		want string // the error names the flag or setting at fault
+	}{
+		{[]string{"--port", "0"}, "--port must be between 1 and 65535"},
+		{[]string{"--max-num-seqs", "-1"}, "max-num-seqs must be positive"},
+		{[]string{"--rate", "-2"}, "rate must be a finite, non-negative number"},
+		{[]string{"--kv-blocks", "10"}, "exceeds kv-blocks 10"},
+		{[]string{"--admin-address", "192.0.2.1:1"}, "--admin-address: listen tcp 192.0.2.1:1"},
+		{[]string{"--listen", "192.0.2.1:1", "--admin-address", "127.0.0.1:0"}, "serving the vLLM emulator on 192.0.2.1:1"},
 	} {
 		root := NewRootCommand()
-		root.SetArgs(append([]string{"dev", "vllm-sim"}, args...))
+		root.SetArgs(append([]string{"dev", "vllm-sim"}, tc.args...))
 		root.SetErr(io.Discard)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		err := root.ExecuteContext(ctx)
 		cancel()
-		if err == nil {
-			t.Errorf("vllm-sim %v succeeded", args)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("vllm-sim %v: error %v, want one saying %q", tc.args, err, tc.want)
 		}
 	}
 }
@@ -71,7 +74,7 @@ func TestVLLMSimServes(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- root.ExecuteContext(ctx); pw.Close() }()
+	go func() { done <- root.ExecuteContext(ctx); _ = pw.Close() }()
 
 	lines := make(chan string, 64)
 	go func() {

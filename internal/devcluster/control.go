@@ -41,7 +41,7 @@ func Up(ctx context.Context, o Options, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("opening %s: %w", logPath, err)
 	}
-	defer logFile.Close()
+	defer func() { _ = logFile.Close() }() // the child holds its own descriptor; ours only needs closing
 	args := []string{"dev", "serve", "--state-dir=" + o.StateDir, "--tools-dir=" + o.ToolsDir,
 		"--kubeconfig=" + o.Kubeconfig, "--node-ready-delay=" + o.NodeReadyDelay.String()}
 	cmd := exec.Command(o.BerthBinary, args...)
@@ -60,7 +60,7 @@ func Up(ctx context.Context, o Options, out io.Writer) error {
 	for {
 		select {
 		case err := <-exited:
-			return fmt.Errorf("dev cluster failed to start (%v):\n%s", err, tail(logPath, 20))
+			return fmt.Errorf("dev cluster failed to start (%w):\n%s", err, tail(logPath, 20))
 		case <-ctx.Done():
 			_ = syscall.Kill(cmd.Process.Pid, syscall.SIGTERM)
 			return ctx.Err()
@@ -70,8 +70,8 @@ func Up(ctx context.Context, o Options, out io.Writer) error {
 				continue
 			}
 			if st.Error != "" {
-				<-exited
-				return fmt.Errorf("dev cluster failed to start: %s\nlogs: %s", st.Error, st.LogDir)
+				exitErr := <-exited
+				return fmt.Errorf("dev cluster failed to start: %s (background process: %w)\nlogs: %s", st.Error, exitErr, st.LogDir)
 			}
 			if st.Ready {
 				fmt.Fprintf(out, "dev cluster ready in %s\n", st.ReadyAfter)

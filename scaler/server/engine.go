@@ -101,7 +101,7 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 		var results []pods.Result
 		ev.Observation, results = e.Pods.Observe(ctx, t, podList)
 		if ev.Observation.Ready > 0 && ev.Observation.Sampled == 0 {
-			return ev, &evalError{reasonNoFreshData, fmt.Errorf("ScaledObject %s/%s: %w; first error: %v", namespace, name, scaler.ErrNoFreshData, firstErr(results))}
+			return ev, &evalError{reasonNoFreshData, fmt.Errorf("ScaledObject %s/%s: %w; first error: %w", namespace, name, scaler.ErrNoFreshData, firstErr(results))}
 		}
 	}
 	ev.Decision, err = e.Policy.Decide(ev.Observation, t)

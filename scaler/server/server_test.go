@@ -102,6 +102,7 @@ func (h *harness) ref(md map[string]string) *pb.ScaledObjectRef {
 }
 
 func ctx(t *testing.T) context.Context {
+	t.Helper()
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return c

@@ -108,7 +108,7 @@ func (t *Targets) read(ctx context.Context, namespace, name string, needSelector
 			return Info{}, nil // a ScaledJob, or KEDA's API absent: podSelector is enough
 		}
 		if apierrors.IsNotFound(err) {
-			return Info{}, fmt.Errorf("%w: ScaledObject %s/%s not found (a ScaledJob needs podSelector in the trigger metadata): %v", ErrTarget, namespace, name, err)
+			return Info{}, fmt.Errorf("%w: ScaledObject %s/%s not found (a ScaledJob needs podSelector in the trigger metadata): %w", ErrTarget, namespace, name, err)
 		}
 		return Info{}, fmt.Errorf("reading ScaledObject %s/%s: %w", namespace, name, err)
 	}
@@ -132,7 +132,7 @@ func (t *Targets) read(ctx context.Context, namespace, name string, needSelector
 	}
 	gv, err := schema.ParseGroupVersion(apiVersion)
 	if err != nil {
-		return Info{}, fmt.Errorf("%w: ScaledObject %s/%s: scaleTargetRef.apiVersion %q: %v", ErrTarget, namespace, name, apiVersion, err)
+		return Info{}, fmt.Errorf("%w: ScaledObject %s/%s: scaleTargetRef.apiVersion %q: %w", ErrTarget, namespace, name, apiVersion, err)
 	}
 	obj := &unstructured.Unstructured{}
 	obj.SetGroupVersionKind(gv.WithKind(kind))
@@ -141,8 +141,11 @@ func (t *Targets) read(ctx context.Context, namespace, name string, needSelector
 	scale := &unstructured.Unstructured{}
 	scale.SetGroupVersionKind(autoscalingv1.SchemeGroupVersion.WithKind("Scale"))
 	if err := t.API.SubResource("scale").Get(ctx, obj, scale); err != nil {
-		if apierrors.IsNotFound(err) {
-			return Info{}, fmt.Errorf("%w: %s %s/%s (the target of ScaledObject %s) not found: %v", ErrTarget, kind, namespace, target, name, err)
+		switch {
+		case apierrors.IsNotFound(err):
+			return Info{}, fmt.Errorf("%w: %s %s/%s (the target of ScaledObject %s) not found: %w", ErrTarget, kind, namespace, target, name, err)
+		case meta.IsNoMatchError(err):
+			return Info{}, fmt.Errorf("%w: ScaledObject %s/%s targets %s %s, a kind this cluster does not serve: %w", ErrTarget, namespace, name, apiVersion, kind, err)
 		}
 		return Info{}, fmt.Errorf("reading the /scale of %s %s/%s: %w", kind, namespace, target, err)
 	}
@@ -152,7 +155,7 @@ func (t *Targets) read(ctx context.Context, namespace, name string, needSelector
 	}
 	sel, err := labels.Parse(selector)
 	if err != nil {
-		return Info{}, fmt.Errorf("%w: %s %s/%s selector %q: %v", ErrTarget, kind, namespace, target, selector, err)
+		return Info{}, fmt.Errorf("%w: %s %s/%s selector %q: %w", ErrTarget, kind, namespace, target, selector, err)
 	}
 	info.Selector = sel
 	return info, nil

@@ -109,14 +109,20 @@ func TestFullRender(t *testing.T) {
 	}
 	// The PrometheusRule carries config/prometheus/rules.yaml's groups unchanged.
 	var rules map[string]any
-	data, _ := os.ReadFile("../../config/prometheus/rules.yaml")
+	data, err := os.ReadFile("../../config/prometheus/rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := yaml.Unmarshal(data, &rules); err != nil {
 		t.Fatal(err)
 	}
 	if toYAML(t, dig(got["PrometheusRule/berth"], "spec")) != toYAML(t, rules) {
 		t.Error("PrometheusRule spec differs from config/prometheus/rules.yaml")
 	}
-	dash, _ := os.ReadFile("../../config/grafana/berth-dashboard.json")
+	dash, err := os.ReadFile("../../config/grafana/berth-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if dig(got["ConfigMap/berth-dashboard"], "data", "berth-dashboard.json") != strings.TrimRight(string(dash), "\n") {
 		t.Error("dashboard ConfigMap differs from config/grafana/berth-dashboard.json")
 	}
@@ -191,8 +197,15 @@ func TestLeastPrivilegeRBAC(t *testing.T) {
 			t.Errorf("%s differs from config/rbac/%s", k, f)
 		}
 	}
-	data, _ := os.ReadFile("../../config/rbac/role.yaml")
-	for _, doc := range chart.SplitDocs(string(data)) {
+	data, err := os.ReadFile("../../config/rbac/role.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := chart.SplitDocs(string(data))
+	if len(docs) == 0 {
+		t.Fatal("config/rbac/role.yaml has no documents")
+	}
+	for _, doc := range docs {
 		var cfg map[string]any
 		if err := yaml.Unmarshal([]byte(doc), &cfg); err != nil {
 			t.Fatal(err)

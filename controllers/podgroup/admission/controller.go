@@ -254,7 +254,7 @@ const retryAfterRace = 100 * time.Millisecond
 // lostRace reports whether every error in err is an optimistic-lock conflict or an object
 // that is gone: a race with another writer, not a failure to report.
 func lostRace(err error) bool {
-	switch e := err.(type) {
+	switch e := err.(type) { //nolint:errorlint // walks the wrap tree itself, to judge every leaf error
 	case interface{ Unwrap() []error }:
 		for _, inner := range e.Unwrap() {
 			if !lostRace(inner) {

@@ -49,6 +49,7 @@ func gpuTemplate(image string, gpus int64) corev1.PodTemplateSpec {
 // seed creates one object for every check (in namespace "sick") that `berth doctor` reads
 // through the API.
 func seed(t *testing.T) {
+	t.Helper()
 	ctx := context.Background()
 	c := rigtest.Current().Client
 	for _, ns := range []string{"sick", "healthy"} {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,12 +39,17 @@ func TestExamplesApply(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	more, _ := filepath.Glob("../../../examples/*/*.yaml")
+	more, err := filepath.Glob("../../../examples/*/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
 	files = append(files, more...)
 	if len(files) < 3 {
 		t.Fatalf("found only %v", files)
 	}
-	_ = r.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default"}})
+	if err := r.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			data, err := os.ReadFile(f)

@@ -103,6 +103,8 @@ func TestConsolidationGuard(t *testing.T) {
 		time.Sleep(time.Second)
 	}
 	t.Logf("budget-only and protection-only GPU nodes undisrupted for %s", time.Since(start).Round(time.Second))
+	// Karpenter's real consolidation of the control lane's node is reported on its gang.
+	expectDisruptedCondition(t, ns, control.gang(), "")
 
 	expectDisruptionReported(t, ns, budget)
 	expectOptOut(t, ns, dnd)
@@ -185,7 +187,6 @@ func settleLane(t *testing.T, ns string, l *lane) {
 // it drains one, and checks that the gang reports it: condition, Event, exactly one count.
 func expectDisruptionReported(t *testing.T, ns string, l *lane) {
 	t.Helper()
-	c := rigtest.Current().Client
 	var member corev1.Pod
 	for _, p := range l.pods {
 		if p.Labels[berthv1alpha1.PodGroupLabel] == l.gang() {
@@ -193,26 +194,42 @@ func expectDisruptionReported(t *testing.T, ns string, l *lane) {
 			break
 		}
 	}
+	taintBefore, totalBefore := disruptionCounts()
 	taintNode(t, member.Spec.NodeName)
-	rigtest.Eventually(t, 10*time.Second, 200*time.Millisecond, "gang reports the disrupted node", func(ctx context.Context) (bool, string, error) {
+	expectDisruptedCondition(t, ns, l.gang(), member.Spec.NodeName)
+	rigtest.WaitEvent(t, ns, l.gang(), events.ReasonGangMemberDisrupted)
+	// Once per node per gang: one gang, one tainted node, one count, and no other cause.
+	if taint, total := disruptionCounts(); taint-taintBefore != 1 || total-totalBefore != 1 {
+		t.Errorf("berth_podgroup_disruptions_total rose by %v for disrupted_taint and %v in all; want exactly 1 each", taint-taintBefore, total-totalBefore)
+	}
+}
+
+// expectDisruptedCondition waits for a gang's Disrupted=True condition naming node (any node
+// when empty).
+func expectDisruptedCondition(t *testing.T, ns, gang, node string) {
+	t.Helper()
+	rigtest.Eventually(t, 10*time.Second, 200*time.Millisecond, "gang "+gang+" reports the disrupted node", func(ctx context.Context) (bool, string, error) {
 		var got berthv1alpha1.PodGroup
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: l.gang()}, &got); err != nil {
+		if err := rigtest.Current().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: gang}, &got); err != nil {
 			return false, "", err
 		}
 		cond := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionDisrupted)
-		return cond != nil && cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, member.Spec.NodeName),
+		return cond != nil && cond.Status == metav1.ConditionTrue && strings.Contains(cond.Message, node),
 			fmt.Sprintf("conditions %+v", got.Status.Conditions), nil
 	})
-	rigtest.WaitEvent(t, ns, l.gang(), events.ReasonGangMemberDisrupted)
-	// Once per node per gang: one gang, one tainted node, one count, and no other cause.
-	total := 0.0
+}
+
+// disruptionCounts reads berth_podgroup_disruptions_total for disrupted_taint and over every
+// cause.
+func disruptionCounts() (taint, total float64) {
 	for _, cause := range disruption.Causes {
 		v, _ := metricValue("berth_podgroup_disruptions_total", map[string]string{"reason": cause})
 		total += v
+		if cause == disruption.CauseDisruptedTaint {
+			taint = v
+		}
 	}
-	if v, ok := metricValue("berth_podgroup_disruptions_total", map[string]string{"reason": disruption.CauseDisruptedTaint}); !ok || v != 1 || total != 1 {
-		t.Errorf("berth_podgroup_disruptions_total{reason=disrupted_taint} = %v (found %v), all causes %v; want exactly 1", v, ok, total)
-	}
+	return taint, total
 }
 
 // expectOptOut opts the protected lane out (Deployment annotation false, gang protect false):
