@@ -74,49 +74,59 @@ func provisioningBackoff(attempt int32) time.Duration {
 // with nodes that are coming up counted as available, so capacity already on its way is not
 // asked for again. It returns how soon it wants another look.
 func (r *Reconciler) provision(ctx context.Context, cy *cycle, gv gangView, gang scheduling.Gang, placeReason string) (time.Duration, error) {
-	g, seats, snap := gv.group, gv.seats, cy.snap
 	now := r.clock.Now()
-	p := g.Status.Provisioning
+	p := gv.group.Status.Provisioning
 	switch {
+	case p.Active() && now.Sub(p.StartedAt.Time) >= provisioningTimeoutOf(gv.group):
+		return r.withdraw(ctx, gv, placeReason)
 	case p.Active():
-		timeout := provisioningTimeoutOf(g)
-		if elapsed := now.Sub(p.StartedAt.Time); elapsed >= timeout {
-			return r.withdraw(ctx, g, seats, p, timeout, placeReason)
-		}
-		// While the attempt runs, its own seats' nodes boot: judge on the snapshot where booting
-		// nodes are unavailable, or the seats would be counted twice.
-		sf, ok := scheduling.ComputeShortfall(snap, gang)
-		if !ok {
-			return 0, nil
-		}
-		if err := r.reserve(ctx, g, snap, sf.Nodes); err != nil {
-			return 0, err
-		}
-		want := min(int(p.Seats), len(sf.Missing))
-		if err := r.ensureSeats(ctx, g, p.Attempt, sf, want, seats); err != nil {
-			return 0, err
-		}
-		onReady := 0
-		for _, s := range seats {
-			if s.Spec.NodeName != "" {
-				if n, ok := snap.Node(s.Spec.NodeName); ok && n.Unavailable == "" {
-					onReady++
-				}
-			}
-		}
-		msg := fmt.Sprintf("attempt %d: %d of %d seats on Ready nodes (%s); waiting up to %s", p.Attempt, onReady, want, placeReason, timeout)
-		if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, nil); err != nil {
-			return 0, err
-		}
-		return max(time.Second, timeout-now.Sub(p.StartedAt.Time)), nil
+		return r.keepAttempt(ctx, cy, gv, gang, placeReason)
 	case p != nil && p.RetryAt != nil && now.Before(p.RetryAt.Time):
-		if len(seats) > 0 { // left over from a withdrawal that was interrupted
-			if err := r.deleteSeats(ctx, seats); err != nil {
-				return 0, err
+		// Backing off; seats left over from a withdrawal that was interrupted go.
+		return p.RetryAt.Sub(now), r.deleteSeats(ctx, gv.seats)
+	}
+	return r.startAttempt(ctx, cy, gv, gang, placeReason)
+}
+
+// keepAttempt keeps a running attempt whole: the reservation and exactly its seats, and the
+// condition saying how many seats are on Ready nodes. It returns the time left until the
+// attempt's timeout.
+func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, gang scheduling.Gang, placeReason string) (time.Duration, error) {
+	g, p := gv.group, gv.group.Status.Provisioning
+	timeout := provisioningTimeoutOf(g)
+	// While the attempt runs, its own seats' nodes boot: judge on the snapshot where booting
+	// nodes are unavailable, or the seats would be counted twice.
+	sf, ok := scheduling.ComputeShortfall(cy.snap, gang)
+	if !ok {
+		return 0, nil
+	}
+	if err := r.reserve(ctx, g, cy.snap, sf.Nodes); err != nil {
+		return 0, err
+	}
+	want := min(int(p.Seats), len(sf.Missing))
+	if err := r.ensureSeats(ctx, gv, p.Attempt, sf, want); err != nil {
+		return 0, err
+	}
+	onReady := 0
+	for _, s := range gv.seats {
+		if s.Spec.NodeName != "" {
+			if n, ok := cy.snap.Node(s.Spec.NodeName); ok && n.Unavailable == "" {
+				onReady++
 			}
 		}
-		return p.RetryAt.Sub(now), nil
 	}
+	msg := fmt.Sprintf("attempt %d: %d of %d seats on Ready nodes (%s); waiting up to %s", p.Attempt, onReady, want, placeReason, timeout)
+	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, nil); err != nil {
+		return 0, err
+	}
+	return max(time.Second, timeout-r.clock.Since(p.StartedAt.Time)), nil
+}
+
+// startAttempt asks for the capacity the gang lacks counting what is already booting: it
+// reserves the nodes its placeable members would use, records the attempt (so a restart
+// finishes it instead of starting another), then creates every seat at once.
+func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, gang scheduling.Gang, placeReason string) (time.Duration, error) {
+	g, p := gv.group, gv.group.Status.Provisioning
 	sf, ok := scheduling.ComputeShortfall(cy.bootingSnapshot(), gang)
 	if !ok {
 		return 0, nil
@@ -124,26 +134,24 @@ func (r *Reconciler) provision(ctx context.Context, cy *cycle, gv gangView, gang
 	if len(sf.Missing) == 0 {
 		return 5 * time.Second, nil // capacity for every member is booting; look again soon
 	}
-	if err := r.reserve(ctx, g, snap, sf.Nodes); err != nil {
+	if err := r.reserve(ctx, g, cy.snap, sf.Nodes); err != nil {
 		return 0, err
 	}
 	var attempt int32 = 1
 	if p != nil {
 		attempt = p.Attempt + 1
 	}
-	start := metav1.NewTime(now)
+	start := metav1.NewTime(r.clock.Now())
 	next := &berthv1alpha1.ProvisioningStatus{Attempt: attempt, Seats: int32(len(sf.Missing)), StartedAt: &start}
 	if p != nil {
 		next.LastFailure = p.LastFailure
 	}
-	// Record the request before making it: a restart then finishes it instead of starting
-	// another one, and the seat names it implies are known.
 	msg := fmt.Sprintf("attempt %d: requested capacity for %d member(s) with no place (%s)", attempt, len(sf.Missing), placeReason)
 	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, next); err != nil {
 		return 0, err
 	}
 	provisioningAttempts.WithLabelValues(ProvisioningStarted).Inc()
-	if err := r.ensureSeats(ctx, g, attempt, sf, len(sf.Missing), seats); err != nil {
+	if err := r.ensureSeats(ctx, gv, attempt, sf, len(sf.Missing)); err != nil {
 		return 0, err
 	}
 	r.recorder.Normal(g, events.ReasonCapacityRequested, msg)
@@ -154,9 +162,10 @@ func (r *Reconciler) provision(ctx context.Context, cy *cycle, gv gangView, gang
 // withdraw ends a provisioning attempt that ran out of time: every seat goes (the nodes that
 // came up stay empty and Karpenter reclaims them), the gang returns to Pending with the reason,
 // and the next attempt waits for the backoff.
-func (r *Reconciler) withdraw(ctx context.Context, g *berthv1alpha1.PodGroup, seats []*corev1.Pod, p *berthv1alpha1.ProvisioningStatus, timeout time.Duration, placeReason string) (time.Duration, error) {
-	why := r.seatTrouble(ctx, seats, placeReason)
-	if err := r.deleteSeats(ctx, seats); err != nil {
+func (r *Reconciler) withdraw(ctx context.Context, gv gangView, placeReason string) (time.Duration, error) {
+	g, p, timeout := gv.group, gv.group.Status.Provisioning, provisioningTimeoutOf(gv.group)
+	why := r.seatTrouble(ctx, gv.seats, placeReason)
+	if err := r.deleteSeats(ctx, gv.seats); err != nil {
 		return 0, err
 	}
 	now := metav1.NewTime(r.clock.Now())

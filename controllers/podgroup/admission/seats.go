@@ -34,7 +34,8 @@ func seatsByGroup(pods []*corev1.Pod) map[types.UID][]*corev1.Pod {
 
 // ensureSeats makes the attempt's seat set exactly seats 0..want-1: missing ones are created
 // (all at once, so Karpenter batches them), extra ones deleted.
-func (r *Reconciler) ensureSeats(ctx context.Context, g *berthv1alpha1.PodGroup, attempt int32, sf scheduling.Shortfall, want int, existing []*corev1.Pod) error {
+func (r *Reconciler) ensureSeats(ctx context.Context, gv gangView, attempt int32, sf scheduling.Shortfall, want int) error {
+	g, existing := gv.group, gv.seats
 	have := map[string]bool{}
 	var extra []*corev1.Pod
 	wanted := map[string]bool{}
