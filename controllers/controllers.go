@@ -29,6 +29,12 @@ type Options struct {
 	Provisioning admission.ProvisioningOptions
 	// AdmissionResync is the longest gang admission waits without events; its default when zero.
 	AdmissionResync time.Duration
+	// StrandedAfter is how long a released member may be unschedulable on its node before
+	// berth replaces it; admission's default when zero.
+	StrandedAfter time.Duration
+	// NodeReadyBudget is how long a booting node counts as capacity on its way; admission's
+	// default when zero.
+	NodeReadyBudget time.Duration
 	// ConsolidationGuard is the consolidation guard's mode for NodePools without the
 	// consolidation-guard annotation; enforce when empty.
 	ConsolidationGuard guard.Mode
@@ -67,9 +73,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		return err
 	}
 	all := []registration{
-		{status.Name, &status.Reconciler{Client: mgr.GetClient(), Clock: opts.Clock, Recorder: rec}},
+		{status.Name, status.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec)},
 		{adapter.Name, &adapter.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec}},
-		{admission.Name, admission.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec, admission.Options{Provisioning: opts.Provisioning, Resync: opts.AdmissionResync})},
+		{admission.Name, admission.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec, admission.Options{Provisioning: opts.Provisioning, Resync: opts.AdmissionResync, StrandedAfter: opts.StrandedAfter, NodeReadyBudget: opts.NodeReadyBudget})},
 		{protect.Name, &protect.Reconciler{Client: mgr.GetClient()}},
 		{disruption.Name, &disruption.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: rec, Karpenter: karpenter}},
 	}

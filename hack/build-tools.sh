@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Builds what berth's local rig runs (etcd, kube-apiserver, kube-scheduler,
 # kube-controller-manager, kwok, Karpenter's kwok provider, the KEDA operator and metrics
-# adapter), controller-gen and golangci-lint, from the Go module proxy at the versions pinned in
-# hack/tools/go.mod, hack/tools/keda/go.mod and hack/tools/lint/go.mod, plus the assets the rig
-# needs from those modules (Karpenter's and KEDA's CRDs, kwok's Stage configs) and Prometheus
-# Operator's CRDs generated from hack/tools/monitoring.
+# adapter, the JobSet controller), controller-gen and golangci-lint, from the Go module proxy at
+# the versions pinned in hack/tools/go.mod and hack/tools/{keda,jobset,lint}/go.mod, plus the
+# assets the rig needs from those modules (Karpenter's, KEDA's and JobSet's CRDs, kwok's Stage
+# configs) and Prometheus Operator's CRDs generated from hack/tools/monitoring.
 #
 # Everything lands in a cache folder outside the repository keyed by the tools module's
 # content ($BERTH_TOOLS_CACHE, default ~/.cache/berth/tools/<key>), so a second run is instant.
-# KEDA and golangci-lint are modules of their own with their own keys (folders keda-<key> and
-# lint-<key>, linked into the main folder), so moving one never rebuilds the others.
+# KEDA, the JobSet controller and golangci-lint are modules of their own with their own keys
+# (folders keda-<key>, jobset-<key>, lint-<key>, linked into the main folder), so moving one
+# never rebuilds the others.
 #
 # Usage: hack/build-tools.sh [binary...]   Builds what is missing; prints the cache folder on
 #                                          stdout, progress on stderr.
@@ -30,6 +31,8 @@ mkdir -p "$cache/bin"
 kedakey=$(modkey "$tools/keda/go.mod" "$tools/keda/go.sum")
 kedacache="$cacheroot/keda-$kedakey"
 lintcache="$cacheroot/lint-$(modkey "$tools/lint/go.mod" "$tools/lint/go.sum")"
+jobsetkey=$(modkey "$tools/jobset/go.mod" "$tools/jobset/go.sum")
+jobsetcache="$cacheroot/jobset-$jobsetkey"
 
 k8sver=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$tools/go.mod")
 minor=$(echo "$k8sver" | cut -d. -f2)
@@ -46,8 +49,9 @@ declare -A pkgs=(
   [keda-operator]=github.com/kedacore/keda/v2/cmd/operator
   [keda-adapter]=github.com/kedacore/keda/v2/cmd/adapter
   [golangci-lint]=github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+  [jobset-controller]=sigs.k8s.io/jobset
 )
-order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager keda-operator keda-adapter)
+order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager jobset-controller keda-operator keda-adapter)
 [ $# -gt 0 ] && order=("$@")
 
 for b in "${order[@]}"; do
@@ -57,6 +61,7 @@ for b in "${order[@]}"; do
   case $pkg in
     github.com/kedacore/*) dir=$tools/keda out=$kedacache/bin ;;
     github.com/golangci/*) dir=$tools/lint out=$lintcache/bin ;;
+    sigs.k8s.io/jobset) dir=$tools/jobset out=$jobsetcache/bin ;;
   esac
   if [ ! -x "$out/$b" ]; then
     mkdir -p "$out"
@@ -93,6 +98,13 @@ if [ ! -f "$cache/keda-$kedakey.done" ]; then
   cp "$keda"/config/crd/bases/*.yaml "$cache/crds/keda/"
   chmod -R u+w "$cache/crds/keda"
   rm -f "$cache"/keda-*.done && touch "$cache/keda-$kedakey.done"
+fi
+if [ ! -f "$cache/jobset-$jobsetkey.done" ]; then
+  jobset=$(cd "$tools/jobset" && go mod download sigs.k8s.io/jobset && go list -m -f '{{.Dir}}' sigs.k8s.io/jobset)
+  rm -rf "$cache/crds/jobset" && mkdir -p "$cache/crds/jobset"
+  cp "$jobset"/config/components/crd/bases/*.yaml "$cache/crds/jobset/"
+  chmod -R u+w "$cache/crds/jobset"
+  rm -f "$cache"/jobset-*.done && touch "$cache/jobset-$jobsetkey.done"
 fi
 # Prometheus Operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule), generated from its
 # pinned API types with controller-gen: the chart test dry-runs berth's monitoring objects.

@@ -65,6 +65,41 @@ func ComputeShortfall(s *Snapshot, g Gang) (sf Shortfall, ok bool) {
 	return sf, true
 }
 
+// ReservePartial keeps the room a gang that does not fit can already use: it places as many
+// members as existing nodes allow (as ComputeShortfall does) and counts them against their
+// nodes, so gangs placed after it in the same snapshot cannot take that room. It returns how
+// many members it placed.
+func (s *Snapshot) ReservePartial(g Gang) int {
+	if len(g.Members) == 0 {
+		return 0
+	}
+	for _, m := range g.Members {
+		if unsupported(m) != "" {
+			return 0
+		}
+	}
+	classes := s.classify(g.Members)
+	domains := []string{""}
+	if g.TopologyKey != "" {
+		if domains = s.domains(g.TopologyKey); len(domains) == 0 {
+			return 0
+		}
+	}
+	var best *attempt
+	for _, d := range domains {
+		a := s.attempt(g, classes, d, true)
+		if best == nil || a.better(best) {
+			best = a
+		}
+	}
+	for i, m := range g.Members {
+		if n := best.assigned[i]; n != nil {
+			s.add(s.byName[n.Name()], m, s.ri.vecOf(podRequests(m)))
+		}
+	}
+	return best.placed
+}
+
 // Without is a copy of the snapshot in which the given pods no longer count against their
 // nodes: the capacity a gang's own seat pods hold is free for that gang.
 func (s *Snapshot) Without(pods []*corev1.Pod) *Snapshot {

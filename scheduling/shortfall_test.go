@@ -1,6 +1,7 @@
 package scheduling_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -121,5 +122,24 @@ func TestWithoutFreesCapacity(t *testing.T) {
 	}
 	if got := freed.Free("a", "nvidia.com/gpu"); got != 8 {
 		t.Errorf("free GPUs after Without = %d, want 8", got)
+	}
+}
+
+func TestReservePartialKeepsRoomFromLaterGangs(t *testing.T) {
+	nodes := []*corev1.Node{builders.Node("a").GPU(8).Obj(), builders.Node("b").GPU(4).Obj()}
+	snap := scheduling.NewSnapshot(nodes, nil, nil)
+	var big []*corev1.Pod
+	for i := range 16 {
+		big = append(big, builders.Pod(fmt.Sprintf("big-%d", i), "ml").Member("big").GPU(1).Obj())
+	}
+	if placed := snap.ReservePartial(scheduling.Gang{Members: big}); placed != 12 {
+		t.Fatalf("reserved %d members of the 16-member gang, want the 12 that fit", placed)
+	}
+	small := []*corev1.Pod{builders.Pod("small-0", "ml").Member("small").GPU(1).Obj()}
+	if res := scheduling.Place(snap, scheduling.Gang{Members: small}); res.Fits() {
+		t.Errorf("a later gang took room the waiting gang holds: %+v", res.Assignments)
+	}
+	if got := snap.Free("a", "nvidia.com/gpu") + snap.Free("b", "nvidia.com/gpu"); got != 0 {
+		t.Errorf("%d GPUs left free after the reservation, want 0", got)
 	}
 }

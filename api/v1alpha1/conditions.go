@@ -38,6 +38,9 @@ const (
 	ReasonMembersNotGated = "MembersNotGated"
 	// ReasonWaitingForCapacity: the gang does not fit, and capacity was requested from Karpenter.
 	ReasonWaitingForCapacity = "WaitingForCapacity"
+	// ReasonHeldByOtherScheduler: enough members exist, but another scheduler's gate (a queue's
+	// admission gate) still holds some; the schedule timeout has not started.
+	ReasonHeldByOtherScheduler = "HeldByOtherScheduler"
 )
 
 // Reasons of the Ready condition.

@@ -1,8 +1,8 @@
 package v1alpha1
 
 import (
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // API defaults.
@@ -19,7 +19,9 @@ const (
 // +kubebuilder:validation:Enum=Pending;Provisioning;Admitted;Running;Succeeded;Failed
 type PodGroupPhase string
 
-// The phases a PodGroup moves through. A gang moves forward only; Failed and Succeeded are final.
+// The phases a PodGroup moves through. Succeeded and Failed hold while nothing of the gang runs
+// or waits and its workload (if any) has finished; a new generation of members starts it again,
+// except after a schedule timeout with onScheduleTimeout Fail, which is final.
 const (
 	// PodGroupPending: fewer than minMember members exist, or the gang does not fit yet.
 	PodGroupPending PodGroupPhase = "Pending"
@@ -29,11 +31,43 @@ const (
 	PodGroupAdmitted PodGroupPhase = "Admitted"
 	// PodGroupRunning: at least minMember members are running.
 	PodGroupRunning PodGroupPhase = "Running"
-	// PodGroupSucceeded: at least minMember members completed successfully.
+	// PodGroupSucceeded: the gang's workload completed, or (without one) at least minMember
+	// members completed successfully and none is left.
 	PodGroupSucceeded PodGroupPhase = "Succeeded"
-	// PodGroupFailed: the gang timed out before admission, or too many members failed for
-	// minMember to still be reached.
+	// PodGroupFailed: the gang's workload failed, or (without one) too many members failed for
+	// minMember to be reached and none waits; or it timed out with onScheduleTimeout Fail.
 	PodGroupFailed PodGroupPhase = "Failed"
+)
+
+// MemberLossPolicy says what berth does when an admitted gang loses a member (it fails, is
+// evicted or deleted) while the others run.
+// +kubebuilder:validation:Enum=Replace;RestartGang
+type MemberLossPolicy string
+
+// The member-loss policies.
+const (
+	// MemberLossReplace admits the lost member's replacement into the gang's placement: the same
+	// topology domain, its predecessor's node when it fits, new capacity from Karpenter when
+	// nothing does. The other members keep running.
+	MemberLossReplace MemberLossPolicy = "Replace"
+	// MemberLossRestartGang deletes every member of a gang whose pods have a controller (a Job,
+	// JobSet, …) when one is lost, so the workload recreates them and the new generation is
+	// admitted whole. Members without a controller are replaced as with Replace.
+	MemberLossRestartGang MemberLossPolicy = "RestartGang"
+)
+
+// ScheduleTimeoutPolicy says what happens when a gang is not admitted within
+// scheduleTimeoutSeconds.
+// +kubebuilder:validation:Enum=Retry;Fail
+type ScheduleTimeoutPolicy string
+
+// The schedule-timeout policies.
+const (
+	// ScheduleTimeoutRetry gives back what the gang held (reserved room, capacity requests),
+	// backs off, and waits again; a gang that fits meanwhile is still admitted.
+	ScheduleTimeoutRetry ScheduleTimeoutPolicy = "Retry"
+	// ScheduleTimeoutFail moves the PodGroup to Failed for good; its members stay gated.
+	ScheduleTimeoutFail ScheduleTimeoutPolicy = "Fail"
 )
 
 // PodGroupSpec is the desired gang: how many members must be placed together, and where.
@@ -45,13 +79,6 @@ type PodGroupSpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="minMember is immutable; create a new PodGroup to change the gang size"
 	MinMember int32 `json:"minMember"`
-
-	// MinResources is the total of resources the gang needs before it is worth placing; used
-	// as an early check before member pods exist. Optional.
-	// +optional
-	// +kubebuilder:validation:MaxProperties=16
-	// +kubebuilder:validation:XValidation:rule="self.all(r, !string(self[r]).startsWith('-'))",message="minResources must not be negative"
-	MinResources corev1.ResourceList `json:"minResources,omitempty"`
 
 	// Topology constrains where members may be placed together. Immutable.
 	// +optional
@@ -65,13 +92,27 @@ type PodGroupSpec struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$`
 	NodePool string `json:"nodePool,omitempty"`
 
-	// ScheduleTimeoutSeconds is how long the gang may wait, from creation, to be admitted whole;
-	// after it the PodGroup moves to Failed and everything promised to it is released.
-	// 0 waits forever. Defaults to 600.
+	// ScheduleTimeoutSeconds is how long the gang may wait to be admitted whole, counted from
+	// when minMember members exist and no other scheduler's gate (Kueue's, say) holds any of
+	// them — time a queue holds the workload does not count. What happens then is
+	// onScheduleTimeout. 0 waits forever. Defaults to 600.
 	// +optional
 	// +kubebuilder:default=600
 	// +kubebuilder:validation:Minimum=0
 	ScheduleTimeoutSeconds *int32 `json:"scheduleTimeoutSeconds,omitempty"`
+
+	// OnScheduleTimeout is what a schedule timeout does: Retry (the default) gives back what the
+	// gang held and waits again after a backoff; Fail moves the PodGroup to Failed for good.
+	// +optional
+	// +kubebuilder:default=Retry
+	OnScheduleTimeout ScheduleTimeoutPolicy `json:"onScheduleTimeout,omitempty"`
+
+	// OnMemberLoss is what losing a member of an admitted gang does: Replace (the default)
+	// admits its replacement into the gang's placement; RestartGang deletes every member of a
+	// controller-owned gang so the workload recreates them, admitted whole.
+	// +optional
+	// +kubebuilder:default=Replace
+	OnMemberLoss MemberLossPolicy `json:"onMemberLoss,omitempty"`
 
 	// ProvisioningTimeoutSeconds is how long one request for new capacity may take: when the
 	// gang does not fit existing nodes, berth asks Karpenter for capacity for every member that
@@ -137,14 +178,39 @@ type PodGroupStatus struct {
 	// +listType=set
 	Nodes []string `json:"nodes,omitempty"`
 
-	// Assignments record where admission placed each member. They are the durable promise of
-	// capacity to the gang: written before any member is released, they let a restarted
-	// controller finish a release it started, and keep the capacity of members that are not
-	// bound yet from being promised to another gang.
+	// Assignments record where admission placed each member of the current generation. They
+	// are the durable promise of capacity to the gang: written before any member is released,
+	// they let a restarted controller finish a release it started, and keep the capacity of
+	// members that are not bound yet from being promised to another gang.
 	// +optional
 	// +listType=map
 	// +listMapKey=pod
 	Assignments []MemberAssignment `json:"assignments,omitempty"`
+
+	// Restarts counts the generations admitted after the first: the gang lost every member it
+	// was admitted with (its workload restarted, or the next wave of a Job came) and the new
+	// members were admitted whole again.
+	// +optional
+	Restarts int32 `json:"restarts,omitempty"`
+
+	// WaitingSince is when the current wait for admission began: minMember members existed and
+	// no other scheduler's gate held any of them. scheduleTimeoutSeconds counts from it.
+	// +optional
+	WaitingSince *metav1.Time `json:"waitingSince,omitempty"`
+
+	// ScheduleTimeouts counts the schedule timeouts of the current wait (the backoff grows with it).
+	// +optional
+	ScheduleTimeouts int32 `json:"scheduleTimeouts,omitempty"`
+
+	// ScheduleRetryAt is when a gang that timed out (onScheduleTimeout Retry) holds room and
+	// asks for capacity again; until then it is admitted only if it fits as it is.
+	// +optional
+	ScheduleRetryAt *metav1.Time `json:"scheduleRetryAt,omitempty"`
+
+	// Workload is the workload whose pods are the members (their topmost controller: a Job,
+	// JobSet, LeaderWorkerSet, …), when they have one. The gang is not finished while it is.
+	// +optional
+	Workload *WorkloadReference `json:"workload,omitempty"`
 
 	// Provisioning is the state of berth's requests to Karpenter for the gang's capacity.
 	// +optional
@@ -189,8 +255,24 @@ func (p *ProvisioningStatus) Active() bool {
 type MemberAssignment struct {
 	// Pod is the member pod's name.
 	Pod string `json:"pod"`
+	// UID is the member pod's UID: a pod recreated under the same name (a StatefulSet's, a
+	// PyTorchJob's) is a new member, not this one.
+	// +optional
+	UID types.UID `json:"uid,omitempty"`
 	// Node is the node it was placed on.
 	Node string `json:"node"`
+}
+
+// WorkloadReference names the workload that owns a gang's member pods.
+type WorkloadReference struct {
+	// APIVersion of the workload, e.g. batch/v1 or jobset.x-k8s.io/v1alpha2.
+	APIVersion string `json:"apiVersion"`
+	// Kind of the workload, e.g. Job or JobSet.
+	Kind string `json:"kind"`
+	// Name of the workload, in the PodGroup's namespace.
+	Name string `json:"name"`
+	// UID of the workload.
+	UID types.UID `json:"uid"`
 }
 
 // MemberCounts counts a gang's member pods by state. A pod is counted once under total and

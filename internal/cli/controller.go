@@ -38,6 +38,8 @@ type controllerFlags struct {
 	seatImage          string
 	consolidationGuard string
 	admissionResync    time.Duration
+	strandedAfter      time.Duration
+	nodeReadyBudget    time.Duration
 }
 
 func newControllerCommand() *cobra.Command {
@@ -73,6 +75,8 @@ Events current, and by default issues and rotates its own webhook certificate.`,
 	fl.BoolVar(&f.gangProvisioning, "gang-provisioning", true, "get capacity for gangs that do not fit from Karpenter in one batch (seat pods); off when Karpenter is not installed")
 	fl.StringVar(&f.consolidationGuard, "consolidation-guard", string(guard.ModeEnforce), "what the consolidation guard does with GPU NodePools that let Karpenter consolidate underutilized nodes, unless the NodePool's scheduling.berth.dev/consolidation-guard annotation says otherwise: enforce (add a budget blocking Underutilized), when-empty (switch to WhenEmpty), audit (report only), off")
 	fl.DurationVar(&f.admissionResync, "admission-resync", admission.DefaultResync, "longest gang admission waits for an event before it looks again (a safety net; deadlines are kept exactly)")
+	fl.DurationVar(&f.strandedAfter, "stranded-after", admission.DefaultStrandedAfter, "how long kube-scheduler may report a released gang member unschedulable on its node before berth replaces it")
+	fl.DurationVar(&f.nodeReadyBudget, "node-ready-budget", admission.DefaultNodeReadyBudget, "how long a new node that is not Ready yet counts as capacity on its way")
 	fl.StringVar(&f.seatImage, "seat-image", admission.DefaultSeatImage, "container image of seat pods (any image that starts and sleeps; mirror it for air-gapped clusters)")
 	return cmd
 }
@@ -136,6 +140,8 @@ func runController(cmd *cobra.Command, f controllerFlags) error {
 			Provisioning:       admission.ProvisioningOptions{Enabled: f.gangProvisioning, SeatImage: f.seatImage},
 			ConsolidationGuard: guard,
 			AdmissionResync:    f.admissionResync,
+			StrandedAfter:      f.strandedAfter,
+			NodeReadyBudget:    f.nodeReadyBudget,
 		},
 		MetricsAddress:          f.metricsAddress,
 		HealthProbeAddress:      f.healthProbeAddress,

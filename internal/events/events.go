@@ -39,6 +39,12 @@ const (
 	ReasonGangSizeUnknown = "GangSizeUnknown"
 	// ReasonLateMemberWaiting: a member created after admission does not fit yet.
 	ReasonLateMemberWaiting = "LateMemberWaiting"
+	// ReasonGangRestarted: an admitted generation ended (nothing of it left running) and the new
+	// members are admitted whole as the next generation (a workload restart, a Job's next wave).
+	ReasonGangRestarted = "GangRestarted"
+	// ReasonGangRestarting: a member was lost and onMemberLoss is RestartGang: berth deletes the
+	// live members so their workload recreates the gang.
+	ReasonGangRestarting = "GangRestarting"
 	// ReasonCapacityRequested: seat pods were created so Karpenter provisions a gang's capacity.
 	ReasonCapacityRequested = "CapacityRequested"
 	// ReasonCapacityNotProvisioned: a capacity request timed out; its seats were withdrawn.

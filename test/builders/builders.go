@@ -26,9 +26,15 @@ func PodGroup(name, namespace string) *PodGroupBuilder {
 // MinMember sets spec.minMember.
 func (b *PodGroupBuilder) MinMember(n int32) *PodGroupBuilder { b.pg.Spec.MinMember = n; return b }
 
-// MinResources sets spec.minResources.
-func (b *PodGroupBuilder) MinResources(r corev1.ResourceList) *PodGroupBuilder {
-	b.pg.Spec.MinResources = r
+// OnMemberLoss sets spec.onMemberLoss.
+func (b *PodGroupBuilder) OnMemberLoss(p berthv1alpha1.MemberLossPolicy) *PodGroupBuilder {
+	b.pg.Spec.OnMemberLoss = p
+	return b
+}
+
+// OnScheduleTimeout sets spec.onScheduleTimeout.
+func (b *PodGroupBuilder) OnScheduleTimeout(p berthv1alpha1.ScheduleTimeoutPolicy) *PodGroupBuilder {
+	b.pg.Spec.OnScheduleTimeout = p
 	return b
 }
 

@@ -13,8 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	clocktesting "k8s.io/utils/clock/testing"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -109,29 +107,6 @@ func TestForgetCaughtUp(t *testing.T) {
 	r.forgetCaughtUp([]*berthv1alpha1.PodGroup{caught, stale})
 	if _, ok := r.assumed["stale"]; !ok || len(r.assumed) != 1 {
 		t.Errorf("assumed after forget = %v, want only the stale one", r.assumed)
-	}
-}
-
-func TestTimeouts(t *testing.T) {
-	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	r := New(nil, nil, clk, nil, Options{})
-	mk := func(age time.Duration, timeout *int32) *berthv1alpha1.PodGroup {
-		g := builders.PodGroup("g", "ml").Obj()
-		g.CreationTimestamp = metav1.NewTime(clk.Now().Add(-age))
-		g.Spec.ScheduleTimeoutSeconds = timeout
-		return g
-	}
-	if _, over := r.timedOut(mk(9*time.Minute, nil)); over {
-		t.Error("default 600s timed out after 9 minutes")
-	}
-	if _, over := r.timedOut(mk(11*time.Minute, nil)); !over {
-		t.Error("default 600s not timed out after 11 minutes")
-	}
-	if _, over := r.timedOut(mk(100*time.Hour, ptr.To[int32](0))); over {
-		t.Error("timeout 0 (wait forever) timed out")
-	}
-	if got := r.untilTimeout(mk(50*time.Second, ptr.To[int32](60))); got != 10*time.Second {
-		t.Errorf("untilTimeout = %v, want 10s", got)
 	}
 }
 

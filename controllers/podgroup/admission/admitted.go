@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -17,41 +17,44 @@ import (
 	"github.com/berth-dev/berth/scheduling"
 )
 
-// commit records the placement as the gang's promise and releases the members.
-func (r *Reconciler) commit(ctx context.Context, cy *cycle, gv gangView, gated []*corev1.Pod, res scheduling.Result) error {
+// commit records the placement as the gang's promise (a new generation's assignments) and
+// releases the members.
+func (r *Reconciler) commit(ctx context.Context, cy *cycle, gv gangView, members []*corev1.Pod, res scheduling.Result) error {
 	g := gv.group
 	now := metav1.NewTime(r.clock.Now())
+	uidOf := map[string]string{}
+	for _, m := range members {
+		uidOf[m.Name] = string(m.UID)
+	}
 	assignments := make([]berthv1alpha1.MemberAssignment, len(res.Assignments))
 	nodeOf := map[string]string{}
 	for i, a := range res.Assignments {
-		assignments[i] = berthv1alpha1.MemberAssignment{Pod: a.Pod, Node: a.Node}
+		assignments[i] = berthv1alpha1.MemberAssignment{Pod: a.Pod, UID: typesUID(uidOf[a.Pod]), Node: a.Node}
 		nodeOf[a.Pod] = a.Node
 	}
-	updated := g.DeepCopy()
-	updated.Status.Assignments = assignments
-	updated.Status.Phase = berthv1alpha1.PodGroupAdmitted
-	updated.Status.AdmittedAt = &now
-	updated.Status.Nodes = res.Nodes()
+	nodes := res.Nodes()
+	var claims []string
 	if g.Status.Provisioning.Active() {
-		finishProvisioning(&updated.Status, g, now, r.nodeClaimsOf(ctx, cy.snap, updated.Status.Nodes))
+		claims = r.nodeClaimsOf(ctx, cy.snap, nodes)
 	}
-	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
-		Type: berthv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: berthv1alpha1.ReasonAdmitted,
-		Message:            fmt.Sprintf("%d members placed on %d node(s)%s", len(assignments), len(updated.Status.Nodes), domainNote(g, res)),
-		ObservedGeneration: g.Generation, LastTransitionTime: now,
-	})
-	if err := r.client.Status().Update(ctx, updated); err != nil {
+	msg := fmt.Sprintf("%d members placed on %d node(s)%s", len(assignments), len(nodes), domainNote(g, res))
+	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
+		st.Assignments, st.AdmittedAt, st.Nodes = assignments, &now, nodes
+		st.WaitingSince, st.ScheduleRetryAt, st.ScheduleTimeouts = nil, nil, 0
+		finishProvisioning(st, g, now, claims)
+		r.setCondition(st, g, berthv1alpha1.ConditionScheduled, metav1.ConditionTrue, berthv1alpha1.ReasonAdmitted, msg)
+	}); err != nil {
 		// Nothing was released; the next cycle decides again on fresh state.
 		return fmt.Errorf("recording admission: %w", err)
 	}
 	placements.WithLabelValues(ResultAdmitted).Inc()
 	r.assume(g, assignments)
-	if err := r.release(ctx, updated, gated, nodeOf, gv.seats); err != nil {
+	if err := r.release(ctx, g, members, nodeOf, gv.seats); err != nil {
 		return err
 	}
-	observeReleased(gated, r.clock.Now())
-	r.recorder.Normal(updated, events.ReasonGangAdmitted, fmt.Sprintf("released %d members together onto %v", len(gated), updated.Status.Nodes))
-	log.FromContext(ctx).Info("admitted gang", "podgroup", client.ObjectKeyFromObject(g), "members", len(gated), "nodes", updated.Status.Nodes)
+	observeReleased(members, r.clock.Now())
+	r.recorder.Normal(g, events.ReasonGangAdmitted, fmt.Sprintf("released %d members together onto %v", len(members), nodes))
+	log.FromContext(ctx).Info("admitted gang", "podgroup", client.ObjectKeyFromObject(g), "members", len(members), "nodes", nodes, "restarts", g.Status.Restarts)
 	return nil
 }
 
@@ -63,70 +66,144 @@ func domainNote(g *berthv1alpha1.PodGroup, res scheduling.Result) string {
 	return fmt.Sprintf(" in %s=%s", g.Spec.Topology.RequiredKey, res.Domain)
 }
 
-// continueAdmitted tends an admitted gang: it reports the health of its nodes, finishes a
-// release that was started (seats give way before the barrier is lifted again), and places
-// members that appeared after admission.
-func (r *Reconciler) continueAdmitted(ctx context.Context, cy *cycle, gv gangView, assigned []berthv1alpha1.MemberAssignment) error {
+// tendAdmitted looks after a gang with an admitted generation:
+//
+//  1. A generation with nothing live left is over; fresh members start the next one, admitted
+//     whole (a workload's restart, the next wave of a Job).
+//  2. Members released but not bound are tended: a release that was interrupted is finished,
+//     the seats give way, the release barrier follows who still waits, and a member
+//     kube-scheduler cannot bind where it was pinned is recovered.
+//  3. Lost members are replaced (onMemberLoss Replace) or the gang is restarted (RestartGang).
+//  4. Extra members of an elastic gang are admitted as they fit; members of a Job's next wave
+//     wait for the current one to finish.
+func (r *Reconciler) tendAdmitted(ctx context.Context, cy *cycle, gv gangView, gen generation) (time.Duration, error) {
 	g := gv.group
+	if gen.over() {
+		if len(gen.fresh)+len(gen.held) == 0 {
+			return 0, r.giveWay(ctx, gv.seats) // finished or idle: nothing to admit
+		}
+		return r.newGeneration(ctx, cy, gv, gen)
+	}
 	nodeOf := map[string]string{}
-	for _, a := range assigned {
+	for _, a := range gen.assigned {
 		nodeOf[a.Pod] = a.Node
 	}
-	var late, resume []*corev1.Pod
-	for _, m := range gatedOnly(gv.members) {
-		if _, ok := nodeOf[m.Name]; ok {
+	var resume []*corev1.Pod
+	for _, m := range gen.live {
+		if gateIndex(m) >= 0 && !heldByOthers(m) {
 			resume = append(resume, m)
-		} else {
-			late = append(late, m)
 		}
 	}
-	r.observeBound(g, gv.members, nodeOf)
-	// Health reporting is independent of the release: its error does not stop it.
-	healthErr := r.tendGPUHealth(ctx, cy.snap, g, assigned)
+	r.observeBound(g, gen.live, nodeOf)
+	errs := []error{r.tendGPUHealth(ctx, cy.snap, g, gen.assigned)}
 	if err := r.finishRelease(ctx, cy, gv, resume, nodeOf); err != nil {
-		return errors.Join(healthErr, err)
+		return 0, errors.Join(append(errs, err)...)
 	}
-	if len(late) == 0 {
-		return healthErr
+	wait, err := r.recoverStranded(ctx, gv, gen)
+	errs = append(errs, err)
+	if len(gen.lost) > 0 && g.Spec.OnMemberLoss == berthv1alpha1.MemberLossRestartGang {
+		return wait, errors.Join(append(errs, r.restartGang(ctx, gv, gen))...)
 	}
-	return errors.Join(healthErr, r.admitLate(ctx, cy.snap, g, late, assigned))
+	repl, prevNode, rest := gen.replacements(g.Spec.MinMember)
+	next, err := r.admitIndividually(ctx, cy, gv, gen, repl, prevNode, true)
+	errs = append(errs, err)
+	wait = minPositive(wait, next)
+	if gen.succeeded == 0 {
+		_, err := r.admitIndividually(ctx, cy, gv, gen, rest, nil, false)
+		errs = append(errs, err)
+	}
+	return wait, errors.Join(errs...)
 }
 
 // finishRelease releases assigned members that are still gated, or else lets the gang's seats
-// go, and keeps the release barrier right. The steps are ordered: seats must be gone before
-// the barrier lets members bind into their capacity.
+// go once no capacity request runs for it, and keeps the release barrier right. The steps are
+// ordered: seats must be gone before the barrier lets members bind into their capacity.
 func (r *Reconciler) finishRelease(ctx context.Context, cy *cycle, gv gangView, resume []*corev1.Pod, nodeOf map[string]string) error {
 	if len(resume) > 0 {
 		if err := r.resume(ctx, cy.snap, gv, resume, nodeOf); err != nil {
 			return err
 		}
-	} else if err := r.giveWay(ctx, gv.seats); err != nil {
-		return err
+	} else if !gv.group.Status.Provisioning.Active() {
+		if err := r.giveWay(ctx, gv.seats); err != nil {
+			return err
+		}
 	}
 	return r.tendBarrier(ctx, cy.snap, gv.group, gv.members, nodeOf)
 }
 
-// observeBound records the all-bound admission latency once per gang.
-func (r *Reconciler) observeBound(g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string) {
-	uid := string(g.UID)
+// newGeneration ends a generation that has nothing live left and starts the next: the
+// assignments go (the wait clock starts again), the restart is counted and reported, and the
+// fresh members are admitted whole — in this very cycle when they are enough.
+func (r *Reconciler) newGeneration(ctx context.Context, cy *cycle, gv gangView, gen generation) (time.Duration, error) {
+	g := gv.group
+	msg := fmt.Sprintf("generation %d ended (%d succeeded, %d lost); %d new member(s) are admitted whole as generation %d",
+		g.Status.Restarts+1, gen.succeeded, len(gen.lost), len(gen.fresh)+len(gen.held), g.Status.Restarts+2)
+	if err := r.tendBarrier(ctx, cy.snap, g, nil, nil); err != nil {
+		return 0, err
+	}
+	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
+		st.Assignments, st.AdmittedAt, st.Nodes, st.NodeClaims = nil, nil, nil, nil
+		st.WaitingSince, st.ScheduleRetryAt, st.ScheduleTimeouts = nil, nil, 0
+		st.Restarts++
+		r.setCondition(st, g, berthv1alpha1.ConditionScheduled, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForMembers, msg)
+	}); err != nil {
+		return 0, err
+	}
+	r.forget(g)
+	generations.Inc()
+	r.recorder.Normal(g, events.ReasonGangRestarted, msg)
+	log.FromContext(ctx).Info("new generation", "podgroup", client.ObjectKeyFromObject(g), "restarts", g.Status.Restarts)
+	return r.admitWhole(ctx, cy, gv, classify(gv.members, nil))
+}
+
+// restartGang deletes every live member that has a controller, so the workload recreates the
+// whole gang and the new generation is admitted whole (onMemberLoss RestartGang). Members
+// without a controller cannot be recreated by anyone: they are left to the Replace path.
+func (r *Reconciler) restartGang(ctx context.Context, gv gangView, gen generation) error {
+	var doomed []*corev1.Pod
+	for _, m := range gen.live {
+		if controlled(m) {
+			doomed = append(doomed, m)
+		}
+	}
+	if len(doomed) == 0 {
+		return nil
+	}
+	lost := make([]string, 0, len(gen.lost))
+	for _, l := range gen.lost {
+		lost = append(lost, l.assignment.Pod)
+	}
+	r.recorder.Warning(gv.group, events.ReasonGangRestarting, fmt.Sprintf(
+		"member(s) %v lost and onMemberLoss is RestartGang: deleting the %d live members so their workload recreates the gang, admitted whole", lost, len(doomed)))
+	return parallel(doomed, func(_ int, p *corev1.Pod) error {
+		if err := r.client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("deleting member %s to restart the gang: %w", p.Name, err)
+		}
+		return nil
+	})
+}
+
+// observeBound records the all-bound admission latency once per generation.
+func (r *Reconciler) observeBound(g *berthv1alpha1.PodGroup, live []*corev1.Pod, nodeOf map[string]string) {
+	key := fmt.Sprintf("%s/%d", g.UID, g.Status.Restarts)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.boundSeen[uid] || len(members) == 0 {
+	if r.boundSeen[key] || len(live) == 0 {
 		return
 	}
-	for _, m := range members {
+	for _, m := range live {
 		if _, ok := nodeOf[m.Name]; ok && m.Spec.NodeName == "" {
 			return
 		}
 	}
-	r.boundSeen[uid] = true
-	admissionLatency.WithLabelValues("bound").Observe(r.clock.Since(lastCreated(members)).Seconds())
+	r.boundSeen[key] = true
+	admissionLatency.WithLabelValues("bound").Observe(r.clock.Since(lastCreated(live)).Seconds())
 }
 
 // resume releases members of an admitted gang that are still gated (a restart or a failed
 // patch interrupted the release). A member whose node is gone can never bind where it is
-// pinned: a member with a controller is deleted so it is recreated (and placed as a late
-// member); one without is reported.
+// pinned: a member with a controller is deleted so it is recreated (and placed as a
+// replacement); one without is reported.
 func (r *Reconciler) resume(ctx context.Context, snap *scheduling.Snapshot, gv gangView, pods []*corev1.Pod, nodeOf map[string]string) error {
 	g := gv.group
 	var ok []*corev1.Pod
@@ -136,14 +213,7 @@ func (r *Reconciler) resume(ctx context.Context, snap *scheduling.Snapshot, gv g
 			ok = append(ok, p)
 			continue
 		}
-		if metav1.GetControllerOf(p) != nil {
-			r.recorder.Warning(g, events.ReasonMemberReplaced, fmt.Sprintf("node %s of member %s disappeared before it was bound; deleting it so its controller recreates it", nodeOf[p.Name], p.Name))
-			if err := r.client.Delete(ctx, p); err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("deleting stranded member %s: %w", p.Name, err))
-			}
-			continue
-		}
-		r.recorder.Warning(g, events.ReasonMemberStranded, fmt.Sprintf("node %s of member %s disappeared before it was bound, and the pod has no controller to recreate it: delete and recreate it", nodeOf[p.Name], p.Name))
+		errs = append(errs, r.replaceStranded(ctx, g, p, fmt.Sprintf("node %s, which it was pinned to, disappeared before it was bound", nodeOf[p.Name])))
 	}
 	if len(ok) > 0 {
 		log.FromContext(ctx).Info("resuming release", "podgroup", client.ObjectKeyFromObject(g), "members", len(ok))

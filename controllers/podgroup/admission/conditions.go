@@ -7,57 +7,59 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/scheduling"
 )
 
-// setScheduled writes the Scheduled condition when it changed, with an Event for new reasons
-// or messages.
+// updateStatus writes the PodGroup's status after mutate changed a copy of it, when it changed
+// semantically, and leaves the stored result in g. Admission owns assignments, provisioning,
+// the wait clock and the Scheduled, CapacityProvisioned and GPUHealthy conditions; the status
+// controller derives the phase from them. A lost optimistic-lock race comes back as a conflict
+// (the cycle decides again on fresh state).
+func (r *Reconciler) updateStatus(ctx context.Context, g *berthv1alpha1.PodGroup, mutate func(st *berthv1alpha1.PodGroupStatus)) error {
+	updated := g.DeepCopy()
+	mutate(&updated.Status)
+	if equality.Semantic.DeepEqual(updated.Status, g.Status) {
+		return nil
+	}
+	if err := r.client.Status().Update(ctx, updated); err != nil {
+		return fmt.Errorf("updating the status of PodGroup %s/%s: %w", g.Namespace, g.Name, err)
+	}
+	*g = *updated
+	return nil
+}
+
+// setCondition sets a condition in a status being mutated, keeping its transition time when its
+// status does not change.
+func (r *Reconciler) setCondition(st *berthv1alpha1.PodGroupStatus, g *berthv1alpha1.PodGroup, typ string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type: typ, Status: status, Reason: reason, Message: truncate(msg, 32000),
+		ObservedGeneration: g.Generation, LastTransitionTime: metav1.NewTime(r.clock.Now()),
+	})
+}
+
+// setScheduled writes the Scheduled condition when it changed, with a Warning Event when a
+// gang that cannot go ahead gets a new reason or message (waiting for members is no warning).
 func (r *Reconciler) setScheduled(ctx context.Context, g *berthv1alpha1.PodGroup, status metav1.ConditionStatus, reason, msg string) error {
 	cur := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionScheduled)
 	if cur != nil && cur.Status == status && cur.Reason == reason && cur.Message == msg && cur.ObservedGeneration == g.Generation {
 		return nil
 	}
-	updated := g.DeepCopy()
-	if updated.Status.Phase == "" {
-		updated.Status.Phase = berthv1alpha1.PodGroupPending
+	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
+		r.setCondition(st, g, berthv1alpha1.ConditionScheduled, status, reason, msg)
+	}); err != nil {
+		return err
 	}
-	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
-		Type: berthv1alpha1.ConditionScheduled, Status: status, Reason: reason, Message: msg,
-		ObservedGeneration: g.Generation, LastTransitionTime: metav1.NewTime(r.clock.Now()),
-	})
-	if err := r.client.Status().Update(ctx, updated); err != nil {
-		if apierrors.IsConflict(err) {
-			return nil // the next cycle writes it again
-		}
-		return fmt.Errorf("updating Scheduled condition: %w", err)
+	switch reason {
+	case berthv1alpha1.ReasonWaitingForMembers, berthv1alpha1.ReasonHeldByOtherScheduler:
+	default:
+		r.recorder.Warning(g, events.ReasonGangUnschedulable, msg)
 	}
-	*g = *updated
-	if reason != berthv1alpha1.ReasonWaitingForMembers {
-		r.recorder.Warning(updated, events.ReasonGangUnschedulable, msg)
-	}
-	return nil
-}
-
-// fail moves a gang to Failed; nothing was promised to it (it was never admitted).
-func (r *Reconciler) fail(ctx context.Context, g *berthv1alpha1.PodGroup, msg string) error {
-	updated := g.DeepCopy()
-	updated.Status.Phase = berthv1alpha1.PodGroupFailed
-	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
-		Type: berthv1alpha1.ConditionScheduled, Status: metav1.ConditionFalse, Reason: berthv1alpha1.ReasonScheduleTimeout,
-		Message: msg, ObservedGeneration: g.Generation, LastTransitionTime: metav1.NewTime(r.clock.Now()),
-	})
-	if err := r.client.Status().Update(ctx, updated); err != nil {
-		return fmt.Errorf("failing timed-out gang: %w", err)
-	}
-	placements.WithLabelValues(ResultTimeout).Inc()
-	r.recorder.Warning(updated, events.ReasonGangTimedOut, msg)
 	return nil
 }
 
@@ -90,41 +92,18 @@ func (r *Reconciler) tendGPUHealth(ctx context.Context, snap *scheduling.Snapsho
 	if cur != nil && cur.Status == want.Status && cur.Message == want.Message {
 		return nil
 	}
-	var fresh berthv1alpha1.PodGroup
-	if err := r.client.Get(ctx, client.ObjectKeyFromObject(g), &fresh); err != nil {
-		return fmt.Errorf("reading PodGroup: %w", err)
-	}
-	want.LastTransitionTime = metav1.NewTime(r.clock.Now())
-	meta.SetStatusCondition(&fresh.Status.Conditions, want)
-	if err := r.client.Status().Update(ctx, &fresh); err != nil {
-		if apierrors.IsConflict(err) {
-			return nil // next cycle
-		}
-		return fmt.Errorf("updating GPUHealthy condition: %w", err)
+	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
+		r.setCondition(st, g, want.Type, want.Status, want.Reason, want.Message)
+	}); err != nil {
+		return err
 	}
 	if len(sick) > 0 {
-		r.recorder.Warning(&fresh, events.ReasonGangNodeUnhealthy, want.Message)
+		r.recorder.Warning(g, events.ReasonGangNodeUnhealthy, want.Message)
 	}
 	return nil
 }
 
-// timedOut reports whether a waiting gang passed its scheduleTimeoutSeconds.
-func (r *Reconciler) timedOut(g *berthv1alpha1.PodGroup) (time.Duration, bool) {
-	t := timeoutOf(g)
-	if t == 0 {
-		return 0, false
-	}
-	return t, r.clock.Since(g.CreationTimestamp.Time) >= t
-}
-
-func (r *Reconciler) untilTimeout(g *berthv1alpha1.PodGroup) time.Duration {
-	t := timeoutOf(g)
-	if t == 0 {
-		return 0
-	}
-	return max(time.Second, t-r.clock.Since(g.CreationTimestamp.Time))
-}
-
+// timeoutOf is the gang's schedule timeout; 0 waits forever.
 func timeoutOf(g *berthv1alpha1.PodGroup) time.Duration {
 	s := berthv1alpha1.DefaultScheduleTimeoutSeconds
 	if g.Spec.ScheduleTimeoutSeconds != nil {

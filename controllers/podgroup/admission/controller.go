@@ -36,8 +36,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers/podgroup/status"
 	"github.com/berth-dev/berth/internal/events"
-	"github.com/berth-dev/berth/scheduling"
 )
 
 // Name is the controller's name in logs and metrics.
@@ -57,6 +57,12 @@ type Options struct {
 	// Resync is the longest a cycle waits without events; DefaultResync when zero. Tests set it
 	// long, so only event triggers and exact deadlines can make them pass.
 	Resync time.Duration
+	// StrandedAfter is how long a released member may be unschedulable on its node before it
+	// is replaced; DefaultStrandedAfter when zero.
+	StrandedAfter time.Duration
+	// NodeReadyBudget is how long a new node that is not Ready yet counts as capacity on its
+	// way; DefaultNodeReadyBudget when zero.
+	NodeReadyBudget time.Duration
 }
 
 // Reconciler runs gang admission cycles. Build it with New.
@@ -82,6 +88,12 @@ type Reconciler struct {
 func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *events.Recorder, opts Options) *Reconciler {
 	if opts.Resync <= 0 {
 		opts.Resync = DefaultResync
+	}
+	if opts.StrandedAfter <= 0 {
+		opts.StrandedAfter = DefaultStrandedAfter
+	}
+	if opts.NodeReadyBudget <= 0 {
+		opts.NodeReadyBudget = DefaultNodeReadyBudget
 	}
 	return &Reconciler{
 		client: c, apiReader: apiReader, clock: clk, recorder: rec, opts: opts,
@@ -177,60 +189,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	return reconcile.Result{RequeueAfter: next}, nil
 }
 
-// admit moves one gang forward and says how soon it wants another look (0: only on events).
+// admit moves one gang forward and says how soon it wants another look (0: only on events): a
+// gang with an admitted generation is tended (members released, lost, replaced, the next
+// generation), any other waits to be admitted whole. A gang that timed out for good is left
+// alone.
 func (r *Reconciler) admit(ctx context.Context, cy *cycle, gv gangView) (time.Duration, error) {
-	g := gv.group
-	switch g.Status.Phase {
-	case berthv1alpha1.PodGroupFailed, berthv1alpha1.PodGroupSucceeded:
+	if status.TimedOutForGood(gv.group) {
 		return 0, nil
 	}
-	if assigned := r.assignments(g); len(assigned) > 0 {
-		return 0, r.continueAdmitted(ctx, cy, gv, assigned)
+	gen := classify(gv.members, r.assignments(gv.group))
+	if gen.admitted() {
+		return r.tendAdmitted(ctx, cy, gv, gen)
 	}
-	if timeout, over := r.timedOut(g); over {
-		return 0, r.fail(ctx, g, fmt.Sprintf("not admitted within scheduleTimeoutSeconds (%s)", timeout))
-	}
-	gated := gatedOnly(gv.members)
-	wait := r.untilTimeout(g)
-	if int32(len(gv.members)) < g.Spec.MinMember {
-		return wait, r.setScheduled(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForMembers,
-			fmt.Sprintf("%d of %d members exist", len(gv.members), g.Spec.MinMember))
-	}
-	if len(gated) == 0 {
-		// Members exist but none carries the gate: created before berth's webhook was
-		// installed, or past it. berth cannot hold them; say so instead of claiming admission.
-		return wait, r.setScheduled(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonMembersNotGated,
-			fmt.Sprintf("none of the %d members carries the %s scheduling gate (created before berth's webhook was installed?); kube-scheduler places them one by one", len(gv.members), berthv1alpha1.SchedulingGate))
-	}
-	gang := scheduling.Gang{Members: gated}
-	if g.Spec.Topology != nil {
-		gang.TopologyKey = g.Spec.Topology.RequiredKey
-	}
-	// The gang's own seats hold capacity for it: they are free when placing it.
-	res := scheduling.Place(cy.snap.Without(gv.seats), gang)
-	if !res.Fits() {
-		reason := berthv1alpha1.ReasonUnschedulable
-		if res.Unsupported {
-			reason = berthv1alpha1.ReasonUnsupported
-		}
-		placements.WithLabelValues(resultLabel(reason)).Inc()
-		if reason == berthv1alpha1.ReasonUnschedulable && r.opts.Provisioning.Enabled {
-			if err := r.setScheduled(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForCapacity,
-				"the gang does not fit existing nodes; capacity for the members without a place is requested from Karpenter (see condition CapacityProvisioned)"); err != nil {
-				return 0, err
-			}
-			next, err := r.provision(ctx, cy, gv, gang, res.Reason)
-			if err != nil {
-				return 0, err
-			}
-			return minPositive(wait, next), nil
-		}
-		return wait, r.setScheduled(ctx, g, metav1.ConditionFalse, reason, res.Reason)
-	}
-	if err := cy.snap.Assume(gated, res); err != nil {
-		return 0, err
-	}
-	return 0, r.commit(ctx, cy, gv, gated, res)
+	return r.admitWhole(ctx, cy, gv, gen)
 }
 
 // assignments is a gang's assignments: from the cache, or from this process's own recent
@@ -239,6 +210,13 @@ func (r *Reconciler) assignments(g *berthv1alpha1.PodGroup) []berthv1alpha1.Memb
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return assignmentsOf(g, r.assumed)
+}
+
+// forget drops what this process assumed of a gang (its generation ended).
+func (r *Reconciler) forget(g *berthv1alpha1.PodGroup) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.assumed, string(g.UID))
 }
 
 // assume records assignments this process just wrote for a gang.

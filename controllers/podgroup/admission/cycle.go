@@ -20,7 +20,8 @@ import (
 type cycle struct {
 	// now is when the cycle started.
 	now time.Time
-	// groups are every PodGroup, oldest first (the order gangs are admitted in).
+	// groups are every PodGroup in the order gangs are admitted in: higher priority first, then
+	// older first.
 	groups []*berthv1alpha1.PodGroup
 	// nodes are every node.
 	nodes []*corev1.Node
@@ -33,6 +34,7 @@ type cycle struct {
 	seats map[types.UID][]*corev1.Pod
 
 	// What the booting snapshot is built from, on first use.
+	bootBudget  time.Duration
 	onNodes     []scheduling.PodOnNode
 	unavailable map[string]string
 	booting     *scheduling.Snapshot
@@ -60,16 +62,26 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	pods := ptrs(podList.Items)
-	cy := &cycle{now: r.clock.Now(), groups: ptrs(groups.Items), nodes: ptrs(nodeList.Items)}
-	sort.Slice(cy.groups, func(i, j int) bool { return older(cy.groups[i], cy.groups[j]) })
+	cy := &cycle{now: r.clock.Now(), groups: ptrs(groups.Items), nodes: ptrs(nodeList.Items), bootBudget: r.opts.NodeReadyBudget}
+	cy.members = membersByGroup(pods)
+	cy.seats = seatsByGroup(pods)
+	prio := make(map[*berthv1alpha1.PodGroup]int32, len(cy.groups))
+	for _, g := range cy.groups {
+		prio[g] = gangPriority(cy.members[g.Namespace+"/"+g.Name])
+	}
+	sort.Slice(cy.groups, func(i, j int) bool {
+		a, b := cy.groups[i], cy.groups[j]
+		if prio[a] != prio[b] {
+			return prio[a] > prio[b]
+		}
+		return older(a, b)
+	})
 	r.mu.Lock()
 	r.forgetCaughtUp(cy.groups)
 	cy.onNodes = podsOnNodes(pods, cy.groups, r.assumed)
 	r.mu.Unlock()
 	cy.unavailable = unavailableNodes(cy.nodes)
 	cy.snap = scheduling.NewSnapshot(cy.nodes, cy.onNodes, cy.unavailable)
-	cy.members = membersByGroup(pods)
-	cy.seats = seatsByGroup(pods)
 	return cy, nil
 }
 
@@ -83,7 +95,7 @@ func (cy *cycle) gang(g *berthv1alpha1.PodGroup) gangView {
 // most once per cycle.
 func (cy *cycle) bootingSnapshot() *scheduling.Snapshot {
 	if cy.booting == nil {
-		cy.booting = scheduling.NewSnapshot(cy.nodes, cy.onNodes, withoutBooting(cy.unavailable, cy.nodes, cy.now))
+		cy.booting = scheduling.NewSnapshot(cy.nodes, cy.onNodes, withoutBooting(cy.unavailable, cy.nodes, cy.now, cy.bootBudget))
 	}
 	return cy.booting
 }
@@ -163,7 +175,19 @@ func gatedOnly(pods []*corev1.Pod) []*corev1.Pod {
 	return out
 }
 
-// older orders gangs first come, first served.
+// gangPriority is a gang's scheduling priority: the highest of its members' (their
+// PriorityClass, as the API server resolved it into spec.priority).
+func gangPriority(members []*corev1.Pod) int32 {
+	var p int32
+	for i, m := range members {
+		if m.Spec.Priority != nil && (i == 0 || *m.Spec.Priority > p) {
+			p = *m.Spec.Priority
+		}
+	}
+	return p
+}
+
+// older orders gangs of one priority first come, first served.
 func older(a, b *berthv1alpha1.PodGroup) bool {
 	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)

@@ -50,6 +50,14 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "partially_running_gangs",
 		Help: "Gangs with some but fewer than minMember members running, admitted more than " + partialGrace.String() + " ago: GPUs held by members that wait for their peers.",
 	})
+	generations = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "generations_total",
+		Help: "Gangs admitted whole again after their previous generation ended (a workload restart, a Job's next wave).",
+	})
+	strandedMembers = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "stranded_members_total",
+		Help: "Released members kube-scheduler could not bind where they were pinned (their node gone, or its room taken), replaced by berth.",
+	})
 	seatsCreated = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "seats_created_total",
 		Help: "Seat pods created to hold capacity for gang members.",
@@ -163,5 +171,5 @@ func recordGangHealth(gs []*berthv1alpha1.PodGroup, members map[string][]*corev1
 // Collectors are the package's metrics, as registered with controller-runtime's registry
 // (docs/metrics.md is generated from them).
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning}
+	return []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning, generations, strandedMembers}
 }

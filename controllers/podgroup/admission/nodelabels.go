@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers/podgroup/status"
 	"github.com/berth-dev/berth/scheduling"
 )
 
@@ -89,12 +90,12 @@ func (r *Reconciler) reserve(ctx context.Context, g *berthv1alpha1.PodGroup, sna
 	return nil
 }
 
-// sweepReservations removes reservation labels of gangs that are not provisioning (admitted,
-// withdrawn, failed, finished or deleted).
+// sweepReservations removes reservation labels of gangs whose capacity request ended (admitted,
+// withdrawn, timed out) or that are gone.
 func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
 	live := map[string]bool{}
 	for _, g := range cy.groups {
-		if g.Status.Provisioning.Active() && g.Status.Phase == berthv1alpha1.PodGroupProvisioning {
+		if g.Status.Provisioning.Active() && !status.TimedOutForGood(g) {
 			live[reserveKey(g)] = true
 		}
 	}

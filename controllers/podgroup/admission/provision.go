@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -254,35 +253,15 @@ func truncate(s string, n int) string {
 	return s[:n-3] + "..."
 }
 
-// setProvisioned writes the CapacityProvisioned condition (and, when next is not nil, the
-// provisioning status and the matching phase) on a fresh copy of the PodGroup.
+// setProvisioned writes the CapacityProvisioned condition and, when next is not nil, the
+// provisioning status.
 func (r *Reconciler) setProvisioned(ctx context.Context, g *berthv1alpha1.PodGroup, status metav1.ConditionStatus, reason, msg string, next *berthv1alpha1.ProvisioningStatus) error {
-	cur := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
-	if next == nil && cur != nil && cur.Status == status && cur.Reason == reason && cur.Message == msg {
-		return nil
-	}
-	updated := g.DeepCopy()
-	if next != nil {
-		updated.Status.Provisioning = next
-		switch {
-		case next.Active():
-			updated.Status.Phase = berthv1alpha1.PodGroupProvisioning
-		case updated.Status.Phase == berthv1alpha1.PodGroupProvisioning || updated.Status.Phase == "":
-			updated.Status.Phase = berthv1alpha1.PodGroupPending
+	return r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
+		if next != nil {
+			st.Provisioning = next
 		}
-	}
-	meta.SetStatusCondition(&updated.Status.Conditions, metav1.Condition{
-		Type: berthv1alpha1.ConditionCapacityProvisioned, Status: status, Reason: reason, Message: msg,
-		ObservedGeneration: g.Generation, LastTransitionTime: metav1.NewTime(r.clock.Now()),
+		r.setCondition(st, g, berthv1alpha1.ConditionCapacityProvisioned, status, reason, msg)
 	})
-	if err := r.client.Status().Update(ctx, updated); err != nil {
-		if apierrors.IsConflict(err) && next == nil {
-			return nil // the next cycle writes it again
-		}
-		return fmt.Errorf("updating CapacityProvisioned condition: %w", err)
-	}
-	*g = *updated
-	return nil
 }
 
 // finishProvisioning marks an attempt that ended with the gang admitted as a success, in the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,12 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
+
+// metadataNameField is the node field a pin selects on.
+const metadataNameField = "metadata.name"
+
+// isBarrier reports whether a node label key is a release barrier.
+func isBarrier(key string) bool { return strings.HasPrefix(key, berthv1alpha1.BarrierLabelPrefix) }
 
 // barrierKey is the node label of one gang's release barrier.
 func barrierKey(g *berthv1alpha1.PodGroup) string {
@@ -43,7 +50,7 @@ func gateIndex(p *corev1.Pod) int {
 // which Kubernetes accepts while the pod is still gated, plus the berthv1alpha1.PinnedNodeAnnotation.
 func withPin(p *corev1.Pod, node, barrier string) *corev1.Pod {
 	out := p.DeepCopy()
-	pin := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
+	pin := corev1.NodeSelectorRequirement{Key: metadataNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
 	var wait []corev1.NodeSelectorRequirement
 	if barrier != "" {
 		wait = []corev1.NodeSelectorRequirement{{Key: barrier, Operator: corev1.NodeSelectorOpExists}}

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers/podgroup/status"
 	"github.com/berth-dev/berth/scheduling"
 )
 
@@ -90,8 +91,9 @@ func (r *Reconciler) deleteSeats(ctx context.Context, seats []*corev1.Pod) error
 	})
 }
 
-// sweepSeats deletes seats whose gang no longer needs them: the PodGroup is gone (the garbage
-// collector would get there too, but later), finished, or admitted.
+// sweepSeats deletes seats whose gang no longer needs them: seats live only while their gang's
+// capacity request runs, so the seats of a PodGroup that is gone, or whose request ended
+// (admitted, withdrawn, timed out), go.
 func (r *Reconciler) sweepSeats(ctx context.Context, cy *cycle) error {
 	live := map[types.UID]*berthv1alpha1.PodGroup{}
 	for _, g := range cy.groups {
@@ -99,9 +101,7 @@ func (r *Reconciler) sweepSeats(ctx context.Context, cy *cycle) error {
 	}
 	var stale []*corev1.Pod
 	for uid, ss := range cy.seats {
-		g, ok := live[uid]
-		if ok && g.Status.Phase != berthv1alpha1.PodGroupFailed && g.Status.Phase != berthv1alpha1.PodGroupSucceeded &&
-			g.Status.Phase != berthv1alpha1.PodGroupRunning {
+		if g, ok := live[uid]; ok && g.Status.Provisioning.Active() && !status.TimedOutForGood(g) {
 			continue
 		}
 		stale = append(stale, ss...)

@@ -184,7 +184,7 @@ func TestWithoutBooting(t *testing.T) {
 		return n
 	}
 	nodes := []*corev1.Node{node("booting", time.Minute, false), node("broken", time.Hour, false), node("ready", time.Minute, true)}
-	got := withoutBooting(unavailableNodes(nodes), nodes, now)
+	got := withoutBooting(unavailableNodes(nodes), nodes, now, DefaultNodeReadyBudget)
 	if diff := cmp.Diff(map[string]string{"broken": "not Ready"}, got); diff != "" {
 		t.Errorf("unavailable (-want +got):\n%s", diff)
 	}
@@ -246,6 +246,7 @@ func TestSweepReservations(t *testing.T) {
 	admitted := provisioning.DeepCopy()
 	admitted.Name, admitted.UID = "adm", "uid-adm"
 	admitted.Status.Phase = berthv1alpha1.PodGroupAdmitted
+	admitted.Status.Provisioning.FinishedAt = &metav1.Time{Time: time.Now()} // the attempt ended with the admission
 	node := builders.Node("n1").Obj()
 	node.Labels[berthv1alpha1.ReservationLabelPrefix+"uid-prov"] = "true"
 	node.Labels[berthv1alpha1.ReservationLabelPrefix+"uid-adm"] = "true"

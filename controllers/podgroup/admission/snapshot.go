@@ -12,13 +12,13 @@ import (
 // gpuUnhealthyPrefix starts the unavailability reason of nodes with unhealthy GPUs.
 const gpuUnhealthyPrefix = "GPU unhealthy: "
 
-// bootGrace is how long a new node that is not Ready yet counts as capacity on its way (a GPU
-// node takes minutes from launch to Ready) rather than as a broken node.
-const bootGrace = 15 * time.Minute
+// DefaultNodeReadyBudget is how long a new node that is not Ready yet counts as capacity on its
+// way (a GPU node takes minutes from launch to Ready) rather than as a broken node.
+const DefaultNodeReadyBudget = 10 * time.Minute
 
-// comingUp reports whether a node is not Ready yet but new enough to be booting.
-func comingUp(n *corev1.Node, now time.Time) bool {
-	if n.DeletionTimestamp != nil || now.Sub(n.CreationTimestamp.Time) > bootGrace {
+// comingUp reports whether a node is not Ready yet but younger than budget: still booting.
+func comingUp(n *corev1.Node, now time.Time, budget time.Duration) bool {
+	if n.DeletionTimestamp != nil || now.Sub(n.CreationTimestamp.Time) > budget {
 		return false
 	}
 	for _, c := range n.Status.Conditions {
@@ -31,13 +31,13 @@ func comingUp(n *corev1.Node, now time.Time) bool {
 
 // withoutBooting drops nodes that are coming up from an unavailability map: for deciding what
 // capacity is missing, capacity that is already on its way is not.
-func withoutBooting(unavailable map[string]string, nodes []*corev1.Node, now time.Time) map[string]string {
+func withoutBooting(unavailable map[string]string, nodes []*corev1.Node, now time.Time, budget time.Duration) map[string]string {
 	out := make(map[string]string, len(unavailable))
 	for k, v := range unavailable {
 		out[k] = v
 	}
 	for _, n := range nodes {
-		if out[n.Name] == "not Ready" && comingUp(n, now) {
+		if out[n.Name] == "not Ready" && comingUp(n, now, budget) {
 			delete(out, n.Name)
 		}
 	}
@@ -68,19 +68,25 @@ func unavailableNodes(nodes []*corev1.Node) map[string]string {
 // by an admission (status.assignments) that kube-scheduler has not bound yet.
 func podsOnNodes(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup, assumed map[string][]berthv1alpha1.MemberAssignment) []scheduling.PodOnNode {
 	byKey := make(map[string]*corev1.Pod, len(pods))
+	byUID := make(map[string]*corev1.Pod, len(pods))
 	var out []scheduling.PodOnNode
 	for _, p := range pods {
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		byKey[p.Namespace+"/"+p.Name] = p
+		byUID[string(p.UID)] = p
 		if p.Spec.NodeName != "" {
 			out = append(out, scheduling.PodOnNode{Pod: p, Node: p.Spec.NodeName})
 		}
 	}
 	for _, g := range groups {
 		for _, a := range assignmentsOf(g, assumed) {
-			if p, ok := byKey[g.Namespace+"/"+a.Pod]; ok && p.Spec.NodeName == "" {
+			p, ok := byKey[g.Namespace+"/"+a.Pod]
+			if a.UID != "" {
+				p, ok = byUID[string(a.UID)]
+			}
+			if ok && p.Spec.NodeName == "" {
 				out = append(out, scheduling.PodOnNode{Pod: p, Node: a.Node})
 			}
 		}

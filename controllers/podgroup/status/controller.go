@@ -27,11 +27,22 @@ const Name = "podgroup.status"
 // conflictRetry is how soon a reconcile that lost an optimistic-lock race runs again.
 const conflictRetry = 100 * time.Millisecond
 
-// Reconciler keeps PodGroup status in step with the gang's member pods.
+// workloadRecheck is how soon a gang whose workload is active but has no live member is looked
+// at again: the workload may finish without another pod event.
+const workloadRecheck = 15 * time.Second
+
+// Reconciler keeps PodGroup status in step with the gang's member pods and their workload.
+// Build it with New.
 type Reconciler struct {
-	Client   client.Client
-	Clock    clock.PassiveClock
-	Recorder *events.Recorder
+	client    client.Client
+	clock     clock.PassiveClock
+	recorder  *events.Recorder
+	workloads *workloads
+}
+
+// New builds the status controller; apiReader reads the members' workloads (uncached).
+func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *events.Recorder) *Reconciler {
+	return &Reconciler{client: c, clock: clk, recorder: rec, workloads: newWorkloads(apiReader)}
 }
 
 // +kubebuilder:rbac:groups=scheduling.berth.dev,resources=podgroups,verbs=get;list;watch
@@ -39,34 +50,42 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile recomputes one PodGroup's status from its member pods and writes it when it
-// changed semantically. A conflict requeues.
+// Reconcile recomputes one PodGroup's status from its member pods and their workload, and
+// writes it when it changed semantically. A conflict requeues.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	var pg berthv1alpha1.PodGroup
-	if err := r.Client.Get(ctx, req.NamespacedName, &pg); err != nil {
+	if err := r.client.Get(ctx, req.NamespacedName, &pg); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(pg.Namespace),
+	if err := r.client.List(ctx, &pods, client.InNamespace(pg.Namespace),
 		client.MatchingLabels{berthv1alpha1.PodGroupLabel: pg.Name}); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing members of %s: %w", req.NamespacedName, err)
 	}
-	status := computeStatus(&pg, pods.Items, metav1.NewTime(r.Clock.Now()))
+	wl, state, err := r.workloads.of(ctx, pg.Namespace, pods.Items)
+	if err != nil {
+		return reconcile.Result{}, fmt.Errorf("reading the workload of %s: %w", req.NamespacedName, err)
+	}
+	var next reconcile.Result
+	status := computeStatus(&pg, pods.Items, wl, state, metav1.NewTime(r.clock.Now()))
+	if m := status.Members; state == WorkloadActive && m.Total == m.Succeeded+m.Failed {
+		next.RequeueAfter = workloadRecheck
+	}
 	if equality.Semantic.DeepEqual(status, pg.Status) {
-		return reconcile.Result{}, nil
+		return next, nil
 	}
 	before := pg.Status.Phase
 	pg.Status = status
 	// A full status update (optimistic lock on resourceVersion): merge patches would drop the
 	// zero-valued member counts, which the schema requires.
-	if err := r.Client.Status().Update(ctx, &pg); err != nil {
+	if err := r.client.Status().Update(ctx, &pg); err != nil {
 		if apierrors.IsConflict(err) {
 			return reconcile.Result{RequeueAfter: conflictRetry}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("patching status of %s: %w", req.NamespacedName, err)
 	}
 	r.recordPhaseChange(&pg, before)
-	return reconcile.Result{}, nil
+	return next, nil
 }
 
 func (r *Reconciler) recordPhaseChange(pg *berthv1alpha1.PodGroup, before berthv1alpha1.PodGroupPhase) {
@@ -76,11 +95,11 @@ func (r *Reconciler) recordPhaseChange(pg *berthv1alpha1.PodGroup, before berthv
 	m := pg.Status.Members
 	switch pg.Status.Phase {
 	case berthv1alpha1.PodGroupRunning:
-		r.Recorder.Normal(pg, events.ReasonGangRunning, fmt.Sprintf("%d of %d members running", m.Running, pg.Spec.MinMember))
+		r.recorder.Normal(pg, events.ReasonGangRunning, fmt.Sprintf("%d of %d members running", m.Running, pg.Spec.MinMember))
 	case berthv1alpha1.PodGroupSucceeded:
-		r.Recorder.Normal(pg, events.ReasonGangSucceeded, fmt.Sprintf("%d of %d members succeeded", m.Succeeded, pg.Spec.MinMember))
+		r.recorder.Normal(pg, events.ReasonGangSucceeded, fmt.Sprintf("%d of %d members succeeded", m.Succeeded, pg.Spec.MinMember))
 	case berthv1alpha1.PodGroupFailed:
-		r.Recorder.Warning(pg, events.ReasonGangFailed, fmt.Sprintf("%d members failed; minMember %d can no longer be reached", m.Failed, pg.Spec.MinMember))
+		r.recorder.Warning(pg, events.ReasonGangFailed, fmt.Sprintf("%d members failed; minMember %d can no longer be reached", m.Failed, pg.Spec.MinMember))
 	}
 }
 

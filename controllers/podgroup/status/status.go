@@ -45,24 +45,72 @@ func countMembers(pods []corev1.Pod) berthv1alpha1.MemberCounts {
 	return c
 }
 
-// nextPhase derives the phase from the member counts. Succeeded and Failed are final; the
-// Provisioning and Admitted phases are set by admission and kept until members run.
-func nextPhase(current berthv1alpha1.PodGroupPhase, minMember int32, c berthv1alpha1.MemberCounts) berthv1alpha1.PodGroupPhase {
-	switch current {
-	case berthv1alpha1.PodGroupSucceeded, berthv1alpha1.PodGroupFailed:
-		return current
-	}
+// WorkloadState is what the status controller knows of the workload that owns a gang's members.
+type WorkloadState string
+
+// The workload states.
+const (
+	// WorkloadNone: the members have no controller (or it cannot be read); the gang is judged
+	// by its members alone.
+	WorkloadNone WorkloadState = ""
+	// WorkloadActive: the workload exists and has not finished: it may still create members
+	// (replacements, the next wave, a restart), so the gang is never finished.
+	WorkloadActive WorkloadState = "Active"
+	// WorkloadSucceeded: the workload reports it completed.
+	WorkloadSucceeded WorkloadState = "Succeeded"
+	// WorkloadFailed: the workload reports it failed.
+	WorkloadFailed WorkloadState = "Failed"
+)
+
+// PhaseInputs is everything a PodGroup's phase is derived from.
+type PhaseInputs struct {
+	MinMember int32
+	Members   berthv1alpha1.MemberCounts
+	Workload  WorkloadState
+	// Admitted: the current generation has assignments (released or being released).
+	Admitted bool
+	// Provisioning: a capacity request for the gang is in flight.
+	Provisioning bool
+	// TimedOutForGood: the gang timed out with onScheduleTimeout Fail.
+	TimedOutForGood bool
+}
+
+// Phase derives a PodGroup's phase. It is a function of the present only: a gang whose members
+// are all gone and whose workload still runs is waiting again (Pending), and a Failed or
+// Succeeded gang that gets a new generation of members moves on again. Only a schedule timeout
+// with onScheduleTimeout Fail is final.
+func Phase(in PhaseInputs) berthv1alpha1.PodGroupPhase {
+	c := in.Members
+	live := c.Total - c.Succeeded - c.Failed
 	switch {
-	case c.Succeeded >= minMember:
-		return berthv1alpha1.PodGroupSucceeded
-	case c.Failed > 0 && c.Total-c.Failed < minMember:
+	case in.TimedOutForGood:
 		return berthv1alpha1.PodGroupFailed
-	case c.Running+c.Succeeded >= minMember && c.Running > 0:
+	case in.Workload == WorkloadSucceeded:
+		return berthv1alpha1.PodGroupSucceeded
+	case in.Workload == WorkloadFailed:
+		return berthv1alpha1.PodGroupFailed
+	case live == 0 && in.Workload != WorkloadActive && c.Succeeded >= in.MinMember:
+		return berthv1alpha1.PodGroupSucceeded
+	case live == 0 && in.Workload != WorkloadActive && c.Succeeded+c.Failed > 0:
+		return berthv1alpha1.PodGroupFailed
+	case c.Running >= in.MinMember || (c.Running > 0 && c.Running+c.Succeeded >= in.MinMember):
 		return berthv1alpha1.PodGroupRunning
-	case current == "":
-		return berthv1alpha1.PodGroupPending
+	case in.Admitted:
+		return berthv1alpha1.PodGroupAdmitted
+	case in.Provisioning:
+		return berthv1alpha1.PodGroupProvisioning
 	}
-	return current
+	return berthv1alpha1.PodGroupPending
+}
+
+// TimedOutForGood reports whether a gang timed out with onScheduleTimeout Fail: its Scheduled
+// condition says ScheduleTimeout and it was never admitted since.
+func TimedOutForGood(pg *berthv1alpha1.PodGroup) bool {
+	if pg.Spec.OnScheduleTimeout != berthv1alpha1.ScheduleTimeoutFail || len(pg.Status.Assignments) > 0 {
+		return false
+	}
+	c := meta.FindStatusCondition(pg.Status.Conditions, berthv1alpha1.ConditionScheduled)
+	return c != nil && c.Reason == berthv1alpha1.ReasonScheduleTimeout
 }
 
 // readyCondition is the Ready condition for a gang in phase with counts c.
@@ -88,13 +136,19 @@ func readyCondition(phase berthv1alpha1.PodGroupPhase, minMember int32, c berthv
 	return cond
 }
 
-// computeStatus is the status the PodGroup should have given its member pods. It changes
-// nothing in pg; conditions keep their lastTransitionTime when their status does not change.
-func computeStatus(pg *berthv1alpha1.PodGroup, pods []corev1.Pod, now metav1.Time) berthv1alpha1.PodGroupStatus {
+// computeStatus is the status the PodGroup should have given its member pods and its
+// workload. It changes nothing in pg; conditions keep their lastTransitionTime when their status
+// does not change.
+func computeStatus(pg *berthv1alpha1.PodGroup, pods []corev1.Pod, wl *berthv1alpha1.WorkloadReference, state WorkloadState, now metav1.Time) berthv1alpha1.PodGroupStatus {
 	st := *pg.Status.DeepCopy()
 	st.ObservedGeneration = pg.Generation
 	st.Members = countMembers(pods)
-	st.Phase = nextPhase(pg.Status.Phase, pg.Spec.MinMember, st.Members)
+	st.Workload = wl
+	st.Phase = Phase(PhaseInputs{
+		MinMember: pg.Spec.MinMember, Members: st.Members, Workload: state,
+		Admitted: len(pg.Status.Assignments) > 0, Provisioning: pg.Status.Provisioning.Active(),
+		TimedOutForGood: TimedOutForGood(pg),
+	})
 	cond := readyCondition(st.Phase, pg.Spec.MinMember, st.Members, pg.Generation)
 	cond.LastTransitionTime = now
 	meta.SetStatusCondition(&st.Conditions, cond)

@@ -1,12 +1,16 @@
 package status
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/test/builders"
@@ -49,30 +53,41 @@ func TestCountMembers(t *testing.T) {
 	}
 }
 
-func TestNextPhase(t *testing.T) {
+func TestPhase(t *testing.T) {
 	type counts = berthv1alpha1.MemberCounts
+	const (
+		none      = WorkloadNone
+		active    = WorkloadActive
+		succeeded = WorkloadSucceeded
+		failed    = WorkloadFailed
+	)
 	tests := []struct {
-		name    string
-		current berthv1alpha1.PodGroupPhase
-		min     int32
-		c       counts
-		want    berthv1alpha1.PodGroupPhase
+		name string
+		in   PhaseInputs
+		want berthv1alpha1.PodGroupPhase
 	}{
-		{"new group is pending", "", 4, counts{}, berthv1alpha1.PodGroupPending},
-		{"too few running stays pending", berthv1alpha1.PodGroupPending, 4, counts{Total: 4, Running: 3, Scheduled: 1}, berthv1alpha1.PodGroupPending},
-		{"minMember running", berthv1alpha1.PodGroupAdmitted, 4, counts{Total: 4, Running: 4}, berthv1alpha1.PodGroupRunning},
-		{"some done some running counts as running", berthv1alpha1.PodGroupRunning, 4, counts{Total: 4, Running: 2, Succeeded: 2}, berthv1alpha1.PodGroupRunning},
-		{"all succeeded", berthv1alpha1.PodGroupRunning, 4, counts{Total: 4, Succeeded: 4}, berthv1alpha1.PodGroupSucceeded},
-		{"failure that leaves too few", berthv1alpha1.PodGroupRunning, 4, counts{Total: 4, Running: 3, Failed: 1}, berthv1alpha1.PodGroupFailed},
-		{"failure with spares left", berthv1alpha1.PodGroupRunning, 4, counts{Total: 6, Running: 5, Failed: 1}, berthv1alpha1.PodGroupRunning},
-		{"succeeded is final", berthv1alpha1.PodGroupSucceeded, 4, counts{Total: 4, Failed: 4}, berthv1alpha1.PodGroupSucceeded},
-		{"failed is final", berthv1alpha1.PodGroupFailed, 4, counts{Total: 4, Running: 4}, berthv1alpha1.PodGroupFailed},
-		{"admission phases are kept while waiting", berthv1alpha1.PodGroupProvisioning, 4, counts{Total: 4, Gated: 4}, berthv1alpha1.PodGroupProvisioning},
+		{"new group is pending", PhaseInputs{MinMember: 4}, berthv1alpha1.PodGroupPending},
+		{"gated members wait", PhaseInputs{MinMember: 4, Members: counts{Total: 4, Gated: 4}}, berthv1alpha1.PodGroupPending},
+		{"capacity requested", PhaseInputs{MinMember: 4, Members: counts{Total: 4, Gated: 4}, Provisioning: true}, berthv1alpha1.PodGroupProvisioning},
+		{"released, not all running", PhaseInputs{MinMember: 4, Members: counts{Total: 4, Running: 3, Scheduled: 1}, Admitted: true}, berthv1alpha1.PodGroupAdmitted},
+		{"minMember running", PhaseInputs{MinMember: 4, Members: counts{Total: 4, Running: 4}, Admitted: true}, berthv1alpha1.PodGroupRunning},
+		{"some done some running counts as running", PhaseInputs{MinMember: 4, Members: counts{Total: 4, Running: 2, Succeeded: 2}, Admitted: true}, berthv1alpha1.PodGroupRunning},
+		{"all succeeded, no workload", PhaseInputs{MinMember: 4, Members: counts{Total: 4, Succeeded: 4}, Admitted: true}, berthv1alpha1.PodGroupSucceeded},
+		{"a member lost, no workload: not failed while others run", PhaseInputs{MinMember: 4, Members: counts{Total: 4, Running: 3, Failed: 1}, Admitted: true}, berthv1alpha1.PodGroupAdmitted},
+		{"its replacement waits", PhaseInputs{MinMember: 4, Members: counts{Total: 5, Running: 3, Failed: 1, Gated: 1}, Admitted: true}, berthv1alpha1.PodGroupAdmitted},
+		{"everything ended short, no workload", PhaseInputs{MinMember: 4, Members: counts{Total: 4, Succeeded: 1, Failed: 3}, Admitted: true}, berthv1alpha1.PodGroupFailed},
+		{"spares left", PhaseInputs{MinMember: 4, Members: counts{Total: 6, Running: 5, Failed: 1}, Admitted: true}, berthv1alpha1.PodGroupRunning},
+		{"an active workload never finishes the gang", PhaseInputs{MinMember: 4, Members: counts{Total: 4, Failed: 4}, Workload: active, Admitted: true}, berthv1alpha1.PodGroupAdmitted},
+		{"between a workload's waves", PhaseInputs{MinMember: 4, Members: counts{Total: 8, Succeeded: 4, Gated: 4}, Workload: active}, berthv1alpha1.PodGroupPending},
+		{"the workload completed", PhaseInputs{MinMember: 4, Members: counts{Total: 8, Succeeded: 8}, Workload: succeeded}, berthv1alpha1.PodGroupSucceeded},
+		{"the workload failed with members still running", PhaseInputs{MinMember: 4, Members: counts{Total: 4, Running: 4}, Workload: failed, Admitted: true}, berthv1alpha1.PodGroupFailed},
+		{"a new generation after failure moves on", PhaseInputs{MinMember: 4, Members: counts{Total: 8, Failed: 4, Gated: 4}, Workload: none}, berthv1alpha1.PodGroupPending},
+		{"timed out for good", PhaseInputs{MinMember: 4, Members: counts{Total: 4, Gated: 4}, TimedOutForGood: true}, berthv1alpha1.PodGroupFailed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := nextPhase(tt.current, tt.min, tt.c); got != tt.want {
-				t.Errorf("nextPhase(%q, %d, %+v) = %q, want %q", tt.current, tt.min, tt.c, got, tt.want)
+			if got := Phase(tt.in); got != tt.want {
+				t.Errorf("Phase(%+v) = %q, want %q", tt.in, got, tt.want)
 			}
 		})
 	}
@@ -89,7 +104,7 @@ func TestComputeStatus(t *testing.T) {
 	)
 
 	t.Run("first status", func(t *testing.T) {
-		got := computeStatus(pg, running, now)
+		got := computeStatus(pg, running, nil, WorkloadNone, now)
 		want := berthv1alpha1.PodGroupStatus{
 			ObservedGeneration: 3,
 			Phase:              berthv1alpha1.PodGroupRunning,
@@ -105,14 +120,14 @@ func TestComputeStatus(t *testing.T) {
 	})
 	t.Run("unchanged condition keeps its transition time", func(t *testing.T) {
 		prev := pg.DeepCopy()
-		prev.Status = computeStatus(pg, running, earlier)
-		got := computeStatus(prev, running, now)
+		prev.Status = computeStatus(pg, running, nil, WorkloadNone, earlier)
+		got := computeStatus(prev, running, nil, WorkloadNone, now)
 		if !got.Conditions[0].LastTransitionTime.Equal(&earlier) {
 			t.Errorf("lastTransitionTime = %v, want %v kept", got.Conditions[0].LastTransitionTime, earlier)
 		}
 	})
 	t.Run("waiting for members", func(t *testing.T) {
-		got := computeStatus(pg, running[:1], now)
+		got := computeStatus(pg, running[:1], nil, WorkloadNone, now)
 		c := got.Conditions[0]
 		if c.Status != metav1.ConditionFalse || c.Reason != berthv1alpha1.ReasonWaitingForMembers || c.Message != "1 of 2 members exist" {
 			t.Errorf("condition = %+v, want False/%s/'1 of 2 members exist'", c, berthv1alpha1.ReasonWaitingForMembers)
@@ -120,9 +135,73 @@ func TestComputeStatus(t *testing.T) {
 	})
 	t.Run("input is not modified", func(t *testing.T) {
 		before := pg.DeepCopy()
-		_ = computeStatus(pg, running, now)
+		_ = computeStatus(pg, running, nil, WorkloadNone, now)
 		if diff := cmp.Diff(before, pg); diff != "" {
 			t.Errorf("computeStatus modified its input:\n%s", diff)
 		}
 	})
+}
+
+func TestWorkloadState(t *testing.T) {
+	job := func(conds ...map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "batch/v1", "kind": "Job",
+			"metadata": map[string]any{"name": "train", "namespace": "ml", "uid": "job-uid"}}}
+		var list []any
+		for _, c := range conds {
+			list = append(list, c)
+		}
+		if list != nil {
+			_ = unstructured.SetNestedSlice(u.Object, list, "status", "conditions")
+		}
+		return u
+	}
+	cond := func(typ, status string) map[string]any { return map[string]any{"type": typ, "status": status} }
+	ref := berthv1alpha1.WorkloadReference{APIVersion: "batch/v1", Kind: "Job", Name: "train", UID: "job-uid"}
+	for _, tc := range []struct {
+		name string
+		obj  *unstructured.Unstructured
+		want WorkloadState
+	}{
+		{"running", job(), WorkloadActive},
+		{"suspended", job(cond("Suspended", "True")), WorkloadActive},
+		{"complete", job(cond("Complete", "True")), WorkloadSucceeded},
+		{"success criteria met, finishing", job(cond("SuccessCriteriaMet", "True")), WorkloadSucceeded},
+		{"failure target, finishing", job(cond("FailureTarget", "True")), WorkloadFailed},
+		{"failed", job(cond("Failed", "True")), WorkloadFailed},
+		{"a false terminal condition", job(cond("Failed", "False")), WorkloadActive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithObjects(tc.obj).Build()
+			got, err := newWorkloads(c).state(context.Background(), "ml", ref)
+			if err != nil || got != tc.want {
+				t.Errorf("state = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	t.Run("gone", func(t *testing.T) {
+		got, err := newWorkloads(fake.NewClientBuilder().Build()).state(context.Background(), "ml", ref)
+		if err != nil || got != WorkloadNone {
+			t.Errorf("state of a deleted workload = %q, %v; want none", got, err)
+		}
+	})
+}
+
+func TestWorkloadIsTheTopController(t *testing.T) {
+	js := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+		"metadata": map[string]any{"name": "ddp", "namespace": "ml", "uid": "js-uid"}}}
+	job := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "batch/v1", "kind": "Job",
+		"metadata": map[string]any{"name": "ddp-workers-0", "namespace": "ml", "uid": "job-uid",
+			"ownerReferences": []any{map[string]any{"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "ddp", "uid": "js-uid", "controller": true}}}}}
+	pod := builders.Pod("ddp-workers-0-0-abc", "ml").Member("ddp").Obj()
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "ddp-workers-0", UID: "job-uid", Controller: ptr.To(true)}}
+	lone := builders.Pod("lone", "ml").Member("ddp").Obj()
+	w := newWorkloads(fake.NewClientBuilder().WithObjects(js, job).Build())
+	got, state, err := w.of(context.Background(), "ml", pods(lone, pod))
+	want := &berthv1alpha1.WorkloadReference{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: "ddp", UID: "js-uid"}
+	if err != nil || state != WorkloadActive || !cmp.Equal(got, want) {
+		t.Errorf("workload = %+v, %q, %v; want %+v, active", got, state, err, want)
+	}
+	if got, state, err := w.of(context.Background(), "ml", pods(lone)); err != nil || got != nil || state != WorkloadNone {
+		t.Errorf("members without a controller: %+v, %q, %v; want none", got, state, err)
+	}
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
@@ -30,6 +29,8 @@ func TestPodGroupDefaults(t *testing.T) {
 		MinMember:                  4,
 		ScheduleTimeoutSeconds:     ptr.To[int32](600),
 		ProvisioningTimeoutSeconds: ptr.To[int32](600),
+		OnScheduleTimeout:          berthv1alpha1.ScheduleTimeoutRetry,
+		OnMemberLoss:               berthv1alpha1.MemberLossReplace,
 		Disruption:                 &berthv1alpha1.DisruptionSpec{Protect: ptr.To(true)},
 	}
 	if diff := cmp.Diff(want, pg.Spec); diff != "" {
@@ -41,8 +42,8 @@ func TestPodGroupAcceptsFullSpec(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
 	pg := builders.PodGroup("full", "default").MinMember(16).
-		MinResources(corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("16"), corev1.ResourceCPU: resource.MustParse("64")}).
-		Topology("topology.kubernetes.io/zone").NodePool("gpu-h100").ScheduleTimeout(0).Protect(false).Obj()
+		Topology(corev1.LabelTopologyZone).NodePool("gpu-h100").ScheduleTimeout(0).Protect(false).
+		OnScheduleTimeout(berthv1alpha1.ScheduleTimeoutFail).OnMemberLoss(berthv1alpha1.MemberLossRestartGang).Obj()
 	if err := c.Create(ctx, pg); err != nil {
 		t.Fatalf("creating a full PodGroup: %v", err)
 	}
@@ -52,6 +53,9 @@ func TestPodGroupAcceptsFullSpec(t *testing.T) {
 	}
 	if *pg.Spec.Disruption.Protect {
 		t.Error("disruption.protect = true, want false kept")
+	}
+	if pg.Spec.OnScheduleTimeout != berthv1alpha1.ScheduleTimeoutFail || pg.Spec.OnMemberLoss != berthv1alpha1.MemberLossRestartGang {
+		t.Errorf("policies = %s, %s; want Fail, RestartGang kept", pg.Spec.OnScheduleTimeout, pg.Spec.OnMemberLoss)
 	}
 }
 
@@ -69,7 +73,9 @@ func TestPodGroupRejectsBadSpecs(t *testing.T) {
 		{"provisioning timeout too short", map[string]any{"minMember": int64(2), "provisioningTimeoutSeconds": int64(5)}, "spec.provisioningTimeoutSeconds in body should be greater than or equal to 10"},
 		{"topology key invalid", map[string]any{"minMember": int64(2), "topology": map[string]any{"requiredKey": "not a key!"}}, "requiredKey must be a valid label key, for example topology.kubernetes.io/zone"},
 		{"topology key empty", map[string]any{"minMember": int64(2), "topology": map[string]any{"requiredKey": ""}}, "spec.topology.requiredKey in body should be at least 1 chars long"},
-		{"minResources negative", map[string]any{"minMember": int64(2), "minResources": map[string]any{"nvidia.com/gpu": "-8"}}, "minResources must not be negative"},
+		{"minResources is gone", map[string]any{"minMember": int64(2), "minResources": map[string]any{"nvidia.com/gpu": "8"}}, `unknown field "spec.minResources"`},
+		{"onScheduleTimeout unknown", map[string]any{"minMember": int64(2), "onScheduleTimeout": "Ignore"}, `spec.onScheduleTimeout: Unsupported value: "Ignore": supported values: "Retry", "Fail"`},
+		{"onMemberLoss unknown", map[string]any{"minMember": int64(2), "onMemberLoss": "Wait"}, `spec.onMemberLoss: Unsupported value: "Wait": supported values: "Replace", "RestartGang"`},
 		{"nodePool not a name", map[string]any{"minMember": int64(2), "nodePool": "GPU_Pool"}, "spec.nodePool in body should match"},
 		{"protect not a boolean", map[string]any{"minMember": int64(2), "disruption": map[string]any{"protect": "yes"}}, "spec.disruption.protect in body must be of type boolean"},
 	}
@@ -82,7 +88,8 @@ func TestPodGroupRejectsBadSpecs(t *testing.T) {
 				"metadata": map[string]any{"name": "bad", "namespace": "default"},
 				"spec":     tt.spec,
 			}}
-			err := c.Create(ctx, obj)
+			// Strict, as kubectl apply validates: an unknown field is an error, not a warning.
+			err := c.Create(ctx, obj, client.FieldValidation("Strict"))
 			if err == nil {
 				_ = c.Delete(ctx, obj)
 				t.Fatalf("created a PodGroup with %s; want rejection containing %q", tt.name, tt.want)

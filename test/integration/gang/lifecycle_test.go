@@ -14,36 +14,52 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
 )
 
-// TestScheduleTimeout: a gang that cannot fit moves to Failed when its timeout passes.
+// TestScheduleTimeout: a gang that cannot fit times out when its wait passes the timeout: with
+// onScheduleTimeout Fail it fails for good; by default it gives back what it held, backs off and
+// waits again, never failing. Its members stay held either way.
 func TestScheduleTimeout(t *testing.T) {
-	ctx := context.Background()
-	c := rigtest.Current().Client
-	ns := namespace(t)
-	if err := c.Create(ctx, builders.PodGroup("huge", ns).MinMember(2).ScheduleTimeout(3).Obj()); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2 {
-		if err := c.Create(ctx, builders.Pod(fmt.Sprintf("huge-%d", i), ns).Member("huge").GPU(64).Obj()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The timeout is 3 s, kept by an exact requeue (the resync is an hour).
-	rigtest.Eventually(t, 8*time.Second, 200*time.Millisecond, "gang fails after its timeout", func(ctx context.Context) (bool, string, error) {
-		var pg berthv1alpha1.PodGroup
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "huge"}, &pg); err != nil {
-			return false, "", err
-		}
-		cond := scheduledCondition(t, ns, "huge")
-		return pg.Status.Phase == berthv1alpha1.PodGroupFailed && cond != nil && cond.Reason == berthv1alpha1.ReasonScheduleTimeout, fmt.Sprintf("phase %s, %+v", pg.Status.Phase, cond), nil
-	})
-	rigtest.WaitEvent(t, ns, "huge", "GangTimedOut")
-	_, gated, bound, err := memberStates(ctx, ns, "huge")
-	if err != nil || bound != 0 || gated != 2 {
-		t.Errorf("after timeout: %d gated, %d bound (err %v); members must stay held", gated, bound, err)
+	for _, tc := range []struct {
+		policy    berthv1alpha1.ScheduleTimeoutPolicy
+		wantPhase berthv1alpha1.PodGroupPhase
+	}{
+		{berthv1alpha1.ScheduleTimeoutFail, berthv1alpha1.PodGroupFailed},
+		{berthv1alpha1.ScheduleTimeoutRetry, berthv1alpha1.PodGroupPending},
+	} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			ctx := context.Background()
+			c := rigtest.Current().Client
+			ns := namespace(t)
+			if err := c.Create(ctx, builders.PodGroup("huge", ns).MinMember(2).ScheduleTimeout(3).OnScheduleTimeout(tc.policy).Obj()); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 2 {
+				if err := c.Create(ctx, builders.Pod(fmt.Sprintf("huge-%d", i), ns).Member("huge").GPU(64).Obj()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The timeout is 3 s, kept by an exact requeue (the resync is an hour).
+			var pg berthv1alpha1.PodGroup
+			rigtest.Eventually(t, 8*time.Second, 200*time.Millisecond, "gang times out", func(ctx context.Context) (bool, string, error) {
+				if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "huge"}, &pg); err != nil {
+					return false, "", err
+				}
+				cond := meta.FindStatusCondition(pg.Status.Conditions, berthv1alpha1.ConditionScheduled)
+				return pg.Status.Phase == tc.wantPhase && cond != nil && cond.Reason == berthv1alpha1.ReasonScheduleTimeout, fmt.Sprintf("phase %s, %+v", pg.Status.Phase, cond), nil
+			})
+			rigtest.WaitEvent(t, ns, "huge", events.ReasonGangTimedOut)
+			if tc.policy == berthv1alpha1.ScheduleTimeoutRetry && (pg.Status.ScheduleTimeouts != 1 || pg.Status.ScheduleRetryAt == nil) {
+				t.Errorf("a retrying gang: timeouts %d, retryAt %v; want 1 and a retry time", pg.Status.ScheduleTimeouts, pg.Status.ScheduleRetryAt)
+			}
+			_, gated, bound, err := memberStates(ctx, ns, "huge")
+			if err != nil || bound != 0 || gated != 2 {
+				t.Errorf("after timeout: %d gated, %d bound (err %v); members must stay held", gated, bound, err)
+			}
+		})
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -79,14 +80,25 @@ func TestStatusFollowsMembers(t *testing.T) {
 	if ready == nil || ready.Status != metav1.ConditionTrue || ready.Message != "3 of 3 members running" || ready.ObservedGeneration != 1 {
 		t.Errorf("Ready condition = %+v", ready)
 	}
-	rigtest.WaitEvent(t, ns, pg.Name, "GangRunning")
+	rigtest.WaitEvent(t, ns, pg.Name, events.ReasonGangRunning)
 
+	// One member fails: the gang is not finished while the others run (a replacement may come).
 	setPhase(t, c, pods[0], corev1.PodFailed)
-	got = waitStatus(t, c, pg, func(st berthv1alpha1.PodGroupStatus) bool { return st.Phase == berthv1alpha1.PodGroupFailed })
-	if got.Members.Failed != 1 || got.Members.Running != 2 {
-		t.Errorf("members after one failure = %+v", got.Members)
+	got = waitStatus(t, c, pg, func(st berthv1alpha1.PodGroupStatus) bool { return st.Members.Failed == 1 && st.Members.Running == 2 })
+	if got.Phase == berthv1alpha1.PodGroupFailed || got.Phase == berthv1alpha1.PodGroupSucceeded {
+		t.Errorf("phase %s after one failure while two members run; want the gang not finished", got.Phase)
 	}
-	rigtest.WaitEvent(t, ns, pg.Name, "GangFailed")
+	if ready := findCondition(got.Conditions, berthv1alpha1.ConditionReady); ready == nil || ready.Reason != berthv1alpha1.ReasonTooFewMembersRunning || ready.Message != "2 of 3 members running" {
+		t.Errorf("Ready condition after one failure = %+v", ready)
+	}
+	// Everything ends short of minMember with no workload to recreate members: Failed.
+	setPhase(t, c, pods[1], corev1.PodSucceeded)
+	setPhase(t, c, pods[2], corev1.PodFailed)
+	got = waitStatus(t, c, pg, func(st berthv1alpha1.PodGroupStatus) bool { return st.Phase == berthv1alpha1.PodGroupFailed })
+	if got.Members != (berthv1alpha1.MemberCounts{Total: 3, Succeeded: 1, Failed: 2}) {
+		t.Errorf("members at the end = %+v", got.Members)
+	}
+	rigtest.WaitEvent(t, ns, pg.Name, events.ReasonGangFailed)
 }
 
 func findCondition(cs []metav1.Condition, t string) *metav1.Condition {

@@ -1,0 +1,262 @@
+package admission
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers/podgroup/status"
+	bevents "github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/test/builders"
+)
+
+// member is a gang member pod with a UID, in a phase, optionally gated and indexed.
+func member(name string, phase corev1.PodPhase, gated bool, index string) *corev1.Pod {
+	b := builders.Pod(name, "ml").Member("g").Phase(phase)
+	if gated {
+		b = b.Gated()
+	}
+	p := b.Obj()
+	p.UID = types.UID("uid-" + name)
+	if index != "" {
+		p.Annotations = map[string]string{jobCompletionIndex: index}
+	}
+	return p
+}
+
+func assign(p *corev1.Pod, node string) berthv1alpha1.MemberAssignment {
+	return berthv1alpha1.MemberAssignment{Pod: p.Name, UID: p.UID, Node: node}
+}
+
+func names(ps []*corev1.Pod) []string {
+	out := []string{}
+	for _, p := range ps {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+func TestClassify(t *testing.T) {
+	r0 := member("r0", corev1.PodRunning, false, "0")
+	r1 := member("r1", corev1.PodRunning, false, "1")
+	r2 := member("r2", corev1.PodFailed, false, "2")
+	r3 := member("r3", corev1.PodSucceeded, false, "3")
+	repl2 := member("r2-retry", corev1.PodPending, true, "2")
+	next4 := member("r4", corev1.PodPending, true, "4")
+	queued := member("q", corev1.PodPending, true, "")
+	queued.Spec.SchedulingGates = append(queued.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: "kueue.x-k8s.io/admission"})
+	recreated := member("r1", corev1.PodPending, true, "1") // same name, new UID
+	recreated.UID = "uid-r1-new"
+
+	gen := classify([]*corev1.Pod{r0, r2, r3, repl2, next4, queued, recreated},
+		[]berthv1alpha1.MemberAssignment{assign(r0, "n0"), assign(r1, "n1"), assign(r2, "n2"), assign(r3, "n3")})
+	if got := names(gen.live); !cmp.Equal(got, []string{"r0"}) {
+		t.Errorf("live = %v, want [r0]", got)
+	}
+	if gen.succeeded != 1 || len(gen.lost) != 2 {
+		t.Errorf("succeeded %d, lost %d; want 1 and 2 (r1 recreated under its name is a new member, r2 failed)", gen.succeeded, len(gen.lost))
+	}
+	if got := names(gen.fresh); !cmp.Equal(got, []string{"r2-retry", "r4", "r1"}) {
+		t.Errorf("fresh = %v", got)
+	}
+	if got := names(gen.held); !cmp.Equal(got, []string{"q"}) {
+		t.Errorf("held = %v, want [q] (Kueue's gate still on it)", got)
+	}
+	if gen.over() {
+		t.Error("a generation with a live member is not over")
+	}
+}
+
+func TestReplacements(t *testing.T) {
+	run := func(name, idx string) *corev1.Pod { return member(name, corev1.PodRunning, false, idx) }
+	fresh := func(name, idx string) *corev1.Pod { return member(name, corev1.PodPending, true, idx) }
+	for _, tc := range []struct {
+		name     string
+		members  []*corev1.Pod
+		assigned []berthv1alpha1.MemberAssignment
+		min      int32
+		wantRepl []string
+		wantPrev map[string]string
+		wantRest []string
+	}{
+		{
+			name:     "an Indexed Job's replacement takes its index's slot and node",
+			members:  []*corev1.Pod{run("a-0", "0"), run("a-1", "1"), member("a-2", corev1.PodFailed, false, "2"), run("a-3", "3"), fresh("a-2-x", "2")},
+			assigned: []berthv1alpha1.MemberAssignment{{Pod: "a-0", UID: "uid-a-0", Node: "n0"}, {Pod: "a-1", UID: "uid-a-1", Node: "n1"}, {Pod: "a-2", UID: "uid-a-2", Node: "n2"}, {Pod: "a-3", UID: "uid-a-3", Node: "n3"}},
+			min:      4, wantRepl: []string{"a-2-x"}, wantPrev: map[string]string{"a-2-x": "n2"}, wantRest: nil,
+		},
+		{
+			name:     "the next wave waits: a success frees no slot",
+			members:  []*corev1.Pod{run("w-0", "0"), member("w-1", corev1.PodSucceeded, false, "1"), fresh("w-4", "4")},
+			assigned: []berthv1alpha1.MemberAssignment{{Pod: "w-0", UID: "uid-w-0", Node: "n0"}, {Pod: "w-1", UID: "uid-w-1", Node: "n1"}},
+			min:      2, wantRepl: nil, wantPrev: map[string]string{}, wantRest: []string{"w-4"},
+		},
+		{
+			name:     "a deleted plain member's replacement takes its slot",
+			members:  []*corev1.Pod{run("p-0", ""), fresh("p-new", "")},
+			assigned: []berthv1alpha1.MemberAssignment{{Pod: "p-0", UID: "uid-p-0", Node: "n0"}, {Pod: "p-1", UID: "uid-p-1", Node: "n1"}},
+			min:      2, wantRepl: []string{"p-new"}, wantPrev: map[string]string{"p-new": "n1"}, wantRest: nil,
+		},
+		{
+			name:     "extras of an elastic gang are not replacements",
+			members:  []*corev1.Pod{run("e-0", ""), run("e-1", ""), fresh("e-2", "")},
+			assigned: []berthv1alpha1.MemberAssignment{{Pod: "e-0", UID: "uid-e-0", Node: "n0"}, {Pod: "e-1", UID: "uid-e-1", Node: "n1"}},
+			min:      2, wantRepl: nil, wantPrev: map[string]string{}, wantRest: []string{"e-2"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gen := classify(tc.members, tc.assigned)
+			repl, prev, rest := gen.replacements(tc.min)
+			if d := cmp.Diff(tc.wantRepl, namesOrNil(repl)); d != "" {
+				t.Errorf("replacements (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantPrev, prev); d != "" {
+				t.Errorf("predecessor nodes (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantRest, namesOrNil(rest)); d != "" {
+				t.Errorf("rest (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func namesOrNil(ps []*corev1.Pod) []string {
+	if len(ps) == 0 {
+		return nil
+	}
+	return names(ps)
+}
+
+// clockHarness is a Reconciler on a fake client holding one PodGroup.
+func clockHarness(t *testing.T, pg *berthv1alpha1.PodGroup) (*Reconciler, *clocktesting.FakeClock, client.Client) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := berthv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pg).WithStatusSubresource(pg).Build()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	rec := bevents.NewRecorder(events.NewFakeRecorder(100))
+	return New(c, c, clk, rec, Options{}), clk, c
+}
+
+func read(t *testing.T, c client.Client, pg *berthv1alpha1.PodGroup) *berthv1alpha1.PodGroup {
+	t.Helper()
+	var got berthv1alpha1.PodGroup
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(pg), &got); err != nil {
+		t.Fatal(err)
+	}
+	return &got
+}
+
+func TestWaitClock(t *testing.T) {
+	ctx := context.Background()
+	t.Run("the clock starts when the gang can be placed, and times out with a retry", func(t *testing.T) {
+		pg := builders.PodGroup("g", "ml").MinMember(2).ScheduleTimeout(60).OnScheduleTimeout(berthv1alpha1.ScheduleTimeoutRetry).Obj()
+		r, clk, c := clockHarness(t, pg)
+		gv := gangView{group: read(t, c, pg)}
+		if wait, backingOff, err := r.tendClock(ctx, nil, gv); err != nil || wait != time.Minute || backingOff {
+			t.Fatalf("first look: %v, %v, %v; want the whole minute", wait, backingOff, err)
+		}
+		if got := read(t, c, pg).Status.WaitingSince; got == nil || !got.Time.Equal(clk.Now()) {
+			t.Fatalf("waitingSince = %v, want now", got)
+		}
+		clk.Step(50 * time.Second)
+		gv.group = read(t, c, pg)
+		if wait, _, err := r.tendClock(ctx, nil, gv); err != nil || wait != 10*time.Second {
+			t.Fatalf("after 50s: %v, %v; want 10s left", wait, err)
+		}
+		clk.Step(10 * time.Second)
+		gv.group = read(t, c, pg)
+		if wait, _, err := r.tendClock(ctx, nil, gv); err != nil || wait >= 0 {
+			t.Fatalf("at the timeout: %v, %v; want the gang timed out", wait, err)
+		}
+		got := read(t, c, pg)
+		cond := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionScheduled)
+		if got.Status.ScheduleTimeouts != 1 || got.Status.ScheduleRetryAt == nil || !got.Status.ScheduleRetryAt.Time.Equal(clk.Now().Add(time.Minute)) ||
+			cond == nil || cond.Reason != berthv1alpha1.ReasonScheduleTimeout || status.TimedOutForGood(got) {
+			t.Fatalf("after a Retry timeout: timeouts %d, retryAt %v, condition %+v", got.Status.ScheduleTimeouts, got.Status.ScheduleRetryAt, cond)
+		}
+		clk.Step(30 * time.Second)
+		if wait, backingOff, err := r.tendClock(ctx, nil, gangView{group: got}); err != nil || !backingOff || wait != 30*time.Second {
+			t.Fatalf("backing off: %v, %v, %v; want 30s left", wait, backingOff, err)
+		}
+		clk.Step(30 * time.Second)
+		if wait, backingOff, err := r.tendClock(ctx, nil, gangView{group: got}); err != nil || backingOff || wait != time.Minute {
+			t.Fatalf("after the backoff: %v, %v, %v; want a new whole wait", wait, backingOff, err)
+		}
+		if got := read(t, c, pg); got.Status.ScheduleRetryAt != nil || !got.Status.WaitingSince.Time.Equal(clk.Now()) || got.Status.ScheduleTimeouts != 1 {
+			t.Errorf("a new wait: retryAt %v, waitingSince %v, timeouts %d", got.Status.ScheduleRetryAt, got.Status.WaitingSince, got.Status.ScheduleTimeouts)
+		}
+	})
+	t.Run("Fail gives up for good", func(t *testing.T) {
+		pg := builders.PodGroup("g", "ml").MinMember(2).ScheduleTimeout(60).OnScheduleTimeout(berthv1alpha1.ScheduleTimeoutFail).Obj()
+		r, clk, c := clockHarness(t, pg)
+		pg.Status.WaitingSince = &metav1.Time{Time: clk.Now().Add(-2 * time.Minute)}
+		if err := c.Status().Update(ctx, pg); err != nil {
+			t.Fatal(err)
+		}
+		if wait, _, err := r.tendClock(ctx, nil, gangView{group: read(t, c, pg)}); err != nil || wait >= 0 {
+			t.Fatalf("%v, %v; want the gang timed out", wait, err)
+		}
+		if got := read(t, c, pg); !status.TimedOutForGood(got) {
+			t.Errorf("not timed out for good: %+v", got.Status.Conditions)
+		}
+	})
+	t.Run("0 waits forever", func(t *testing.T) {
+		pg := builders.PodGroup("g", "ml").MinMember(2).ScheduleTimeout(0).Obj()
+		r, clk, c := clockHarness(t, pg)
+		pg.Status.WaitingSince = &metav1.Time{Time: clk.Now().Add(-100 * time.Hour)}
+		if err := c.Status().Update(ctx, pg); err != nil {
+			t.Fatal(err)
+		}
+		if wait, _, err := r.tendClock(ctx, nil, gangView{group: read(t, c, pg)}); err != nil || wait != 0 {
+			t.Fatalf("%v, %v; want no deadline", wait, err)
+		}
+	})
+}
+
+func TestScheduleBackoff(t *testing.T) {
+	var got []time.Duration
+	for n := int32(1); n <= 7; n++ {
+		got = append(got, scheduleBackoff(n))
+	}
+	want := []time.Duration{time.Minute, 2 * time.Minute, 4 * time.Minute, 8 * time.Minute, 16 * time.Minute, 30 * time.Minute, 30 * time.Minute}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("backoff (-want +got):\n%s", d)
+	}
+}
+
+func TestUnpinnedCopy(t *testing.T) {
+	orig := builders.Pod("p", "ml").Member("g").GPU(1).NodeAffinityIn("zone", "a").Obj()
+	pinnedPod := withPin(orig, "n1", berthv1alpha1.BarrierLabelPrefix+"uid")
+	pinnedPod.Spec.NodeName = ""
+	pinnedPod.UID, pinnedPod.ResourceVersion = "uid-p", "42"
+	got := unpinnedCopy(pinnedPod)
+	if d := cmp.Diff(orig.Spec.Affinity, got.Spec.Affinity); d != "" {
+		t.Errorf("affinity after removing the pin (-want +got):\n%s", d)
+	}
+	if _, ok := got.Annotations[berthv1alpha1.PinnedNodeAnnotation]; ok || got.UID != "" || got.ResourceVersion != "" || len(got.Spec.SchedulingGates) != 0 {
+		t.Errorf("copy keeps what the server or berth set: %+v", got.ObjectMeta)
+	}
+	plain := withPin(builders.Pod("q", "ml").Obj(), "n1", berthv1alpha1.BarrierLabelPrefix+"uid")
+	if got := unpinnedCopy(plain); got.Spec.Affinity != nil {
+		t.Errorf("a pod that had no affinity gets %+v back", got.Spec.Affinity)
+	}
+}

@@ -1,0 +1,163 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/scheduling"
+)
+
+// Members that join an admitted generation one by one: replacements of lost members, and the
+// extra members of an elastic gang.
+
+// admitIndividually places members of a running gang one by one, each in the gang's topology
+// domain and, for a replacement, on its predecessor's node when it fits there. Each is recorded
+// in the assignments before it is released. A replacement that does not fit gets capacity from
+// Karpenter (seats) when withSeats and provisioning is on; an extra member waits until it fits.
+func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangView, gen generation, pods []*corev1.Pod, prevNode map[string]string, withSeats bool) (time.Duration, error) {
+	if len(pods) == 0 {
+		return 0, nil
+	}
+	g := gv.group
+	domain := r.domainOf(cy.snap, g, gen.assigned)
+	free := cy.snap.Without(gv.seats) // the gang's seats hold capacity for its replacements
+	var missing []*corev1.Pod
+	var errs []error
+	for _, p := range pods {
+		candidate := inDomain(p, g, domain)
+		res := placeOne(free, candidate, prevNode[p.Name])
+		if !res.Fits() {
+			placements.WithLabelValues(ResultNoFit).Inc()
+			missing = append(missing, candidate)
+			r.recorder.Warning(g, events.ReasonLateMemberWaiting, fmt.Sprintf("member %s, created after admission, does not fit yet: %s", p.Name, res.Reason))
+			continue
+		}
+		if err := free.Assume([]*corev1.Pod{candidate}, res); err != nil {
+			return 0, err
+		}
+		if err := cy.snap.Assume([]*corev1.Pod{candidate}, res); err != nil {
+			return 0, err
+		}
+		errs = append(errs, r.commitOne(ctx, cy, gv, p, res.Assignments[0].Node))
+	}
+	if len(missing) == 0 || !withSeats || !r.opts.Provisioning.Enabled {
+		return 0, errors.Join(errs...)
+	}
+	gang := scheduling.Gang{Members: missing}
+	next, err := r.provision(ctx, cy, gv, gang, fmt.Sprintf("%d replacement member(s) do not fit", len(missing)))
+	return next, errors.Join(append(errs, err)...)
+}
+
+// commitOne records one member joining the admitted generation and releases it.
+func (r *Reconciler) commitOne(ctx context.Context, cy *cycle, gv gangView, p *corev1.Pod, node string) error {
+	g := gv.group
+	now := r.clock.Now()
+	var claims []string
+	if g.Status.Provisioning.Active() {
+		claims = r.nodeClaimsOf(ctx, cy.snap, []string{node})
+	}
+	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
+		st.Assignments = append(assignmentsWithout(st.Assignments, p.Name), berthv1alpha1.MemberAssignment{Pod: p.Name, UID: p.UID, Node: node})
+		st.Nodes = appendNode(st.Nodes, node)
+		finishProvisioning(st, g, metav1.NewTime(now), claims)
+	}); err != nil {
+		return fmt.Errorf("recording member %s: %w", p.Name, err)
+	}
+	r.assume(g, g.Status.Assignments)
+	placements.WithLabelValues(ResultAdmitted).Inc()
+	if err := r.release(ctx, g, []*corev1.Pod{p}, map[string]string{p.Name: node}, nil); err != nil {
+		return err
+	}
+	r.recorder.Normal(g, events.ReasonLateMemberAdmitted, fmt.Sprintf("member %s, created after admission, released onto %s", p.Name, node))
+	return nil
+}
+
+// domainOf is the topology domain of the gang's admitted generation, or "".
+func (r *Reconciler) domainOf(snap *scheduling.Snapshot, g *berthv1alpha1.PodGroup, assigned []berthv1alpha1.MemberAssignment) string {
+	if g.Spec.Topology == nil {
+		return ""
+	}
+	for _, a := range assigned {
+		if n, ok := snap.Node(a.Node); ok {
+			if d := n.Node.Labels[g.Spec.Topology.RequiredKey]; d != "" {
+				return d
+			}
+		}
+	}
+	return ""
+}
+
+// inDomain is the member as placement must see it: confined to the gang's domain.
+func inDomain(p *corev1.Pod, g *berthv1alpha1.PodGroup, domain string) *corev1.Pod {
+	if domain == "" {
+		return p
+	}
+	c := p.DeepCopy()
+	if c.Spec.NodeSelector == nil {
+		c.Spec.NodeSelector = map[string]string{}
+	}
+	c.Spec.NodeSelector[g.Spec.Topology.RequiredKey] = domain
+	return c
+}
+
+// placeOne places one member, on node first when it is given and the member fits there.
+func placeOne(snap *scheduling.Snapshot, p *corev1.Pod, node string) scheduling.Result {
+	if node != "" {
+		if _, ok := snap.Node(node); ok {
+			on := p.DeepCopy()
+			if on.Spec.NodeSelector == nil {
+				on.Spec.NodeSelector = map[string]string{}
+			}
+			on.Spec.NodeSelector[corev1.LabelHostname] = hostnameOf(snap, node)
+			if res := scheduling.Place(snap, scheduling.Gang{Members: []*corev1.Pod{on}}); res.Fits() {
+				return res
+			}
+		}
+	}
+	return scheduling.Place(snap, scheduling.Gang{Members: []*corev1.Pod{p}})
+}
+
+// hostnameOf is a node's hostname label (its name when it has none).
+func hostnameOf(snap *scheduling.Snapshot, node string) string {
+	if n, ok := snap.Node(node); ok {
+		if h := n.Node.Labels[corev1.LabelHostname]; h != "" {
+			return h
+		}
+	}
+	return node
+}
+
+// assignmentsWithout drops a pod's assignment.
+func assignmentsWithout(as []berthv1alpha1.MemberAssignment, pod string) []berthv1alpha1.MemberAssignment {
+	out := make([]berthv1alpha1.MemberAssignment, 0, len(as))
+	for _, a := range as {
+		if a.Pod != pod {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// appendNode adds a node to a sorted set of node names.
+func appendNode(nodes []string, node string) []string {
+	for _, n := range nodes {
+		if n == node {
+			return nodes
+		}
+	}
+	out := append(append([]string(nil), nodes...), node)
+	sort.Strings(out)
+	return out
+}
+
+// typesUID converts a UID string.
+func typesUID(s string) types.UID { return types.UID(s) }
