@@ -6,22 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-
-	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 // Options configure the agent loop.
 type Options struct {
 	// Interval between health probes.
 	Interval time.Duration
-	// XIDHold is how long a critical Xid keeps its GPU faulty after it was seen.
+	// XIDHold is how long a non-fatal Xid keeps its GPU degraded after it was seen (fatal ones
+	// are latched).
 	XIDHold time.Duration
 	// Hysteresis decides when a faulty node is healthy again.
 	Hysteresis Hysteresis
@@ -46,7 +47,9 @@ func (o *Options) defaults() {
 	}
 }
 
-// Run probes the GPUs every Interval and publishes the verdict until ctx ends.
+// Run probes the GPUs every Interval and publishes the verdict until ctx ends. Without NVML
+// it reports GPUDegraded=True (NVMLUnavailable) and leaves AcceleratedHardwareReady alone: not
+// seeing the GPUs says nothing about them.
 func Run(ctx context.Context, lib nvml.Interface, pub *Publisher, o Options) error {
 	o.defaults()
 	logger := log.FromContext(ctx)
@@ -57,9 +60,14 @@ func Run(ctx context.Context, lib nvml.Interface, pub *Publisher, o Options) err
 		if o.ExitWithoutNVML {
 			return err
 		}
-		if perr := pub.Publish(ctx, corev1.ConditionFalse, berthv1alpha1.ReasonNVMLUnavailable, err.Error(), nil); perr != nil {
-			logger.Error(perr, "reporting NVMLUnavailable")
+		node, nerr := pub.Node(ctx)
+		if nerr == nil {
+			_, nerr = pub.Publish(ctx, node, Report{Degraded: NVMLCondition(err)})
 		}
+		if nerr != nil {
+			logger.Error(nerr, "reporting NVMLUnavailable")
+		}
+		gpuDegraded.Set(1)
 		<-ctx.Done()
 		return nil
 	}
@@ -71,28 +79,18 @@ func Run(ctx context.Context, lib nvml.Interface, pub *Publisher, o Options) err
 	}
 	logger.Info("GPU inventory", "gpus", len(inv.GPUs), "driver", inv.DriverVersion, "cuda", inv.CUDAVersion)
 
-	xids := &xidLog{}
+	l := &loop{r: r, pub: pub, o: o, inv: inv, xids: &xidLog{}}
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
-		if err := r.WatchXIDs(xids, o.Clock.Now, stop); err != nil {
+		if err := r.WatchXIDs(l.xids, o.Clock.Now, stop); err != nil {
 			logger.Error(err, "watching Xid events; Xids are not reported")
 		}
 	}()
-	var st State
 	for {
-		faults, err := r.Probe(xids, o.Clock.Now(), o.XIDHold)
-		if err != nil {
+		if err := l.step(ctx); err != nil {
 			probeErrors.Inc()
-			logger.Error(err, "probing GPU health")
-		} else {
-			st = Evaluate(st, faults, o.Clock.Now(), o.Hysteresis)
-			recordProbe(inv, faults, st.Healthy)
-			status, reason, msg := NodeCondition(st, inv, o.Hysteresis)
-			if err := pub.Publish(ctx, status, reason, msg, Labels(inv)); err != nil {
-				probeErrors.Inc()
-				logger.Error(err, "publishing GPU health")
-			}
+			logger.Error(err, "GPU health probe")
 		}
 		select {
 		case <-ctx.Done():
@@ -102,37 +100,98 @@ func Run(ctx context.Context, lib nvml.Interface, pub *Publisher, o Options) err
 	}
 }
 
-// Report is what `berth agent --once` prints.
-type Report struct {
+// loop is the agent's state between probes.
+type loop struct {
+	r        *Reader
+	pub      *Publisher
+	o        Options
+	inv      Inventory
+	xids     *xidLog
+	st       State
+	restored bool
+	owner    string
+}
+
+// step reads the node, probes the GPUs and publishes the verdict once.
+func (l *loop) step(ctx context.Context) error {
+	node, err := l.pub.Node(ctx)
+	if err != nil {
+		return err
+	}
+	if !l.restored {
+		// A fatal fault a previous agent saw on this boot stays: NVML's events are not replayed.
+		if f := RestoredFatal(node); f != nil {
+			l.st.Fatal = latch(l.st.Fatal, *f)
+		}
+		l.restored = true
+	}
+	now := l.o.Clock.Now()
+	faults, err := l.r.Probe(l.xids, now, l.o.XIDHold, ExpectedGPUs(node))
+	if err != nil {
+		return fmt.Errorf("probing GPU health: %w", err)
+	}
+	l.st = Evaluate(l.st, faults, now, l.o.Hysteresis)
+	recordProbe(l.inv, faults, l.st)
+	rep := Report{Degraded: DegradedCondition(l.st, l.inv, l.o.Hysteresis), Labels: Labels(l.inv), Fatal: len(l.st.Fatal) > 0}
+	if hw, ok := HardwareCondition(l.st, l.inv); ok {
+		rep.Hardware = &hw
+	}
+	owner, err := l.pub.Publish(ctx, node, rep)
+	if owner != l.owner {
+		log.FromContext(ctx).Info("AcceleratedHardwareReady is written by another component; berth reports GPU faults in GPUDegraded and metrics only", "writer", owner)
+		l.owner = owner
+	}
+	recordWriter(owner)
+	if err != nil {
+		return fmt.Errorf("publishing GPU health: %w", err)
+	}
+	return nil
+}
+
+// ExpectedGPUs is how many GPUs the node's instance type has (Karpenter's
+// karpenter.k8s.aws/instance-gpu-count label), or 0 when unknown.
+func ExpectedGPUs(node *corev1.Node) int {
+	n, err := strconv.Atoi(node.Labels[awsv1.LabelInstanceGPUCount])
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// OnceReport is what `berth agent --once` prints.
+type OnceReport struct {
 	Inventory Inventory `json:"inventory"`
 	Faults    []Fault   `json:"faults"`
-	Condition string    `json:"condition"`
-	Reason    string    `json:"reason"`
-	Message   string    `json:"message"`
+	// Hardware is AcceleratedHardwareReady as the agent would write it (nil: left alone).
+	Hardware *Condition `json:"acceleratedHardwareReady,omitempty"`
+	Degraded Condition  `json:"gpuDegraded"`
 }
 
 // Once reads inventory and health once (no Xid history: events only arrive while watching).
-func Once(lib nvml.Interface, now time.Time) (Report, error) {
+func Once(lib nvml.Interface, now time.Time) (OnceReport, error) {
 	r, err := Open(lib)
 	if err != nil {
-		return Report{}, err
+		return OnceReport{}, err
 	}
 	defer r.Close()
 	inv, err := r.Inventory()
 	if err != nil {
-		return Report{}, fmt.Errorf("reading GPU inventory: %w", err)
+		return OnceReport{}, fmt.Errorf("reading GPU inventory: %w", err)
 	}
-	faults, err := r.Probe(&xidLog{}, now, 0)
+	faults, err := r.Probe(&xidLog{}, now, 0, 0)
 	if err != nil {
-		return Report{}, fmt.Errorf("probing GPU health: %w", err)
+		return OnceReport{}, fmt.Errorf("probing GPU health: %w", err)
 	}
 	st := Evaluate(State{}, faults, now, DefaultHysteresis)
-	status, reason, msg := NodeCondition(st, inv, DefaultHysteresis)
-	return Report{Inventory: inv, Faults: faults, Condition: string(status), Reason: reason, Message: msg}, nil
+	rep := OnceReport{Inventory: inv, Faults: faults, Degraded: DegradedCondition(st, inv, DefaultHysteresis)}
+	if hw, ok := HardwareCondition(st, inv); ok {
+		rep.Hardware = &hw
+	}
+	return rep, nil
 }
 
 // Print writes a report for humans, or JSON.
-func (rep Report) Print(w io.Writer, asJSON bool) error {
+func (rep OnceReport) Print(w io.Writer, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -150,7 +209,12 @@ func (rep Report) Print(w io.Writer, asJSON bool) error {
 	for _, f := range rep.Faults {
 		fmt.Fprintf(w, "fault: %s\n", f)
 	}
-	fmt.Fprintf(w, "%s=%s (%s): %s\n", corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady), rep.Condition, rep.Reason, rep.Message)
+	if rep.Hardware != nil {
+		fmt.Fprintf(w, "%s=%s (%s): %s\n", ConditionType, rep.Hardware.Status, rep.Hardware.Reason, rep.Hardware.Message)
+	} else {
+		fmt.Fprintf(w, "%s: not written (no GPUs seen)\n", ConditionType)
+	}
+	fmt.Fprintf(w, "%s=%s (%s): %s\n", DegradedConditionType, rep.Degraded.Status, rep.Degraded.Reason, rep.Degraded.Message)
 	return nil
 }
 

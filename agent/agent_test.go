@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -63,8 +64,9 @@ func TestInventoryOnMockServers(t *testing.T) {
 				}
 				seen[g.UUID] = true
 			}
-			if rep.Condition != string(corev1.ConditionTrue) || rep.Reason != berthv1alpha1.ReasonGPUsHealthy {
-				t.Errorf("healthy DGX reported %s/%s: %s", rep.Condition, rep.Reason, rep.Message)
+			if rep.Hardware == nil || rep.Hardware.Status != corev1.ConditionTrue || rep.Hardware.Reason != berthv1alpha1.ReasonGPUsHealthy ||
+				rep.Degraded.Status != corev1.ConditionFalse {
+				t.Errorf("healthy DGX reported %+v, degraded %+v", rep.Hardware, rep.Degraded)
 			}
 			labels := Labels(inv)
 			if labels[berthv1alpha1.GPUCountLabel] != "8" || !strings.Contains(labels[berthv1alpha1.GPUProductLabel], tt.product) || strings.Contains(labels[berthv1alpha1.GPUProductLabel], " ") {
@@ -74,12 +76,19 @@ func TestInventoryOnMockServers(t *testing.T) {
 	}
 }
 
-func TestFaultsFlipTheCondition(t *testing.T) {
+// TestFaultsFlipTheRightCondition: faults that need a new node turn AcceleratedHardwareReady
+// False with a reason Karpenter's AWS repair policies match (NvidiaXID<n>Error); everything
+// that recovers in place — throttling above all — turns only berth's GPUDegraded True, so
+// Karpenter never replaces a node for it.
+func TestFaultsFlipTheRightCondition(t *testing.T) {
 	tests := []struct {
 		name   string
 		inject func(d *server.Device)
-		reason string
-		detail string
+		// fatal is the AcceleratedHardwareReady=False reason ("": stays True).
+		fatal string
+		// degraded is the GPUDegraded=True reason ("": stays False).
+		degraded string
+		detail   string
 	}{
 		{"ECC double-bit errors", func(d *server.Device) {
 			d.GetTotalEccErrorsFunc = func(typ nvml.MemoryErrorType, _ nvml.EccCounterType) (uint64, nvml.Return) {
@@ -88,30 +97,36 @@ func TestFaultsFlipTheCondition(t *testing.T) {
 				}
 				return 0, nvml.SUCCESS
 			}
-		}, "EccDoubleBitErrors", "GPU 3: ecc_double_bit (2 uncorrectable ECC errors since boot)"},
-		{"thermal throttling", func(d *server.Device) {
-			d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return nvml.ClocksThrottleReasonHwThermalSlowdown, nvml.SUCCESS }
-		}, "ThermalThrottle", "GPU 3: thermal_throttle"},
-		{"power brake", func(d *server.Device) {
-			d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, nvml.SUCCESS }
-		}, "PowerBrake", "GPU 3: power_brake"},
-		{"retired pages pending", func(d *server.Device) {
-			d.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_ENABLED, nvml.SUCCESS }
-		}, "RetiredPagesPending", "GPU 3: retired_pages_pending"},
+		}, "NvidiaXID48Error", "", "GPU 3: ecc_double_bit (2 uncorrectable ECC errors since boot)"},
 		{"row remapping failed", func(d *server.Device) {
 			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 1, false, true, nvml.SUCCESS }
-		}, "RowRemapFailed", "GPU 3: row_remap_failed"},
+		}, "NvidiaXID64Error", "", "GPU 3: row_remap_failed"},
 		{"GPU fell off the bus", func(d *server.Device) {
 			d.GetTotalEccErrorsFunc = func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) {
 				return 0, nvml.ERROR_GPU_IS_LOST
 			}
-		}, "GPULost", "GPU 3: fell_off_bus"},
+		}, "NvidiaXID79Error", "", "GPU 3: fell_off_bus"},
+		{"thermal throttling", func(d *server.Device) {
+			d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return nvml.ClocksThrottleReasonHwThermalSlowdown, nvml.SUCCESS }
+		}, "", "ThermalThrottle", "GPU 3: thermal_throttle"},
+		{"software thermal slowdown", func(d *server.Device) {
+			d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return nvml.ClocksThrottleReasonSwThermalSlowdown, nvml.SUCCESS }
+		}, "", "ThermalThrottle", "GPU 3: thermal_throttle"},
+		{"power brake", func(d *server.Device) {
+			d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, nvml.SUCCESS }
+		}, "", "PowerBrake", "GPU 3: power_brake"},
+		{"retired pages pending", func(d *server.Device) {
+			d.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_ENABLED, nvml.SUCCESS }
+		}, "", "RetiredPagesPending", "GPU 3: retired_pages_pending"},
+		{"row remapping pending", func(d *server.Device) {
+			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 1, 0, true, false, nvml.SUCCESS }
+		}, "", "RowRemapPending", "GPU 3: row_remap_pending"},
 		{"software power cap is normal", func(d *server.Device) {
 			d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return nvml.ClocksThrottleReasonSwPowerCap, nvml.SUCCESS }
-		}, "", ""},
+		}, "", "", ""},
 		{"readings a GPU does not support are skipped", func(d *server.Device) {
 			d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.ERROR_NOT_SUPPORTED }
-		}, "", ""},
+		}, "", "", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,16 +137,83 @@ func TestFaultsFlipTheCondition(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if tt.reason == "" {
-				if rep.Condition != string(corev1.ConditionTrue) {
-					t.Errorf("condition %s/%s: %s; want True", rep.Condition, rep.Reason, rep.Message)
-				}
-				return
+			hw := rep.Hardware
+			if hw == nil {
+				t.Fatal("AcceleratedHardwareReady not reported on a node with GPUs")
 			}
-			if rep.Condition != string(corev1.ConditionFalse) || rep.Reason != tt.reason || !strings.Contains(rep.Message, tt.detail) {
-				t.Errorf("condition %s/%s: %q; want False/%s naming %q", rep.Condition, rep.Reason, rep.Message, tt.reason, tt.detail)
+			switch {
+			case tt.fatal == "" && hw.Status != corev1.ConditionTrue:
+				t.Errorf("AcceleratedHardwareReady %s/%s: %s; want True (this fault needs no new node)", hw.Status, hw.Reason, hw.Message)
+			case tt.fatal != "" && (hw.Status != corev1.ConditionFalse || hw.Reason != tt.fatal || !strings.Contains(hw.Message, tt.detail)):
+				t.Errorf("AcceleratedHardwareReady %s/%s: %q; want False/%s naming %q", hw.Status, hw.Reason, hw.Message, tt.fatal, tt.detail)
+			}
+			if tt.fatal != "" && !matchesRepairPolicy(hw.Reason) {
+				t.Errorf("reason %s is not one Karpenter's AWS repair policies match; it would wait for the 30-minute fallback", hw.Reason)
+			}
+			dg := rep.Degraded
+			switch {
+			case tt.degraded == "" && dg.Status != corev1.ConditionFalse:
+				t.Errorf("GPUDegraded %s/%s: %s; want False", dg.Status, dg.Reason, dg.Message)
+			case tt.degraded != "" && (dg.Status != corev1.ConditionTrue || dg.Reason != tt.degraded || !strings.Contains(dg.Message, tt.detail)):
+				t.Errorf("GPUDegraded %s/%s: %q; want True/%s naming %q", dg.Status, dg.Reason, dg.Message, tt.degraded, tt.detail)
 			}
 		})
+	}
+}
+
+// awsRepairReasons are the reason patterns of the reason-specific AcceleratedHardwareReady
+// repair policies of karpenter-provider-aws v1.15.0 (pkg/cloudprovider, RepairPolicies: the
+// reboot-clearable and the replace families, both 10 minutes). Any other reason waits for the
+// 30-minute fallback. (Not read from the package: it would pull the whole AWS SDK into the
+// agent's tests; docs/agent.md cites the same source.)
+var awsRepairReasons = []string{
+	`.*XID(46|48|54|62|63|95|109|110|136|140|143|155|156|158).*`,
+	`.*XID(64|74|79|119|120).*`,
+}
+
+// matchesRepairPolicy reports whether a reason-specific AWS repair policy matches reason.
+func matchesRepairPolicy(reason string) bool {
+	for _, re := range awsRepairReasons {
+		if regexp.MustCompile(re).MatchString(reason) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestDeviceCountMismatch(t *testing.T) {
+	s := dgxh100.New()
+	healthy(s)
+	r, err := Open(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		expected int
+		fatal    bool
+	}{{0, false}, {8, false}, {4, false}, {9, true}} {
+		faults, err := r.Probe(&xidLog{}, time.Now(), 0, tt.expected)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := Evaluate(State{}, faults, time.Now(), DefaultHysteresis)
+		hw, _ := HardwareCondition(st, Inventory{GPUs: make([]GPU, 8)})
+		if got := hw.Status == corev1.ConditionFalse; got != tt.fatal {
+			t.Errorf("expected %d GPUs, NVML sees 8: AcceleratedHardwareReady %s/%s, want False=%v", tt.expected, hw.Status, hw.Reason, tt.fatal)
+		}
+		if tt.fatal && (hw.Reason != berthv1alpha1.ReasonNvidiaDeviceCountMismatch || hw.Message != "device_count_mismatch (NVML sees 8 of the instance type's 9 GPUs)") {
+			t.Errorf("mismatch reported as %s: %q", hw.Reason, hw.Message)
+		}
+	}
+}
+
+func TestFatalReasonPrefersReplacement(t *testing.T) {
+	got := fatalReason([]Fault{{XID: 48, Fatal: true}, {XID: 74, Fatal: true}, {Kind: FaultDeviceCount, Fatal: true}})
+	if got != "NvidiaXID74Error" {
+		t.Errorf("reason %s, want NvidiaXID74Error (NVLink: replace) over Xid 48 (reboot)", got)
+	}
+	if got := fatalReason([]Fault{{Kind: FaultDeviceCount, Fatal: true}}); got != berthv1alpha1.ReasonNvidiaDeviceCountMismatch {
+		t.Errorf("reason %s", got)
 	}
 }
 
@@ -167,9 +249,10 @@ func (f *fakeEvents) push(ev nvml.EventData) {
 	f.q = append(f.q, ev)
 }
 
-// TestXID79FlipsAndRecoversWithHysteresis: a critical Xid seen by the event loop marks its GPU
-// faulty; after the Xid ages out the condition stays False until the hysteresis is satisfied.
-func TestXID79FlipsAndRecoversWithHysteresis(t *testing.T) {
+// TestXIDs: a fatal Xid seen by the event loop turns AcceleratedHardwareReady False and keeps
+// it False (latched) long after the Xid is old; a non-fatal Xid only degrades the GPU, and
+// GPUDegraded clears once the hysteresis is satisfied.
+func TestXIDs(t *testing.T) {
 	s := dgxh100.New()
 	devs := healthy(s)
 	events := newFakeEvents()
@@ -185,6 +268,7 @@ func TestXID79FlipsAndRecoversWithHysteresis(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	var mu sync.Mutex
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
 	xids := &xidLog{}
 	stop := make(chan struct{})
 	done := make(chan error, 1)
@@ -195,51 +279,72 @@ func TestXID79FlipsAndRecoversWithHysteresis(t *testing.T) {
 			t.Errorf("WatchXIDs: %v", err)
 		}
 	}()
-
 	h := Hysteresis{HealthyProbes: 3, HealthyFor: 2 * time.Minute}
 	hold := 10 * time.Minute
 	probe := func(st State) State {
-		faults, err := r.Probe(xids, clock(), hold)
+		faults, err := r.Probe(xids, clock(), hold, 8)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return Evaluate(st, faults, clock(), h)
 	}
+	seen := func(gpu int) {
+		deadline := time.Now().Add(5 * time.Second)
+		for len(xids.recent(gpu, clock(), hold)) == 0 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	st := probe(State{})
-	if !st.Healthy {
-		t.Fatalf("healthy node reported faults: %v", st.Faults)
+	if !st.Healthy() {
+		t.Fatalf("healthy node reported faults: %+v", st)
 	}
-	events.push(nvml.EventData{Device: devs[5], EventType: nvml.EventTypeXidCriticalError, EventData: 79})
-	events.push(nvml.EventData{Device: devs[2], EventType: nvml.EventTypeXidCriticalError, EventData: 13}) // not critical
-	deadline := time.Now().Add(5 * time.Second)
-	for len(xids.recent(5, clock(), hold)) == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+
+	// A non-fatal Xid (94, contained ECC): degraded, never a repair.
+	events.push(nvml.EventData{Device: devs[2], EventType: nvml.EventTypeXidCriticalError, EventData: 94})
+	events.push(nvml.EventData{Device: devs[2], EventType: nvml.EventTypeXidCriticalError, EventData: 13}) // not watched
+	seen(2)
 	st = probe(st)
-	status, reason, msg := NodeCondition(st, inv, h)
-	if status != corev1.ConditionFalse || reason != "XidCriticalError" || msg != "GPU 5: xid (Xid 79)" {
-		t.Fatalf("after Xid 79: %s/%s %q", status, reason, msg)
+	hw, _ := HardwareCondition(st, inv)
+	dg := DegradedCondition(st, inv, h)
+	if hw.Status != corev1.ConditionTrue || dg.Status != corev1.ConditionTrue || dg.Reason != berthv1alpha1.ReasonXidError || dg.Message != "GPU 2: xid (Xid 94)" {
+		t.Fatalf("after Xid 94: hardware %+v, degraded %+v", hw, dg)
 	}
-	// The Xid ages out; clean probes follow every minute.
-	advance := func(d time.Duration) { mu.Lock(); now = now.Add(d); mu.Unlock() }
+
+	// A fatal Xid (79, fell off the bus).
+	events.push(nvml.EventData{Device: devs[5], EventType: nvml.EventTypeXidCriticalError, EventData: 79})
+	seen(5)
+	st = probe(st)
+	hw, _ = HardwareCondition(st, inv)
+	if hw.Status != corev1.ConditionFalse || hw.Reason != "NvidiaXID79Error" || hw.Message != "GPU 5: xid (Xid 79)" {
+		t.Fatalf("after Xid 79: %+v", hw)
+	}
+	if !matchesRepairPolicy(hw.Reason) {
+		t.Errorf("reason %s is not matched by Karpenter's AWS repair policies", hw.Reason)
+	}
+
+	// Both Xids age out; clean probes follow every minute.
 	advance(hold)
-	var got []corev1.ConditionStatus
+	var degraded, hardware []corev1.ConditionStatus
 	for range 4 {
 		st = probe(st)
-		s, _, _ := NodeCondition(st, inv, h)
-		got = append(got, s)
+		hw, _ := HardwareCondition(st, inv)
+		hardware = append(hardware, hw.Status)
+		degraded = append(degraded, DegradedCondition(st, inv, h).Status)
 		advance(time.Minute)
 	}
-	want := []corev1.ConditionStatus{corev1.ConditionFalse, corev1.ConditionFalse, corev1.ConditionTrue, corev1.ConditionTrue}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("condition over clean probes (-want +got):\n%s", diff)
+	f, tr := corev1.ConditionFalse, corev1.ConditionTrue
+	if diff := cmp.Diff([]corev1.ConditionStatus{tr, tr, f, f}, degraded); diff != "" {
+		t.Errorf("GPUDegraded over clean probes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]corev1.ConditionStatus{f, f, f, f}, hardware); diff != "" {
+		t.Errorf("AcceleratedHardwareReady over clean probes (-want +got; a fatal fault is latched):\n%s", diff)
 	}
 }
 
 func TestEvaluateHysteresis(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	h := Hysteresis{HealthyProbes: 3, HealthyFor: 2 * time.Minute}
-	fault := []Fault{{GPU: 0, Kind: FaultECCDoubleBit}}
+	fault := []Fault{{GPU: 0, Kind: FaultThermalThrottle}}
 	type step struct {
 		at      time.Duration
 		faults  []Fault
@@ -260,8 +365,8 @@ func TestEvaluateHysteresis(t *testing.T) {
 			var st State
 			for i, s := range tt.steps {
 				st = Evaluate(st, s.faults, t0.Add(s.at), h)
-				if st.Healthy != s.healthy {
-					t.Fatalf("step %d: healthy = %v, want %v (state %+v)", i, st.Healthy, s.healthy, st)
+				if st.Healthy() != s.healthy {
+					t.Fatalf("step %d: healthy = %v, want %v (state %+v)", i, st.Healthy(), s.healthy, st)
 				}
 			}
 		})

@@ -19,24 +19,44 @@ const (
 	FaultThermalThrottle     = "thermal_throttle"
 	FaultPowerBrake          = "power_brake"
 	FaultFellOffBus          = "fell_off_bus"
+	FaultDeviceCount         = "device_count_mismatch"
 )
 
-// criticalXIDs are the Xid errors that mean the GPU needs a reset or the node a replacement
-// (NVIDIA's Xid catalogue: 48 DBE, 63/64 row remapping, 74 NVLink, 79 fell off the bus,
-// 92 high SBE rate, 94/95 contained/uncontained ECC, 119/120 GSP errors, 140 unrecovered ECC).
-var criticalXIDs = map[uint64]bool{48: true, 63: true, 64: true, 74: true, 79: true, 92: true, 94: true, 95: true, 119: true, 120: true, 140: true}
+// Xids the agent watches for (NVIDIA's Xid catalogue), split by what they need.
+//
+// fatalXIDs need a new node (or at least a reboot that resets the GPU): 48 double-bit ECC,
+// 64 row-remapper recording failure, 74 NVLink, 79 fell off the bus, 95 uncontained ECC,
+// 119/120 GSP, 140 unrecovered ECC. Each is in a reason family Karpenter's AWS repair policy
+// matches (NvidiaXID<n>Error: 48, 95, 140 reboot-clearable; 64, 74, 79, 119, 120 replace).
+//
+// degradedXIDs are worth knowing but recover in place: 63 row remapping pending a reset,
+// 92 high single-bit ECC rate, 94 contained ECC (the affected application dies, the GPU lives).
+var (
+	fatalXIDs    = map[uint64]bool{48: true, 64: true, 74: true, 79: true, 95: true, 119: true, 120: true, 140: true}
+	degradedXIDs = map[uint64]bool{63: true, 92: true, 94: true}
+)
 
-// Fault is one problem seen on one GPU.
+// Fault is one problem seen on one GPU (GPU -1: the node's GPUs as a whole).
 type Fault struct {
 	GPU    int    `json:"gpu"`
 	Kind   string `json:"kind"`
 	Detail string `json:"detail"`
+	// Fatal faults need a new node; the others degrade the GPU and recover in place.
+	Fatal bool `json:"fatal"`
+	// XID is the Xid the fault is, or is reported as (a double-bit ECC error is Xid 48, a
+	// failed row remap Xid 64, a lost GPU Xid 79); 0 when none fits.
+	XID uint64 `json:"xid,omitempty"`
 }
 
-func (f Fault) String() string { return fmt.Sprintf("GPU %d: %s (%s)", f.GPU, f.Kind, f.Detail) }
+func (f Fault) String() string {
+	if f.GPU < 0 {
+		return fmt.Sprintf("%s (%s)", f.Kind, f.Detail)
+	}
+	return fmt.Sprintf("GPU %d: %s (%s)", f.GPU, f.Kind, f.Detail)
+}
 
-// xidLog remembers critical Xid events per GPU, reported by the event loop, until they are
-// older than hold.
+// xidLog remembers watched Xid events per GPU, reported by the event loop, until they are
+// older than hold (a fatal one is latched by Evaluate long before that).
 type xidLog struct {
 	mu     sync.Mutex
 	events map[int]map[uint64]time.Time
@@ -69,13 +89,18 @@ func (l *xidLog) recent(gpu int, now time.Time, hold time.Duration) []uint64 {
 }
 
 // Probe reads every GPU's health once and returns the faults found. Readings a GPU does not
-// support are skipped; a GPU that NVML reports as lost is a fault (it fell off the bus).
-func (r *Reader) Probe(xids *xidLog, now time.Time, xidHold time.Duration) ([]Fault, error) {
+// support are skipped; a GPU that NVML reports as lost is a fault (it fell off the bus), and so
+// is seeing fewer GPUs than expected (the instance type's GPU count; 0: unknown).
+func (r *Reader) Probe(xids *xidLog, now time.Time, xidHold time.Duration, expected int) ([]Fault, error) {
 	n, ret := r.lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
 		return nil, fmt.Errorf("counting GPUs: %s", nvml.ErrorString(ret))
 	}
 	var faults []Fault
+	if expected > 0 && n < expected {
+		faults = append(faults, Fault{GPU: -1, Kind: FaultDeviceCount, Fatal: true,
+			Detail: fmt.Sprintf("NVML sees %d of the instance type's %d GPUs", n, expected)})
+	}
 	for i := range n {
 		faults = append(faults, r.probeDevice(i, xids, now, xidHold)...)
 	}
@@ -84,16 +109,18 @@ func (r *Reader) Probe(xids *xidLog, now time.Time, xidHold time.Duration) ([]Fa
 
 func (r *Reader) probeDevice(i int, xids *xidLog, now time.Time, xidHold time.Duration) []Fault {
 	d, ret := r.lib.DeviceGetHandleByIndex(i)
+	lostGPU := Fault{GPU: i, Kind: FaultFellOffBus, Detail: "NVML reports the GPU lost", Fatal: true, XID: 79}
 	if ret == nvml.ERROR_GPU_IS_LOST {
-		return []Fault{{GPU: i, Kind: FaultFellOffBus, Detail: "NVML reports the GPU lost"}}
+		return []Fault{lostGPU}
 	}
 	if ret != nvml.SUCCESS {
-		return []Fault{{GPU: i, Kind: FaultFellOffBus, Detail: "no handle: " + nvml.ErrorString(ret)}}
+		lostGPU.Detail = "no handle: " + nvml.ErrorString(ret)
+		return []Fault{lostGPU}
 	}
 	var out []Fault
 	lost := func(ret nvml.Return) bool {
 		if ret == nvml.ERROR_GPU_IS_LOST {
-			out = append(out, Fault{GPU: i, Kind: FaultFellOffBus, Detail: "NVML reports the GPU lost"})
+			out = append(out, lostGPU)
 			return true
 		}
 		return false
@@ -101,14 +128,14 @@ func (r *Reader) probeDevice(i int, xids *xidLog, now time.Time, xidHold time.Du
 	if n, ret := d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); lost(ret) {
 		return out
 	} else if ret == nvml.SUCCESS && n > 0 {
-		out = append(out, Fault{GPU: i, Kind: FaultECCDoubleBit, Detail: fmt.Sprintf("%d uncorrectable ECC errors since boot", n)})
+		out = append(out, Fault{GPU: i, Kind: FaultECCDoubleBit, Detail: fmt.Sprintf("%d uncorrectable ECC errors since boot", n), Fatal: true, XID: 48})
 	}
 	if st, ret := d.GetRetiredPagesPendingStatus(); ret == nvml.SUCCESS && st == nvml.FEATURE_ENABLED {
 		out = append(out, Fault{GPU: i, Kind: FaultRetiredPagesPending, Detail: "page retirement pending a reset"})
 	}
 	if _, _, pending, failed, ret := d.GetRemappedRows(); ret == nvml.SUCCESS {
 		if failed {
-			out = append(out, Fault{GPU: i, Kind: FaultRowRemapFailed, Detail: "row remapping failed"})
+			out = append(out, Fault{GPU: i, Kind: FaultRowRemapFailed, Detail: "row remapping failed", Fatal: true, XID: 64})
 		} else if pending {
 			out = append(out, Fault{GPU: i, Kind: FaultRowRemapPending, Detail: "row remapping pending a reset"})
 		}
@@ -122,13 +149,13 @@ func (r *Reader) probeDevice(i int, xids *xidLog, now time.Time, xidHold time.Du
 		}
 	}
 	for _, xid := range xids.recent(i, now, xidHold) {
-		out = append(out, Fault{GPU: i, Kind: FaultXID, Detail: fmt.Sprintf("Xid %d", xid)})
+		out = append(out, Fault{GPU: i, Kind: FaultXID, Detail: fmt.Sprintf("Xid %d", xid), Fatal: fatalXIDs[xid], XID: xid})
 	}
 	return out
 }
 
-// WatchXIDs registers for critical Xid events on every GPU and records them in xids until stop
-// is closed. GPUs that do not support events are skipped.
+// WatchXIDs registers for critical Xid events on every GPU and records the watched ones (fatal
+// and degraded) in xids until stop is closed. GPUs that do not support events are skipped.
 func (r *Reader) WatchXIDs(xids *xidLog, now func() time.Time, stop <-chan struct{}) error {
 	set, ret := r.lib.EventSetCreate()
 	if ret != nvml.SUCCESS {
@@ -171,7 +198,7 @@ func (r *Reader) WatchXIDs(xids *xidLog, now func() time.Time, stop <-chan struc
 				}
 			}
 		}
-		if ev.EventType&nvml.EventTypeXidCriticalError != 0 && criticalXIDs[ev.EventData] && gpu >= 0 {
+		if ev.EventType&nvml.EventTypeXidCriticalError != 0 && (fatalXIDs[ev.EventData] || degradedXIDs[ev.EventData]) && gpu >= 0 {
 			xids.record(gpu, ev.EventData, now())
 			xidEvents.WithLabelValues(gpuLabel(gpu), xidLabel(ev.EventData)).Inc()
 		}

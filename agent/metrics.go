@@ -39,7 +39,15 @@ var (
 	}, []string{labelGPU, labelXID})
 	nodeReady = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "agent", Name: "accelerated_hardware_ready",
-		Help: "1 while the node's AcceleratedHardwareReady condition is True.",
+		Help: "0 while the agent has seen a fatal GPU fault on this node (AcceleratedHardwareReady=False, or would be where another component writes it), else 1.",
+	})
+	gpuDegraded = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "agent", Name: "gpu_degraded",
+		Help: "1 while the node's GPUDegraded condition is True (throttling, pending retirement or remap, non-fatal Xids, NVML trouble), else 0.",
+	})
+	hardwareWriter = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "agent", Name: "writes_accelerated_hardware_ready",
+		Help: "1 while berth's agent writes AcceleratedHardwareReady, 0 while another component (the EKS node monitoring agent) does.",
 	})
 	probeErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "agent", Name: "probe_errors_total",
@@ -49,15 +57,27 @@ var (
 
 // Collectors are the agent's metrics, for registration.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{nvmlUp, gpus, gpuHealthy, gpuFaults, xidEvents, nodeReady, probeErrors}
+	return []prometheus.Collector{nvmlUp, gpus, gpuHealthy, gpuFaults, xidEvents, nodeReady, gpuDegraded, hardwareWriter, probeErrors}
 }
 
 func gpuLabel(i int) string { return strconv.Itoa(i) }
 
 func xidLabel(x uint64) string { return strconv.FormatUint(x, 10) }
 
+// allFaultKinds are the fault label values, so a fault that clears reads 0.
+var allFaultKinds = []string{FaultXID, FaultECCDoubleBit, FaultRetiredPagesPending, FaultRowRemapPending, FaultRowRemapFailed, FaultThermalThrottle, FaultPowerBrake, FaultFellOffBus, FaultDeviceCount}
+
+// recordWriter records who writes AcceleratedHardwareReady ("": berth).
+func recordWriter(other string) {
+	if other == "" {
+		hardwareWriter.Set(1)
+	} else {
+		hardwareWriter.Set(0)
+	}
+}
+
 // recordProbe updates the per-GPU metrics from one probe.
-func recordProbe(inv Inventory, faults []Fault, healthy bool) {
+func recordProbe(inv Inventory, faults []Fault, st State) {
 	gpus.Set(float64(len(inv.GPUs)))
 	perGPU := map[int]map[string]float64{}
 	for _, f := range faults {
@@ -72,13 +92,17 @@ func recordProbe(inv Inventory, faults []Fault, healthy bool) {
 			ok = 0
 		}
 		gpuHealthy.WithLabelValues(gpuLabel(g.Index)).Set(ok)
-		for kind := range faultReasons {
+		for _, kind := range allFaultKinds {
 			gpuFaults.WithLabelValues(gpuLabel(g.Index), kind).Set(perGPU[g.Index][kind])
 		}
 	}
-	if healthy {
-		nodeReady.Set(1)
-	} else {
-		nodeReady.Set(0)
+	nodeReady.Set(boolGauge(len(st.Fatal) == 0))
+	gpuDegraded.Set(boolGauge(len(st.Degraded) > 0 || st.Recovering))
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
 	}
+	return 0
 }

@@ -10,9 +10,11 @@
 // sidecars and overhead (k8s.io/component-helpers/resource), nodeSelector and required node
 // affinity, NoSchedule/NoExecute taints, unschedulable nodes, allocatable pod count, required
 // inter-pod affinity and anti-affinity, and DoNotSchedule topology spread — so that a member
-// is never pinned where kube-scheduler would then refuse to bind it. Features it does not model
-// (dynamic resource claims, host ports, volumes with node topology, namespaceSelector in pod
-// affinity) are detected and reported as unsupported instead of guessed.
+// is never pinned where kube-scheduler would then refuse to bind it — host ports (a hostNetwork
+// pod's ports too) and the node topology of members' volumes (resolved by the caller into a
+// VolumeTopology) included. Features it does not model (dynamic resource claims,
+// namespaceSelector in pod affinity) are detected and reported as unsupported instead of
+// guessed.
 //
 // Gangs are packed tightly: fewest nodes first, then the least capacity left stranded on the
 // nodes used, preferring existing free capacity in every case. Results are deterministic for a

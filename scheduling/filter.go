@@ -45,7 +45,8 @@ func scheduleOrExecute(t *corev1.Taint) bool {
 }
 
 // staticReject says why a member can never go on a node regardless of what runs there, or "".
-func staticReject(n *NodeState, p *corev1.Pod, aff nodeaffinity.RequiredNodeAffinity) string {
+// vols are the member's volume topology selectors (nil: none).
+func staticReject(n *NodeState, p *corev1.Pod, aff nodeaffinity.RequiredNodeAffinity, vols []*nodeaffinity.LazyErrorNodeSelector) string {
 	if n.Unavailable != "" {
 		return "unavailable (" + n.Unavailable + ")"
 	}
@@ -61,6 +62,9 @@ func staticReject(n *NodeState, p *corev1.Pod, aff nodeaffinity.RequiredNodeAffi
 	if ok, err := aff.Match(n.Node); err != nil || !ok {
 		return "didn't match the member's node selector/affinity"
 	}
+	if !volumesMatch(vols, n.Node) {
+		return "didn't match the node affinity of the member's volumes"
+	}
 	return ""
 }
 
@@ -72,18 +76,6 @@ func unsupported(p *corev1.Pod) string {
 	}
 	if p.Spec.NodeName != "" {
 		return "already names a node (spec.nodeName)"
-	}
-	for _, c := range append(append([]corev1.Container(nil), p.Spec.InitContainers...), p.Spec.Containers...) {
-		for _, port := range c.Ports {
-			if port.HostPort != 0 {
-				return fmt.Sprintf("uses host port %d (container %s)", port.HostPort, c.Name)
-			}
-		}
-	}
-	for _, v := range p.Spec.Volumes {
-		if v.PersistentVolumeClaim != nil || v.Ephemeral != nil {
-			return fmt.Sprintf("uses volume %s backed by a PersistentVolumeClaim, whose node topology placement does not resolve", v.Name)
-		}
 	}
 	if a := p.Spec.Affinity; a != nil {
 		var terms []corev1.PodAffinityTerm

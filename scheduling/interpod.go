@@ -193,7 +193,7 @@ func spreadOK(p *corev1.Pod, n *NodeState, v *podView, aff nodeaffinity.Required
 					continue
 				}
 			}
-			if honorTaints && staticReject(m, p, aff) != "" {
+			if honorTaints && staticReject(m, p, aff, nil) != "" {
 				continue
 			}
 			if _, seen := counts[d]; !seen {

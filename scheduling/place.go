@@ -35,6 +35,9 @@ type Result struct {
 	Reason string
 	// Unsupported is true when a member uses something placement does not model.
 	Unsupported bool
+	// Blocked is true when a member's volumes keep it from being placed anywhere yet (see
+	// VolumeTopology.Blocked): new capacity would not help.
+	Blocked bool
 	// Placeable is how many members the best attempt could place (all of them when it fits).
 	Placeable int
 
@@ -66,7 +69,8 @@ type class struct {
 	req     vec
 	terms   []term
 	aff     nodeaffinity.RequiredNodeAffinity
-	slow    bool // depends on where other pods run
+	vols    []*nodeaffinity.LazyErrorNodeSelector
+	slow    bool // depends on where other pods run (inter-pod rules, host ports)
 	cands   []*NodeState
 	rejects rejections
 }
@@ -80,6 +84,9 @@ func Place(s *Snapshot, g Gang) Result {
 		if why := unsupported(m); why != "" {
 			return Result{Reason: fmt.Sprintf("member %s %s, which berth's placement does not model; berth will not pin it where kube-scheduler might refuse it", m.Name, why), Unsupported: true}
 		}
+	}
+	if m, why := s.blocked(g.Members); m != nil {
+		return Result{Reason: fmt.Sprintf("member %s %s", m.Name, why), Blocked: true}
 	}
 	classes := s.classify(g.Members)
 	domains := []string{""}
@@ -112,7 +119,8 @@ func Place(s *Snapshot, g Gang) Result {
 }
 
 // classify groups members that ask for the same things. Labels only matter when some member
-// has inter-pod rules (members may then select each other).
+// has inter-pod rules (members may then select each other); members with host ports are placed
+// one by one, as they may exclude each other from a node.
 func (s *Snapshot) classify(members []*corev1.Pod) []*class {
 	labelsMatter := false
 	for _, m := range members {
@@ -124,10 +132,13 @@ func (s *Snapshot) classify(members []*corev1.Pod) []*class {
 	var out []*class
 	for i, m := range members {
 		reqs := podRequests(m)
-		key := classKey(m, reqs, labelsMatter)
+		vt := s.volumesOf(m)
+		ports := portsKey(m)
+		key := classKey(m, reqs, labelsMatter) + "|" + ports + "|" + volumesKey(vt)
 		c, ok := byKey[key]
 		if !ok {
-			c = &class{rep: m, req: s.ri.vecOf(reqs), aff: nodeaffinity.GetRequiredNodeAffinity(m), slow: labelsMatter}
+			c = &class{rep: m, req: s.ri.vecOf(reqs), aff: nodeaffinity.GetRequiredNodeAffinity(m), vols: volumeSelectors(vt),
+				slow: labelsMatter || ports != ""}
 			byKey[key] = c
 			out = append(out, c)
 			c.cands, c.rejects = s.staticFilter(key, c)
@@ -157,7 +168,7 @@ func (s *Snapshot) staticFilter(key string, c *class) ([]*NodeState, rejections)
 	var cands []*NodeState
 	rej := rejections{}
 	for _, n := range s.nodes {
-		if why := staticReject(n, c.rep, c.aff); why != "" {
+		if why := staticReject(n, c.rep, c.aff, c.vols); why != "" {
 			rej.add(why)
 			continue
 		}
@@ -500,7 +511,7 @@ func (a *attempt) greedy(g Gang, c *class, cands []*NodeState, seed *NodeState) 
 			if i == 0 && seed != nil && n != seed {
 				continue
 			}
-			if a.capacity(n, c) == 0 || !affinityOK(p, n, a.view) || !antiAffinityOK(p, n, a.view) || !spreadOK(p, n, a.view, c.aff) {
+			if a.capacity(n, c) == 0 || !portsOK(p, n, a.view) || !affinityOK(p, n, a.view) || !antiAffinityOK(p, n, a.view) || !spreadOK(p, n, a.view, c.aff) {
 				continue
 			}
 			if pick == nil || a.tieBreak(n, pick) {
@@ -604,9 +615,14 @@ func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int
 			return b.String() + rejectSuffix(c)
 		}
 	}
-	if c.slow {
+	switch {
+	case c.slow && hasInterPodRules(c.rep) && len(hostPorts(c.rep)) > 0:
+		b.WriteString("; the members' host ports, pod affinity, anti-affinity or topology spread rules cannot all be met")
+	case c.slow && len(hostPorts(c.rep)) > 0:
+		fmt.Fprintf(&b, "; the members' host ports (%s) are taken on every node that has room", strings.TrimSuffix(portsKey(c.rep), ";"))
+	case c.slow:
 		b.WriteString("; the members' pod affinity, anti-affinity or topology spread rules cannot all be met")
-	} else {
+	default:
 		b.WriteString("; free capacity is split across nodes so no node holds a whole member")
 	}
 	return b.String() + rejectSuffix(c)

@@ -33,6 +33,13 @@ func bound(name, node string, gpus int) scheduling.PodOnNode {
 	return scheduling.PodOnNode{Pod: builders.Pod(name, "other").GPU(gpus).Obj(), Node: node}
 }
 
+// zoneSelector is a volume's node affinity to one zone.
+func zoneSelector(z string) corev1.NodeSelector {
+	return corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: zone, Operator: corev1.NodeSelectorOpIn, Values: []string{z}},
+	}}}}
+}
+
 // perNode counts members per node.
 func perNode(r scheduling.Result) map[string]int {
 	out := map[string]int{}
@@ -48,10 +55,12 @@ func TestPlace(t *testing.T) {
 		nodes       []*corev1.Node
 		pods        []scheduling.PodOnNode
 		unavailable map[string]string
+		volumes     map[string]scheduling.VolumeTopology
 		gang        scheduling.Gang
 		want        map[string]int // members per node; nil when it must not fit
 		reason      []string       // substrings of the reason when it does not fit
 		unsupported bool
+		blocked     bool
 	}{
 		{
 			name:  "fits on one node",
@@ -273,13 +282,94 @@ func TestPlace(t *testing.T) {
 			want: map[string]int{"a1": 2, "b1": 2},
 		},
 		{
-			name:  "PVC volumes are not modelled",
+			name:  "dynamic resource claims are not modelled",
 			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj()},
-			gang: scheduling.Gang{Members: members(1, func(n string) *builders.PodBuilder {
-				return gpuMember(1)(n).PVC("ckpt", "checkpoints")
-			})},
-			reason:      []string{"member m-00 uses volume ckpt backed by a PersistentVolumeClaim"},
+			gang: scheduling.Gang{Members: []*corev1.Pod{func() *corev1.Pod {
+				p := gpuMember(1)("m-00").Obj()
+				p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu"}}
+				return p
+			}()}},
+			reason:      []string{"member m-00 uses dynamic resource claims"},
 			unsupported: true,
+		},
+		{
+			name: "a volume's node affinity (an EBS volume in zone b) confines its member",
+			nodes: []*corev1.Node{
+				builders.Node("a").GPU(8).Zone("a").Obj(), builders.Node("b").GPU(8).Zone("b").Obj(),
+			},
+			volumes: map[string]scheduling.VolumeTopology{"ml/m-01": {Required: []corev1.NodeSelector{zoneSelector("b")}}},
+			gang: scheduling.Gang{Members: members(2, func(n string) *builders.PodBuilder {
+				return gpuMember(8)(n).PVC("ckpt", n+"-ckpt")
+			})},
+			want: map[string]int{"a": 1, "b": 1},
+		},
+		{
+			name: "volume topology that no node with room matches",
+			nodes: []*corev1.Node{
+				builders.Node("a").GPU(8).Zone("a").Obj(), builders.Node("b").GPU(2).Zone("b").Obj(),
+			},
+			volumes: map[string]scheduling.VolumeTopology{"ml/m-00": {Required: []corev1.NodeSelector{zoneSelector("b")}}},
+			gang:    scheduling.Gang{Members: members(1, gpuMember(8))},
+			reason:  []string{"needs 8 nvidia.com/gpu", "didn't match the node affinity of the member's volumes"},
+		},
+		{
+			name:  "zone-less volumes (EFS, FSx) place anywhere",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Zone("a").Obj()},
+			volumes: map[string]scheduling.VolumeTopology{
+				"ml/m-00": {}, "ml/m-01": {},
+			},
+			gang: scheduling.Gang{Members: members(2, func(n string) *builders.PodBuilder {
+				return gpuMember(4)(n).PVC("shared", "fsx")
+			})},
+			want: map[string]int{"a": 2},
+		},
+		{
+			name:    "a member whose claim waits to be bound blocks the gang; capacity would not help",
+			nodes:   []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			volumes: map[string]scheduling.VolumeTopology{"ml/m-01": {Blocked: "waits for PersistentVolumeClaim ml/data to be bound"}},
+			gang:    scheduling.Gang{Members: members(2, gpuMember(1))},
+			reason:  []string{"member m-01 waits for PersistentVolumeClaim ml/data to be bound"},
+			blocked: true,
+		},
+		{
+			name:  "host ports: members that share one go on different nodes",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj(), builders.Node("b").GPU(8).Obj()},
+			gang: scheduling.Gang{Members: members(2, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).HostPort(29500, corev1.ProtocolTCP, "")
+			})},
+			want: map[string]int{"a": 1, "b": 1},
+		},
+		{
+			name:  "host ports: more members than nodes do not fit, and the reason names the port",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj(), builders.Node("b").GPU(8).Obj()},
+			gang: scheduling.Gang{Members: members(3, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).HostNetwork(29500)
+			})},
+			reason: []string{"2 of 3 members fit", "host ports (0.0.0.0/TCP/29500)"},
+		},
+		{
+			name:  "host ports: a port used by a pod already on a node keeps members off it",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj(), builders.Node("b").GPU(8).Obj()},
+			pods:  []scheduling.PodOnNode{{Pod: builders.Pod("exporter", "monitoring").HostPort(29500, corev1.ProtocolTCP, "").Obj(), Node: "a"}},
+			gang: scheduling.Gang{Members: members(1, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).HostPort(29500, corev1.ProtocolTCP, "")
+			})},
+			want: map[string]int{"b": 1},
+		},
+		{
+			name:  "host ports: other protocol, other host IP and finished pods do not conflict",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			pods: []scheduling.PodOnNode{
+				{Pod: builders.Pod("udp", "x").HostPort(29500, corev1.ProtocolUDP, "").Obj(), Node: "a"},
+				{Pod: builders.Pod("done", "x").HostPort(29501, corev1.ProtocolTCP, "").Phase(corev1.PodSucceeded).Obj(), Node: "a"},
+			},
+			gang: scheduling.Gang{Members: []*corev1.Pod{
+				gpuMember(1)("m-00").HostPort(29500, corev1.ProtocolTCP, "").Obj(),
+				gpuMember(1)("m-01").HostPort(29501, corev1.ProtocolTCP, "").Obj(),
+				gpuMember(1)("m-02").HostPort(29502, corev1.ProtocolTCP, "10.0.0.1").Obj(),
+				gpuMember(1)("m-03").HostPort(29502, corev1.ProtocolTCP, "10.0.0.2").Obj(),
+			}},
+			want: map[string]int{"a": 4},
 		},
 		{
 			name:   "empty gang",
@@ -291,6 +381,7 @@ func TestPlace(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := scheduling.NewSnapshot(tt.nodes, tt.pods, tt.unavailable)
+			s.SetVolumes(tt.volumes)
 			r := scheduling.Place(s, tt.gang)
 			if tt.want == nil {
 				if r.Fits() {
@@ -301,8 +392,8 @@ func TestPlace(t *testing.T) {
 						t.Errorf("reason %q\nlacks %q", r.Reason, want)
 					}
 				}
-				if r.Unsupported != tt.unsupported {
-					t.Errorf("Unsupported = %v, want %v", r.Unsupported, tt.unsupported)
+				if r.Unsupported != tt.unsupported || r.Blocked != tt.blocked {
+					t.Errorf("Unsupported, Blocked = %v, %v; want %v, %v", r.Unsupported, r.Blocked, tt.unsupported, tt.blocked)
 				}
 				return
 			}

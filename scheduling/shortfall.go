@@ -11,6 +11,9 @@ import (
 type Shortfall struct {
 	// Missing are the members that have no place, in member order.
 	Missing []*corev1.Pod
+	// Volumes are the Missing members' volume topologies, in the same order: new capacity for
+	// a member must be where its volumes are.
+	Volumes []VolumeTopology
 	// Nodes are the nodes the members that do have a place would use, sorted. New capacity
 	// must come from elsewhere: capacity on these nodes is theirs.
 	Nodes []string
@@ -22,8 +25,8 @@ type Shortfall struct {
 
 // ComputeShortfall places as many members of g as existing nodes allow (in the best topology
 // domain, with the same rules as Place) and returns the rest. A gang that fits has no
-// shortfall; one whose members use features placement does not model has no meaningful
-// shortfall either, and ok is false for it.
+// shortfall; one whose members use features placement does not model, or whose volumes block a
+// member, has no meaningful shortfall either, and ok is false for it.
 func ComputeShortfall(s *Snapshot, g Gang) (sf Shortfall, ok bool) {
 	if len(g.Members) == 0 {
 		return Shortfall{}, false
@@ -32,6 +35,9 @@ func ComputeShortfall(s *Snapshot, g Gang) (sf Shortfall, ok bool) {
 		if unsupported(m) != "" {
 			return Shortfall{}, false
 		}
+	}
+	if m, _ := s.blocked(g.Members); m != nil {
+		return Shortfall{}, false // new capacity would not help
 	}
 	classes := s.classify(g.Members)
 	domains := []string{""}
@@ -53,6 +59,7 @@ func ComputeShortfall(s *Snapshot, g Gang) (sf Shortfall, ok bool) {
 	for i, m := range g.Members {
 		if best.assigned[i] == nil {
 			sf.Missing = append(sf.Missing, m)
+			sf.Volumes = append(sf.Volumes, s.volumesOf(m))
 		} else if n := best.assigned[i].Name(); !used[n] {
 			used[n] = true
 			sf.Nodes = append(sf.Nodes, n)
@@ -77,6 +84,9 @@ func (s *Snapshot) ReservePartial(g Gang) int {
 		if unsupported(m) != "" {
 			return 0
 		}
+	}
+	if m, _ := s.blocked(g.Members); m != nil {
+		return 0
 	}
 	classes := s.classify(g.Members)
 	domains := []string{""}

@@ -16,6 +16,7 @@ func TestComputeShortfall(t *testing.T) {
 		name    string
 		nodes   []*corev1.Node
 		pods    []scheduling.PodOnNode
+		volumes map[string]scheduling.VolumeTopology
 		gang    scheduling.Gang
 		missing []string
 		used    []string
@@ -75,13 +76,32 @@ func TestComputeShortfall(t *testing.T) {
 		{
 			name:  "unsupported members have no shortfall",
 			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj()},
-			gang:  scheduling.Gang{Members: []*corev1.Pod{builders.Pod("m", "ml").Member("g").GPU(1).PVC("data", "claim").Obj()}},
+			gang: scheduling.Gang{Members: []*corev1.Pod{func() *corev1.Pod {
+				p := builders.Pod("m", "ml").Member("g").GPU(1).Obj()
+				p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu"}}
+				return p
+			}()}},
 			notOK: true,
+		},
+		{
+			name:    "members blocked by their volumes have no shortfall",
+			nodes:   []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			volumes: map[string]scheduling.VolumeTopology{"ml/m": {Blocked: "waits for its claim"}},
+			gang:    scheduling.Gang{Members: []*corev1.Pod{builders.Pod("m", "ml").Member("g").GPU(1).Obj()}},
+			notOK:   true,
+		},
+		{
+			name:    "host-port members that share a node's port: one more node per member",
+			nodes:   []*corev1.Node{builders.Node("a").GPU(8).Obj()},
+			gang:    scheduling.Gang{Members: members(3, func(n string) *builders.PodBuilder { return gpuMember(1)(n).HostPort(29500, corev1.ProtocolTCP, "") })},
+			missing: []string{"m-01", "m-02"},
+			used:    []string{"a"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			snap := scheduling.NewSnapshot(tt.nodes, tt.pods, nil)
+			snap.SetVolumes(tt.volumes)
 			sf, ok := scheduling.ComputeShortfall(snap, tt.gang)
 			if ok == tt.notOK {
 				t.Fatalf("ok = %v, want %v", ok, !tt.notOK)

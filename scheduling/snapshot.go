@@ -39,6 +39,8 @@ type Snapshot struct {
 	byName      map[string]*NodeState
 	filterCache map[string]filtered
 	domainCache map[string][]string
+	// volumes are pods' volume topologies by VolumeKey (SetVolumes); read-only, shared by clones.
+	volumes map[string]VolumeTopology
 }
 
 // NewSnapshot builds a snapshot from nodes and the pods that count against them. Pods on
@@ -140,7 +142,7 @@ func (s *Snapshot) Assume(members []*corev1.Pod, r Result) error {
 // Clone copies the snapshot so a placement can be simulated without touching the original.
 func (s *Snapshot) Clone() *Snapshot {
 	c := &Snapshot{ri: &resIndex{slot: make(map[corev1.ResourceName]int, len(s.ri.slot)), names: append([]corev1.ResourceName(nil), s.ri.names...)},
-		byName: make(map[string]*NodeState, len(s.nodes))}
+		byName: make(map[string]*NodeState, len(s.nodes)), volumes: s.volumes}
 	for k, v := range s.ri.slot {
 		c.ri.slot[k] = v
 	}

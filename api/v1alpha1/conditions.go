@@ -41,6 +41,9 @@ const (
 	// ReasonHeldByOtherScheduler: enough members exist, but another scheduler's gate (a queue's
 	// admission gate) still holds some; the schedule timeout has not started.
 	ReasonHeldByOtherScheduler = "HeldByOtherScheduler"
+	// ReasonWaitingForVolumes: a member's PersistentVolumeClaim does not exist yet or waits to be
+	// bound (Immediate binding); new capacity would not help.
+	ReasonWaitingForVolumes = "WaitingForVolumes"
 )
 
 // Reasons of the Ready condition.
@@ -79,28 +82,38 @@ const (
 	ReasonGPUUnhealthy = "GPUUnhealthy"
 )
 
-// The node condition berth's agent owns, and its reasons.
+// The node conditions berth's agent writes, and their reasons.
 const (
-	// NodeConditionAcceleratedHardwareReady is the node condition berth's agent writes. Karpenter's
-	// AWS node-repair policies and berth's gang admission read it.
+	// NodeConditionAcceleratedHardwareReady is the node condition Karpenter's AWS node-repair
+	// policies act on (False: the node is replaced or rebooted) and berth's gang admission reads.
+	// berth's agent writes it only for faults that need a new node, and never where another
+	// component (the EKS node monitoring agent) writes it.
 	NodeConditionAcceleratedHardwareReady = "AcceleratedHardwareReady"
+	// NodeConditionGPUDegraded is berth's own node condition (True: degraded) for GPU trouble
+	// that recovers in place: throttling, pending page retirement or row remapping, non-fatal
+	// Xids, NVML unavailable. No repair policy reads it.
+	NodeConditionGPUDegraded = "GPUDegraded"
 
-	// ReasonGPUsHealthy: NVML reports every GPU healthy.
+	// ReasonGPUsHealthy: NVML reports every GPU healthy (AcceleratedHardwareReady=True,
+	// GPUDegraded=False).
 	ReasonGPUsHealthy = "GPUsHealthy"
-	// ReasonRecovering: faults cleared, but not for long enough to call the node healthy.
-	ReasonRecovering = "Recovering"
-	// ReasonNVMLUnavailable: NVML could not be loaded or initialised.
-	ReasonNVMLUnavailable = "NVMLUnavailable"
-	// ReasonNoGPUs: NVML reports no GPUs.
-	ReasonNoGPUs = "NoGPUs"
 
-	// Fault reasons, one per kind of GPU fault the agent detects.
-	ReasonXidCriticalError    = "XidCriticalError"
-	ReasonEccDoubleBitErrors  = "EccDoubleBitErrors"
+	// ReasonNvidiaXIDErrorFormat (fmt, with the Xid number) is the AcceleratedHardwareReady=False
+	// reason for a fatal Xid, in the form the EKS node monitoring agent uses and Karpenter's AWS
+	// repair policies match (NvidiaXID79Error). A double-bit ECC error is reported as Xid 48, a
+	// failed row remap as Xid 64, a lost GPU as Xid 79.
+	ReasonNvidiaXIDErrorFormat = "NvidiaXID%dError"
+	// ReasonNvidiaDeviceCountMismatch (AcceleratedHardwareReady=False): NVML sees fewer GPUs than
+	// the instance type has.
+	ReasonNvidiaDeviceCountMismatch = "NvidiaDeviceCountMismatch"
+
+	// GPUDegraded reasons.
+	ReasonRecovering          = "Recovering"
+	ReasonNVMLUnavailable     = "NVMLUnavailable"
+	ReasonNoGPUs              = "NoGPUs"
+	ReasonXidError            = "XidError"
 	ReasonRetiredPagesPending = "RetiredPagesPending"
 	ReasonRowRemapPending     = "RowRemapPending"
-	ReasonRowRemapFailed      = "RowRemapFailed"
 	ReasonThermalThrottle     = "ThermalThrottle"
 	ReasonPowerBrake          = "PowerBrake"
-	ReasonGPULost             = "GPULost"
 )

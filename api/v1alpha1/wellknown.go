@@ -45,6 +45,9 @@ const (
 	SeatOfLabel = "scheduling.berth.dev/seat-of"
 	// SeatForMemberAnnotation on a seat names the member whose shape it copies.
 	SeatForMemberAnnotation = "scheduling.berth.dev/seat-for-member"
+	// SeatForGroupAnnotation on a seat names the PodGroup it holds capacity for, as
+	// namespace/name: seats live in berth's own namespace, not the gang's.
+	SeatForGroupAnnotation = "scheduling.berth.dev/seat-for-group"
 	// SeatPriorityClassName is the PriorityClass of seat pods: below every workload, so any
 	// member (or other pod) preempts a seat.
 	SeatPriorityClassName = "berth-seat"
@@ -100,6 +103,10 @@ const (
 	GPUProductLabel = "scheduling.berth.dev/gpu-product"
 	GPUCountLabel   = "scheduling.berth.dev/gpu-count"
 	GPUMemoryLabel  = "scheduling.berth.dev/gpu-memory-mib"
+	// FatalBootAnnotation on a node holds the boot ID (status.nodeInfo.bootID) during which the
+	// agent saw a fatal GPU fault: a restarted agent on the same boot keeps
+	// AcceleratedHardwareReady False; after a reboot it looks afresh.
+	FatalBootAnnotation = "agent.berth.dev/fatal-boot-id"
 )
 
 // The local dev cluster (berth dev) and its vLLM emulator.
@@ -110,10 +117,20 @@ const (
 	// VLLMSimLabel (value "true") on a dev-cluster pod makes berth's vLLM emulator serve vLLM's
 	// metrics on the pod's IP.
 	VLLMSimLabel = "sim.berth.dev/vllm"
+	// DevRunTimeAnnotation on a dev-cluster pod is how long it runs (a Go duration such as
+	// "90s" or "2h") before its containers exit; without it a Job's pod exits as soon as it runs
+	// and other pods run until deleted.
+	DevRunTimeAnnotation = "sim.berth.dev/run-time"
+	// DevExitCodeAnnotation on a dev-cluster pod is the exit code its containers end with (at
+	// once, or after DevRunTimeAnnotation); anything but "0" makes the pod Failed.
+	DevExitCodeAnnotation = "sim.berth.dev/exit-code"
 )
 
 // Keys of other projects that berth reads or writes and whose Go packages berth does not link.
 const (
+	// NoProvisioner is the provisioner of StorageClasses for pre-created (local) volumes, which no
+	// provisioner creates: berth does not place members whose unbound claims use one.
+	NoProvisioner = "kubernetes.io/no-provisioner"
 	// GPUResource is NVIDIA's extended resource for whole GPUs (device plugin), also the key of
 	// the taint GPU NodePools carry.
 	GPUResource = "nvidia.com/gpu"
@@ -128,7 +145,8 @@ const (
 	CoschedulingPodGroupLabel = "scheduling.x-k8s.io/pod-group"
 	// CoschedulingLegacyPodGroupLabel is the label older coscheduling releases used.
 	CoschedulingLegacyPodGroupLabel = "pod-group.scheduling.sigs.k8s.io"
-	// VolcanoGroupNameKey is Volcano's key naming a pod's PodGroup.
+	// VolcanoGroupNameKey is the pod annotation (not a label) Volcano writes naming a pod's
+	// PodGroup.
 	VolcanoGroupNameKey = "scheduling.k8s.io/group-name"
 	// VolcanoJobNameLabel is the label Volcano puts on the pods of a Volcano Job.
 	VolcanoJobNameLabel = "volcano.sh/job-name"

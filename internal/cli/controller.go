@@ -36,6 +36,7 @@ type controllerFlags struct {
 	adapters           []string
 	gangProvisioning   bool
 	seatImage          string
+	seatNamespace      string
 	consolidationGuard string
 	admissionResync    time.Duration
 	strandedAfter      time.Duration
@@ -71,12 +72,13 @@ Events current, and by default issues and rotates its own webhook certificate.`,
 	fl.StringVar(&f.webhookSecret, "webhook-secret", "berth-webhook-cert", "Secret holding the self-signed webhook certificate")
 	fl.StringVar(&f.webhookNamespace, "webhook-secret-namespace", envOr("POD_NAMESPACE", "berth-system"), "namespace of --webhook-secret")
 	fl.StringSliceVar(&f.webhookHosts, "webhook-hosts", []string{"berth-webhook.berth-system.svc"}, "DNS names (or IPs) the webhook certificate is for")
-	fl.StringSliceVar(&f.adapters, "adapters", []string{"coscheduling", "volcano", "kueue"}, "foreign gang sources treated as berth gangs: coscheduling, volcano, kai, kueue (none: empty)")
+	fl.StringSliceVar(&f.adapters, "adapters", nil, "foreign gang sources treated as berth gangs, off unless listed: coscheduling, volcano, kai, kueue")
 	fl.BoolVar(&f.gangProvisioning, "gang-provisioning", true, "get capacity for gangs that do not fit from Karpenter in one batch (seat pods); off when Karpenter is not installed")
 	fl.StringVar(&f.consolidationGuard, "consolidation-guard", string(guard.ModeEnforce), "what the consolidation guard does with GPU NodePools that let Karpenter consolidate underutilized nodes, unless the NodePool's scheduling.berth.dev/consolidation-guard annotation says otherwise: enforce (add a budget blocking Underutilized), when-empty (switch to WhenEmpty), audit (report only), off")
 	fl.DurationVar(&f.admissionResync, "admission-resync", admission.DefaultResync, "longest gang admission waits for an event before it looks again (a safety net; deadlines are kept exactly)")
 	fl.DurationVar(&f.strandedAfter, "stranded-after", admission.DefaultStrandedAfter, "how long kube-scheduler may report a released gang member unschedulable on its node before berth replaces it")
 	fl.DurationVar(&f.nodeReadyBudget, "node-ready-budget", admission.DefaultNodeReadyBudget, "how long a new node that is not Ready yet counts as capacity on its way")
+	fl.StringVar(&f.seatNamespace, "seat-namespace", envOr("POD_NAMESPACE", admission.DefaultSeatNamespace), "namespace of seat pods (berth's own: seats never count against a tenant's ResourceQuota)")
 	fl.StringVar(&f.seatImage, "seat-image", admission.DefaultSeatImage, "container image of seat pods (any image that starts and sleeps; mirror it for air-gapped clusters)")
 	return cmd
 }
@@ -137,7 +139,7 @@ func runController(cmd *cobra.Command, f controllerFlags) error {
 	cfg.QPS, cfg.Burst = 100, 200 // a gang's release is a burst of patches
 	mgr, err := controllers.NewManager(cfg, controllers.ManagerOptions{
 		Options: controllers.Options{
-			Provisioning:       admission.ProvisioningOptions{Enabled: f.gangProvisioning, SeatImage: f.seatImage},
+			Provisioning:       admission.ProvisioningOptions{Enabled: f.gangProvisioning, SeatImage: f.seatImage, SeatNamespace: f.seatNamespace},
 			ConsolidationGuard: guard,
 			AdmissionResync:    f.admissionResync,
 			StrandedAfter:      f.strandedAfter,

@@ -187,6 +187,17 @@ func demoPods(ctx context.Context, c client.Client, labels client.MatchingLabels
 	return out, nil
 }
 
+// seatPods lists the live seat pods matching labels, by name; seats live in berth's namespace.
+func seatPods(ctx context.Context, c client.Client, labels client.MatchingLabels) ([]corev1.Pod, error) {
+	var list corev1.PodList
+	if err := c.List(ctx, &list, client.InNamespace(rig.BerthNamespace), labels); err != nil {
+		return nil, fmt.Errorf("listing seats %v: %w", map[string]string(labels), err)
+	}
+	out := slices.DeleteFunc(list.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	slices.SortFunc(out, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
 // createGang creates a PodGroup and its MinMember members <name>-0, <name>-1, ..., made by
 // member and labelled with the group.
 func createGang(ctx context.Context, c client.Client, pg *berthv1alpha1.PodGroup, member func(name string) *corev1.Pod) error {

@@ -129,14 +129,14 @@ func runWhole(ctx context.Context, c client.Client, p *printer, d time.Duration)
 // showSeatTrouble prints what Karpenter says about the gang's first seat — why it launches
 // no node for it — waiting a few seconds for it to say something.
 func showSeatTrouble(ctx context.Context, c client.Client, p *printer, pg *berthv1alpha1.PodGroup, pool string) error {
-	seats, err := demoPods(ctx, c, client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)})
+	seats, err := seatPods(ctx, c, client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)})
 	if err != nil || len(seats) == 0 {
 		return err
 	}
 	seat := seats[0]
 	var word *eventsv1.Event
 	err = poll(ctx, 250*time.Millisecond, 5*time.Second, func(ctx context.Context) (bool, error) {
-		evs, err := eventsAbout(ctx, c, DemoNamespace, seat.UID)
+		evs, err := eventsAbout(ctx, c, seat.Namespace, seat.UID)
 		if i := slices.IndexFunc(evs, func(e eventsv1.Event) bool { return fromKarpenter(e) && e.Type == corev1.EventTypeWarning }); i >= 0 {
 			word = &evs[i]
 		}

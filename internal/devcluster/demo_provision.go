@@ -168,7 +168,7 @@ func (v *provisionView) showGroup() {
 
 // showSeats prints the seats when they appear, where they are scheduled, and when they go.
 func (v *provisionView) showSeats(ctx context.Context, c client.Client) error {
-	seats, err := demoPods(ctx, c, client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(v.pg.UID)})
+	seats, err := seatPods(ctx, c, client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(v.pg.UID)})
 	if err != nil {
 		return fmt.Errorf("reading the seats of %s: %w", v.pg.Name, err)
 	}

@@ -187,7 +187,8 @@ func startBerth(ctx context.Context, o Options, r *rig.Rig, st *State) error {
 		"controller", "--kubeconfig=" + r.Kubeconfig, "--leader-elect=false", "--development",
 		"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + health,
 		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(ports[2]),
-		"--webhook-cert-dir=" + filepath.Join(r.WorkDir(), "webhook-certs"), "--webhook-secret-namespace=kube-system",
+		"--webhook-cert-dir=" + filepath.Join(r.WorkDir(), "webhook-certs"), "--webhook-secret-namespace=" + rig.BerthNamespace,
+		"--seat-namespace=" + rig.BerthNamespace,
 		"--webhook-hosts=127.0.0.1", "--adapters=coscheduling,volcano,kueue",
 	}, nil, "http://"+health+"/readyz"); err != nil {
 		return err

@@ -37,6 +37,12 @@ const (
 	ReasonGangAdapted = "GangAdapted"
 	// ReasonGangSizeUnknown: a pod of a foreign gang cannot be admitted: its size is unknown.
 	ReasonGangSizeUnknown = "GangSizeUnknown"
+	// ReasonStaleGangReplaced: an adapted PodGroup left from an earlier submission of the same
+	// gang name (another owner) was deleted, so the new submission gets a PodGroup of its own.
+	ReasonStaleGangReplaced = "StaleGangReplaced"
+	// ReasonGangNameTaken: a pod's foreign gang name is held by the adapted PodGroup of another
+	// workload that still exists.
+	ReasonGangNameTaken = "GangNameTaken"
 	// ReasonLateMemberWaiting: a member created after admission does not fit yet.
 	ReasonLateMemberWaiting = "LateMemberWaiting"
 	// ReasonGangRestarted: an admitted generation ended (nothing of it left running) and the new

@@ -101,6 +101,9 @@ func (r *Rig) kwokStages(o KwokOptions) ([]byte, error) {
 	sort.Strings(files)
 	var out bytes.Buffer
 	for _, f := range files {
+		if filepath.Base(f) == upstreamPodComplete {
+			continue
+		}
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("rig: reading %s: %w", f, err)
@@ -119,6 +122,8 @@ func (r *Rig) kwokStages(o KwokOptions) ([]byte, error) {
 	// with one.
 	out.WriteString("---\n")
 	out.WriteString(nodeBootedStage)
+	out.WriteString("---\n")
+	out.WriteString(podFinishStages)
 	if o.NodeReadyDelay > 0 {
 		out.WriteString("---\n")
 		out.WriteString(nodeRegisterStage)

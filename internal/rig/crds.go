@@ -134,8 +134,13 @@ func DecodeManifests(data []byte) ([]*unstructured.Unstructured, error) {
 	}
 }
 
+// BerthNamespace is the namespace berth runs in on the rig (its webhook Secret, its seat pods),
+// as the Helm chart's release namespace is in a cluster.
+const BerthNamespace = "berth-system"
+
+// ensureDefaultNamespace creates the namespaces a cluster starts with, and BerthNamespace.
 func (r *Rig) ensureDefaultNamespace(ctx context.Context) error {
-	for _, name := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem} {
+	for _, name := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem, BerthNamespace} {
 		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 		if err := r.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating namespace %s: %w", name, err)

@@ -48,7 +48,7 @@ func TestKwokStagesAreSeparateDocuments(t *testing.T) {
 	if err := os.MkdirAll(dir+"/kwok-stages", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"node-initialize", "pod-ready"} {
+	for _, name := range []string{"node-initialize", "pod-complete", "pod-ready"} {
 		data := fmt.Sprintf("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata:\n  name: %s\nspec: {}\n", name)
 		if err := os.WriteFile(dir+"/kwok-stages/"+name+".yaml", []byte(data), 0o644); err != nil {
 			t.Fatal(err)
@@ -63,12 +63,16 @@ func TestKwokStagesAreSeparateDocuments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The two files, plus the rig's own node-booted and (with a delay) node-register stages.
+	// The files but kwok's pod-complete, plus the rig's own node-booted, pod-finish and (with a
+	// delay) node-register stages.
 	var names []string
 	for _, o := range objs {
 		names = append(names, o.GetName())
 	}
-	if want := []string{"node-initialize", "pod-ready", "node-booted", "node-register"}; !slices.Equal(names, want) {
+	if want := []string{
+		"node-initialize", "pod-ready", "node-booted",
+		"berth-pod-run-time", "berth-pod-exit-code", "pod-complete", "node-register",
+	}; !slices.Equal(names, want) {
 		t.Fatalf("decoded stages %v, want %v:\n%s", names, want, out)
 	}
 	if !strings.Contains(string(out), "durationMilliseconds: 5000") {

@@ -221,6 +221,35 @@ func (b *PodBuilder) Spread(topologyKey string, maxSkew int32, k, v string) *Pod
 	return b
 }
 
+// HostPort exposes a port of the first container on the node's IP (hostIP empty: all of them),
+// as kube-scheduler counts it.
+func (b *PodBuilder) HostPort(port int32, protocol corev1.Protocol, hostIP string) *PodBuilder {
+	c := &b.p.Spec.Containers[0]
+	c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: port, HostPort: port, Protocol: protocol, HostIP: hostIP})
+	return b
+}
+
+// HostNetwork runs the pod in the node's network namespace with port as its container's port;
+// the API server sets hostPort to containerPort for such pods, as done here.
+func (b *PodBuilder) HostNetwork(port int32) *PodBuilder {
+	b.p.Spec.HostNetwork = true
+	return b.HostPort(port, corev1.ProtocolTCP, "")
+}
+
+// Ephemeral mounts a generic ephemeral volume (its claim is named <pod>-<volume>).
+func (b *PodBuilder) Ephemeral(volume, storageClass string) *PodBuilder {
+	b.p.Spec.Volumes = append(b.p.Spec.Volumes, corev1.Volume{Name: volume, VolumeSource: corev1.VolumeSource{
+		Ephemeral: &corev1.EphemeralVolumeSource{VolumeClaimTemplate: &corev1.PersistentVolumeClaimTemplate{
+			Spec: corev1.PersistentVolumeClaimSpec{
+				StorageClassName: &storageClass,
+				AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("10Gi")}},
+			},
+		}},
+	}})
+	return b
+}
+
 // PVC mounts a PersistentVolumeClaim.
 func (b *PodBuilder) PVC(volume, claim string) *PodBuilder {
 	b.p.Spec.Volumes = append(b.p.Spec.Volumes, corev1.Volume{Name: volume,

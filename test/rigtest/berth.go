@@ -56,7 +56,8 @@ func (b *BerthProcess) Start(ctx context.Context, env ...string) error {
 		"controller", "--kubeconfig=" + b.r.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
 		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(b.webhookPort), "--webhook-hosts=127.0.0.1",
-		"--webhook-cert-dir=" + filepath.Join(b.r.WorkDir(), name+"-certs"), "--webhook-secret-namespace=kube-system",
+		"--webhook-cert-dir=" + filepath.Join(b.r.WorkDir(), name+"-certs"), "--webhook-secret-namespace=" + rig.BerthNamespace,
+		"--seat-namespace=" + rig.BerthNamespace,
 		"--admission-resync=" + AdmissionResync.String(),
 	}, env, fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
 	if err != nil {

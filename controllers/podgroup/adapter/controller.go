@@ -3,12 +3,19 @@
 // workloads get berth's admission without being rewritten. The pod-gate webhook labels such
 // pods as berth members and records their source; this controller creates the same-named
 // PodGroup when none exists, sized from what the source says.
+//
+// An adapted PodGroup belongs to one submission of its gang: it is owned by the members'
+// controller (a Job, a Volcano Job…), or by the members themselves when they have none, so
+// Kubernetes deletes it with them; and a PodGroup left from an earlier submission of the same
+// name is replaced, never reused. PodGroups users create are never touched.
 package adapter
 
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +37,9 @@ import (
 
 // Name is the controller's name in logs and metrics.
 const Name = "podgroup.adapter"
+
+// staleRetry is how soon a pod whose gang's stale PodGroup is being deleted is looked at again.
+const staleRetry = time.Second
 
 // sourceGroups are the foreign PodGroup kinds whose spec.minMember sizes an adapted gang.
 var sourceGroups = map[string]schema.GroupVersionKind{
@@ -44,8 +55,9 @@ type Reconciler struct {
 	Recorder *events.Recorder
 }
 
-// +kubebuilder:rbac:groups=scheduling.berth.dev,resources=podgroups,verbs=create
+// +kubebuilder:rbac:groups=scheduling.berth.dev,resources=podgroups,verbs=create;patch;delete
 // +kubebuilder:rbac:groups=scheduling.x-k8s.io;scheduling.volcano.sh;scheduling.run.ai,resources=podgroups,verbs=get
+// +kubebuilder:rbac:groups=batch.volcano.sh,resources=jobs,verbs=get
 
 // Reconcile handles one adapted pod.
 func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
@@ -55,35 +67,142 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	group := pod.Labels[berthv1alpha1.PodGroupLabel]
 	source := pod.Annotations[berthv1alpha1.SourceAnnotation]
-	if group == "" || source == "" || source == gate.SourceBerth.Name {
+	if group == "" || source == "" || source == gate.SourceBerth.Name || pod.DeletionTimestamp != nil {
 		return reconcile.Result{}, nil
 	}
 	var existing berthv1alpha1.PodGroup
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: group}, &existing)
-	if err == nil {
-		return reconcile.Result{}, nil
-	}
-	if !apierrors.IsNotFound(err) {
+	switch {
+	case err == nil:
+		return r.keep(ctx, &pod, &existing)
+	case !apierrors.IsNotFound(err):
 		return reconcile.Result{}, fmt.Errorf("reading PodGroup %s: %w", group, err)
 	}
-	minMember, from, err := r.gangSize(ctx, &pod, source, group)
+	return reconcile.Result{}, r.create(ctx, &pod, source, group)
+}
+
+// create makes the adapted PodGroup for the pod's gang, owned like the pod (see ownerOf).
+func (r *Reconciler) create(ctx context.Context, pod *corev1.Pod, source, group string) error {
+	minMember, from, err := r.gangSize(ctx, pod, source, group)
+	if err != nil {
+		return err
+	}
+	if minMember == 0 {
+		r.Recorder.Warning(pod, events.ReasonGangSizeUnknown, fmt.Sprintf(
+			"pod is in %s gang %q but its size is unknown (no %s annotation and no %s PodGroup); create a berth PodGroup %q to admit it", source, group, berthv1alpha1.MinMemberAnnotation, source, group))
+		return nil
+	}
+	pg := &berthv1alpha1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: group, Namespace: pod.Namespace, Labels: map[string]string{berthv1alpha1.AdaptedFromLabel: source},
+			OwnerReferences: []metav1.OwnerReference{ownerOf(pod)},
+		},
+		Spec: berthv1alpha1.PodGroupSpec{MinMember: minMember},
+	}
+	if err := r.Client.Create(ctx, pg); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil // another member's reconcile made it; the next event checks its owner
+		}
+		return fmt.Errorf("creating PodGroup %s for %s gang: %w", group, source, err)
+	}
+	r.Recorder.Normal(pg, events.ReasonGangAdapted, fmt.Sprintf("created for %s gang %q with minMember %d (from %s), owned by %s %s",
+		source, group, minMember, from, pg.OwnerReferences[0].Kind, pg.OwnerReferences[0].Name))
+	return nil
+}
+
+// ownerOf is what an adapted PodGroup for the pod's gang is owned by: the pod's controller, or
+// the pod itself when it has none (more members are added as owners as they come).
+func ownerOf(pod *corev1.Pod) metav1.OwnerReference {
+	if c := metav1.GetControllerOf(pod); c != nil {
+		return metav1.OwnerReference{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, UID: c.UID}
+	}
+	return metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}
+}
+
+// keep decides about a PodGroup that already has the gang's name. A user's PodGroup is theirs.
+// An adapted one serves one submission: when the pod's owner (its controller, or the pod
+// itself when it has none) does not own it and every owner it has is gone, it is left from an
+// earlier submission of the same name and is replaced; a PodGroup owned by controller-less
+// members that are still there gains the pod as another owner. Two live workloads claiming one
+// gang name are told so, and nothing is deleted.
+func (r *Reconciler) keep(ctx context.Context, pod *corev1.Pod, pg *berthv1alpha1.PodGroup) (reconcile.Result, error) {
+	if pg.Labels[berthv1alpha1.AdaptedFromLabel] == "" {
+		return reconcile.Result{}, nil
+	}
+	if pg.DeletionTimestamp != nil {
+		return reconcile.Result{RequeueAfter: staleRetry}, nil
+	}
+	owner := ownerOf(pod)
+	if ownedBy(pg, owner.UID) {
+		return reconcile.Result{}, nil
+	}
+	live, err := r.liveOwner(ctx, pg)
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if minMember == 0 {
-		r.Recorder.Warning(&pod, events.ReasonGangSizeUnknown, fmt.Sprintf(
-			"pod is in %s gang %q but its size is unknown (no %s annotation and no %s PodGroup); create a berth PodGroup %q to admit it", source, group, berthv1alpha1.MinMemberAnnotation, source, group))
+	switch {
+	case live == nil:
+		return r.replaceStale(ctx, pod, pg, owner)
+	case owner.Kind == "Pod" && live.Kind == "Pod":
+		patch := client.MergeFromWithOptions(pg.DeepCopy(), client.MergeFromWithOptimisticLock{})
+		pg.OwnerReferences = append(pg.OwnerReferences, owner)
+		if err := r.Client.Patch(ctx, pg, patch); err != nil {
+			return reconcile.Result{}, fmt.Errorf("adding pod %s as an owner of PodGroup %s: %w", pod.Name, pg.Name, err)
+		}
 		return reconcile.Result{}, nil
 	}
-	pg := &berthv1alpha1.PodGroup{
-		ObjectMeta: metav1.ObjectMeta{Name: group, Namespace: pod.Namespace, Labels: map[string]string{berthv1alpha1.AdaptedFromLabel: source}},
-		Spec:       berthv1alpha1.PodGroupSpec{MinMember: minMember},
-	}
-	if err := r.Client.Create(ctx, pg); err != nil && !apierrors.IsAlreadyExists(err) {
-		return reconcile.Result{}, fmt.Errorf("creating PodGroup %s for %s gang: %w", group, source, err)
-	}
-	r.Recorder.Normal(pg, events.ReasonGangAdapted, fmt.Sprintf("created for %s gang %q with minMember %d (from %s)", source, group, minMember, from))
+	r.Recorder.Warning(pod, events.ReasonGangNameTaken, fmt.Sprintf(
+		"gang %q already has a PodGroup, owned by %s %s, which still exists; two workloads cannot share one gang name (rename one)", pg.Name, live.Kind, live.Name))
 	return reconcile.Result{}, nil
+}
+
+// liveOwner is an owner of pg that still exists (same UID, not being deleted), read from the
+// API server, or nil when every owner is gone. An owner berth may not read counts as live:
+// berth deletes nothing it cannot prove stale.
+func (r *Reconciler) liveOwner(ctx context.Context, pg *berthv1alpha1.PodGroup) (*metav1.OwnerReference, error) {
+	for i := range pg.OwnerReferences {
+		o := &pg.OwnerReferences[i]
+		gv, err := schema.ParseGroupVersion(o.APIVersion)
+		if err != nil {
+			continue
+		}
+		obj := &metav1.PartialObjectMetadata{}
+		obj.SetGroupVersionKind(gv.WithKind(o.Kind))
+		err = r.Reader.Get(ctx, client.ObjectKey{Namespace: pg.Namespace, Name: o.Name}, obj)
+		switch {
+		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+			continue
+		case apierrors.IsForbidden(err):
+			return o, nil
+		case err != nil:
+			return nil, fmt.Errorf("reading %s %s, an owner of PodGroup %s: %w", o.Kind, o.Name, pg.Name, err)
+		}
+		if obj.UID == o.UID && obj.DeletionTimestamp == nil {
+			return o, nil
+		}
+	}
+	return nil, nil
+}
+
+// replaceStale deletes a PodGroup left from an earlier submission (only that very object:
+// a UID precondition) and looks again once it is gone.
+func (r *Reconciler) replaceStale(ctx context.Context, pod *corev1.Pod, pg *berthv1alpha1.PodGroup, owner metav1.OwnerReference) (reconcile.Result, error) {
+	was := "no owner"
+	if len(pg.OwnerReferences) > 0 {
+		was = pg.OwnerReferences[0].Kind + " " + pg.OwnerReferences[0].Name + " (uid " + string(pg.OwnerReferences[0].UID) + ")"
+	}
+	err := r.Client.Delete(ctx, pg, client.Preconditions{UID: &pg.UID})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return reconcile.Result{}, fmt.Errorf("deleting stale PodGroup %s: %w", pg.Name, err)
+	}
+	r.Recorder.Normal(pod, events.ReasonStaleGangReplaced, fmt.Sprintf(
+		"PodGroup %s was adapted for an earlier submission (owned by %s); it is replaced by one owned by %s %s", pg.Name, was, owner.Kind, owner.Name))
+	return reconcile.Result{RequeueAfter: staleRetry}, nil
+}
+
+// ownedBy reports whether uid is among pg's owners.
+func ownedBy(pg *berthv1alpha1.PodGroup, uid types.UID) bool {
+	return slices.ContainsFunc(pg.OwnerReferences, func(o metav1.OwnerReference) bool { return o.UID == uid })
 }
 
 // gangSize is minMember from the pod's annotation, else from the source's own PodGroup.

@@ -110,8 +110,8 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 // +kubebuilder:rbac:groups=karpenter.sh,resources=nodeclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 
-// SetupWithManager registers the cycle: any change to PodGroups, pods or nodes triggers it,
-// except a node's heartbeat, which changes nothing placement reads.
+// SetupWithManager registers the cycle: any change to PodGroups, pods, claims or nodes triggers
+// it, except a node's heartbeat, which changes nothing placement reads.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	toCycle := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{cycleKey}
@@ -120,6 +120,8 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		Named(Name).
 		Watches(&berthv1alpha1.PodGroup{}, toCycle).
 		Watches(&corev1.Pod{}, toCycle).
+		// A claim bound, created (an ephemeral volume's) or deleted changes where members fit.
+		Watches(&corev1.PersistentVolumeClaim{}, toCycle).
 		Watches(&corev1.Node{}, toCycle, builder.WithPredicates(predicate.Funcs{UpdateFunc: nodeChanged})).
 		Complete(r)
 }
@@ -181,7 +183,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 			next = wait
 		}
 	}
-	errs = append(errs, r.sweepSeats(ctx, cy), r.sweepReservations(ctx, cy), r.sweepBarriers(ctx, cy))
+	errs = append(errs, cy.volumeErr, r.sweepSeats(ctx, cy), r.sweepReservations(ctx, cy), r.sweepBarriers(ctx, cy))
 	cycleDuration.Observe(r.clock.Since(cy.now).Seconds())
 	if err := errors.Join(errs...); err != nil {
 		return reconcile.Result{}, err

@@ -32,8 +32,11 @@ type cycle struct {
 	members map[string][]*corev1.Pod
 	// seats are the seat pods by the UID of the gang they hold capacity for.
 	seats map[types.UID][]*corev1.Pod
+	// volumeErr is what went wrong reading members' claims (those members are blocked).
+	volumeErr error
 
 	// What the booting snapshot is built from, on first use.
+	volumes     map[string]scheduling.VolumeTopology
 	bootBudget  time.Duration
 	onNodes     []scheduling.PodOnNode
 	unavailable map[string]string
@@ -81,7 +84,11 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	cy.onNodes = podsOnNodes(pods, cy.groups, r.assumed)
 	r.mu.Unlock()
 	cy.unavailable = unavailableNodes(cy.nodes)
+	// A member whose claims could not be read is blocked (never placed) and the error returned
+	// after the cycle; the other gangs go on.
+	cy.volumes, cy.volumeErr = volumeTopologies(ctx, cacheVolumes{r.client}, cy.members)
 	cy.snap = scheduling.NewSnapshot(cy.nodes, cy.onNodes, cy.unavailable)
+	cy.snap.SetVolumes(cy.volumes)
 	return cy, nil
 }
 
@@ -96,6 +103,7 @@ func (cy *cycle) gang(g *berthv1alpha1.PodGroup) gangView {
 func (cy *cycle) bootingSnapshot() *scheduling.Snapshot {
 	if cy.booting == nil {
 		cy.booting = scheduling.NewSnapshot(cy.nodes, cy.onNodes, withoutBooting(cy.unavailable, cy.nodes, cy.now, cy.bootBudget))
+		cy.booting.SetVolumes(cy.volumes)
 	}
 	return cy.booting
 }

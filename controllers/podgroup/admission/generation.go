@@ -4,6 +4,7 @@ import (
 	"sort"
 	"strconv"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -15,7 +16,7 @@ import (
 
 // jobCompletionIndex is the annotation (and label) an Indexed Job's pods carry their index in;
 // a replacement keeps the index of the pod it replaces.
-const jobCompletionIndex = "batch.kubernetes.io/job-completion-index"
+const jobCompletionIndex = batchv1.JobCompletionIndexAnnotation
 
 // lostMember is an assigned member that is gone without succeeding: failed, evicted, deleted.
 type lostMember struct {

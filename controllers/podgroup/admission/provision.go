@@ -34,6 +34,9 @@ import (
 // DefaultSeatImage is the container image of seat pods; it only has to start and sleep.
 const DefaultSeatImage = "registry.k8s.io/pause:3.10"
 
+// DefaultSeatNamespace is where seat pods live when ProvisioningOptions.SeatNamespace is empty.
+const DefaultSeatNamespace = "berth-system"
+
 // Retry backoff after a failed provisioning attempt: base doubling per attempt, capped.
 const (
 	provisioningBackoffBase = 30 * time.Second
@@ -46,6 +49,19 @@ type ProvisioningOptions struct {
 	Enabled bool
 	// SeatImage is the seat container's image; DefaultSeatImage when empty.
 	SeatImage string
+	// SeatNamespace is the namespace seat pods live in (berth's own; DefaultSeatNamespace when
+	// empty). Seats never live in the gang's namespace: there they would count against its
+	// ResourceQuota next to the members they stand for, and a quota that fits the gang exactly
+	// would refuse them.
+	SeatNamespace string
+}
+
+// seatNamespace is where seats are created.
+func (o ProvisioningOptions) seatNamespace() string {
+	if o.SeatNamespace == "" {
+		return DefaultSeatNamespace
+	}
+	return o.SeatNamespace
 }
 
 // provisioningTimeoutOf is the gang's bound on one capacity request.

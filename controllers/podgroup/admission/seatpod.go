@@ -3,7 +3,6 @@ package admission
 import (
 	"fmt"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,21 +26,16 @@ func seatName(g *berthv1alpha1.PodGroup, attempt int32, i int) string {
 	return fmt.Sprintf("%s-seat-%d-%d", base, attempt, i)
 }
 
-// seatPod is the seat that holds capacity for member m of gang g. sf.Domain, when set,
+// seatPod is the seat that holds capacity for member m of gang g, in namespace ns (berth's own,
+// so no ownerReference: sweepSeats deletes seats whose gang is gone). sf.Domain, when set,
 // confines it to the topology domain where the gang's other members have room; nodes carrying
 // the gang's reservation label (sf.Nodes, see reserve) are off limits, as their room is
 // promised to those members.
-func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, name, image string, sf scheduling.Shortfall) *corev1.Pod {
+func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, vt scheduling.VolumeTopology, ns, name, image string, sf scheduling.Shortfall) *corev1.Pod {
 	req := resourcehelper.PodRequests(m, resourcehelper.PodResourcesOptions{})
-	limits := corev1.ResourceList{}
-	for n, q := range req {
-		if !isNativeResource(n) {
-			limits[n] = q // extended resources (GPUs) need limits equal to requests
-		}
-	}
 	seat := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: g.Namespace,
+			Name: name, Namespace: ns,
 			Labels: map[string]string{
 				berthv1alpha1.SeatOfLabel:    string(g.UID),
 				berthv1alpha1.ManagedByLabel: berthv1alpha1.ManagedByBerth,
@@ -50,16 +44,13 @@ func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, name, image string, sf sc
 			Annotations: map[string]string{
 				karpv1.DoNotDisruptAnnotationKey:      "true",
 				berthv1alpha1.SeatForMemberAnnotation: m.Name,
+				berthv1alpha1.SeatForGroupAnnotation:  g.Namespace + "/" + g.Name,
 			},
-			OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: berthv1alpha1.GroupVersion.String(), Kind: "PodGroup", Name: g.Name, UID: g.UID,
-				Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true),
-			}},
 		},
 		Spec: corev1.PodSpec{
 			Containers: []corev1.Container{{
-				Name: "seat", Image: image,
-				Resources: corev1.ResourceRequirements{Requests: req, Limits: limits},
+				Name: "seat", Image: image, Ports: seatPorts(m),
+				Resources: corev1.ResourceRequirements{Requests: req, Limits: seatLimits(req)},
 				SecurityContext: &corev1.SecurityContext{
 					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
@@ -86,7 +77,56 @@ func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, name, image string, sf sc
 	}
 	// Always set: at least the reservation term is there.
 	seat.Spec.Affinity = seatAffinity(g, m, sf)
+	for _, sel := range vt.Required {
+		andNodeSelector(seat.Spec.Affinity, sel)
+	}
 	return seat
+}
+
+// seatPorts are the member's host ports (its containers' and sidecars'): kube-scheduler and
+// Karpenter then keep seats that cannot share a node apart, as the members will be.
+func seatPorts(m *corev1.Pod) []corev1.ContainerPort {
+	var out []corev1.ContainerPort
+	cs := append([]corev1.Container(nil), m.Spec.Containers...)
+	for _, c := range m.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			cs = append(cs, c)
+		}
+	}
+	for _, c := range cs {
+		for _, p := range c.Ports {
+			if p.HostPort > 0 {
+				out = append(out, corev1.ContainerPort{ContainerPort: p.HostPort, HostPort: p.HostPort, HostIP: p.HostIP, Protocol: p.Protocol})
+			}
+		}
+	}
+	return out
+}
+
+// andNodeSelector requires sel (a member's volume topology) on top of the seat's required node
+// affinity: every existing term ANDed with each of sel's terms (terms are ORed).
+func andNodeSelector(aff *corev1.Affinity, sel corev1.NodeSelector) {
+	if len(sel.NodeSelectorTerms) == 0 {
+		return
+	}
+	if aff.NodeAffinity == nil {
+		aff.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	req := aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	if req == nil || len(req.NodeSelectorTerms) == 0 {
+		aff.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution = sel.DeepCopy()
+		return
+	}
+	var terms []corev1.NodeSelectorTerm
+	for _, t := range req.NodeSelectorTerms {
+		for _, s := range sel.NodeSelectorTerms {
+			terms = append(terms, corev1.NodeSelectorTerm{
+				MatchExpressions: append(append([]corev1.NodeSelectorRequirement(nil), t.MatchExpressions...), s.MatchExpressions...),
+				MatchFields:      append(append([]corev1.NodeSelectorRequirement(nil), t.MatchFields...), s.MatchFields...),
+			})
+		}
+	}
+	req.NodeSelectorTerms = terms
 }
 
 // seatAffinity is a seat's scheduling constraints: the member's node affinity, off the nodes
@@ -157,12 +197,27 @@ func addRequiredNodeTerm(aff *corev1.Affinity, req corev1.NodeSelectorRequiremen
 	}
 }
 
-func isNativeResource(n corev1.ResourceName) bool {
+// seatLimits are the limits a seat needs for its requests to be valid: equal to the request
+// for every resource the API does not let a pod overcommit (hugepages-*, extended resources
+// such as GPUs and EFA devices); none for cpu, memory and ephemeral storage, which a seat
+// never uses.
+func seatLimits(req corev1.ResourceList) corev1.ResourceList {
+	limits := corev1.ResourceList{}
+	for n, q := range req {
+		if !overcommitable(n) {
+			limits[n] = q
+		}
+	}
+	return limits
+}
+
+// overcommitable reports whether a pod may request n without a limit equal to the request.
+func overcommitable(n corev1.ResourceName) bool {
 	switch n {
 	case corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage:
 		return true
 	}
-	return strings.HasPrefix(string(n), corev1.ResourceHugePagesPrefix)
+	return false
 }
 
 func copyMap(m map[string]string) map[string]string {

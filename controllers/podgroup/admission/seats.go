@@ -60,7 +60,11 @@ func (r *Reconciler) ensureSeats(ctx context.Context, gv gangView, attempt int32
 	var create []*corev1.Pod
 	for i := 0; i < want; i++ {
 		if name := seatName(g, attempt, i); !have[name] {
-			create = append(create, seatPod(g, sf.Missing[i], name, image, sf))
+			var vt scheduling.VolumeTopology
+			if i < len(sf.Volumes) {
+				vt = sf.Volumes[i]
+			}
+			create = append(create, seatPod(g, sf.Missing[i], vt, r.opts.Provisioning.seatNamespace(), name, image, sf))
 		}
 	}
 	if faultArmed("mid-seats") && len(create) > 1 {

@@ -34,11 +34,12 @@ func TestSeatPod(t *testing.T) {
 	reservation := corev1.NodeSelectorRequirement{Key: berthv1alpha1.ReservationLabelPrefix + "uid-1", Operator: corev1.NodeSelectorOpDoesNotExist}
 
 	tests := []struct {
-		name   string
-		group  func() *berthv1alpha1.PodGroup
-		member *corev1.Pod
-		sf     scheduling.Shortfall
-		check  func(t *testing.T, seat *corev1.Pod)
+		name    string
+		group   func() *berthv1alpha1.PodGroup
+		member  *corev1.Pod
+		sf      scheduling.Shortfall
+		volumes scheduling.VolumeTopology
+		check   func(t *testing.T, seat *corev1.Pod)
 	}{
 		{
 			name:  "copies the member's effective requests, selectors and tolerations",
@@ -71,8 +72,9 @@ func TestSeatPod(t *testing.T) {
 				if seat.Labels[berthv1alpha1.SeatOfLabel] != "uid-1" || seat.Labels[berthv1alpha1.PodGroupLabel] != "" {
 					t.Errorf("labels %v: want the seat label and no member label (no gate)", seat.Labels)
 				}
-				if ref := metav1.GetControllerOf(seat); ref == nil || ref.UID != "uid-1" || ref.Kind != "PodGroup" {
-					t.Errorf("controller reference %+v", ref)
+				if len(seat.OwnerReferences) != 0 || seat.Annotations[berthv1alpha1.SeatForGroupAnnotation] != "ml/ddp" {
+					t.Errorf("owner references %+v, group annotation %q: want none (another namespace) and ml/ddp",
+						seat.OwnerReferences, seat.Annotations[berthv1alpha1.SeatForGroupAnnotation])
 				}
 				terms := seat.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 				if len(terms) != 1 || len(terms[0].MatchExpressions) != 1 || terms[0].MatchExpressions[0].Key != reservation.Key {
@@ -124,6 +126,36 @@ func TestSeatPod(t *testing.T) {
 			},
 		},
 		{
+			name:  "host ports and volume topology: seats land where the member could",
+			group: base,
+			member: builders.Pod("ddp-0", "ml").Member("ddp").GPU(8).HostNetwork(29500).
+				NodeAffinityIn(corev1.LabelInstanceTypeStable, "p5.48xlarge", "p5e.48xlarge").Obj(),
+			volumes: scheduling.VolumeTopology{Required: []corev1.NodeSelector{{NodeSelectorTerms: []corev1.NodeSelectorTerm{
+				{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"us-west-2a"}}}},
+				{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"us-west-2b"}}}},
+			}}}},
+			check: func(t *testing.T, seat *corev1.Pod) {
+				t.Helper()
+				want := []corev1.ContainerPort{{ContainerPort: 29500, HostPort: 29500, Protocol: corev1.ProtocolTCP}}
+				if diff := cmp.Diff(want, seat.Spec.Containers[0].Ports); diff != "" {
+					t.Errorf("seat ports (-want +got):\n%s", diff)
+				}
+				if seat.Spec.HostNetwork {
+					t.Error("the seat runs in the host network; its ports are enough")
+				}
+				terms := seat.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+				if len(terms) != 2 {
+					t.Fatalf("node affinity %+v: want the member's term ANDed with each volume zone", terms)
+				}
+				for i, z := range []string{"us-west-2a", "us-west-2b"} {
+					ex := terms[i].MatchExpressions
+					if len(ex) != 3 || ex[0].Key != corev1.LabelInstanceTypeStable || ex[1].Key != reservation.Key || ex[2].Values[0] != z {
+						t.Errorf("term %d = %+v", i, ex)
+					}
+				}
+			},
+		},
+		{
 			name:  "anti-affinity against other pods is not copied",
 			group: base,
 			member: builders.Pod("ddp-0", "ml").Member("ddp").GPU(8).
@@ -139,12 +171,30 @@ func TestSeatPod(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := tt.group()
-			seat := seatPod(g, tt.member, seatName(g, 1, 0), DefaultSeatImage, tt.sf)
-			if seat.Name != "ddp-seat-1-0" || seat.Namespace != "ml" {
+			seat := seatPod(g, tt.member, tt.volumes, "berth-system", seatName(g, 1, 0), DefaultSeatImage, tt.sf)
+			if seat.Name != "ddp-seat-1-0" || seat.Namespace != "berth-system" {
 				t.Errorf("seat %s/%s", seat.Namespace, seat.Name)
 			}
 			tt.check(t, seat)
 		})
+	}
+}
+
+// TestSeatLimits: the API rejects a pod requesting a resource it may not overcommit without an
+// equal limit ("Limit must be set for non overcommitable resources"); a seat sets exactly those.
+func TestSeatLimits(t *testing.T) {
+	req := corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("64Gi"),
+		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"), "hugepages-2Mi": resource.MustParse("4Gi"),
+		"hugepages-1Gi": resource.MustParse("2Gi"), "nvidia.com/gpu": resource.MustParse("8"),
+		"vpc.amazonaws.com/efa": resource.MustParse("32"),
+	}
+	want := corev1.ResourceList{
+		"hugepages-2Mi": resource.MustParse("4Gi"), "hugepages-1Gi": resource.MustParse("2Gi"),
+		"nvidia.com/gpu": resource.MustParse("8"), "vpc.amazonaws.com/efa": resource.MustParse("32"),
+	}
+	if diff := cmp.Diff(want, seatLimits(req)); diff != "" {
+		t.Errorf("seat limits (-want +got):\n%s", diff)
 	}
 }
 

@@ -66,8 +66,11 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 		return 0, r.commit(ctx, cy, gv, gang.Members, res)
 	}
 	reason := berthv1alpha1.ReasonUnschedulable
-	if res.Unsupported {
+	switch {
+	case res.Unsupported:
 		reason = berthv1alpha1.ReasonUnsupported
+	case res.Blocked:
+		reason = berthv1alpha1.ReasonWaitingForVolumes
 	}
 	placements.WithLabelValues(resultLabel(reason)).Inc()
 	if backingOff {

@@ -68,6 +68,8 @@ func TestGate(t *testing.T) {
 	g := &Gate{Adapters: []Source{SourceCoscheduling, SourceVolcano, SourceKAI, SourceKueue}, Decoder: dec}
 	kueuePod := builders.Pod("k", "ml").Label("kueue.x-k8s.io/pod-group-name", "kq").Obj()
 	kueuePod.Annotations = map[string]string{"kueue.x-k8s.io/pod-group-total-count": "4"}
+	volcanoPod := builders.Pod("a", "ml").Obj()
+	volcanoPod.Annotations = map[string]string{"scheduling.k8s.io/group-name": "vc"}
 	kaiPod := builders.Pod("kai", "ml").Obj()
 	kaiPod.Annotations = map[string]string{"pod-group-name": "kai-group"}
 	tests := []struct {
@@ -85,7 +87,8 @@ func TestGate(t *testing.T) {
 		{name: "berth member gated", pod: builders.Pod("a", "ml").Member("g").Obj(), allowed: true, gated: true, group: "g"},
 		{name: "already gated stays once", pod: builders.Pod("a", "ml").Member("g").Gated().Obj(), allowed: true, gated: true, group: "g"},
 		{name: "coscheduling adapted", pod: builders.Pod("a", "ml").Label("scheduling.x-k8s.io/pod-group", "cs").Obj(), allowed: true, gated: true, group: "cs", source: "coscheduling"},
-		{name: "volcano adapted", pod: builders.Pod("a", "ml").Label("scheduling.k8s.io/group-name", "vc").Obj(), allowed: true, gated: true, group: "vc", source: "volcano"},
+		{name: "volcano adapted from its annotation", pod: volcanoPod, allowed: true, gated: true, group: "vc", source: "volcano"},
+		{name: "volcano's key as a label is not Volcano's", pod: builders.Pod("a", "ml").Label("scheduling.k8s.io/group-name", "vc").Obj(), allowed: true},
 		{name: "kai annotation adapted", pod: kaiPod, allowed: true, gated: true, group: "kai-group", source: "kai"},
 		{name: "kueue with count", pod: kueuePod, allowed: true, gated: true, group: "kq", source: "kueue", minMember: "4"},
 		{name: "berth label wins over adapters", pod: builders.Pod("a", "ml").Member("mine").Label("scheduling.x-k8s.io/pod-group", "theirs").Obj(), allowed: true, gated: true, group: "mine"},

@@ -29,7 +29,7 @@ type Source struct {
 var (
 	SourceBerth        = Source{Name: "berth", LabelKey: berthv1alpha1.PodGroupLabel}
 	SourceCoscheduling = Source{Name: "coscheduling", LabelKey: berthv1alpha1.CoschedulingPodGroupLabel}
-	SourceVolcano      = Source{Name: "volcano", LabelKey: berthv1alpha1.VolcanoGroupNameKey}
+	SourceVolcano      = Source{Name: "volcano", AnnotationKey: berthv1alpha1.VolcanoGroupNameKey}
 	SourceKAI          = Source{Name: "kai", AnnotationKey: berthv1alpha1.KAIPodGroupAnnotation}
 	SourceKueue        = Source{Name: "kueue", LabelKey: berthv1alpha1.KueuePodGroupNameLabel, CountAnnotation: berthv1alpha1.KueuePodGroupTotalCountAnnotation}
 )

@@ -16,6 +16,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -57,7 +58,7 @@ func members(ctx context.Context, ns, group string) ([]corev1.Pod, error) {
 
 func seatsOf(ctx context.Context, pg *berthv1alpha1.PodGroup) ([]corev1.Pod, error) {
 	var list corev1.PodList
-	err := rigtest.Current().Client.List(ctx, &list, client.InNamespace(pg.Namespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)})
+	err := rigtest.Current().Client.List(ctx, &list, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)})
 	var live []corev1.Pod
 	for _, p := range list.Items {
 		if p.DeletionTimestamp == nil {

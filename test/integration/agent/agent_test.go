@@ -5,6 +5,7 @@ package agent_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -59,25 +60,49 @@ func cond(n *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCondition {
 	return nil
 }
 
-func TestConditionAndLabelsLandAndRestartIsIdempotent(t *testing.T) {
+// publisher publishes to node name at a fixed time.
+func publisher(name string, at time.Time) *agent.Publisher {
+	return &agent.Publisher{Client: rigtest.Current().Client, NodeName: name, Now: func() time.Time { return at }}
+}
+
+// publish reads the node and publishes the report for st.
+func publish(t *testing.T, p *agent.Publisher, st agent.State, inv agent.Inventory) string {
+	t.Helper()
 	ctx := context.Background()
-	node(t, "gpu-1", nil)
-	inv := agent.Inventory{DriverVersion: "550.54.15", GPUs: []agent.GPU{{Index: 0, Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559}}}
-	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	publish := func(at time.Time, st agent.State) {
-		t.Helper()
-		p := &agent.Publisher{Client: rigtest.Current().Client, NodeName: "gpu-1", Now: func() time.Time { return at }}
-		status, reason, msg := agent.NodeCondition(st, inv, agent.DefaultHysteresis)
-		if err := p.Publish(ctx, status, reason, msg, agent.Labels(inv)); err != nil {
-			t.Fatal(err)
-		}
+	n, err := p.Node(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
+	rep := agent.Report{Degraded: agent.DegradedCondition(st, inv, agent.DefaultHysteresis), Labels: agent.Labels(inv), Fatal: len(st.Fatal) > 0}
+	if hw, ok := agent.HardwareCondition(st, inv); ok {
+		rep.Hardware = &hw
+	}
+	other, err := p.Publish(ctx, n, rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return other
+}
+
+var (
+	hardware = corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady)
+	degraded = corev1.NodeConditionType(berthv1alpha1.NodeConditionGPUDegraded)
+	h100     = agent.Inventory{DriverVersion: "550.54.15", GPUs: []agent.GPU{{Index: 0, Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559}}}
+	xid79    = agent.Fault{GPU: 0, Kind: agent.FaultXID, Detail: "Xid 79", Fatal: true, XID: 79}
+)
+
+func TestConditionAndLabelsLandAndRestartIsIdempotent(t *testing.T) {
+	node(t, "gpu-1", nil)
+	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	healthy := agent.Evaluate(agent.State{}, nil, t0, agent.DefaultHysteresis)
-	publish(t0, healthy)
+	publish(t, publisher("gpu-1", t0), healthy, h100)
 	n := get(t, "gpu-1")
-	c := cond(n, corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady))
+	c := cond(n, hardware)
 	if c == nil || c.Status != corev1.ConditionTrue || c.Reason != berthv1alpha1.ReasonGPUsHealthy {
 		t.Fatalf("condition after first publish: %+v", c)
+	}
+	if d := cond(n, degraded); d == nil || d.Status != corev1.ConditionFalse {
+		t.Fatalf("GPUDegraded after first publish: %+v", d)
 	}
 	if n.Labels[berthv1alpha1.GPUProductLabel] != "NVIDIA-H100-80GB-HBM3" || n.Labels[berthv1alpha1.GPUCountLabel] != "1" || n.Labels["team"] != "ml" {
 		t.Errorf("labels = %v", n.Labels)
@@ -87,10 +112,10 @@ func TestConditionAndLabelsLandAndRestartIsIdempotent(t *testing.T) {
 	}
 
 	// A restarted agent publishing the same verdict changes nothing but the heartbeat.
-	publish(t0.Add(time.Minute), healthy)
+	publish(t, publisher("gpu-1", t0.Add(time.Minute)), healthy, h100)
 	n2 := get(t, "gpu-1")
-	c2 := cond(n2, corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady))
-	if len(n2.Status.Conditions) != 2 || !c2.LastTransitionTime.Equal(&c.LastTransitionTime) || c2.LastHeartbeatTime.Equal(&c.LastHeartbeatTime) {
+	c2 := cond(n2, hardware)
+	if len(n2.Status.Conditions) != 3 || !c2.LastTransitionTime.Equal(&c.LastTransitionTime) || c2.LastHeartbeatTime.Equal(&c.LastHeartbeatTime) {
 		t.Errorf("after restart: conditions %d, transition %v→%v, heartbeat %v→%v", len(n2.Status.Conditions), c.LastTransitionTime, c2.LastTransitionTime, c.LastHeartbeatTime, c2.LastHeartbeatTime)
 	}
 	for k, v := range n.Labels {
@@ -99,22 +124,90 @@ func TestConditionAndLabelsLandAndRestartIsIdempotent(t *testing.T) {
 		}
 	}
 
-	// A fault flips it; the message names the GPU and the fault.
-	faulty := agent.Evaluate(healthy, []agent.Fault{{GPU: 0, Kind: agent.FaultXID, Detail: "Xid 79"}}, t0.Add(2*time.Minute), agent.DefaultHysteresis)
-	publish(t0.Add(2*time.Minute), faulty)
-	c3 := cond(get(t, "gpu-1"), corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady))
-	if c3.Status != corev1.ConditionFalse || c3.Reason != "XidCriticalError" || c3.Message != "GPU 0: xid (Xid 79)" || c3.LastTransitionTime.Equal(&c.LastTransitionTime) {
+	// A fatal fault flips it with the reason Karpenter's repair policy matches; a later message
+	// change keeps lastTransitionTime (Karpenter's toleration counts from it).
+	faulty := agent.Evaluate(healthy, []agent.Fault{xid79}, t0.Add(2*time.Minute), agent.DefaultHysteresis)
+	publish(t, publisher("gpu-1", t0.Add(2*time.Minute)), faulty, h100)
+	c3 := cond(get(t, "gpu-1"), hardware)
+	if c3.Status != corev1.ConditionFalse || c3.Reason != "NvidiaXID79Error" || c3.Message != "GPU 0: xid (Xid 79)" || c3.LastTransitionTime.Equal(&c.LastTransitionTime) {
 		t.Errorf("after fault: %+v", c3)
+	}
+	worse := agent.Evaluate(faulty, []agent.Fault{{GPU: 0, Kind: agent.FaultECCDoubleBit, Detail: "3 errors", Fatal: true, XID: 48}}, t0.Add(3*time.Minute), agent.DefaultHysteresis)
+	publish(t, publisher("gpu-1", t0.Add(3*time.Minute)), worse, h100)
+	c4 := cond(get(t, "gpu-1"), hardware)
+	if c4.Status != corev1.ConditionFalse || !c4.LastTransitionTime.Equal(&c3.LastTransitionTime) || c4.Message == c3.Message {
+		t.Errorf("a second fault moved lastTransitionTime or kept the message: %+v", c4)
+	}
+}
+
+// TestAnotherWriterKeepsAcceleratedHardwareReady: where another component (the EKS node
+// monitoring agent) writes AcceleratedHardwareReady, berth leaves it alone — even with a fatal
+// fault to report — and says so; its own GPUDegraded condition is still written.
+func TestAnotherWriterKeepsAcceleratedHardwareReady(t *testing.T) {
+	ctx := context.Background()
+	node(t, "gpu-eks", nil)
+	c := rigtest.Current().Client
+	n := get(t, "gpu-eks")
+	now := metav1.Now()
+	n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: hardware, Status: corev1.ConditionTrue, Reason: "NvidiaGPUIsReady",
+		Message: "no GPU issues", LastHeartbeatTime: now, LastTransitionTime: now})
+	if err := c.Status().Update(ctx, n, client.FieldOwner("eks-node-monitoring-agent")); err != nil {
+		t.Fatal(err)
+	}
+	faulty := agent.Evaluate(agent.State{}, []agent.Fault{xid79, {GPU: 1, Kind: agent.FaultThermalThrottle, Detail: "hot"}}, time.Now(), agent.DefaultHysteresis)
+	if other := publish(t, publisher("gpu-eks", time.Now()), faulty, h100); other != "eks-node-monitoring-agent" {
+		t.Errorf("Publish says the other writer is %q, want eks-node-monitoring-agent", other)
+	}
+	got := get(t, "gpu-eks")
+	if h := cond(got, hardware); h == nil || h.Status != corev1.ConditionTrue || h.Reason != "NvidiaGPUIsReady" {
+		t.Errorf("berth changed the other writer's AcceleratedHardwareReady: %+v", h)
+	}
+	if d := cond(got, degraded); d == nil || d.Status != corev1.ConditionTrue || d.Reason != berthv1alpha1.ReasonThermalThrottle {
+		t.Errorf("GPUDegraded = %+v, want True/ThermalThrottle", d)
+	}
+	for _, mf := range got.ManagedFields {
+		if mf.Manager == agent.FieldManager && strings.Contains(mf.FieldsV1.GetRawString(), string(hardware)) {
+			t.Errorf("berth's agent co-owns AcceleratedHardwareReady: %s", mf.FieldsV1.GetRawString())
+		}
+	}
+}
+
+// TestFatalFaultSurvivesAgentRestart: a fatal fault is latched for the boot it was seen on: a
+// restarted agent (NVML does not replay Xid events) keeps the node marked; after a reboot (a
+// new boot ID) it looks afresh.
+func TestFatalFaultSurvivesAgentRestart(t *testing.T) {
+	ctx := context.Background()
+	node(t, "gpu-latch", nil)
+	c := rigtest.Current().Client
+	n := get(t, "gpu-latch")
+	n.Status.NodeInfo.BootID = "boot-1"
+	if err := c.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	faulty := agent.Evaluate(agent.State{}, []agent.Fault{xid79}, time.Now(), agent.DefaultHysteresis)
+	publish(t, publisher("gpu-latch", time.Now()), faulty, h100)
+	f := agent.RestoredFatal(get(t, "gpu-latch"))
+	if f == nil || f.XID != 79 || !f.Fatal {
+		t.Fatalf("restored fault %+v, want the latched Xid 79", f)
+	}
+	restarted := agent.Evaluate(agent.State{Fatal: []agent.Fault{*f}}, nil, time.Now(), agent.DefaultHysteresis)
+	if hw, _ := agent.HardwareCondition(restarted, h100); hw.Status != corev1.ConditionFalse || hw.Reason != "NvidiaXID79Error" {
+		t.Errorf("a restarted agent reports %+v", hw)
+	}
+	n = get(t, "gpu-latch")
+	n.Status.NodeInfo.BootID = "boot-2"
+	if err := c.Status().Update(ctx, n); err != nil {
+		t.Fatal(err)
+	}
+	if f := agent.RestoredFatal(get(t, "gpu-latch")); f != nil {
+		t.Errorf("after a reboot the old fault is restored: %+v", f)
 	}
 }
 
 func TestGFDLabelsWin(t *testing.T) {
 	node(t, "gpu-gfd", map[string]string{berthv1alpha1.GFDProductLabel: "NVIDIA-H100-80GB-HBM3"})
-	p := &agent.Publisher{Client: rigtest.Current().Client, NodeName: "gpu-gfd", Now: time.Now}
 	inv := agent.Inventory{GPUs: []agent.GPU{{Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559}}}
-	if err := p.Publish(context.Background(), corev1.ConditionTrue, berthv1alpha1.ReasonGPUsHealthy, "ok", agent.Labels(inv)); err != nil {
-		t.Fatal(err)
-	}
+	publish(t, publisher("gpu-gfd", time.Now()), agent.State{}, inv)
 	n := get(t, "gpu-gfd")
 	if _, ok := n.Labels[berthv1alpha1.GPUProductLabel]; ok {
 		t.Errorf("agent labelled a node GFD already labels: %v", n.Labels)
@@ -124,12 +217,13 @@ func TestGFDLabelsWin(t *testing.T) {
 	}
 }
 
-// TestRunLoopReportsInjectedFault: the agent loop on a mock DGX H100 publishes True, then False
-// naming the GPU once a double-bit ECC error is injected.
-func TestRunLoopReportsInjectedFault(t *testing.T) {
-	node(t, "gpu-loop", nil)
+// TestRunLoopReportsInjectedFaults: the agent loop on a mock DGX H100 publishes True; thermal
+// throttling on GPU 2 turns only GPUDegraded True; a double-bit ECC error on GPU 6 turns
+// AcceleratedHardwareReady False as Xid 48, which Karpenter's repair policy matches.
+func TestRunLoopReportsInjectedFaults(t *testing.T) {
+	node(t, "gpu-loop", map[string]string{"karpenter.k8s.aws/instance-gpu-count": "8"})
 	s := dgxh100.New()
-	var broken atomic.Bool // flips GPU 6 to report an uncorrectable ECC error
+	var broken, hot atomic.Bool
 	for i, d := range s.Devices {
 		dev := d.(*server.Device)
 		dev.GetTotalEccErrorsFunc = func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) {
@@ -140,7 +234,12 @@ func TestRunLoopReportsInjectedFault(t *testing.T) {
 		}
 		dev.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_DISABLED, nvml.SUCCESS }
 		dev.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.SUCCESS }
-		dev.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return 0, nvml.SUCCESS }
+		dev.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) {
+			if i == 2 && hot.Load() {
+				return nvml.ClocksThrottleReasonHwThermalSlowdown, nvml.SUCCESS
+			}
+			return 0, nvml.SUCCESS
+		}
 		dev.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 	}
 	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
@@ -162,25 +261,31 @@ func TestRunLoopReportsInjectedFault(t *testing.T) {
 			t.Errorf("agent.Run: %v", err)
 		}
 	}()
-	wait := func(status corev1.ConditionStatus, reason string) {
+	wait := func(typ corev1.NodeConditionType, status corev1.ConditionStatus, reason string) *corev1.NodeCondition {
 		t.Helper()
-		rigtest.Eventually(t, 20*time.Second, 50*time.Millisecond, fmt.Sprintf("condition %s/%s", status, reason), func(ctx context.Context) (bool, string, error) {
-			c := cond(get(t, "gpu-loop"), corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady))
-			if c == nil {
+		var c *corev1.NodeCondition
+		rigtest.Eventually(t, 20*time.Second, 50*time.Millisecond, fmt.Sprintf("%s %s/%s", typ, status, reason), func(ctx context.Context) (bool, string, error) {
+			if c = cond(get(t, "gpu-loop"), typ); c == nil {
 				return false, "no condition", nil
 			}
 			return c.Status == status && c.Reason == reason, fmt.Sprintf("%s/%s %s", c.Status, c.Reason, c.Message), nil
 		})
+		return c
 	}
-	wait(corev1.ConditionTrue, berthv1alpha1.ReasonGPUsHealthy)
+	wait(hardware, corev1.ConditionTrue, berthv1alpha1.ReasonGPUsHealthy)
+	hot.Store(true)
+	wait(degraded, corev1.ConditionTrue, berthv1alpha1.ReasonThermalThrottle)
+	if c := cond(get(t, "gpu-loop"), hardware); c.Status != corev1.ConditionTrue {
+		t.Errorf("throttling set AcceleratedHardwareReady %s/%s", c.Status, c.Reason)
+	}
 	broken.Store(true)
-	wait(corev1.ConditionFalse, "EccDoubleBitErrors")
-	if c := cond(get(t, "gpu-loop"), corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady)); c.Message != "GPU 6: ecc_double_bit (1 uncorrectable ECC errors since boot)" {
+	if c := wait(hardware, corev1.ConditionFalse, "NvidiaXID48Error"); c.Message != "GPU 6: ecc_double_bit (1 uncorrectable ECC errors since boot)" {
 		t.Errorf("message = %q", c.Message)
 	}
 }
 
-// TestWithoutNVML: with no NVML the agent reports NVMLUnavailable on its node and idles, or
+// TestWithoutNVML: with no NVML the agent reports GPUDegraded=True (NVMLUnavailable) on its node
+// and leaves AcceleratedHardwareReady alone (not seeing the GPUs says nothing about them), or
 // exits with an error naming NVML when told to.
 func TestWithoutNVML(t *testing.T) {
 	node(t, "gpu-nonvml", nil)
@@ -193,9 +298,12 @@ func TestWithoutNVML(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(ctx, lib, pub, agent.Options{}) }()
 	rigtest.Eventually(t, 10*time.Second, 50*time.Millisecond, "NVMLUnavailable reported", func(ctx context.Context) (bool, string, error) {
-		c := cond(get(t, "gpu-nonvml"), corev1.NodeConditionType(berthv1alpha1.NodeConditionAcceleratedHardwareReady))
-		return c != nil && c.Status == corev1.ConditionFalse && c.Reason == berthv1alpha1.ReasonNVMLUnavailable, fmt.Sprintf("%+v", c), nil
+		c := cond(get(t, "gpu-nonvml"), degraded)
+		return c != nil && c.Status == corev1.ConditionTrue && c.Reason == berthv1alpha1.ReasonNVMLUnavailable, fmt.Sprintf("%+v", c), nil
 	})
+	if c := cond(get(t, "gpu-nonvml"), hardware); c != nil {
+		t.Errorf("AcceleratedHardwareReady written without NVML: %+v", c)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("idling agent returned %v on stop", err)

@@ -199,7 +199,7 @@ func TestUnhealthyGPUNodes(t *testing.T) {
 	gang(t, ns, "newcomer", 2)
 	rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, "newcomer held with the node named", func(ctx context.Context) (bool, string, error) {
 		cond := scheduledCondition(t, ns, "newcomer")
-		return cond != nil && strings.Contains(cond.Message, "GPU unhealthy: XidCriticalError"), fmt.Sprintf("%+v", cond), nil
+		return cond != nil && strings.Contains(cond.Message, "GPU unhealthy: NvidiaXID79Error"), fmt.Sprintf("%+v", cond), nil
 	})
 	_, _, bound, err := memberStates(ctx, ns, "newcomer")
 	if err != nil || bound != 0 {
@@ -216,7 +216,7 @@ func setGPUHealth(t *testing.T, node string, status corev1.ConditionStatus) {
 		if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
 			return false, "", err
 		}
-		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: berthv1alpha1.NodeConditionAcceleratedHardwareReady, Status: status, Reason: berthv1alpha1.ReasonXidCriticalError,
+		n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: berthv1alpha1.NodeConditionAcceleratedHardwareReady, Status: status, Reason: "NvidiaXID79Error",
 			Message: "GPU 3: xid (Xid 79)", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()})
 		if err := c.Status().Update(ctx, &n); err != nil {
 			return false, err.Error(), nil

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 // startBerth installs the webhook configuration (pointing at loopback) and runs the manager.
 func startBerth(ctx context.Context, r *rig.Rig) error {
 	url := fmt.Sprintf("https://127.0.0.1:%d%s", webhookPort, gate.Path)
-	adapters := []gate.Source{gate.SourceCoscheduling, gate.SourceKueue}
+	adapters := []gate.Source{gate.SourceCoscheduling, gate.SourceVolcano, gate.SourceKueue}
 	cfg := gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, adapters)
 	if err := r.Client.Create(ctx, cfg); err != nil {
 		return fmt.Errorf("creating webhook configuration: %w", err)

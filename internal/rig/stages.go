@@ -1,0 +1,120 @@
+package rig
+
+import berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+
+// Pods' run time. kwok's own pod-complete Stage ends every Job-owned pod the moment it runs, so
+// nothing can happen to a Job-based gang while it runs. The rig replaces it with three Stages:
+//
+//   - a pod annotated berthv1alpha1.DevRunTimeAnnotation runs that long (any owner), then exits
+//     with berthv1alpha1.DevExitCodeAnnotation (default 0): Succeeded, or Failed for any other code;
+//   - a pod with only the exit-code annotation exits with it as soon as it runs;
+//   - a Job-owned pod with neither exits 0 at once, as kwok's Stage did.
+//
+// Pods of other owners without the annotations run until deleted.
+
+// upstreamPodComplete is the kwok Stage file the rig's pod-finish Stages replace.
+const upstreamPodComplete = "pod-complete.yaml"
+
+// podFinishTemplate is the status a finished pod reports: every container terminated with the
+// exit code from the annotation, phase from the code.
+const podFinishTemplate = `    statusTemplate: |
+      {{ $now := Now }}
+      {{ $annotations := or .metadata.annotations dict }}
+      {{ $code := or ( index $annotations "` + berthv1alpha1.DevExitCodeAnnotation + `" ) "0" }}
+      {{ $reason := "Completed" }}{{ if ne $code "0" }}{{ $reason = "Error" }}{{ end }}
+      {{ $root := . }}
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "False"
+        reason: PodCompleted
+        type: Ready
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "False"
+        reason: PodCompleted
+        type: ContainersReady
+      containerStatuses:
+      {{ range $index, $item := .spec.containers }}
+      - image: {{ $item.image | Quote }}
+        name: {{ $item.name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: {{ $code }}
+            finishedAt: {{ $now | Quote }}
+            reason: {{ $reason }}
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: {{ if eq $code "0" }}Succeeded{{ else }}Failed{{ end }}
+`
+
+// podFinishStages are the three Stages described above, as YAML documents.
+const podFinishStages = `apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: berth-pod-run-time
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: DoesNotExist
+    - key: '.status.phase'
+      operator: In
+      values: ["Running"]
+    - key: '.metadata.annotations["` + berthv1alpha1.DevRunTimeAnnotation + `"]'
+      operator: Exists
+  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.annotations["` + berthv1alpha1.DevRunTimeAnnotation + `"]'
+  next:
+` + podFinishTemplate + `---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: berth-pod-exit-code
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: DoesNotExist
+    - key: '.status.phase'
+      operator: In
+      values: ["Running"]
+    - key: '.metadata.annotations["` + berthv1alpha1.DevRunTimeAnnotation + `"]'
+      operator: DoesNotExist
+    - key: '.metadata.annotations["` + berthv1alpha1.DevExitCodeAnnotation + `"]'
+      operator: Exists
+  next:
+` + podFinishTemplate + `---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-complete
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: DoesNotExist
+    - key: '.status.phase'
+      operator: In
+      values: ["Running"]
+    - key: '.metadata.ownerReferences.[].kind'
+      operator: In
+      values: ["Job"]
+    - key: '.metadata.annotations["` + berthv1alpha1.DevRunTimeAnnotation + `"]'
+      operator: DoesNotExist
+    - key: '.metadata.annotations["` + berthv1alpha1.DevExitCodeAnnotation + `"]'
+      operator: DoesNotExist
+  next:
+` + podFinishTemplate
