@@ -128,6 +128,8 @@ const (
 
 // Keys of other projects that berth reads or writes and whose Go packages berth does not link.
 const (
+	// EFAResource is the AWS EFA device plugin's extended resource (training instance types).
+	EFAResource = "vpc.amazonaws.com/efa"
 	// NoProvisioner is the provisioner of StorageClasses for pre-created (local) volumes, which no
 	// provisioner creates: berth does not place members whose unbound claims use one.
 	NoProvisioner = "kubernetes.io/no-provisioner"

@@ -21,6 +21,9 @@ type Family struct {
 	SpotDiscount float64
 	// Zones the family is offered in on the rig.
 	Zones []string
+	// EFA is the number of EFA devices (vpc.amazonaws.com/efa) of the family's largest size;
+	// 0 for families without EFA.
+	EFA int64
 	// Sizes are the family's instance sizes.
 	Sizes []Size
 }
@@ -45,11 +48,11 @@ var zones3 = []string{"us-west-2a", "us-west-2b", "us-west-2c"}
 
 // families is the catalogue, keyed by the GPU product name users pass to --family.
 var families = []Family{
-	{Name: "p5", GPU: "h100", GPUMemoryMiB: 81920, SpotDiscount: 0.30, Zones: []string{"us-west-2a", "us-west-2b"},
+	{Name: "p5", GPU: "h100", GPUMemoryMiB: 81920, SpotDiscount: 0.30, Zones: []string{"us-west-2a", "us-west-2b"}, EFA: 32,
 		Sizes: []Size{{"48xlarge", 192, 2048, 8, 98.32}}},
-	{Name: "p5e", GPU: "h200", GPUMemoryMiB: 143771, SpotDiscount: 0.30, Zones: []string{"us-west-2b", "us-west-2c"},
+	{Name: "p5e", GPU: "h200", GPUMemoryMiB: 143771, SpotDiscount: 0.30, Zones: []string{"us-west-2b", "us-west-2c"}, EFA: 32,
 		Sizes: []Size{{"48xlarge", 192, 2048, 8, 108.16}}},
-	{Name: "p4d", GPU: "a100", GPUMemoryMiB: 40960, SpotDiscount: 0.30, Zones: zones3,
+	{Name: "p4d", GPU: "a100", GPUMemoryMiB: 40960, SpotDiscount: 0.30, Zones: zones3, EFA: 4,
 		Sizes: []Size{{"24xlarge", 96, 1152, 8, 32.77}}},
 	{Name: "g6e", GPU: "l40s", GPUMemoryMiB: 46068, SpotDiscount: 0.35, Zones: zones3, Sizes: []Size{
 		{"xlarge", 4, 32, 1, 1.861}, {"2xlarge", 8, 64, 1, 2.242}, {"4xlarge", 16, 128, 1, 3.004},

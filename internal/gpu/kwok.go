@@ -33,10 +33,16 @@ type kwokInstanceType struct {
 	Offerings        []kwokOffering    `json:"offerings"`
 }
 
+// RigHugePages2Mi is the 2 MiB huge pages the rig's EFA (training) instance types offer. On EKS
+// huge pages exist only where the node's kubelet pre-allocates them (user data), and Karpenter
+// learns of them from a NodeOverlay's capacity; the rig's instance types stand for such a pool.
+const RigHugePages2Mi = "32Gi"
+
 // KwokInstanceTypesJSON renders the catalogue in the instance-types file format of Karpenter's
 // kwok provider (INSTANCE_TYPES_FILE_PATH). Every offering carries the AWS well-known labels
 // (family, size, GPU count/name/memory/manufacturer) as single-value requirements, which the
-// kwok provider turns into node labels, so fake nodes look like real EKS GPU nodes.
+// kwok provider turns into node labels, so fake nodes look like real EKS GPU nodes. EFA
+// families also offer their EFA devices and RigHugePages2Mi of huge pages.
 func KwokInstanceTypesJSON() ([]byte, error) {
 	var out []kwokInstanceType
 	for _, f := range families {
@@ -49,6 +55,13 @@ func KwokInstanceTypesJSON() ([]byte, error) {
 				"cpu":    strconv.FormatInt(s.VCPU, 10),
 				"memory": fmt.Sprintf("%dGi", s.MemoryGiB),
 				"pods":   "110",
+				// A 100 GiB root volume, as GPU NodeClasses are given (the default 20 GiB does
+				// not hold a training image).
+				string(corev1.ResourceEphemeralStorage): "100Gi",
+			}
+			if f.EFA > 0 {
+				resources[berthv1alpha1.EFAResource] = strconv.FormatInt(f.EFA, 10)
+				resources[string(corev1.ResourceHugePagesPrefix)+"2Mi"] = RigHugePages2Mi
 			}
 			if f.GPU != "" {
 				resources[berthv1alpha1.GPUResource] = strconv.FormatInt(s.GPUs, 10)

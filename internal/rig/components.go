@@ -101,7 +101,7 @@ func (r *Rig) kwokStages(o KwokOptions) ([]byte, error) {
 	sort.Strings(files)
 	var out bytes.Buffer
 	for _, f := range files {
-		if filepath.Base(f) == upstreamPodComplete {
+		if replacedUpstreamStages[filepath.Base(f)] {
 			continue
 		}
 		data, err := os.ReadFile(f)

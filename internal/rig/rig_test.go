@@ -71,7 +71,7 @@ func TestKwokStagesAreSeparateDocuments(t *testing.T) {
 	}
 	if want := []string{
 		"node-initialize", "pod-ready", "node-booted",
-		"berth-pod-run-time", "berth-pod-exit-code", "pod-complete", "node-register",
+		"berth-pod-run-time", "berth-pod-exit-code", "pod-complete", "berth-pod-terminate", "pod-delete", "node-register",
 	}; !slices.Equal(names, want) {
 		t.Fatalf("decoded stages %v, want %v:\n%s", names, want, out)
 	}

@@ -23,6 +23,8 @@ type BerthProcess struct {
 	starts      int
 	// Running names the rig component of the controller that runs now ("" when none).
 	Running string
+	// Args are flags added to every start (after the rig's own).
+	Args []string
 }
 
 // NewBerthProcess builds the berth binary into the rig's work folder and registers the
@@ -52,14 +54,14 @@ func (b *BerthProcess) Start(ctx context.Context, env ...string) error {
 	if err != nil {
 		return err
 	}
-	err = b.r.StartComponent(ctx, name, b.bin, []string{
+	err = b.r.StartComponent(ctx, name, b.bin, append([]string{
 		"controller", "--kubeconfig=" + b.r.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
 		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(b.webhookPort), "--webhook-hosts=127.0.0.1",
 		"--webhook-cert-dir=" + filepath.Join(b.r.WorkDir(), name+"-certs"), "--webhook-secret-namespace=" + rig.BerthNamespace,
 		"--seat-namespace=" + rig.BerthNamespace,
 		"--admission-resync=" + AdmissionResync.String(),
-	}, env, fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+	}, b.Args...), env, fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
 	if err != nil {
 		return err
 	}

@@ -82,6 +82,8 @@ type Reconciler struct {
 	boundSeen map[string]bool
 	// orphansSeen marks gated members without a PodGroup that were already reported, by UID.
 	orphansSeen map[types.UID]bool
+	// unschedulableSeen is when each released member was first seen unschedulable, by UID.
+	unschedulableSeen map[types.UID]time.Time
 }
 
 // New builds the admission controller.
@@ -99,7 +101,7 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 		client: c, apiReader: apiReader, clock: clk, recorder: rec, opts: opts,
 		assumed:     map[string][]berthv1alpha1.MemberAssignment{},
 		boundSeen:   map[string]bool{},
-		orphansSeen: map[types.UID]bool{},
+		orphansSeen: map[types.UID]bool{}, unschedulableSeen: map[types.UID]time.Time{},
 	}
 }
 

@@ -67,6 +67,11 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	pods := ptrs(podList.Items)
 	cy := &cycle{now: r.clock.Now(), groups: ptrs(groups.Items), nodes: ptrs(nodeList.Items), bootBudget: r.opts.NodeReadyBudget}
 	cy.members = membersByGroup(pods)
+	uids := make(map[types.UID]bool, len(pods))
+	for _, p := range pods {
+		uids[p.UID] = true
+	}
+	r.forgetUnschedulable(func(uid types.UID) bool { return uids[uid] })
 	cy.seats = seatsByGroup(pods)
 	prio := make(map[*berthv1alpha1.PodGroup]int32, len(cy.groups))
 	for _, g := range cy.groups {

@@ -260,3 +260,37 @@ func TestUnpinnedCopy(t *testing.T) {
 		t.Errorf("a pod that had no affinity gets %+v back", got.Spec.Affinity)
 	}
 }
+
+// TestStrandedClockStartsWhenSeen: a released member's PodScheduled condition has been False
+// since it was created (SchedulingGated), so its lastTransitionTime says nothing about how long
+// kube-scheduler has found it unschedulable; berth's clock starts when it first sees it so.
+func TestStrandedClockStartsWhenSeen(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	r := New(nil, nil, clocktesting.NewFakePassiveClock(t0), nil, Options{})
+	p := withPin(builders.Pod("m-0", "ml").Member("g").Obj(), "node-a", "")
+	p.UID = "m-0"
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+		LastTransitionTime: metav1.NewTime(t0.Add(-time.Hour))}}
+	if !unschedulable(p) {
+		t.Fatal("a pinned, released, unbound member reported Unschedulable is not unschedulable")
+	}
+	if got := r.unschedulableFor(p.UID, t0); !got.Equal(t0) {
+		t.Errorf("first seen %s, want now (%s), not the condition's transition an hour ago", got, t0)
+	}
+	if got := r.unschedulableFor(p.UID, t0.Add(10*time.Second)); !got.Equal(t0) {
+		t.Errorf("seen again: since %s, want %s", got, t0)
+	}
+	r.unschedulableFor(p.UID, time.Time{}) // bound, or schedulable again
+	if got := r.unschedulableFor(p.UID, t0.Add(20*time.Second)); !got.Equal(t0.Add(20 * time.Second)) {
+		t.Errorf("after it was schedulable: since %s, want a fresh start", got)
+	}
+	r.forgetUnschedulable(func(types.UID) bool { return false })
+	if len(r.unschedulableSeen) != 0 {
+		t.Error("a deleted pod is remembered")
+	}
+	gatedPod := p.DeepCopy()
+	gatedPod.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: berthv1alpha1.SchedulingGate}}
+	if unschedulable(gatedPod) {
+		t.Error("a gated member counts as stranded")
+	}
+}

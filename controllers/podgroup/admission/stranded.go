@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -36,10 +37,11 @@ func (r *Reconciler) recoverStranded(ctx context.Context, gv gangView, gen gener
 	var errs []error
 	now := r.clock.Now()
 	for _, m := range gen.live {
-		since, ok := unschedulableSince(m)
-		if !ok {
+		if !unschedulable(m) {
+			r.unschedulableFor(m.UID, time.Time{})
 			continue
 		}
+		since := r.unschedulableFor(m.UID, now)
 		if left := r.opts.StrandedAfter - now.Sub(since); left > 0 {
 			next = minPositive(next, left)
 			continue
@@ -51,20 +53,49 @@ func (r *Reconciler) recoverStranded(ctx context.Context, gv gangView, gen gener
 	return next, errors.Join(errs...)
 }
 
-// unschedulableSince is when kube-scheduler started reporting a released, unbound member
-// unschedulable (ok false for any other member).
-func unschedulableSince(p *corev1.Pod) (time.Time, bool) {
+// unschedulable reports whether kube-scheduler reports a released, unbound member
+// unschedulable.
+func unschedulable(p *corev1.Pod) bool {
 	if p.Spec.NodeName != "" || gateIndex(p) >= 0 || p.Status.NominatedNodeName != "" {
-		return time.Time{}, false
+		return false
 	}
 	if _, ok := pinned(p); !ok {
-		return time.Time{}, false
+		return false
 	}
 	c := podCondition(p, corev1.PodScheduled)
-	if c == nil || c.Status != corev1.ConditionFalse || c.Reason != corev1.PodReasonUnschedulable {
-		return time.Time{}, false
+	return c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable
+}
+
+// unschedulableFor records that member uid is unschedulable at now (a zero now: it is not) and
+// returns since when berth has seen it so. The PodScheduled condition cannot say: it was False
+// (SchedulingGated) since the pod was created, and a False that stays False keeps its
+// lastTransitionTime, so a member that waited an hour for capacity would look stranded the
+// moment kube-scheduler first tried it — and every release has such a moment, while the
+// barrier holds. The clock starts again when the controller restarts.
+func (r *Reconciler) unschedulableFor(uid types.UID, now time.Time) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.IsZero() {
+		delete(r.unschedulableSeen, uid)
+		return time.Time{}
 	}
-	return c.LastTransitionTime.Time, true
+	since, ok := r.unschedulableSeen[uid]
+	if !ok {
+		since = now
+		r.unschedulableSeen[uid] = now
+	}
+	return since
+}
+
+// forgetUnschedulable drops what unschedulableFor remembers of pods that no longer exist.
+func (r *Reconciler) forgetUnschedulable(exists func(types.UID) bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for uid := range r.unschedulableSeen {
+		if !exists(uid) {
+			delete(r.unschedulableSeen, uid)
+		}
+	}
 }
 
 // podScheduledMessage is kube-scheduler's word on why a pod is not scheduled.

@@ -1,0 +1,207 @@
+package lifecycle_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/test/builders"
+	"github.com/berth-dev/berth/test/rigtest"
+)
+
+// TestIndexedJobLifecycle: an Indexed Job of 4 ranks × 2 GPUs, admitted whole.
+//
+//  1. One rank's pod fails once: the Job controller retries the rank, berth admits the retry
+//     into the gang's placement (the node its predecessor ran on), the other ranks keep their
+//     do-not-disrupt protection the whole time, and the PodGroup never goes final.
+//  2. Every pod is lost at once (evicted, as a node drain or a spot reclaim does): the Job
+//     controller recreates all four, and berth admits the new generation whole — no member binds
+//     while another is still gated.
+func TestIndexedJobLifecycle(t *testing.T) {
+	ctx := context.Background()
+	ns := namespace(t, "ranks")
+	create(t, builders.PodGroup("ddp", ns).MinMember(4).Obj(),
+		indexedJob(ns, "ddp", 4, 4, 6, podTemplate("ddp", "g6e", "1h", container(2, nil))))
+	stop := observe(ns, "ddp")
+	ranks := waitRunning(t, ns, "ddp", 4, 3*time.Minute)
+	stop().check(t)
+
+	t.Run("a rank fails once and its retry joins the gang", func(t *testing.T) {
+		victim := ranks[2]
+		index := victim.Annotations[batchv1.JobCompletionIndexAnnotation]
+		var survivors []string
+		for _, r := range ranks {
+			if r.Name != victim.Name {
+				survivors = append(survivors, r.Name)
+			}
+		}
+		unprotected := watchProtection(ns, "ddp", survivors)
+		failedAt := failPod(t, &victim)
+		var retry corev1.Pod
+		rigtest.Eventually(t, time.Minute, 50*time.Millisecond, "rank "+index+"'s retry running", func(ctx context.Context) (bool, string, error) {
+			ms, err := members(ctx, ns, "ddp")
+			if err != nil {
+				return false, "", err
+			}
+			for _, m := range ms {
+				if m.Annotations[batchv1.JobCompletionIndexAnnotation] == index && m.UID != victim.UID && m.Status.Phase == corev1.PodRunning {
+					retry = m
+					return true, "", nil
+				}
+			}
+			_, detail := running(ms)
+			return false, detail, nil
+		})
+		recovery := time.Since(failedAt)
+		created := retry.CreationTimestamp.Sub(failedAt)
+		t.Logf("rank %s failed; the Job controller created its retry %s %s later (its failure backoff); the retry ran on %s %s after its creation (%s after the failure)",
+			index, retry.Name, created.Round(time.Millisecond), retry.Spec.NodeName, (recovery - created).Round(time.Millisecond), recovery.Round(time.Millisecond))
+		if retry.Spec.NodeName != victim.Spec.NodeName {
+			t.Errorf("the retry runs on %s, its predecessor ran on %s (the gang's placement has room there)", retry.Spec.NodeName, victim.Spec.NodeName)
+		}
+		if lost := unprotected(); len(lost) > 0 {
+			t.Errorf("surviving ranks lost their do-not-disrupt protection while the rank was retried: %v", lost)
+		}
+		pg, err := getGroup(ctx, ns, "ddp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pg.Status.Phase != berthv1alpha1.PodGroupRunning {
+			t.Errorf("PodGroup phase %s after a rank's retry, want Running: %v", pg.Status.Phase, conditionSummary(pg))
+		}
+		waitRunning(t, ns, "ddp", 4, 10*time.Second)
+	})
+
+	t.Run("every pod lost at once: the new generation is admitted whole", func(t *testing.T) {
+		pg, err := getGroup(ctx, ns, "ddp")
+		if err != nil {
+			t.Fatal(err)
+		}
+		restarts := pg.Status.Restarts
+		stop := observe(ns, "ddp")
+		lost := liveOnly(mustMembers(t, ns, "ddp"))
+		evictedAt := time.Now()
+		evict(t, lost)
+		again := waitRunningOr(t, ns, "ddp", 4, 2*time.Minute, func(ctx context.Context) string {
+			var job batchv1.Job
+			if err := rigtest.Current().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ddp"}, &job); err != nil {
+				return err.Error()
+			}
+			var all corev1.PodList
+			if err := rigtest.Current().Client.List(ctx, &all, client.InNamespace(ns)); err != nil {
+				return err.Error()
+			}
+			var pods []string
+			for _, p := range all.Items {
+				pods = append(pods, fmt.Sprintf("%s %s deleting=%v finalizers=%v", p.Name, p.Status.Phase, p.DeletionTimestamp != nil, p.Finalizers))
+			}
+			var evs corev1.EventList
+			if err := rigtest.Current().Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+				return err.Error()
+			}
+			var said []string
+			for _, e := range evs.Items {
+				if e.InvolvedObject.Kind == "Job" {
+					said = append(said, e.Reason+": "+e.Message)
+				}
+			}
+			return fmt.Sprintf("Job: active %d, failed %d, terminating %v, conditions %v; pods %v; Job events %v",
+				job.Status.Active, job.Status.Failed, ptr.Deref(job.Status.Terminating, -1), job.Status.Conditions, pods, said)
+		})
+		stop().check(t)
+		var lastCreated time.Time
+		for _, m := range again {
+			if m.CreationTimestamp.After(lastCreated) {
+				lastCreated = m.CreationTimestamp.Time
+			}
+		}
+		t.Logf("all 4 ranks evicted; the Job controller recreated them within %s; all 4 ran %s after the last was created",
+			lastCreated.Sub(evictedAt).Round(time.Millisecond), time.Since(lastCreated).Round(time.Millisecond))
+		rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, "the restart counted", func(ctx context.Context) (bool, string, error) {
+			pg, err := getGroup(ctx, ns, "ddp")
+			if err != nil {
+				return false, "", err
+			}
+			return pg.Status.Restarts == restarts+1 && pg.Status.Phase == berthv1alpha1.PodGroupRunning,
+				fmt.Sprintf("restarts %d (was %d), phase %s", pg.Status.Restarts, restarts, pg.Status.Phase), nil
+		})
+	})
+}
+
+func mustMembers(t *testing.T, ns, group string) []corev1.Pod {
+	t.Helper()
+	ms, err := members(context.Background(), ns, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// watchProtection polls the gang's members until the returned function is called and reports
+// every one of the named members seen running without karpenter.sh/do-not-disrupt.
+func watchProtection(ns, group string, names []string) func() []string {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var lost []string
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			ms, err := members(ctx, ns, group)
+			if err == nil {
+				for _, m := range ms {
+					if slices.Contains(names, m.Name) && m.Status.Phase == corev1.PodRunning && m.Annotations[karpv1.DoNotDisruptAnnotationKey] != "true" {
+						lost = append(lost, m.Name)
+					}
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	return func() []string {
+		cancel()
+		<-done
+		return lost
+	}
+}
+
+// TestWavesAsGangs: an Indexed Job with completions 8 and parallelism 4 runs two waves of four;
+// each wave is admitted as a gang (never a member bound while another of its wave is gated),
+// the second only once the first has finished, and the PodGroup succeeds with the Job.
+func TestWavesAsGangs(t *testing.T) {
+	ns := namespace(t, "waves")
+	create(t, builders.PodGroup("waves", ns).MinMember(4).Obj(),
+		indexedJob(ns, "waves", 8, 4, 0, podTemplate("waves", "g6e", "5s", container(1, nil))))
+	stop := observe(ns, "waves")
+	defer func() { stop().check(t) }()
+	rigtest.Eventually(t, 4*time.Minute, 200*time.Millisecond, "the Job completes", func(ctx context.Context) (bool, string, error) {
+		var job batchv1.Job
+		if err := rigtest.Current().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "waves"}, &job); err != nil {
+			return false, "", err
+		}
+		ms, err := members(ctx, ns, "waves")
+		if err != nil {
+			return false, "", err
+		}
+		_, detail := running(ms)
+		if job.Status.Failed > 0 {
+			return false, "", fmt.Errorf("the Job has %d failed pods, conditions %v; %s", job.Status.Failed, job.Status.Conditions, detail)
+		}
+		return job.Status.Succeeded == 8, fmt.Sprintf("succeeded %d, active %d; %s", job.Status.Succeeded, job.Status.Active, detail), nil
+	})
+	rigtest.Eventually(t, 20*time.Second, 200*time.Millisecond, "PodGroup Succeeded", func(ctx context.Context) (bool, string, error) {
+		pg, err := getGroup(ctx, ns, "waves")
+		if err != nil {
+			return false, "", err
+		}
+		return pg.Status.Phase == berthv1alpha1.PodGroupSucceeded, fmt.Sprintf("phase %s %v", pg.Status.Phase, conditionSummary(pg)), nil
+	})
+}
