@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,7 +30,12 @@ func TestMain(m *testing.M) {
 		if err := rigtest.InstallKarpenterAWSCRDs(ctx, r); err != nil {
 			return err
 		}
-		return r.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chart.Release.Namespace}})
+		// The rig creates berth's namespace (rig.BerthNamespace) with the cluster's own; the
+		// release's must exist either way.
+		if err := r.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: chart.Release.Namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
 	})
 }
 
