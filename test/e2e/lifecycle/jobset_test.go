@@ -59,7 +59,7 @@ func TestJobSetRestartsAreAdmittedWhole(t *testing.T) {
 	ms := waitRunning(t, ns, "trainer", 4, 3*time.Minute)
 	for attempt := int64(1); attempt <= 2; attempt++ {
 		crashed := ms[0]
-		failPod(t, &crashed)
+		failedAt := failPod(t, &crashed)
 		rigtest.Eventually(t, time.Minute, 200*time.Millisecond, fmt.Sprintf("JobSet restart %d", attempt), func(ctx context.Context) (bool, string, error) {
 			if err := c.Get(ctx, client.ObjectKeyFromObject(js), js); err != nil {
 				return false, "", err
@@ -68,6 +68,7 @@ func TestJobSetRestartsAreAdmittedWhole(t *testing.T) {
 			return restarts == attempt, fmt.Sprintf("restarts %d", restarts), nil
 		})
 		ms = waitRunning(t, ns, "trainer", 4, 2*time.Minute)
+		t.Logf("JobSet restart %d: a pod failed; all 4 pods of the recreated Jobs ran %s later", attempt, time.Since(failedAt).Round(time.Millisecond))
 		for _, m := range ms {
 			if m.Labels["jobset.sigs.k8s.io/restart-attempt"] != fmt.Sprint(attempt) {
 				t.Errorf("running member %s is of restart attempt %q, want %d", m.Name, m.Labels["jobset.sigs.k8s.io/restart-attempt"], attempt)
