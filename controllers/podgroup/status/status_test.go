@@ -9,7 +9,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -203,5 +205,66 @@ func TestWorkloadIsTheTopController(t *testing.T) {
 	}
 	if got, state, err := w.of(context.Background(), "ml", pods(lone)); err != nil || got != nil || state != WorkloadNone {
 		t.Errorf("members without a controller: %+v, %q, %v; want none", got, state, err)
+	}
+}
+
+// TestWorkloadKinds: the owners berth understands, found up the controller chain, with their
+// terminal conditions (or none: LeaderWorkerSets and RayClusters run until deleted).
+func TestWorkloadKinds(t *testing.T) {
+	obj := func(apiVersion, kind, name, uid string, owner *metav1.OwnerReference, conds ...map[string]any) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": apiVersion, "kind": kind,
+			"metadata": map[string]any{"name": name, "namespace": "ml", "uid": uid}}}
+		if owner != nil {
+			u.SetOwnerReferences([]metav1.OwnerReference{*owner})
+		}
+		if len(conds) > 0 {
+			list := make([]any, 0, len(conds))
+			for _, c := range conds {
+				list = append(list, c)
+			}
+			_ = unstructured.SetNestedSlice(u.Object, list, "status", "conditions")
+		}
+		return u
+	}
+	ctrlRef := func(apiVersion, kind, name, uid string) *metav1.OwnerReference {
+		return &metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name, UID: types.UID(uid), Controller: ptr.To(true)}
+	}
+	done := func(typ string) map[string]any { return map[string]any{"type": typ, "status": "True"} }
+	for _, tc := range []struct {
+		name     string
+		objs     []client.Object
+		podOwner *metav1.OwnerReference
+		want     berthv1alpha1.WorkloadReference
+		state    WorkloadState
+	}{
+		{"LeaderWorkerSet group: pod → StatefulSet → LeaderWorkerSet, never terminal",
+			[]client.Object{obj("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "llm", "lws", nil, done("Available")),
+				obj("apps/v1", "StatefulSet", "llm-0", "sts", ctrlRef("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "llm", "lws"))},
+			ctrlRef("apps/v1", "StatefulSet", "llm-0", "sts"),
+			berthv1alpha1.WorkloadReference{APIVersion: "leaderworkerset.x-k8s.io/v1", Kind: "LeaderWorkerSet", Name: "llm", UID: "lws"}, WorkloadActive},
+		{"PyTorchJob succeeded",
+			[]client.Object{obj("kubeflow.org/v1", "PyTorchJob", "ft", "pt", nil, done("Running"), done("Succeeded"))},
+			ctrlRef("kubeflow.org/v1", "PyTorchJob", "ft", "pt"),
+			berthv1alpha1.WorkloadReference{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: "ft", UID: "pt"}, WorkloadSucceeded},
+		{"TrainJob through its JobSet, failed",
+			[]client.Object{obj("trainer.kubeflow.org/v1alpha1", "TrainJob", "tj", "tj", nil, done("Failed")),
+				obj("jobset.x-k8s.io/v1alpha2", "JobSet", "tj", "js", ctrlRef("trainer.kubeflow.org/v1alpha1", "TrainJob", "tj", "tj")),
+				obj("batch/v1", "Job", "tj-node-0", "job", ctrlRef("jobset.x-k8s.io/v1alpha2", "JobSet", "tj", "js"))},
+			ctrlRef("batch/v1", "Job", "tj-node-0", "job"),
+			berthv1alpha1.WorkloadReference{APIVersion: "trainer.kubeflow.org/v1alpha1", Kind: "TrainJob", Name: "tj", UID: "tj"}, WorkloadFailed},
+		{"RayCluster worker group, never terminal",
+			[]client.Object{obj("ray.io/v1", "RayCluster", "rc", "rc", nil)},
+			ctrlRef("ray.io/v1", "RayCluster", "rc", "rc"),
+			berthv1alpha1.WorkloadReference{APIVersion: "ray.io/v1", Kind: "RayCluster", Name: "rc", UID: "rc"}, WorkloadActive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := builders.Pod("m-0", "ml").Member("g").Obj()
+			pod.OwnerReferences = []metav1.OwnerReference{*tc.podOwner}
+			w := newWorkloads(fake.NewClientBuilder().WithObjects(tc.objs...).Build())
+			got, state, err := w.of(context.Background(), "ml", pods(pod))
+			if err != nil || got == nil || *got != tc.want || state != tc.state {
+				t.Errorf("workload = %+v, %q, %v; want %+v, %q", got, state, err, tc.want, tc.state)
+			}
+		})
 	}
 }
