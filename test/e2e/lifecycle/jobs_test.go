@@ -205,3 +205,72 @@ func TestWavesAsGangs(t *testing.T) {
 		return pg.Status.Phase == berthv1alpha1.PodGroupSucceeded, fmt.Sprintf("phase %s %v", pg.Status.Phase, conditionSummary(pg)), nil
 	})
 }
+
+// TestLostRankGetsCapacityInTheGangsZone: a 2-rank × 8-GPU Indexed Job placed in one zone loses
+// a rank's node (cordoned and drained, as node repair or a spot reclaim does). Nothing left fits
+// the retry, so berth asks Karpenter for a node for it — in the gang's zone — and admits it there;
+// the surviving rank keeps running, protected, and the PodGroup never goes final.
+func TestLostRankGetsCapacityInTheGangsZone(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	ns := namespace(t, "reclaim")
+	pg := builders.PodGroup("big", ns).MinMember(2).Topology(corev1.LabelTopologyZone).Obj()
+	create(t, pg, indexedJob(ns, "big", 2, 2, 3, podTemplate("big", "g6e", "1h", container(8, nil))))
+	ranks := waitRunning(t, ns, "big", 2, 3*time.Minute)
+	zoneOf := func(node string) string {
+		var n corev1.Node
+		if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+			t.Fatal(err)
+		}
+		return n.Labels[corev1.LabelTopologyZone]
+	}
+	zone := zoneOf(ranks[0].Spec.NodeName)
+	lost, survivor := ranks[1], ranks[0]
+	var node corev1.Node
+	if err := c.Get(ctx, client.ObjectKey{Name: lost.Spec.NodeName}, &node); err != nil {
+		t.Fatal(err)
+	}
+	node.Spec.Unschedulable = true
+	if err := c.Update(ctx, &node); err != nil {
+		t.Fatal(err)
+	}
+	unprotected := watchProtection(ns, "big", []string{survivor.Name})
+	lostAt := time.Now()
+	evict(t, []corev1.Pod{lost})
+	var retry corev1.Pod
+	rigtest.Eventually(t, 3*time.Minute, 100*time.Millisecond, "the lost rank's retry running", func(ctx context.Context) (bool, string, error) {
+		ms, err := members(ctx, ns, "big")
+		if err != nil {
+			return false, "", err
+		}
+		for _, m := range ms {
+			if m.Annotations[batchv1.JobCompletionIndexAnnotation] == "1" && m.UID != lost.UID && m.Status.Phase == corev1.PodRunning {
+				retry = m
+				return true, "", nil
+			}
+		}
+		g, err := getGroup(ctx, ns, "big")
+		if err != nil {
+			return false, "", err
+		}
+		if g.Status.Phase == berthv1alpha1.PodGroupFailed || g.Status.Phase == berthv1alpha1.PodGroupSucceeded {
+			return false, "", fmt.Errorf("PodGroup went final (%s) after losing a rank: %v", g.Status.Phase, conditionSummary(g))
+		}
+		_, detail := running(ms)
+		return false, fmt.Sprintf("%s; %s %v", detail, g.Status.Phase, conditionSummary(g)), nil
+	})
+	t.Logf("rank 1's node was lost; its retry runs on the new node %s %s later", retry.Spec.NodeName, time.Since(lostAt).Round(time.Millisecond))
+	if retry.Spec.NodeName == lost.Spec.NodeName || retry.Spec.NodeName == survivor.Spec.NodeName {
+		t.Errorf("the retry runs on %s; want a new node (the lost one is cordoned, the survivor's is full)", retry.Spec.NodeName)
+	}
+	if z := zoneOf(retry.Spec.NodeName); z != zone {
+		t.Errorf("the retry's node is in %s, the gang's zone is %s", z, zone)
+	}
+	if lost := unprotected(); len(lost) > 0 {
+		t.Errorf("the surviving rank lost its do-not-disrupt protection: %v", lost)
+	}
+	var s corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(&survivor), &s); err != nil || s.UID != survivor.UID || s.Status.Phase != corev1.PodRunning {
+		t.Errorf("the surviving rank did not keep running: %s %v", s.Status.Phase, err)
+	}
+}
