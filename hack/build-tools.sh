@@ -52,7 +52,10 @@ declare -A pkgs=(
   [jobset-controller]=sigs.k8s.io/jobset
 )
 order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager jobset-controller keda-operator keda-adapter)
-[ $# -gt 0 ] && order=("$@")
+# Named binaries only (make lint, make generate): build those and stop; the rig's assets below
+# need the whole set (controller-gen generates the monitoring CRDs).
+only=0
+[ $# -gt 0 ] && order=("$@") && only=1
 
 for b in "${order[@]}"; do
   pkg=${pkgs[$b]:-}
@@ -75,6 +78,10 @@ for b in "${order[@]}"; do
   fi
   [ "$out" = "$cache/bin" ] || ln -sfn "$out/$b" "$cache/bin/$b"
 done
+if [ "$only" = 1 ]; then
+  echo "$cache"
+  exit 0
+fi
 cd "$tools"
 
 # Assets from the pinned modules: CRDs and kwok Stage configs (each file starts a YAML document).
