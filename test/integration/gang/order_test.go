@@ -43,6 +43,15 @@ func blocker(t *testing.T, ns, node string, gpus int) *corev1.Pod {
 	return p
 }
 
+// waitUnschedulable waits until the PodGroup group says it does not fit.
+func waitUnschedulable(t *testing.T, ns, group string) {
+	t.Helper()
+	rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, group+" waits", func(ctx context.Context) (bool, string, error) {
+		cond := scheduledCondition(t, ns, group)
+		return cond != nil && cond.Reason == berthv1alpha1.ReasonUnschedulable, fmt.Sprintf("%+v", cond), nil
+	})
+}
+
 // stillGated checks, for a few seconds, that no member of group binds.
 func stillGated(t *testing.T, ns, group string, d time.Duration) {
 	t.Helper()
@@ -69,8 +78,12 @@ func TestPriorityBeforeAge(t *testing.T) {
 	kwokNode(t, "order-prio", 8, map[string]string{"pool": "prio"})
 	b := blocker(t, ns, "order-prio", 8)
 	orderedGang(t, ns, "old-low", 2, 4, "prio", "")
+	waitUnschedulable(t, ns, "old-low")
 	time.Sleep(time.Second) // older by a second
 	orderedGang(t, ns, "young-high", 2, 4, "prio", pc.Name)
+	// Both gangs are seen waiting before the GPUs free up: otherwise the outcome depends on which
+	// informer event berth sees first, not on the order under test.
+	waitUnschedulable(t, ns, "young-high")
 	if err := c.Delete(ctx, b, client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
 	}
@@ -91,10 +104,7 @@ func TestWaitingGangKeepsItsRoom(t *testing.T) {
 	b := blocker(t, ns, "order-a", 4)
 	// The big gang fits only on node a, where 4 of its 8 GPUs are free: one member's worth.
 	orderedGang(t, ns, "big", 2, 4, "a", "")
-	rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, "big waits", func(ctx context.Context) (bool, string, error) {
-		cond := scheduledCondition(t, ns, "big")
-		return cond != nil && cond.Reason == berthv1alpha1.ReasonUnschedulable, fmt.Sprintf("%+v", cond), nil
-	})
+	waitUnschedulable(t, ns, "big")
 	// A younger one-member gang that fits anywhere "shared": node a's free room is big's, so it
 	// backfills node b.
 	if err := c.Create(ctx, builders.PodGroup("small", ns).MinMember(1).Obj()); err != nil {
