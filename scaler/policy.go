@@ -152,12 +152,20 @@ func ceilCount(x float64) int {
 }
 
 // metricValue is the value whose AverageValue ratio to target makes the HPA compute exactly
-// replicas: KEDA and the HPA carry both in milli-units and truncate, so the value is the exact
-// milli product plus half a milli that the truncation drops again.
+// replicas. KEDA (v2.20 and later) turns the value into a quantity by formatting it with %.3f,
+// which rounds to the nearest thousandth; older KEDA truncated value·1000; the HPA then computes
+// ceil(valueMilli / targetMilli). The value is the exact milli product replicas·targetMilli plus
+// a quarter of a milli: rounding drops the quarter and so does truncation, so both conversions
+// give exactly replicas·targetMilli and the HPA exactly replicas. (Targets are already kept to
+// thousandths by ParseTrigger, so targetMilli is what KEDA sends as the HPA's target.)
 func metricValue(replicas int, target float64) float64 {
 	if replicas <= 0 {
 		return 0
 	}
-	milli := math.Round(target * 1000)
-	return (float64(replicas)*milli + 0.5) / 1000
+	return (float64(replicas)*targetMilli(target) + 0.25) / 1000
+}
+
+// targetMilli is a target in the milli-units KEDA and the HPA carry it in.
+func targetMilli(target float64) float64 {
+	return math.Round(target * 1000)
 }

@@ -100,8 +100,8 @@ func TestDecide(t *testing.T) {
 				if sd.Held != tc.wantHeld[s] {
 					t.Errorf("%s held = %q, want %q", s, sd.Held, tc.wantHeld[s])
 				}
-				// The HPA computes ceil(value/target) in milli-units: it must land on Desired.
-				if got := hpaReplicas(sd.Value, sd.Target); got != n {
+				// KEDA's conversion and the HPA's formula (no tolerance) must land on Desired.
+				if got := hpaDesired(kedaMilli(sd.Value), kedaMilli(sd.Target), int32(max(n, 1)), 0); int(got) != n {
 					t.Errorf("%s: HPA would compute %d from value %v / target %v, want %d", s, got, sd.Value, sd.Target, n)
 				}
 				wantMax = max(wantMax, n)
@@ -113,24 +113,6 @@ func TestDecide(t *testing.T) {
 				t.Errorf("Active = %v, want %v", d.Active, tc.wantActive)
 			}
 		})
-	}
-}
-
-// hpaReplicas is what KEDA + the HPA do with an external AverageValue metric: both sides to
-// milli-quantities (truncating), then ceil(value/target).
-func hpaReplicas(value, target float64) int {
-	v := int64(value * 1000)
-	tg := int64(target * 1000)
-	return int(math.Ceil(float64(v) / float64(tg)))
-}
-
-func TestMetricValueSurvivesMilliTruncation(t *testing.T) {
-	for _, target := range []float64{0.001, 0.003, 0.07, 0.29, 0.57, 0.8, 1, 3.3, 4, 7.77, 1000} {
-		for n := 0; n <= 500; n++ {
-			if got := hpaReplicas(metricValue(n, target), target); got != n {
-				t.Fatalf("target %v, %d replicas: HPA computes %d", target, n, got)
-			}
-		}
 	}
 }
 

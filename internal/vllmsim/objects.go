@@ -75,16 +75,21 @@ func ScaledObject(namespace, name string, o ScaledObjectOptions) *unstructured.U
 			"minReplicaCount": o.Min, "maxReplicaCount": o.Max,
 			"pollingInterval": o.PollingInterval, "cooldownPeriod": o.CooldownPeriod,
 			"advanced": map[string]any{"horizontalPodAutoscalerConfig": map[string]any{"behavior": map[string]any{
-				"scaleDown": map[string]any{"stabilizationWindowSeconds": o.ScaleDownWindow},
-				"scaleUp":   map[string]any{"stabilizationWindowSeconds": int64(0)},
+				"scaleDown": map[string]any{"stabilizationWindowSeconds": o.ScaleDownWindow, "tolerance": "0"},
+				"scaleUp":   map[string]any{"stabilizationWindowSeconds": int64(0), "tolerance": "0"},
 			}}},
-			"triggers": []any{map[string]any{
-				"type": "external-push",
-				"metadata": map[string]any{
-					"scalerAddress": o.ScalerAddress, "targetQueueDepth": o.TargetQueueDepth, "targetKVCacheUsage": o.TargetKVCache,
-					"metricsPort": strconv.Itoa(int(o.MetricsPort)), "model": DeploymentModel,
-				},
-			}},
+			"triggers": []any{map[string]any{"type": "external-push", "metadata": o.metadata()}},
 		},
 	}}
+}
+
+// metadata is the trigger's metadata; targets left empty are left out.
+func (o ScaledObjectOptions) metadata() map[string]any {
+	md := map[string]any{"scalerAddress": o.ScalerAddress, "metricsPort": strconv.Itoa(int(o.MetricsPort)), "model": DeploymentModel}
+	for k, v := range map[string]string{"targetQueueDepth": o.TargetQueueDepth, "targetKVCacheUsage": o.TargetKVCache} {
+		if v != "" {
+			md[k] = v
+		}
+	}
+	return md
 }

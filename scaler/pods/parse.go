@@ -49,7 +49,7 @@ func (r Reading) Sample(model string) (scaler.Sample, error) {
 	if model != "" {
 		s, ok := r.ByModel[model]
 		if !ok {
-			return scaler.Sample{}, fmt.Errorf("%w for model_name=%q (models served: %s)", ErrNoSeries, model, strings.Join(r.models(), ", "))
+			return scaler.Sample{}, fmt.Errorf("%w for model_name=%q (models served: %s; a LoRA adapter's requests are labelled with its base model's served name)", ErrNoSeries, model, strings.Join(r.models(), ", "))
 		}
 		return s, nil
 	}

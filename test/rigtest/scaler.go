@@ -2,6 +2,7 @@ package rigtest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 
 	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/internal/vllmsim"
 )
 
 // BuildBerth builds the berth binary into the rig's work folder (once per rig) and returns
@@ -70,6 +72,27 @@ func StartVLLMSim(ctx context.Context, r *rig.Rig, bin, namespace, selector stri
 		return nil, err
 	}
 	return v, nil
+}
+
+// Status is the emulator's fleet-wide load: rate, serving replicas, waiting and running requests.
+func (v *VLLMSim) Status(ctx context.Context) (vllmsim.LoadStatus, error) {
+	var st vllmsim.LoadStatus
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, v.Admin+"/load", nil)
+	if err != nil {
+		return st, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return st, fmt.Errorf("reading the vllm-sim load: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("reading the vllm-sim load: %s", resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		return st, fmt.Errorf("reading the vllm-sim load: %w", err)
+	}
+	return st, nil
 }
 
 // SetRate sets the request rate (requests per second) the emulator spreads over the replicas.

@@ -4,14 +4,18 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -21,40 +25,15 @@ import (
 )
 
 func TestLoadScalesVLLMUpAndDown(t *testing.T) {
-	r := rigtest.Current()
 	ctx := context.Background()
-	c := r.Client
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Create(ctx, vllmsim.Deployment(namespace, appLabel, rig.GPUNodePoolName("l4"), metricsPort, nil)); err != nil {
-		t.Fatal(err)
-	}
-	rigtest.Eventually(t, 3*time.Minute, time.Second, "the first replica runs on a GPU node Karpenter launched", func(ctx context.Context) (bool, string, error) {
-		ready, total, err := replicas(ctx, c)
-		return ready == 1, fmt.Sprintf("%d/%d ready", ready, total), err
-	})
+	c := rigtest.Current().Client
+	serving(t)
 	nodesBefore := gpuNodes(ctx, t, c)
 	// What a user writes, with an HPA that may scale down after 10 s (default 5 min) to keep the
 	// test short.
-	so := vllmsim.ScaledObject(namespace, appLabel, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
+	applyScaledObject(t, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
 		Min: 1, Max: 5, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
-		TargetQueueDepth: "4", TargetKVCache: "0.8"})
-	if err := c.Create(ctx, so); err != nil {
-		t.Fatal(err)
-	}
-	rigtest.Eventually(t, 2*time.Minute, time.Second, "KEDA creates the HPA and it reads berth's metric", func(ctx context.Context) (bool, string, error) {
-		var hpa autoscalingv2.HorizontalPodAutoscaler
-		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "keda-hpa-" + appLabel}, &hpa); err != nil {
-			return false, err.Error(), nil
-		}
-		for _, m := range hpa.Status.CurrentMetrics {
-			if m.External != nil && strings.Contains(m.External.Metric.Name, "berth-queue-depth") {
-				return true, "", nil
-			}
-		}
-		return false, fmt.Sprintf("conditions %v", hpa.Status.Conditions), nil
-	})
+		TargetQueueDepth: "4", TargetKVCache: "0.8"}, "berth-queue-depth")
 
 	// Load: 14 requests/s, against 4/s per replica. The queue grows; the HPA adds replicas;
 	// Karpenter launches GPU nodes for them; vllm-sim serves each new pod as it runs.
@@ -76,6 +55,107 @@ func TestLoadScalesVLLMUpAndDown(t *testing.T) {
 	rigtest.Eventually(t, 4*time.Minute, 2*time.Second, "replicas fall back to the minimum", func(ctx context.Context) (bool, string, error) {
 		_, total, err := replicas(ctx, c)
 		return total == 1, fmt.Sprintf("%d replicas; scaler: %s", total, scalerState(ctx)), err
+	})
+}
+
+// TestKVCacheOnlySettlesExactly: a trigger with only targetKVCacheUsage, on a fleet whose total
+// KV usage is steady, settles at exactly ceil(ΣKV / target) replicas — not one more (the
+// off-by-one KEDA's rounding caused) and not one less — and stays there.
+func TestKVCacheOnlySettlesExactly(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	serving(t)
+	const target = 0.45
+	applyScaledObject(t, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
+		Min: 1, Max: 6, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
+		TargetKVCache: "0.45"}, "berth-kv-cache-usage")
+	// Each running sequence holds 110 of a replica's 1000 KV blocks for 2 s, so the fleet's total
+	// KV usage is rate × 2 s × 0.11 whatever the replica count, as long as no request queues.
+	// Rise in two steps that never saturate the fleet (a backlog would hold more KV while it
+	// drains and overshoot): 3/s (ΣKV 0.66: 2 replicas), then 5/s (ΣKV 1.1 ± 0.11: 3 replicas).
+	wantFor := func(st vllmsim.LoadStatus) int { return int(math.Ceil(float64(st.Running)*0.11/target - 1e-9)) }
+	for _, rate := range []float64{3, 5} {
+		if err := sim.SetRate(ctx, rate); err != nil {
+			t.Fatal(err)
+		}
+		want := int(math.Ceil(rate * 2 * 0.11 / target))
+		rigtest.Eventually(t, 4*time.Minute, 2*time.Second, fmt.Sprintf("%g requests/s: %d replicas ready", rate, want), func(ctx context.Context) (bool, string, error) {
+			ready, total, err := replicas(ctx, c)
+			return ready == want && total == want, fmt.Sprintf("%d/%d ready; scaler: %s", ready, total, scalerState(ctx)), err
+		})
+	}
+	// Settled: for 30 s the Deployment stays at ceil(ΣKV/target) for the ΣKV the fleet holds.
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		st, err := sim.Status(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d appsv1.Deployment
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: appLabel}, &d); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := int(ptr.Deref(d.Spec.Replicas, 0)), wantFor(st); st.Waiting > 0 || got != want {
+			t.Fatalf("ΣKV %.2f (%d running, %d waiting): Deployment at %d replicas, want ceil(ΣKV/%.2f) = %d; scaler: %s",
+				float64(st.Running)*0.11, st.Running, st.Waiting, got, target, want, scalerState(ctx))
+		}
+		time.Sleep(2 * time.Second)
+	}
+	if err := sim.SetRate(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serving creates the inference namespace and the vLLM Deployment unless an earlier test did,
+// and waits for a ready replica.
+func serving(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, vllmsim.Deployment(namespace, appLabel, rig.GPUNodePoolName("l4"), metricsPort, nil)); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	rigtest.Eventually(t, 3*time.Minute, time.Second, "a replica runs on a GPU node Karpenter launched", func(ctx context.Context) (bool, string, error) {
+		ready, total, err := replicas(ctx, c)
+		return ready >= 1, fmt.Sprintf("%d/%d ready", ready, total), err
+	})
+}
+
+// applyScaledObject creates or replaces the Deployment's ScaledObject and waits until the HPA
+// KEDA keeps for it reads metric from berth.
+func applyScaledObject(t *testing.T, o vllmsim.ScaledObjectOptions, metric string) {
+	t.Helper()
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	so := vllmsim.ScaledObject(namespace, appLabel, o)
+	existing := so.DeepCopy()
+	switch err := c.Get(ctx, client.ObjectKeyFromObject(so), existing); {
+	case apierrors.IsNotFound(err):
+		if err := c.Create(ctx, so); err != nil {
+			t.Fatal(err)
+		}
+	case err != nil:
+		t.Fatal(err)
+	default:
+		so.SetResourceVersion(existing.GetResourceVersion())
+		if err := c.Update(ctx, so); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rigtest.Eventually(t, 2*time.Minute, time.Second, "KEDA's HPA reads "+metric+" from berth", func(ctx context.Context) (bool, string, error) {
+		var hpa autoscalingv2.HorizontalPodAutoscaler
+		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "keda-hpa-" + appLabel}, &hpa); err != nil {
+			return false, err.Error(), nil
+		}
+		for _, m := range hpa.Status.CurrentMetrics {
+			if m.External != nil && strings.Contains(m.External.Metric.Name, metric) {
+				return true, "", nil
+			}
+		}
+		return false, fmt.Sprintf("conditions %v", hpa.Status.Conditions), nil
 	})
 }
 
