@@ -32,24 +32,43 @@ type SignalDecision struct {
 	Target float64
 	// Desired is the replica count this signal asks for.
 	Desired int
-	// Held says why Desired was held at the current count instead of following Raw: "starting"
-	// (replicas still starting count as the capacity the signal asks for) or "partial" (some
-	// ready replicas had no fresh sample, so no scale-down).
-	Held string
+	// Held says why Desired was held at the current count instead of following Raw ("" when
+	// it was not).
+	Held Held
 	// Value is the metric value to give KEDA: with an AverageValue target of Target the HPA
 	// computes ceil(Value/Target) = Desired.
 	Value float64
 }
+
+// Held is why a signal's replica count was held at the current count.
+type Held string
+
+const (
+	// HeldStarting: replicas still starting (within the startup timeout) are the capacity the
+	// signal asks for; a scale-up waits for them.
+	HeldStarting Held = "starting"
+	// HeldPartial: some ready replicas had no fresh sample, so no scale-down.
+	HeldPartial Held = "partial"
+	// HeldNoReadyReplica: no replica is ready (the others are stalled), so nothing measures
+	// the load and nothing is removed.
+	HeldNoReadyReplica Held = "no_ready_replica"
+)
+
+// HeldReasons lists every Held reason, in documentation order.
+func HeldReasons() []Held { return []Held{HeldStarting, HeldPartial, HeldNoReadyReplica} }
 
 // Decision is the outcome of one evaluation.
 type Decision struct {
 	Signals []SignalDecision
 	// Desired is the largest Desired over the signals — what the HPA does with several metrics.
 	Desired int
-	// Current is ready + starting replicas.
+	// Current is every live replica: ready, starting and stalled.
 	Current int
+	// Held is the reason the decision was held, if any signal was (starting first).
+	Held Held
 	// Active says whether the ScaledObject should be active (KEDA scales 0↔1 on it): requests
-	// wait above the activation threshold, requests are running, or replicas are starting.
+	// wait above the activation threshold, requests are running, or replicas exist that are not
+	// ready yet.
 	Active bool
 	// Partial is true when some ready replicas had no fresh sample.
 	Partial bool
@@ -69,11 +88,16 @@ func (d Decision) Signal(s Signal) (SignalDecision, bool) {
 // the same decision. The math (docs/scaler.md):
 //
 //   - queue: ceil(waiting / targetQueueDepth);
+//   - concurrency: ceil((running + waiting) / targetConcurrency): the load, not only the
+//     backlog, so a healthy fleet with nothing waiting keeps the replicas its requests use;
 //   - KV cache: ceil(Σ usage / targetKVCacheUsage), so the mean usage lands on the target;
-//   - TTFT: ceil(ready × p95 / targetTTFTSeconds), proportional like the HPA's utilisation;
+//   - TTFT is an SLO constraint, not a size: above targetTTFTSeconds it adds replicas, at or
+//     under it (or unknown) it asks for what the sizing signals ask — never fewer;
 //   - a scale-up beyond the current count waits while replicas are starting (they are the
 //     capacity the signal asked for; without the hold, a queue that keeps growing during a
-//     cold start would ask for more and more replicas);
+//     cold start would ask for more and more replicas) — but only replicas that can still
+//     come: crash-looping pods, pods with no node and none coming, and pods older than the
+//     trigger's startup timeout are stalled and never hold;
 //   - a scale-down removes replicas only while the rest stay within ScaleDownHeadroom of the
 //     target, and never on partial data.
 //
@@ -89,54 +113,102 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 	if headroom <= 0 || headroom > 1 {
 		headroom = 1
 	}
-	d := Decision{Current: o.Ready + o.Starting, Partial: o.Sampled < o.Ready}
+	stalled := o.StalledTotal()
+	d := Decision{Current: o.Ready + o.Starting + stalled, Partial: o.Sampled < o.Ready}
 	scale := 1.0
 	if o.Sampled > 0 {
 		scale = float64(o.Ready) / float64(o.Sampled)
 	}
 	waiting := o.Waiting * scale
-	d.Active = waiting > t.ActivationQueueDepth || o.Running > 0 || o.Starting > 0
+	d.Active = waiting > t.ActivationQueueDepth || o.Running > 0 || o.Starting > 0 || stalled > 0
+	running := o.Running * scale
+	// Sizing signals first: they say how many replicas the load needs.
 	for _, s := range t.Signals() {
+		if s.Constraint() {
+			continue
+		}
 		target := t.Target(s)
 		sd := SignalDecision{Signal: s, Target: target}
 		switch s {
 		case SignalQueue:
 			sd.Raw = waiting
+		case SignalConcurrency:
+			sd.Raw = waiting + running
 		case SignalKVCache:
 			kvScale := 0.0
 			if o.KVSampled > 0 {
 				kvScale = float64(o.Ready) / float64(o.KVSampled)
 			}
 			sd.Raw = o.KVUsage * kvScale
-		case SignalTTFT:
-			if !math.IsNaN(o.TTFTP95) {
-				sd.Raw = o.TTFTP95
-			}
-		}
-		demand := sd.Raw
-		if s == SignalTTFT {
-			demand = sd.Raw * float64(o.Ready) // replica-seconds: p95 scales with the fleet
 		}
 		partial := d.Partial || (s == SignalKVCache && o.KVSampled < o.Ready)
-		sd.Desired, sd.Held = desired(demand, target, headroom, d.Current, o.Starting, partial)
-		sd.Value = metricValue(sd.Desired, target)
-		d.Signals = append(d.Signals, sd)
-		d.Desired = max(d.Desired, sd.Desired)
+		sd.Desired, sd.Held = desired(sd.Raw, target, headroom, d.Current, o.Ready, o.Starting, partial)
+		d.add(sd)
+	}
+	// Then the SLO constraints: they add replicas when violated and otherwise follow the
+	// sizing signals (under the HPA's max, a vote that changes nothing).
+	sizing := d.Desired
+	for _, s := range t.Signals() {
+		if !s.Constraint() {
+			continue
+		}
+		d.add(constrain(s, t.Target(s), o.TTFTP95, sizing, d.Current, o.Ready, o.Starting))
 	}
 	return d, nil
 }
 
+// maxSLOStep caps how far one evaluation of a violated SLO multiplies the ready replicas.
+const maxSLOStep = 2.0
+
+// constrain is an SLO signal's decision: with p95 above target, ceil(ready × p95/target)
+// replicas — at least one more than now, at most maxSLOStep times the ready ones, held while
+// replicas start; with p95 at or under target, or unknown (NaN: no first token in the window,
+// idle or stalled), the sizing signals' count. It never asks for fewer replicas than they do.
+func constrain(s Signal, target, p95 float64, sizing, current, ready, starting int) SignalDecision {
+	sd := SignalDecision{Signal: s, Target: target, Desired: sizing}
+	if !math.IsNaN(p95) {
+		sd.Raw = p95
+	}
+	if math.IsNaN(p95) || p95 <= target || ready == 0 {
+		sd.Value = metricValue(sd.Desired, target)
+		return sd
+	}
+	need := max(current+1, ceilCount(float64(ready)*min(p95/target, maxSLOStep)))
+	if starting > 0 {
+		sd.Desired, sd.Held = max(sizing, current), HeldStarting
+	} else {
+		sd.Desired = max(sizing, need)
+	}
+	sd.Value = metricValue(sd.Desired, target)
+	return sd
+}
+
+// add records one signal's decision: the Decision asks for the largest count, as the HPA does
+// with several metrics.
+func (d *Decision) add(sd SignalDecision) {
+	if sd.Value == 0 && sd.Desired > 0 {
+		sd.Value = metricValue(sd.Desired, sd.Target)
+	}
+	d.Signals = append(d.Signals, sd)
+	d.Desired = max(d.Desired, sd.Desired)
+	if sd.Held != "" && (d.Held == "" || sd.Held == HeldStarting) {
+		d.Held = sd.Held
+	}
+}
+
 // desired is the replica count for demand at target per replica, with the cold-start hold and
 // the conservative scale-down.
-func desired(demand, target, headroom float64, current, starting int, partial bool) (int, string) {
+func desired(demand, target, headroom float64, current, ready, starting int, partial bool) (int, Held) {
 	need := ceilCount(demand / target)
 	switch {
-	case starting == current && current > 0: // nothing ready yet: nothing to measure, hold
-		return current, "starting"
 	case need > current && starting > 0:
-		return current, "starting"
+		return current, HeldStarting
+	case need < current && ready == 0 && starting > 0: // nothing ready yet: nothing to measure
+		return current, HeldStarting
+	case need < current && ready == 0:
+		return current, HeldNoReadyReplica
 	case need < current && partial:
-		return current, "partial"
+		return current, HeldPartial
 	case need < current:
 		return min(current, ceilCount(demand/(target*headroom))), ""
 	}

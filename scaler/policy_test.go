@@ -2,8 +2,10 @@ package scaler
 
 import (
 	"errors"
+	"maps"
 	"math"
 	"testing"
+	"time"
 )
 
 func trig(t *testing.T, md map[string]string) *Trigger {
@@ -19,14 +21,16 @@ func TestDecide(t *testing.T) {
 	queue := map[string]string{"targetQueueDepth": "4"}
 	kv := map[string]string{"targetKVCacheUsage": "0.8", "role": "decode"}
 	both := map[string]string{"targetQueueDepth": "4", "targetKVCacheUsage": "0.8"}
-	ttft := map[string]string{"targetTTFTSeconds": "0.5", "role": "prefill"}
+	ttft := map[string]string{"targetQueueDepth": "4", "targetTTFTSeconds": "0.5", "role": "prefill"}
+	conc := map[string]string{"targetConcurrency": "8"}
+	seqBound := map[string]string{"targetConcurrency": "16", "targetKVCacheUsage": "0.8"}
 	nan := math.NaN()
 	tests := []struct {
 		name       string
 		md         map[string]string
 		obs        Observation
 		want       map[Signal]int
-		wantHeld   map[Signal]string
+		wantHeld   map[Signal]Held
 		wantActive bool
 		wantErr    error
 	}{
@@ -36,7 +40,7 @@ func TestDecide(t *testing.T) {
 			obs: Observation{Ready: 3, Sampled: 3, Waiting: 12, TTFTP95: nan}, want: map[Signal]int{SignalQueue: 3}, wantActive: true},
 		{name: "starting replicas hold a scale-up (no runaway during cold start)", md: queue,
 			obs: Observation{Ready: 2, Sampled: 2, Starting: 3, Waiting: 60, TTFTP95: nan}, want: map[Signal]int{SignalQueue: 5},
-			wantHeld: map[Signal]string{SignalQueue: "starting"}, wantActive: true},
+			wantHeld: map[Signal]Held{SignalQueue: "starting"}, wantActive: true},
 		{name: "starting replicas are capacity: no scale-up when they cover the queue", md: queue,
 			obs: Observation{Ready: 2, Sampled: 2, Starting: 3, Waiting: 19, TTFTP95: nan}, want: map[Signal]int{SignalQueue: 5}, wantActive: true},
 		{name: "scale-down keeps headroom", md: queue,
@@ -44,7 +48,7 @@ func TestDecide(t *testing.T) {
 			obs: Observation{Ready: 6, Sampled: 6, Waiting: 10, TTFTP95: nan}, want: map[Signal]int{SignalQueue: 4}, wantActive: true},
 		{name: "no scale-down on partial data", md: queue,
 			obs: Observation{Ready: 6, Sampled: 3, Waiting: 1, TTFTP95: nan}, want: map[Signal]int{SignalQueue: 6},
-			wantHeld: map[Signal]string{SignalQueue: "partial"}, wantActive: true},
+			wantHeld: map[Signal]Held{SignalQueue: "partial"}, wantActive: true},
 		{name: "partial data extrapolates a scale-up", md: queue,
 			obs: Observation{Ready: 4, Sampled: 2, Waiting: 20, TTFTP95: nan}, want: map[Signal]int{SignalQueue: 10}, wantActive: true},
 		{name: "idle replicas scale to zero and deactivate", md: queue,
@@ -55,7 +59,19 @@ func TestDecide(t *testing.T) {
 			obs: Observation{TTFTP95: nan}, want: map[Signal]int{SignalQueue: 0}, wantActive: false},
 		{name: "only starting replicas: hold, active", md: queue,
 			obs: Observation{Starting: 2, TTFTP95: nan}, want: map[Signal]int{SignalQueue: 2},
-			wantHeld: map[Signal]string{SignalQueue: "starting"}, wantActive: true},
+			wantHeld: map[Signal]Held{SignalQueue: "starting"}, wantActive: true},
+		{name: "stalled replicas never hold a scale-up", md: queue,
+			obs:  Observation{Ready: 2, Sampled: 2, Stalled: map[StallReason]int{StallCrashLoop: 1, StallStartupTimeout: 1}, Waiting: 60, TTFTP95: nan},
+			want: map[Signal]int{SignalQueue: 15}, wantActive: true},
+		{name: "a starting replica still holds beside a stalled one", md: queue,
+			obs:  Observation{Ready: 2, Sampled: 2, Starting: 1, Stalled: map[StallReason]int{StallUnschedulable: 1}, Waiting: 60, TTFTP95: nan},
+			want: map[Signal]int{SignalQueue: 4}, wantHeld: map[Signal]Held{SignalQueue: HeldStarting}, wantActive: true},
+		{name: "only stalled replicas: nothing measures the load, hold, stay active", md: queue,
+			obs: Observation{Stalled: map[StallReason]int{StallUnschedulable: 2}, TTFTP95: nan}, want: map[Signal]int{SignalQueue: 2},
+			wantHeld: map[Signal]Held{SignalQueue: HeldNoReadyReplica}, wantActive: true},
+		{name: "stalled replicas count as current: a scale-down keeps headroom over every live replica", md: queue,
+			obs:  Observation{Ready: 3, Sampled: 3, Stalled: map[StallReason]int{StallCrashLoop: 1}, Waiting: 4, TTFTP95: nan},
+			want: map[Signal]int{SignalQueue: 2}, wantActive: true},
 		{name: "ready replicas without fresh data is an error", md: queue,
 			obs: Observation{Ready: 3, TTFTP95: nan}, wantErr: ErrNoFreshData},
 		{name: "kv: mean usage lands on target", md: kv,
@@ -64,14 +80,33 @@ func TestDecide(t *testing.T) {
 			obs: Observation{Ready: 2, Sampled: 2, TTFTP95: nan}, wantErr: ErrNoFreshData},
 		{name: "kv reported by some replicas: scale-up extrapolates, no scale-down", md: kv,
 			obs: Observation{Ready: 4, Sampled: 4, KVSampled: 2, KVUsage: 0.2, TTFTP95: nan}, want: map[Signal]int{SignalKVCache: 4},
-			wantHeld: map[Signal]string{SignalKVCache: "partial"}},
+			wantHeld: map[Signal]Held{SignalKVCache: "partial"}},
 		{name: "both: queue empty but KV busy keeps replicas", md: both,
 			obs:  Observation{Ready: 4, Sampled: 4, KVSampled: 4, KVUsage: 3.0, Running: 40, TTFTP95: nan},
 			want: map[Signal]int{SignalQueue: 0, SignalKVCache: 4}, wantActive: true},
-		{name: "ttft proportional", md: ttft,
-			obs: Observation{Ready: 2, Sampled: 2, TTFTP95: 1.2, Running: 1}, want: map[Signal]int{SignalTTFT: 5}, wantActive: true},
-		{name: "ttft without first tokens in the window has no opinion", md: ttft,
-			obs: Observation{Ready: 2, Sampled: 2, TTFTP95: nan}, want: map[Signal]int{SignalTTFT: 0}},
+		{name: "ttft violated adds replicas in proportion", md: ttft,
+			obs: Observation{Ready: 2, Sampled: 2, Waiting: 4, Running: 8, TTFTP95: 0.75}, want: map[Signal]int{SignalQueue: 2, SignalTTFT: 3}, wantActive: true},
+		{name: "ttft violated adds at least one replica", md: ttft,
+			obs: Observation{Ready: 10, Sampled: 10, Waiting: 40, Running: 80, TTFTP95: 0.51}, want: map[Signal]int{SignalQueue: 10, SignalTTFT: 11}, wantActive: true},
+		{name: "ttft far above its target at most doubles the ready replicas per step", md: ttft,
+			obs: Observation{Ready: 2, Sampled: 2, Waiting: 4, Running: 8, TTFTP95: 9}, want: map[Signal]int{SignalQueue: 2, SignalTTFT: 4}, wantActive: true},
+		{name: "ttft met follows the sizing signals, never fewer", md: ttft,
+			obs: Observation{Ready: 4, Sampled: 4, Waiting: 8, Running: 30, TTFTP95: 0.1}, want: map[Signal]int{SignalQueue: 3, SignalTTFT: 3}, wantActive: true},
+		{name: "ttft unknown (no first token in the window) never votes down", md: ttft,
+			obs: Observation{Ready: 3, Sampled: 3, Waiting: 12, TTFTP95: nan}, want: map[Signal]int{SignalQueue: 3, SignalTTFT: 3}, wantActive: true},
+		{name: "ttft violated while replicas start: held", md: ttft,
+			obs: Observation{Ready: 2, Sampled: 2, Starting: 1, Waiting: 4, Running: 8, TTFTP95: 2}, want: map[Signal]int{SignalQueue: 2, SignalTTFT: 3},
+			wantHeld: map[Signal]Held{SignalTTFT: HeldStarting}, wantActive: true},
+		{name: "concurrency keeps a healthy fleet with nothing waiting", md: conc,
+			obs: Observation{Ready: 4, Sampled: 4, Running: 30, TTFTP95: nan}, want: map[Signal]int{SignalConcurrency: 4}, wantActive: true},
+		{name: "concurrency counts the backlog too", md: conc,
+			obs: Observation{Ready: 4, Sampled: 4, Running: 32, Waiting: 24, TTFTP95: nan}, want: map[Signal]int{SignalConcurrency: 7}, wantActive: true},
+		// max_num_seqs binds: every replica runs its 16 sequences on a fifth of its KV cache
+		// while 40 requests queue. KV alone would remove replicas; concurrency asks for 7, and
+		// the HPA takes the larger count — the signals never fight over the fleet.
+		{name: "max_num_seqs-bound: KV reads 20% while requests queue, concurrency sizes", md: seqBound,
+			obs:  Observation{Ready: 4, Sampled: 4, KVSampled: 4, KVUsage: 0.8, Running: 64, Waiting: 40, TTFTP95: nan},
+			want: map[Signal]int{SignalConcurrency: 7, SignalKVCache: 2}, wantActive: true},
 		{name: "activation threshold", md: map[string]string{"targetQueueDepth": "4", "activationQueueDepth": "2"},
 			obs: Observation{Ready: 1, Sampled: 1, Waiting: 2, TTFTP95: nan}, want: map[Signal]int{SignalQueue: 1}, wantActive: false},
 	}
@@ -144,5 +179,39 @@ func TestHistogramQuantile(t *testing.T) {
 	}
 	if sum.Add(Histogram{Bounds: []float64{2, inf}, Counts: []float64{1, 1}}) {
 		t.Error("Add accepted a histogram with other bounds")
+	}
+}
+
+func TestSplitReplicas(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	ago := func(d time.Duration) time.Time { return now.Add(-d) }
+	pods := []Pod{
+		{Name: "ready", Ready: true, Created: ago(time.Hour)},
+		{Name: "young", Created: ago(time.Minute)},
+		{Name: "old", Created: ago(11 * time.Minute)},
+		{Name: "crash", Created: ago(time.Minute), Stuck: StallCrashLoop},
+		{Name: "no-node", Created: ago(time.Minute), Stuck: StallUnschedulable},
+		{Name: "unknown-age"},
+	}
+	tests := []struct {
+		timeout      time.Duration
+		wantStarting int
+		wantStalled  map[StallReason]int
+	}{
+		{0, 2, map[StallReason]int{StallCrashLoop: 1, StallUnschedulable: 1, StallStartupTimeout: 1}}, // default 10 min
+		{30 * time.Second, 1, map[StallReason]int{StallCrashLoop: 1, StallUnschedulable: 1, StallStartupTimeout: 2}},
+		{time.Hour, 3, map[StallReason]int{StallCrashLoop: 1, StallUnschedulable: 1}},
+	}
+	for _, tc := range tests {
+		r := SplitReplicas(pods, now, tc.timeout)
+		if len(r.Ready) != 1 || r.Ready[0].Name != "ready" {
+			t.Errorf("timeout %v: ready %+v, want [ready]", tc.timeout, r.Ready)
+		}
+		if r.Starting != tc.wantStarting {
+			t.Errorf("timeout %v: starting %d, want %d", tc.timeout, r.Starting, tc.wantStarting)
+		}
+		if !maps.Equal(r.Stalled, tc.wantStalled) {
+			t.Errorf("timeout %v: stalled %v, want %v", tc.timeout, r.Stalled, tc.wantStalled)
+		}
 	}
 }

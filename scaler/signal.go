@@ -12,6 +12,8 @@ type Signal string
 const (
 	// SignalQueue is requests waiting in vLLM's scheduler queue (vllm:num_requests_waiting).
 	SignalQueue Signal = "queue"
+	// SignalConcurrency is requests running plus waiting, per replica: the load.
+	SignalConcurrency Signal = "concurrency"
 	// SignalKVCache is KV-cache usage, 0–1 (vllm:kv_cache_usage_perc).
 	SignalKVCache Signal = "kv_cache"
 	// SignalTTFT is the p95 time to first token (vllm:time_to_first_token_seconds).
@@ -24,6 +26,8 @@ func (s Signal) MetricName() string {
 	switch s {
 	case SignalQueue:
 		return "berth-queue-depth"
+	case SignalConcurrency:
+		return "berth-concurrency"
 	case SignalKVCache:
 		return "berth-kv-cache-usage"
 	case SignalTTFT:
@@ -32,9 +36,16 @@ func (s Signal) MetricName() string {
 	return ""
 }
 
+// Constraint reports whether the signal is an SLO constraint (adds replicas when violated, never
+// sizes a fleet down) rather than a sizing signal.
+func (s Signal) Constraint() bool { return s == SignalTTFT }
+
+// AllSignals lists every signal, in documentation order.
+func AllSignals() []Signal { return []Signal{SignalQueue, SignalConcurrency, SignalKVCache, SignalTTFT} }
+
 // SignalForMetric maps a metric name from KEDA back to its signal.
 func SignalForMetric(name string) (Signal, bool) {
-	for _, s := range []Signal{SignalQueue, SignalKVCache, SignalTTFT} {
+	for _, s := range AllSignals() {
 		if s.MetricName() == name {
 			return s, true
 		}
@@ -141,8 +152,12 @@ type Sample struct {
 type Observation struct {
 	// Ready replicas serve traffic; Sampled of them have a fresh sample.
 	Ready, Sampled int
-	// Starting replicas exist but are not ready yet: capacity on its way.
+	// Starting replicas exist but are not ready yet: capacity on its way, which holds a
+	// scale-up until it arrives.
 	Starting int
+	// Stalled counts replicas that are not ready and no longer count as capacity on its way,
+	// by reason: they never hold a scale-up.
+	Stalled map[StallReason]int
 	// Waiting, Running and KVUsage are sums over the sampled replicas.
 	Waiting, Running, KVUsage float64
 	// KVSampled is how many sampled replicas reported KV-cache usage.
@@ -160,4 +175,38 @@ type Pod struct {
 	Name, IP string
 	// Ready is the pod's Ready condition.
 	Ready bool
+	// Created is when the pod was created: how long a pod that is not ready has been starting.
+	Created time.Time
+	// Stuck, for a pod that is not ready, says why it will not become ready by itself ("" when
+	// it may): a crash-looping or unpullable container, or no node and none coming.
+	Stuck StallReason
+}
+
+// StallReason says why a replica that is not ready no longer counts as capacity on its way.
+type StallReason string
+
+const (
+	// StallCrashLoop: a container is in CrashLoopBackOff, or its image cannot be pulled, or its
+	// configuration is broken — waiting for it would wait for good.
+	StallCrashLoop StallReason = "crash_loop"
+	// StallUnschedulable: the pod fits no node and Karpenter said it cannot launch one (e.g. a
+	// GPU stock-out or no NodePool that matches).
+	StallUnschedulable StallReason = "unschedulable"
+	// StallStartupTimeout: the pod has not become ready within the trigger's
+	// startupTimeoutSeconds.
+	StallStartupTimeout StallReason = "startup_timeout"
+)
+
+// StallReasons lists every StallReason, in documentation order.
+func StallReasons() []StallReason {
+	return []StallReason{StallCrashLoop, StallUnschedulable, StallStartupTimeout}
+}
+
+// StalledTotal is the number of stalled replicas.
+func (o Observation) StalledTotal() int {
+	n := 0
+	for _, c := range o.Stalled {
+		n += c
+	}
+	return n
 }

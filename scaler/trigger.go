@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
 )
@@ -41,9 +42,11 @@ const (
 	KeyMetricsPath          = "metricsPath"
 	KeyModel                = "model"
 	KeyTargetQueueDepth     = "targetQueueDepth"
+	KeyTargetConcurrency    = "targetConcurrency"
 	KeyTargetKVCacheUsage   = "targetKVCacheUsage"
 	KeyTargetTTFTSeconds    = "targetTTFTSeconds"
 	KeyActivationQueueDepth = "activationQueueDepth"
+	KeyStartupTimeout       = "startupTimeoutSeconds"
 	KeySource               = "source"
 	KeyRole                 = "role"
 	KeyPrometheusAddress    = "prometheusAddress"
@@ -89,12 +92,18 @@ type Trigger struct {
 	Model string
 	// TargetQueueDepth is the waiting requests one replica should hold (0: queue not used).
 	TargetQueueDepth float64
+	// TargetConcurrency is the requests, running plus waiting, one replica should hold (0: not
+	// used).
+	TargetConcurrency float64
 	// TargetKVCacheUsage is the KV-cache usage, 0–1, one replica should run at (0: not used).
 	TargetKVCacheUsage float64
 	// TargetTTFT is the p95 time to first token in seconds to hold (0: not used).
 	TargetTTFT float64
 	// ActivationQueueDepth: the ScaledObject is active when more requests than this wait.
 	ActivationQueueDepth float64
+	// StartupTimeout is how long a replica that is not ready holds a scale-up as capacity on
+	// its way (DefaultStartupTimeout unless startupTimeoutSeconds is set).
+	StartupTimeout time.Duration
 	// Source is where the signals come from.
 	Source Source
 	// Role decides which signals count.
@@ -127,6 +136,8 @@ func ParseTrigger(md map[string]string) (*Trigger, error) {
 		Source:      SourcePods,
 		Role:        RoleBoth,
 		Prometheus:  PrometheusConfig{PodLabel: "pod", NamespaceLabel: "namespace"},
+
+		StartupTimeout: DefaultStartupTimeout,
 	}
 	if err := p.unknownKeys(); err != nil {
 		return nil, err
@@ -156,6 +167,9 @@ func ParseTrigger(md map[string]string) (*Trigger, error) {
 	if t.TargetQueueDepth, err = p.target(KeyTargetQueueDepth, "waiting requests per replica", math.Inf(1)); err != nil {
 		return nil, err
 	}
+	if t.TargetConcurrency, err = p.target(KeyTargetConcurrency, "requests running plus waiting per replica", math.Inf(1)); err != nil {
+		return nil, err
+	}
 	if t.TargetKVCacheUsage, err = p.target(KeyTargetKVCacheUsage, "KV-cache usage per replica", 1); err != nil {
 		return nil, err
 	}
@@ -168,6 +182,13 @@ func ParseTrigger(md map[string]string) (*Trigger, error) {
 			return nil, &InvalidKeyError{KeyActivationQueueDepth, v, "want a number >= 0 (waiting requests above which the ScaledObject is active)"}
 		}
 		t.ActivationQueueDepth = f
+	}
+	if v, ok := p.get(KeyStartupTimeout); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 86400 {
+			return nil, &InvalidKeyError{KeyStartupTimeout, v, "want whole seconds from 1 to 86400 that a replica may take to become ready before it no longer holds a scale-up (default 600)"}
+		}
+		t.StartupTimeout = time.Duration(n) * time.Second
 	}
 	if v, ok := p.get(KeyRole); ok {
 		switch Role(v) {
@@ -197,21 +218,25 @@ func (t *Trigger) checkRoleTargets() error {
 	switch t.Role {
 	case RolePrefill:
 		if t.TargetKVCacheUsage > 0 {
-			return &InvalidKeyError{KeyTargetKVCacheUsage, "", "not used by role prefill (prefill scales on targetQueueDepth and targetTTFTSeconds); remove it or use role decode or both"}
+			return &InvalidKeyError{KeyTargetKVCacheUsage, "", "not used by role prefill (prefill scales on targetQueueDepth or targetConcurrency, with targetTTFTSeconds as its SLO); remove it or use role decode or both"}
 		}
-		if t.TargetQueueDepth == 0 && t.TargetTTFT == 0 {
-			return &InvalidKeyError{KeyTargetQueueDepth, "", "role prefill needs targetQueueDepth or targetTTFTSeconds"}
+		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 {
+			return &InvalidKeyError{KeyTargetQueueDepth, "", "role prefill needs targetQueueDepth or targetConcurrency to size the fleet (targetTTFTSeconds only adds replicas when it is violated)"}
 		}
 	case RoleDecode:
 		if t.TargetQueueDepth > 0 || t.TargetTTFT > 0 {
-			return &InvalidKeyError{KeyRole, "decode", "decode scales on targetKVCacheUsage only; remove targetQueueDepth and targetTTFTSeconds or use role prefill or both"}
+			return &InvalidKeyError{KeyRole, "decode", "decode scales on targetKVCacheUsage and targetConcurrency; remove targetQueueDepth and targetTTFTSeconds or use role prefill or both"}
 		}
 		if t.TargetKVCacheUsage == 0 {
 			return &InvalidKeyError{KeyTargetKVCacheUsage, "", "role decode needs targetKVCacheUsage (0-1, e.g. 0.8)"}
 		}
 	default:
-		if t.TargetQueueDepth == 0 && t.TargetKVCacheUsage == 0 && t.TargetTTFT == 0 {
-			return &InvalidKeyError{KeyTargetQueueDepth, "", "set at least one of targetQueueDepth, targetKVCacheUsage, targetTTFTSeconds"}
+		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 && t.TargetKVCacheUsage == 0 {
+			key, want := KeyTargetQueueDepth, "set at least one of targetQueueDepth, targetConcurrency, targetKVCacheUsage"
+			if t.TargetTTFT > 0 {
+				key, want = KeyTargetTTFTSeconds, "targetTTFTSeconds is an SLO that adds replicas when violated and never sizes a fleet down; set targetQueueDepth, targetConcurrency or targetKVCacheUsage to size it"
+			}
+			return &InvalidKeyError{key, "", want}
 		}
 	}
 	return nil
@@ -327,8 +352,8 @@ func isLabelName(s string) bool {
 
 // AcceptedKeys lists every trigger metadata key berth reads, in documentation order.
 func AcceptedKeys() []string {
-	return []string{KeyPodSelector, KeyMetricsPort, KeyMetricsPath, KeyModel, KeyTargetQueueDepth, KeyTargetKVCacheUsage,
-		KeyTargetTTFTSeconds, KeyActivationQueueDepth, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
+	return []string{KeyPodSelector, KeyMetricsPort, KeyMetricsPath, KeyModel, KeyTargetQueueDepth, KeyTargetConcurrency,
+		KeyTargetKVCacheUsage, KeyTargetTTFTSeconds, KeyActivationQueueDepth, KeyStartupTimeout, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
 		KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL, KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv,
 		KeyPrometheusPasswordFromEnv}
 }
@@ -338,6 +363,9 @@ func (t *Trigger) Signals() []Signal {
 	var out []Signal
 	if t.TargetQueueDepth > 0 {
 		out = append(out, SignalQueue)
+	}
+	if t.TargetConcurrency > 0 {
+		out = append(out, SignalConcurrency)
 	}
 	if t.TargetKVCacheUsage > 0 {
 		out = append(out, SignalKVCache)
@@ -353,6 +381,8 @@ func (t *Trigger) Target(s Signal) float64 {
 	switch s {
 	case SignalQueue:
 		return t.TargetQueueDepth
+	case SignalConcurrency:
+		return t.TargetConcurrency
 	case SignalKVCache:
 		return t.TargetKVCacheUsage
 	case SignalTTFT:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseTriggerDefaults(t *testing.T) {
@@ -13,6 +14,12 @@ func TestParseTriggerDefaults(t *testing.T) {
 	}
 	if got := tr.Signals(); len(got) != 1 || got[0] != SignalQueue {
 		t.Fatalf("signals = %v", got)
+	}
+	if tr.StartupTimeout != 10*time.Minute {
+		t.Fatalf("startup timeout = %v, want 10m", tr.StartupTimeout)
+	}
+	if tr = trig(t, map[string]string{"targetQueueDepth": "4", "startupTimeoutSeconds": "240"}); tr.StartupTimeout != 4*time.Minute {
+		t.Fatalf("startup timeout = %v, want 4m", tr.StartupTimeout)
 	}
 	tr = trig(t, map[string]string{"targetKVCacheUsage": "0.75", "targetTTFTSeconds": "0.4", "podSelector": "app=vllm, tier in (gpu)",
 		"metricsPort": "8080", "metricsPath": "/vllm/metrics", "model": "llama", "activationQueueDepth": "1.5",
@@ -44,7 +51,12 @@ func TestParseTriggerErrors(t *testing.T) {
 		{map[string]string{"targetQueueDepth": "4", "role": "router"}, "role", "prefill, decode, both"},
 		{map[string]string{"targetQueueDepth": "4", "source": "dcgm"}, "source", "pods, prometheus"},
 		{map[string]string{"targetQueueDepth": "4", "activationQueueDepth": "-2"}, "activationQueueDepth", ">= 0"},
-		{map[string]string{"targetQueueDepth": "4", "role": "decode"}, "role", "targetKVCacheUsage only"},
+		{map[string]string{"targetQueueDepth": "4", "role": "decode"}, "role", "decode scales on targetKVCacheUsage and targetConcurrency"},
+		{map[string]string{"targetTTFTSeconds": "0.5"}, "targetTTFTSeconds", "never sizes a fleet down"},
+		{map[string]string{"targetTTFTSeconds": "0.5", "role": "prefill"}, "targetQueueDepth", "role prefill needs targetQueueDepth or targetConcurrency"},
+		{map[string]string{"targetConcurrency": "0"}, "targetConcurrency", "want a number > 0"},
+		{map[string]string{"targetQueueDepth": "4", "startupTimeoutSeconds": "0"}, "startupTimeoutSeconds", "whole seconds from 1 to 86400"},
+		{map[string]string{"targetQueueDepth": "4", "startupTimeoutSeconds": "1.5"}, "startupTimeoutSeconds", "whole seconds"},
 		{map[string]string{"targetKVCacheUsage": "0.8", "role": "prefill"}, "targetKVCacheUsage", "not used by role prefill"},
 		{map[string]string{"targetQueueDepth": "4", "source": "prometheus"}, "prometheusAddress", "required with source prometheus"},
 		{map[string]string{"targetQueueDepth": "4", "source": "prometheus", "prometheusAddress": "prom:9090"}, "prometheusAddress", "http:// or https://"},

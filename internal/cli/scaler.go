@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -81,7 +82,7 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return fmt.Errorf("building scheme: %w", err)
 	}
-	copts := cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: slimPod}}}
+	copts := cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: targets.SlimPod}}}
 	if f.namespace != "" {
 		copts.DefaultNamespaces = map[string]cache.Config{f.namespace: {}}
 	}
@@ -105,8 +106,16 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 	observe := func(src scaler.Source) func(time.Duration, string) {
 		return func(d time.Duration, reason string) { server.ObserveScrape(src, d, reason) }
 	}
+	// Karpenter's pod events tell an unschedulable replica with a node on its way from one
+	// with none coming (which then never holds a scale-up).
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("creating the events client: %w", err)
+	}
+	verdicts := targets.NewKarpenterVerdicts(cs, f.namespace)
+	go verdicts.Run(ctx)
 	eng := &server.Engine{
-		Resolver:   &targets.Targets{Pods: podCache, API: api},
+		Resolver:   &targets.Targets{Pods: podCache, API: api, Capacity: verdicts},
 		Pods:       pods.New(pods.Options{Timeout: f.scrapeTimeout, FreshFor: f.freshFor, MaxAge: f.maxSampleAge, TTFTWindow: f.ttftWindow, Observe: observe(scaler.SourcePods)}),
 		Prometheus: promsource.New(promsource.Options{Timeout: f.scrapeTimeout, FreshFor: f.freshFor, MaxAge: f.maxSampleAge, TTFTWindow: f.ttftWindow, Observe: observe(scaler.SourcePrometheus)}),
 		Policy:     scaler.Policy{ScaleDownHeadroom: f.headroom},
@@ -145,23 +154,4 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 	}()
 	log.Info("serving KEDA's ExternalScaler", "address", lis.Addr().String(), "tls", f.tls.Enabled(), "mutualTLS", f.tls.ClientCAFile != "")
 	return server.Serve(ctx, gs, hs, lis, f.shutdownGrace)
-}
-
-// slimPod keeps what the scaler reads of a pod (name, labels, IP, Ready, phase, deletion), so a
-// cluster-wide pod cache stays small.
-func slimPod(obj any) (any, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return obj, nil
-	}
-	slim := &corev1.Pod{}
-	slim.Name, slim.Namespace, slim.Labels = p.Name, p.Namespace, p.Labels
-	slim.UID, slim.ResourceVersion, slim.DeletionTimestamp = p.UID, p.ResourceVersion, p.DeletionTimestamp
-	slim.Status.Phase, slim.Status.PodIP = p.Status.Phase, p.Status.PodIP
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			slim.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
-		}
-	}
-	return slim, nil
 }

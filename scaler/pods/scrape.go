@@ -104,18 +104,19 @@ type Result struct {
 }
 
 // Observe scrapes the ready pods of a scale target (in parallel, reusing recent outcomes) and
-// folds their samples into an observation. Pods without an IP or not ready count as starting.
+// folds their samples into an observation. Pods not ready (or without an IP yet) are starting
+// or stalled (scaler.SplitReplicas).
 func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.Pod) (scaler.Observation, []Result) {
 	now := s.opts.Clock.Now()
 	o := scaler.Observation{TTFTP95: math.NaN()}
-	var ready []scaler.Pod
-	for _, p := range pods {
-		if p.Ready && p.IP != "" {
-			ready = append(ready, p)
-		} else {
-			o.Starting++
-		}
+	withIP := make([]scaler.Pod, len(pods))
+	for i, p := range pods {
+		p.Ready = p.Ready && p.IP != ""
+		withIP[i] = p
 	}
+	split := scaler.SplitReplicas(withIP, now, t.StartupTimeout)
+	ready := split.Ready
+	o.Starting, o.Stalled = split.Starting, split.Stalled
 	o.Ready = len(ready)
 	results := make([]Result, len(ready))
 	sem := make(chan struct{}, s.opts.Parallel)

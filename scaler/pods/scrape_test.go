@@ -155,7 +155,7 @@ func TestFaults(t *testing.T) {
 
 func TestTTFTWindow(t *testing.T) {
 	reps, qtr, pods := fleet(t, 1)
-	tr, err := scaler.ParseTrigger(map[string]string{"targetTTFTSeconds": "0.5", "role": "prefill", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
+	tr, err := scaler.ParseTrigger(map[string]string{"targetQueueDepth": "4", "targetTTFTSeconds": "0.5", "role": "prefill", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
 	if err != nil {
 		t.Fatal(err)
 	}

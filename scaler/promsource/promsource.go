@@ -113,18 +113,17 @@ func podRegex(pods []string) string {
 	return strings.Join(q, "|")
 }
 
-// Observe evaluates a trigger for a target's pods. Pods that are not ready count as starting;
-// ready pods without a series newer than MaxAge count as not sampled.
+// Observe evaluates a trigger for a target's pods. Pods that are not ready are starting or
+// stalled (scaler.SplitReplicas); ready pods without a series newer than MaxAge count as not
+// sampled.
 func (s *Source) Observe(ctx context.Context, t *scaler.Trigger, namespace string, pods []scaler.Pod) (scaler.Observation, error) {
 	now := s.opts.Clock.Now()
-	var ready []string
 	o := scaler.Observation{TTFTP95: math.NaN()}
-	for _, p := range pods {
-		if p.Ready {
-			ready = append(ready, p.Name)
-		} else {
-			o.Starting++
-		}
+	split := scaler.SplitReplicas(pods, now, t.StartupTimeout)
+	o.Starting, o.Stalled = split.Starting, split.Stalled
+	ready := make([]string, 0, len(split.Ready))
+	for _, p := range split.Ready {
+		ready = append(ready, p.Name)
 	}
 	o.Ready = len(ready)
 	if o.Ready == 0 {
@@ -135,7 +134,7 @@ func (s *Source) Observe(ctx context.Context, t *scaler.Trigger, namespace strin
 	s.mu.Lock()
 	if c, ok := s.cache[key]; ok && now.Sub(c.at) < s.opts.FreshFor {
 		s.mu.Unlock()
-		c.obs.Starting = o.Starting
+		c.obs.Starting, c.obs.Stalled = o.Starting, o.Stalled
 		return c.obs, c.err
 	}
 	s.mu.Unlock()

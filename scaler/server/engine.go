@@ -108,7 +108,9 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 	if err != nil {
 		return ev, &evalError{reasonNoFreshData, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}
 	}
-	record(namespace, name, ev.Decision, ev.Observation, info.MaxReplicas, e.clock().Now())
+	now := e.clock().Now()
+	heldFor := e.series.heldFor(namespace, name, ev.Decision.Held == scaler.HeldStarting, now)
+	record(namespace, name, t, ev.Decision, ev.Observation, info.MaxReplicas, heldFor, now)
 	return ev, nil
 }
 

@@ -42,7 +42,7 @@ var (
 	}, []string{labelNamespace, labelScaledObject, labelReason})
 	signalValue = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "signal_value",
-		Help: "A ScaledObject's raw signal at its last evaluation: total waiting requests (queue), total KV-cache usage over ready replicas (kv_cache), p95 time to first token in seconds (ttft).",
+		Help: "A ScaledObject's raw signal at its last evaluation: total waiting requests (queue), total running plus waiting requests (concurrency), total KV-cache usage over ready replicas (kv_cache), p95 time to first token in seconds (ttft).",
 	}, []string{labelNamespace, labelScaledObject, labelSignal})
 	signalTarget = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "signal_target",
@@ -54,7 +54,7 @@ var (
 	}, []string{labelNamespace, labelScaledObject})
 	currentReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "current_replicas",
-		Help: "Replicas of the scale target that are ready or starting.",
+		Help: "Live replicas of the scale target: ready, starting and stalled.",
 	}, []string{labelNamespace, labelScaledObject})
 	maxReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "max_replicas",
@@ -72,6 +72,22 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "last_success_timestamp_seconds",
 		Help: "When a ScaledObject was last evaluated successfully (Unix time).",
 	}, []string{labelNamespace, labelScaledObject})
+	held = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "held",
+		Help: "1 when the last evaluation held a ScaledObject at its current replicas instead of following its signals, by reason: starting (replicas within the startup timeout are the capacity asked for), partial (no scale-down on partial data), no_ready_replica (nothing ready to measure).",
+	}, []string{labelNamespace, labelScaledObject, labelReason})
+	heldSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "held_seconds",
+		Help: "How long a ScaledObject's scale-up has been held for starting replicas without a break (0 when not held).",
+	}, []string{labelNamespace, labelScaledObject})
+	startupTimeout = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "startup_timeout_seconds",
+		Help: "A ScaledObject's startupTimeoutSeconds: how long a replica that is not ready holds a scale-up.",
+	}, []string{labelNamespace, labelScaledObject})
+	stalledReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "stalled_replicas",
+		Help: "Replicas that are not ready and no longer hold a scale-up, by reason: crash_loop (container back-off or broken configuration), unschedulable (no node and Karpenter says none is coming), startup_timeout (not ready within startupTimeoutSeconds).",
+	}, []string{labelNamespace, labelScaledObject, labelReason})
 	active = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "active",
 		Help: "1 when the last evaluation found the ScaledObject active (KEDA scales 0↔1 on it).",
@@ -81,7 +97,8 @@ var (
 // Collectors returns the scaler's metrics for registration.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{requestDuration, scrapeDuration, scrapeErrors, evaluationErrors, signalValue, signalTarget,
-		desiredReplicas, currentReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active}
+		desiredReplicas, currentReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active, held, heldSeconds,
+		startupTimeout, stalledReplicas}
 }
 
 // ObserveScrape records one scrape or query of source.
@@ -97,6 +114,28 @@ func ObserveScrape(source scaler.Source, d time.Duration, reason string) {
 type series struct {
 	mu   sync.Mutex
 	seen map[[2]string]time.Time
+	// heldSince is when each ScaledObject's current run of starting holds began.
+	heldSince map[[2]string]time.Time
+}
+
+// heldFor returns how long ns/name has been held for starting replicas without a break, as of
+// now (0 when the last evaluation was not held).
+func (s *series) heldFor(ns, name string, isHeld bool, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := [2]string{ns, name}
+	if !isHeld {
+		delete(s.heldSince, k)
+		return 0
+	}
+	if s.heldSince == nil {
+		s.heldSince = map[[2]string]time.Time{}
+	}
+	since, ok := s.heldSince[k]
+	if !ok {
+		s.heldSince[k], since = now, now
+	}
+	return now.Sub(since)
 }
 
 func (s *series) touch(ns, name string, now time.Time) {
@@ -117,15 +156,19 @@ func (s *series) expire(before time.Time) {
 			continue
 		}
 		delete(s.seen, k)
+		delete(s.heldSince, k)
 		match := prometheus.Labels{labelNamespace: k[0], labelScaledObject: k[1]}
-		for _, v := range []*prometheus.GaugeVec{signalValue, signalTarget, desiredReplicas, currentReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active} {
+		for _, v := range []*prometheus.GaugeVec{signalValue, signalTarget, desiredReplicas, currentReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active,
+			held, heldSeconds, startupTimeout, stalledReplicas} {
 			v.DeletePartialMatch(match)
 		}
 		evaluationErrors.DeletePartialMatch(match)
 	}
 }
 
-func record(ns, name string, d scaler.Decision, o scaler.Observation, max int, now time.Time) {
+// record exports one successful evaluation; heldFor is how long its scale-up has been held for
+// starting replicas without a break.
+func record(ns, name string, t *scaler.Trigger, d scaler.Decision, o scaler.Observation, max int, heldFor time.Duration, now time.Time) {
 	for _, s := range d.Signals {
 		signalValue.WithLabelValues(ns, name, string(s.Signal)).Set(s.Raw)
 		signalTarget.WithLabelValues(ns, name, string(s.Signal)).Set(s.Target)
@@ -138,9 +181,20 @@ func record(ns, name string, d scaler.Decision, o scaler.Observation, max int, n
 	unsampledReplicas.WithLabelValues(ns, name).Set(float64(o.Ready - o.Sampled))
 	sampleAge.WithLabelValues(ns, name).Set(o.OldestSample.Seconds())
 	lastSuccess.WithLabelValues(ns, name).Set(float64(now.UnixNano()) / 1e9)
-	b := 0.0
-	if d.Active {
-		b = 1
+	active.WithLabelValues(ns, name).Set(boolValue(d.Active))
+	for _, r := range scaler.HeldReasons() {
+		held.WithLabelValues(ns, name, string(r)).Set(boolValue(d.Held == r))
 	}
-	active.WithLabelValues(ns, name).Set(b)
+	heldSeconds.WithLabelValues(ns, name).Set(heldFor.Seconds())
+	startupTimeout.WithLabelValues(ns, name).Set(t.StartupTimeout.Seconds())
+	for _, r := range scaler.StallReasons() {
+		stalledReplicas.WithLabelValues(ns, name, string(r)).Set(float64(o.Stalled[r]))
+	}
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -165,7 +165,7 @@ func (s *Server) GetMetrics(ctx context.Context, req *pb.GetMetricsRequest) (*pb
 
 func metricNames() string {
 	var out []string
-	for _, s := range []scaler.Signal{scaler.SignalQueue, scaler.SignalKVCache, scaler.SignalTTFT} {
+	for _, s := range scaler.AllSignals() {
 		out = append(out, s.MetricName())
 	}
 	sort.Strings(out)

@@ -46,6 +46,10 @@ type Targets struct {
 	Pods client.Reader
 	// API reads ScaledObjects and /scale subresources (uncached; results are kept for TTL).
 	API client.Client
+	// Capacity, when set, tells whether Karpenter said it cannot launch a node for an
+	// unschedulable pod; without it an unschedulable pod counts as starting until the
+	// trigger's startup timeout.
+	Capacity CapacityVerdicts
 	// TTL is how long a resolved selector is reused (default 30s).
 	TTL   time.Duration
 	Clock clock.PassiveClock
@@ -164,7 +168,8 @@ func (t *Targets) read(ctx context.Context, namespace, name string, needSelector
 func isNoKind(err error) bool { return meta.IsNoMatchError(err) }
 
 // List returns the live pods matching sel in namespace: pods being deleted and pods that
-// finished are left out.
+// finished are left out. A pod that is not ready says when it was created and whether it is
+// stuck (see Stuck).
 func (t *Targets) List(ctx context.Context, namespace string, sel labels.Selector) ([]scaler.Pod, error) {
 	var list corev1.PodList
 	if err := t.Pods.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
@@ -176,16 +181,11 @@ func (t *Targets) List(ctx context.Context, namespace string, sel labels.Selecto
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		out = append(out, scaler.Pod{Name: p.Name, IP: p.Status.PodIP, Ready: ready(p)})
+		sp := scaler.Pod{Name: p.Name, IP: p.Status.PodIP, Ready: ready(p), Created: p.CreationTimestamp.Time}
+		if !sp.Ready {
+			sp.Stuck = Stuck(p, t.Capacity)
+		}
+		out = append(out, sp)
 	}
 	return out, nil
-}
-
-func ready(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
