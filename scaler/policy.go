@@ -87,7 +87,8 @@ func (d Decision) Signal(s Signal) (SignalDecision, bool) {
 // Decide turns an observation into replica counts per signal. It is pure: the same inputs give
 // the same decision. The math (docs/scaler.md):
 //
-//   - queue: ceil(waiting / targetQueueDepth);
+//   - queue: ceil(waiting / targetQueueDepth), waiting including the requests the demandQuery
+//     sees in front of the replicas (so a fleet at zero has a demand);
 //   - concurrency: ceil((running + waiting) / targetConcurrency): the load, not only the
 //     backlog, so a healthy fleet with nothing waiting keeps the replicas its requests use;
 //   - KV cache: ceil(Σ usage / targetKVCacheUsage), so the mean usage lands on the target;
@@ -119,7 +120,7 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 	if o.Sampled > 0 {
 		scale = float64(o.Ready) / float64(o.Sampled)
 	}
-	waiting := o.Waiting * scale
+	waiting := o.Waiting*scale + o.Upstream
 	d.Active = waiting > t.ActivationQueueDepth || o.Running > 0 || o.Starting > 0 || stalled > 0
 	running := o.Running * scale
 	// Sizing signals first: they say how many replicas the load needs.

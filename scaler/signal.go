@@ -160,6 +160,9 @@ type Observation struct {
 	Stalled map[StallReason]int
 	// Waiting, Running and KVUsage are sums over the sampled replicas.
 	Waiting, Running, KVUsage float64
+	// Upstream is the requests waiting in front of the replicas (the trigger's demandQuery at a
+	// router or gateway), which exist even with no replica: 0 without a demandQuery.
+	Upstream float64
 	// KVSampled is how many sampled replicas reported KV-cache usage.
 	KVSampled int
 	// TTFTP95 is the p95 time to first token over the recent window; NaN when no request

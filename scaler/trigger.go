@@ -47,6 +47,9 @@ const (
 	KeyTargetTTFTSeconds    = "targetTTFTSeconds"
 	KeyActivationQueueDepth = "activationQueueDepth"
 	KeyStartupTimeout       = "startupTimeoutSeconds"
+	KeyDemandQuery          = "demandQuery"
+	KeyDemandPreset         = "demandPreset"
+	KeyInferencePool        = "inferencePool"
 	KeySource               = "source"
 	KeyRole                 = "role"
 	KeyPrometheusAddress    = "prometheusAddress"
@@ -104,6 +107,10 @@ type Trigger struct {
 	// StartupTimeout is how long a replica that is not ready holds a scale-up as capacity on
 	// its way (DefaultStartupTimeout unless startupTimeoutSeconds is set).
 	StartupTimeout time.Duration
+	// DemandQuery, when set, is a PromQL query for requests waiting in front of the replicas (at
+	// a router, gateway or endpoint picker) — demand that exists with no replica at all, so a
+	// fleet can scale from zero. It needs prometheusAddress.
+	DemandQuery string
 	// Source is where the signals come from.
 	Source Source
 	// Role decides which signals count.
@@ -163,6 +170,10 @@ func ParseTrigger(md map[string]string) (*Trigger, error) {
 		t.MetricsPath = v
 	}
 	t.Model, _ = p.get(KeyModel)
+	t.DemandQuery, _ = p.get(KeyDemandQuery)
+	if err := p.demandPreset(t); err != nil {
+		return nil, err
+	}
 	var err error
 	if t.TargetQueueDepth, err = p.target(KeyTargetQueueDepth, "waiting requests per replica", math.Inf(1)); err != nil {
 		return nil, err
@@ -200,6 +211,9 @@ func ParseTrigger(md map[string]string) (*Trigger, error) {
 	}
 	if err := t.checkRoleTargets(); err != nil {
 		return nil, err
+	}
+	if t.DemandQuery != "" && t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 {
+		return nil, &InvalidKeyError{KeyDemandQuery, "", "counts requests waiting in front of the replicas, which size the fleet through targetQueueDepth or targetConcurrency; set one of them"}
 	}
 	if v, ok := p.get(KeySource); ok {
 		switch Source(v) {
@@ -293,17 +307,17 @@ func (p parser) unknownKeys() error {
 func (p parser) prometheus(t *Trigger) error {
 	promKeys := []string{KeyPrometheusAddress, KeyPrometheusPodLabel, KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL,
 		KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv, KeyPrometheusPasswordFromEnv}
-	if t.Source != SourcePrometheus {
+	if t.Source != SourcePrometheus && t.DemandQuery == "" {
 		for _, k := range promKeys {
 			if _, ok := p.get(k); ok {
-				return &InvalidKeyError{k, "", "only used with source prometheus (source is " + string(t.Source) + ")"}
+				return &InvalidKeyError{k, "", "only used with source prometheus or demandQuery (source is " + string(t.Source) + ")"}
 			}
 		}
 		return nil
 	}
 	v, ok := p.get(KeyPrometheusAddress)
 	if !ok {
-		return &InvalidKeyError{KeyPrometheusAddress, "", "required with source prometheus, e.g. http://prometheus-operated.monitoring:9090"}
+		return &InvalidKeyError{KeyPrometheusAddress, "", "required with source prometheus or demandQuery, e.g. http://prometheus-operated.monitoring:9090"}
 	}
 	u, err := url.Parse(v)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -353,7 +367,7 @@ func isLabelName(s string) bool {
 // AcceptedKeys lists every trigger metadata key berth reads, in documentation order.
 func AcceptedKeys() []string {
 	return []string{KeyPodSelector, KeyMetricsPort, KeyMetricsPath, KeyModel, KeyTargetQueueDepth, KeyTargetConcurrency,
-		KeyTargetKVCacheUsage, KeyTargetTTFTSeconds, KeyActivationQueueDepth, KeyStartupTimeout, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
+		KeyTargetKVCacheUsage, KeyTargetTTFTSeconds, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
 		KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL, KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv,
 		KeyPrometheusPasswordFromEnv}
 }
@@ -389,4 +403,54 @@ func (t *Trigger) Target(s Signal) float64 {
 		return t.TargetTTFT
 	}
 	return 0
+}
+
+// DemandPresetEndpointPicker is the demandPreset for an endpoint picker (Gateway API Inference
+// Extension's EPP, llm-d's inference scheduler) with flow control on: requests it holds for an
+// InferencePool while no endpoint can take them.
+const DemandPresetEndpointPicker = "endpoint-picker"
+
+// EndpointPickerDemandQuery is the PromQL of DemandPresetEndpointPicker for pool (and model, if
+// set): the flow-control queue under llm-d's names (llm_d_epp_*) or the older Gateway API
+// Inference Extension ones (inference_extension_*). The queue series exist only once a request
+// has queued, so an empty queue reads 0 — but only while the picker itself reports its pool's
+// ready endpoints: a picker that is down or no longer scraped is missing data, not zero demand.
+func EndpointPickerDemandQuery(pool, model string) string {
+	sel := fmt.Sprintf(`inference_pool=%q`, pool)
+	if model != "" {
+		sel += fmt.Sprintf(`,model_name=%q`, model)
+	}
+	return fmt.Sprintf(`sum(llm_d_epp_flow_control_queue_size{%[1]s}) or sum(inference_extension_flow_control_queue_size{%[1]s})`+
+		` or (0 * sum(llm_d_epp_ready_endpoints{name=%[2]q})) or (0 * sum(inference_pool_ready_pods{name=%[2]q}))`, sel, pool)
+}
+
+// demandPreset turns demandPreset and inferencePool into the trigger's DemandQuery.
+func (p parser) demandPreset(t *Trigger) error {
+	preset, hasPreset := p.get(KeyDemandPreset)
+	pool, hasPool := p.get(KeyInferencePool)
+	switch {
+	case !hasPreset && hasPool:
+		return &InvalidKeyError{KeyInferencePool, pool, "only used with demandPreset " + DemandPresetEndpointPicker}
+	case !hasPreset:
+		return nil
+	case t.DemandQuery != "":
+		return &InvalidKeyError{KeyDemandPreset, preset, "set demandPreset or demandQuery, not both"}
+	case preset != DemandPresetEndpointPicker:
+		return &InvalidKeyError{KeyDemandPreset, preset, "want " + DemandPresetEndpointPicker + " (Gateway API Inference Extension or llm-d endpoint picker with flow control), or write demandQuery"}
+	case !hasPool || !isLabelValue(pool):
+		return &InvalidKeyError{KeyInferencePool, pool, "demandPreset " + DemandPresetEndpointPicker + " needs the InferencePool's name (the picker's --pool-name)"}
+	}
+	t.DemandQuery = EndpointPickerDemandQuery(pool, t.Model)
+	return nil
+}
+
+// isLabelValue accepts what an InferencePool name can be (a DNS subdomain), which needs no
+// escaping inside a PromQL string.
+func isLabelValue(s string) bool {
+	for _, r := range s {
+		if (r < 'a' || r > 'z') && (r < '0' || r > '9') && r != '-' && r != '.' {
+			return false
+		}
+	}
+	return s != "" && len(s) <= 253
 }

@@ -58,9 +58,9 @@ func TestParseTriggerErrors(t *testing.T) {
 		{map[string]string{"targetQueueDepth": "4", "startupTimeoutSeconds": "0"}, "startupTimeoutSeconds", "whole seconds from 1 to 86400"},
 		{map[string]string{"targetQueueDepth": "4", "startupTimeoutSeconds": "1.5"}, "startupTimeoutSeconds", "whole seconds"},
 		{map[string]string{"targetKVCacheUsage": "0.8", "role": "prefill"}, "targetKVCacheUsage", "not used by role prefill"},
-		{map[string]string{"targetQueueDepth": "4", "source": "prometheus"}, "prometheusAddress", "required with source prometheus"},
+		{map[string]string{"targetQueueDepth": "4", "source": "prometheus"}, "prometheusAddress", "required with source prometheus or demandQuery"},
 		{map[string]string{"targetQueueDepth": "4", "source": "prometheus", "prometheusAddress": "prom:9090"}, "prometheusAddress", "http:// or https://"},
-		{map[string]string{"targetQueueDepth": "4", "prometheusAddress": "http://prom:9090"}, "prometheusAddress", "only used with source prometheus"},
+		{map[string]string{"targetQueueDepth": "4", "prometheusAddress": "http://prom:9090"}, "prometheusAddress", "only used with source prometheus or demandQuery"},
 		{map[string]string{"targetQueueDepth": "4", "source": "prometheus", "prometheusAddress": "http://p", "prometheusPodLabel": "pod-name"}, "prometheusPodLabel", "label name"},
 		{map[string]string{"targetQueueDepth": "4", "source": "prometheus", "prometheusAddress": "http://p", "prometheusUsernameFromEnv": "u"}, "prometheusUsernameFromEnv", "both"},
 	}
@@ -103,4 +103,35 @@ func FuzzParseTrigger(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestDemandTriggers(t *testing.T) {
+	tr := trig(t, map[string]string{"targetQueueDepth": "4", "demandQuery": `sum(router_queue{model="m"})`, "prometheusAddress": "http://prom:9090"})
+	if tr.Source != SourcePods || tr.DemandQuery != `sum(router_queue{model="m"})` || tr.Prometheus.Address != "http://prom:9090" {
+		t.Fatalf("parsed %+v", tr)
+	}
+	tr = trig(t, map[string]string{"targetConcurrency": "8", "demandPreset": "endpoint-picker", "inferencePool": "llama-pool", "model": "llama",
+		"prometheusAddress": "http://prom:9090"})
+	want := `sum(llm_d_epp_flow_control_queue_size{inference_pool="llama-pool",model_name="llama"}) or sum(inference_extension_flow_control_queue_size{inference_pool="llama-pool",model_name="llama"}) or (0 * sum(llm_d_epp_ready_endpoints{name="llama-pool"})) or (0 * sum(inference_pool_ready_pods{name="llama-pool"}))`
+	if tr.DemandQuery != want {
+		t.Fatalf("preset query\n got %s\nwant %s", tr.DemandQuery, want)
+	}
+	for _, tc := range []struct {
+		md           map[string]string
+		key, message string
+	}{
+		{map[string]string{"targetQueueDepth": "4", "demandQuery": "q"}, "prometheusAddress", "required with source prometheus or demandQuery"},
+		{map[string]string{"targetKVCacheUsage": "0.8", "demandQuery": "q", "prometheusAddress": "http://p"}, "demandQuery", "targetQueueDepth or targetConcurrency"},
+		{map[string]string{"targetQueueDepth": "4", "demandPreset": "production-stack", "prometheusAddress": "http://p"}, "demandPreset", "want endpoint-picker"},
+		{map[string]string{"targetQueueDepth": "4", "demandPreset": "endpoint-picker", "prometheusAddress": "http://p"}, "inferencePool", "needs the InferencePool's name"},
+		{map[string]string{"targetQueueDepth": "4", "demandPreset": "endpoint-picker", "inferencePool": `a"b`, "prometheusAddress": "http://p"}, "inferencePool", "needs the InferencePool's name"},
+		{map[string]string{"targetQueueDepth": "4", "inferencePool": "p"}, "inferencePool", "only used with demandPreset"},
+		{map[string]string{"targetQueueDepth": "4", "demandPreset": "endpoint-picker", "inferencePool": "p", "demandQuery": "q", "prometheusAddress": "http://p"}, "demandPreset", "not both"},
+	} {
+		_, err := ParseTrigger(tc.md)
+		var ik *InvalidKeyError
+		if !errors.As(err, &ik) || ik.Key != tc.key || !strings.Contains(err.Error(), tc.message) {
+			t.Errorf("%v: err = %v, want key %s and %q", tc.md, err, tc.key, tc.message)
+		}
+	}
 }

@@ -24,6 +24,7 @@ type vllmSimFlags struct {
 	namespace  string
 	selector   string
 	port       int
+	pool       string
 }
 
 func newVLLMSimCommand() *cobra.Command {
@@ -42,7 +43,12 @@ Deployment scaled by berth's scaler gains and loses emulated servers as its pods
 
 Change the load while it runs on the admin address:
   curl -X PUT 'http://127.0.0.1:8099/load?rate=12.5'
-  curl http://127.0.0.1:8099/load`,
+  curl http://127.0.0.1:8099/load
+
+With --inference-pool an endpoint picker (llm-d's, with flow control) stands in front: while
+no replica serves, requests wait in its queue instead of being dropped, and
+http://127.0.0.1:8099/metrics serves llm_d_epp_flow_control_queue_size for a Prometheus to
+scrape — demand that exists at zero replicas.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runVLLMSim(cmd, f)
@@ -64,6 +70,7 @@ Change the load while it runs on the admin address:
 	fl.StringVar(&f.namespace, "namespace", "", "namespace of the pods to follow (default all)")
 	fl.StringVar(&f.selector, "selector", "", "label selector of the pods to follow, e.g. app=vllm")
 	fl.IntVar(&f.port, "port", 8000, "port to serve on at each followed pod's IP")
+	fl.StringVar(&f.pool, "inference-pool", "", "put an endpoint picker with flow control in front, for this InferencePool: requests wait in its queue while no replica serves, and the admin address serves its llm_d_epp_* metrics on /metrics (scale from zero with demandPreset: endpoint-picker)")
 	return cmd
 }
 
@@ -75,7 +82,7 @@ func runVLLMSim(cmd *cobra.Command, f vllmSimFlags) error {
 	if f.port < 1 || f.port > 65535 {
 		return fmt.Errorf("--port must be between 1 and 65535, got %d", f.port)
 	}
-	fleet, err := vllmsim.NewFleet(vllmsim.FleetOptions{Config: f.cfg, Rate: f.rate, Logf: logf})
+	fleet, err := vllmsim.NewFleet(vllmsim.FleetOptions{Config: f.cfg, Rate: f.rate, Logf: logf, InferencePool: f.pool})
 	if err != nil {
 		return err
 	}

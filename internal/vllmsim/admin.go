@@ -9,13 +9,34 @@ import (
 
 // AdminHandler returns the fleet's control API:
 //
-//	GET /load            → {"rate":…, "replicas":…, "waiting":…, "running":…}
+//	GET /load            → {"rate":…, "replicas":…, "waiting":…, "running":…, "held":…}
 //	PUT /load?rate=12.5  → sets the arrival rate (requests per second) and answers as GET;
 //	                       a missing, malformed, negative or infinite rate is a 400.
+//	GET /metrics         → with an InferencePool, the endpoint picker's metrics (404 without)
 func (f *Fleet) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/load", f.serveLoad)
+	mux.HandleFunc("/metrics", f.servePickerMetrics)
 	return mux
+}
+
+// servePickerMetrics serves what llm-d's endpoint picker exports about its pool under its
+// current names (llm_d_epp_*, sigs.k8s.io/gateway-api-inference-extension's successor): the
+// flow-control queue, once a request has queued, and the ready endpoints.
+func (f *Fleet) servePickerMetrics(w http.ResponseWriter, _ *http.Request) {
+	if f.pool == "" {
+		http.Error(w, "no endpoint picker: start the emulator with --inference-pool", http.StatusNotFound)
+		return
+	}
+	st := f.Status()
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	fmt.Fprintf(w, "# HELP llm_d_epp_ready_endpoints Number of ready endpoints in the pool.\n# TYPE llm_d_epp_ready_endpoints gauge\n")
+	fmt.Fprintf(w, "llm_d_epp_ready_endpoints{name=%q} %d\n", f.pool, st.Replicas)
+	if f.load.everHeld() {
+		fmt.Fprintf(w, "# HELP llm_d_epp_flow_control_queue_size Number of requests held in the flow control queue.\n# TYPE llm_d_epp_flow_control_queue_size gauge\n")
+		fmt.Fprintf(w, "llm_d_epp_flow_control_queue_size{fairness_id=\"default\",inference_pool=%q,model_name=%q,priority=\"0\",target_model_name=%q} %d\n",
+			f.pool, f.cfg.Model, f.cfg.Model, st.Held)
+	}
 }
 
 func (f *Fleet) serveLoad(w http.ResponseWriter, r *http.Request) {

@@ -28,6 +28,11 @@ type FleetOptions struct {
 	Clock clock.WithTicker
 	// Logf, if set, receives a line when a replica starts or stops serving.
 	Logf func(format string, args ...any)
+	// InferencePool, when set, puts an endpoint picker with flow control in front of the
+	// fleet, as llm-d's (or Gateway API Inference Extension's) for this InferencePool: arrivals
+	// wait in its queue while no replica serves instead of being dropped, and the admin
+	// address serves its queue metrics on /metrics.
+	InferencePool string
 }
 
 // Fleet serves one Replica per listen address and feeds them from one LoadGenerator, like a
@@ -38,6 +43,8 @@ type Fleet struct {
 	interval time.Duration
 	load     *LoadGenerator
 	logf     func(format string, args ...any)
+
+	pool string // InferencePool of the endpoint picker in front, "" for none
 
 	setMu   sync.Mutex // serialises SetAddresses and Close
 	mu      sync.Mutex // guards servers and closed
@@ -63,6 +70,8 @@ type LoadStatus struct {
 	Waiting int `json:"waiting"`
 	// Running is the number of running requests over all replicas.
 	Running int `json:"running"`
+	// Held is the number of requests the endpoint picker holds for want of a replica.
+	Held int `json:"held"`
 }
 
 // NewFleet returns a fleet that serves no address yet.
@@ -84,7 +93,9 @@ func NewFleet(opts FleetOptions) (*Fleet, error) {
 		load:     load,
 		logf:     opts.Logf,
 		servers:  map[string]*server{},
+		pool:     opts.InferencePool,
 	}
+	load.HoldWithoutReceivers(f.pool != "")
 	if f.clock == nil {
 		f.clock = clock.RealClock{}
 	}
@@ -249,7 +260,7 @@ func (f *Fleet) Step(now time.Time) {
 
 // Status returns the arrival rate and the replicas' queues, summed.
 func (f *Fleet) Status() LoadStatus {
-	st := LoadStatus{Rate: f.load.Rate()}
+	st := LoadStatus{Rate: f.load.Rate(), Held: f.load.Held()}
 	for _, r := range f.replicas() {
 		running, waiting := r.Queue()
 		st.Replicas++

@@ -185,3 +185,39 @@ func TestAdminLoadEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestEndpointPickerHoldsAtZero: with an InferencePool the fleet has an endpoint picker in
+// front: with no replica it holds arrivals and says so on /metrics the way llm-d's picker does;
+// the first replica gets them.
+func TestEndpointPickerHoldsAtZero(t *testing.T) {
+	f, _ := newTestFleet(t, FleetOptions{Rate: 10, InferencePool: "llama-pool"})
+	srv := httptest.NewServer(f.AdminHandler())
+	defer srv.Close()
+	_, body, err := get(t, srv.URL+"/metrics")
+	if err != nil || !strings.Contains(body, `llm_d_epp_ready_endpoints{name="llama-pool"} 0`) || strings.Contains(body, "flow_control_queue_size") {
+		t.Fatalf("before anything queued: %v\n%s", err, body)
+	}
+	now := t0
+	for range 11 { // 1 s at 10/s, no replica
+		f.Step(now)
+		now = now.Add(100 * time.Millisecond)
+	}
+	_, body, _ = get(t, srv.URL+"/metrics")
+	want := `llm_d_epp_flow_control_queue_size{fairness_id="default",inference_pool="llama-pool",model_name="meta-llama/Llama-3.1-8B-Instruct",priority="0",target_model_name="meta-llama/Llama-3.1-8B-Instruct"} 10`
+	if !strings.Contains(body, want) {
+		t.Fatalf("after 1 s at zero replicas, /metrics lacks\n%s\ngot\n%s", want, body)
+	}
+	if err := f.SetAddresses(context.Background(), []string{"127.0.0.1:0"}); err != nil {
+		t.Fatal(err)
+	}
+	f.Step(now)
+	if st := f.Status(); st.Held != 0 || st.Running+st.Waiting != 11 { // the 10 held and the next arrival
+		t.Errorf("after a replica appears: %+v, want the 10 held requests on it", st)
+	}
+	plain, _ := newTestFleet(t, FleetOptions{Rate: 10})
+	psrv := httptest.NewServer(plain.AdminHandler())
+	defer psrv.Close()
+	if code, _, _ := get(t, psrv.URL+"/metrics"); code != http.StatusNotFound {
+		t.Errorf("a fleet without a picker serves picker metrics (%d)", code)
+	}
+}

@@ -24,6 +24,35 @@ type LoadGenerator struct {
 	last    time.Time
 	started bool
 	next    int // round-robin cursor over the receivers
+	// hold keeps arrivals while there is no receiver (a router queueing in front of a fleet at
+	// zero) instead of dropping them; held counts them.
+	hold   bool
+	held   int
+	queued bool
+}
+
+// HoldWithoutReceivers makes the generator keep arrivals while no receiver exists, like a
+// router that queues requests for a model with no replica, and hand them out (first) as soon as
+// one does.
+func (g *LoadGenerator) HoldWithoutReceivers(hold bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.hold = hold
+}
+
+// everHeld reports whether an arrival was ever held: like the picker's, the queue series
+// exists only once something queued.
+func (g *LoadGenerator) everHeld() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.queued
+}
+
+// Held is the number of arrivals held for want of a receiver.
+func (g *LoadGenerator) Held() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held
 }
 
 // NewLoadGenerator returns a generator emitting rate requests per second from its first Step.
@@ -63,8 +92,8 @@ func (g *LoadGenerator) Rate() float64 {
 
 // Step emits the requests that arrived since the previous Step, timestamped now, one at a
 // time round-robin over receivers (like a load balancer), and returns how many it emitted.
-// With no receivers the requests are dropped, like a Service without endpoints. The first
-// Step only starts the clock.
+// With no receivers the requests are dropped, like a Service without endpoints — or held for
+// the first receiver with HoldWithoutReceivers. The first Step only starts the clock.
 func (g *LoadGenerator) Step(now time.Time, receivers []Receiver) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -76,11 +105,17 @@ func (g *LoadGenerator) Step(now time.Time, receivers []Receiver) int {
 	g.last = now
 	// The epsilon absorbs float error, so that ten steps of 0.1 at 10/s make exactly ten.
 	n := int(math.Floor(g.acc + 1e-9))
-	if n <= 0 {
+	g.acc = math.Max(0, g.acc-float64(max(n, 0)))
+	if len(receivers) == 0 {
+		if g.hold && n > 0 {
+			g.held += n
+			g.queued = true
+		}
 		return 0
 	}
-	g.acc = math.Max(0, g.acc-float64(n))
-	if len(receivers) == 0 {
+	n += g.held
+	g.held = 0
+	if n <= 0 {
 		return 0
 	}
 	counts := make([]int, len(receivers))

@@ -106,3 +106,34 @@ func TestLoadGeneratorSetRate(t *testing.T) {
 		t.Errorf("rate %v, want 99", g.Rate())
 	}
 }
+
+// TestLoadGeneratorHoldsForTheFirstReceiver: without receivers arrivals are dropped, unless the
+// generator holds them like a router; held arrivals go to the first receiver that appears.
+func TestLoadGeneratorHoldsForTheFirstReceiver(t *testing.T) {
+	for _, hold := range []bool{false, true} {
+		g, err := NewLoadGenerator(10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.HoldWithoutReceivers(hold)
+		now := t0
+		g.Step(now, nil)
+		for range 20 { // 2 s at 10/s with nobody to serve
+			now = now.Add(100 * time.Millisecond)
+			g.Step(now, nil)
+		}
+		want := 0
+		if hold {
+			want = 20
+		}
+		if g.Held() != want {
+			t.Errorf("hold %v: held %d, want %d", hold, g.Held(), want)
+		}
+		rc := &countingReceiver{}
+		now = now.Add(100 * time.Millisecond)
+		g.Step(now, []Receiver{rc})
+		if rc.n != want+1 || g.Held() != 0 {
+			t.Errorf("hold %v: the first receiver got %d (held now %d), want %d", hold, rc.n, g.Held(), want+1)
+		}
+	}
+}

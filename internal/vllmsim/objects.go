@@ -64,6 +64,8 @@ type ScaledObjectOptions struct {
 	TargetKVCache    string
 	// StartupTimeout is the trigger's startupTimeoutSeconds ("" for berth's default).
 	StartupTimeout string
+	// Metadata adds further trigger metadata (demandPreset, prometheusAddress, ...).
+	Metadata map[string]string
 }
 
 // ScaledObject is a KEDA ScaledObject (unstructured: berth does not link KEDA's API types)
@@ -88,6 +90,9 @@ func ScaledObject(namespace, name string, o ScaledObjectOptions) *unstructured.U
 // metadata is the trigger's metadata; targets left empty are left out.
 func (o ScaledObjectOptions) metadata() map[string]any {
 	md := map[string]any{"scalerAddress": o.ScalerAddress, "metricsPort": strconv.Itoa(int(o.MetricsPort)), "model": DeploymentModel}
+	for k, v := range o.Metadata {
+		md[k] = v
+	}
 	for k, v := range map[string]string{"targetQueueDepth": o.TargetQueueDepth, "targetKVCacheUsage": o.TargetKVCache, "startupTimeoutSeconds": o.StartupTimeout} {
 		if v != "" {
 			md[k] = v

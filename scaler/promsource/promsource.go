@@ -7,6 +7,7 @@ package promsource
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -276,4 +277,67 @@ func (a authRoundTripper) RoundTrip(r *http.Request) (*http.Response, error) {
 		r.SetBasicAuth(a.cfg.Username, a.cfg.Password)
 	}
 	return a.next.RoundTrip(r)
+}
+
+// ErrNoDemandSeries is a demandQuery that returned no series. berth does not read "no series"
+// as "no demand": a router that is down or no longer scraped looks the same. Write
+// `(<query>) or vector(0)` where no series really means nothing waits.
+var ErrNoDemandSeries = errors.New("demandQuery returned no series")
+
+// Demand runs the trigger's demandQuery: the requests waiting in front of the replicas (a
+// vector is summed, a scalar taken as is). Results are reused for FreshFor. NaN, infinite or
+// negative values and empty results are errors, never a zero.
+func (s *Source) Demand(ctx context.Context, t *scaler.Trigger) (float64, error) {
+	now := s.opts.Clock.Now()
+	key := fmt.Sprintf("demand|%+v|%s", t.Prometheus, t.DemandQuery)
+	s.mu.Lock()
+	if c, ok := s.cache[key]; ok && now.Sub(c.at) < s.opts.FreshFor {
+		s.mu.Unlock()
+		return c.obs.Upstream, c.err
+	}
+	s.mu.Unlock()
+	start := s.opts.Clock.Now()
+	v, err := s.demand(ctx, t, now)
+	if s.opts.Observe != nil {
+		reason := ""
+		if err != nil {
+			reason = ReasonQuery
+		}
+		s.opts.Observe(s.opts.Clock.Since(start), reason)
+	}
+	s.mu.Lock()
+	s.cache[key] = cached{at: now, obs: scaler.Observation{Upstream: v}, err: err}
+	s.mu.Unlock()
+	return v, err
+}
+
+func (s *Source) demand(ctx context.Context, t *scaler.Trigger, at time.Time) (float64, error) {
+	client, err := s.client(t.Prometheus)
+	if err != nil {
+		return 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	res, _, err := client.Query(ctx, t.DemandQuery, at)
+	if err != nil {
+		return 0, fmt.Errorf("prometheus %s: demandQuery %s: %w", t.Prometheus.Address, t.DemandQuery, err)
+	}
+	var sum float64
+	switch v := res.(type) {
+	case model.Vector:
+		if len(v) == 0 {
+			return 0, fmt.Errorf("prometheus %s: %s: %w", t.Prometheus.Address, t.DemandQuery, ErrNoDemandSeries)
+		}
+		for _, smp := range v {
+			sum += float64(smp.Value)
+		}
+	case *model.Scalar:
+		sum = float64(v.Value)
+	default:
+		return 0, fmt.Errorf("prometheus %s: demandQuery %s returned a %s, want a vector or a scalar", t.Prometheus.Address, t.DemandQuery, res.Type())
+	}
+	if math.IsNaN(sum) || math.IsInf(sum, 0) || sum < 0 {
+		return 0, fmt.Errorf("prometheus %s: demandQuery %s returned %v, want a count of waiting requests", t.Prometheus.Address, t.DemandQuery, sum)
+	}
+	return sum, nil
 }

@@ -104,6 +104,11 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 			return ev, &evalError{reasonNoFreshData, fmt.Errorf("ScaledObject %s/%s: %w; first error: %w", namespace, name, scaler.ErrNoFreshData, firstErr(results))}
 		}
 	}
+	if t.DemandQuery != "" {
+		if ev.Observation.Upstream, err = e.Prometheus.Demand(ctx, t); err != nil {
+			return ev, &evalError{reasonSource, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}
+		}
+	}
 	ev.Decision, err = e.Policy.Decide(ev.Observation, t)
 	if err != nil {
 		return ev, &evalError{reasonNoFreshData, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}

@@ -208,8 +208,13 @@ func applyScaledObject(t *testing.T, o vllmsim.ScaledObjectOptions, metric strin
 
 // replicas counts the Deployment's ready and live pods.
 func replicas(ctx context.Context, c client.Client) (ready, total int, err error) {
+	return replicasOf(ctx, c, namespace, appLabel)
+}
+
+// replicasOf counts the ready and live pods labelled app in ns.
+func replicasOf(ctx context.Context, c client.Client, ns, app string) (ready, total int, err error) {
 	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{"app": appLabel}); err != nil {
+	if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
 		return 0, 0, err
 	}
 	for _, p := range pods.Items {

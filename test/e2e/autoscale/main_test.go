@@ -20,6 +20,7 @@ const instanceTypes = "../../testdata/gpu-instance-types.json"
 var (
 	scalerProc *rigtest.Scaler
 	sim        *rigtest.VLLMSim
+	berthBin   string
 )
 
 // Namespace, selector and port of the vLLM Deployment under test.
@@ -41,6 +42,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return err
 		}
+		berthBin = bin
 		if scalerProc, err = rigtest.StartScaler(ctx, r, bin, "--stream-interval=500ms"); err != nil {
 			return err
 		}

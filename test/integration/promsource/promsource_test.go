@@ -5,95 +5,29 @@ package promsource_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/promsource"
+	"github.com/berth-dev/berth/test/rigtest"
 	"github.com/berth-dev/berth/test/scalertest"
-	"github.com/berth-dev/berth/test/testenv"
 )
 
-// prometheusBinary finds Prometheus: $PROMETHEUS, else prometheus on $PATH. Without it the test
-// skips, unless BERTH_REQUIRE_RIG=1 (make test) makes that a failure.
-func prometheusBinary(t testing.TB) string {
-	t.Helper()
-	if p := os.Getenv("PROMETHEUS"); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("prometheus"); err == nil {
-		return p
-	}
-	testenv.SkipOrFail(t, "no prometheus binary: install Debian's prometheus package (hack/ensure-promtool.sh does) or set PROMETHEUS")
-	return ""
-}
-
-// startPrometheus runs Prometheus scraping every replica each second and returns its URL.
+// startPrometheus runs Prometheus scraping every replica each interval, labelled namespace
+// inference and its pod's name, and returns its URL.
 func startPrometheus(t testing.TB, reps []*scalertest.Replica, pods []scaler.Pod, port int, interval time.Duration) string {
 	t.Helper()
-	bin := prometheusBinary(t)
-	dir := t.TempDir()
-	var targets strings.Builder
+	targets := make([]rigtest.PrometheusTarget, len(reps))
 	for i, r := range reps {
-		fmt.Fprintf(&targets, "      - targets: ['%s:%d']\n        labels: {namespace: inference, pod: %s}\n", r.IP, port, pods[i].Name)
+		targets[i] = rigtest.PrometheusTarget{Address: fmt.Sprintf("%s:%d", r.IP, port), Labels: map[string]string{"namespace": "inference", "pod": pods[i].Name}}
 	}
-	cfg := fmt.Sprintf("global:\n  scrape_interval: %s\n  scrape_timeout: %s\nscrape_configs:\n  - job_name: vllm\n    static_configs:\n%s",
-		model(interval), model(interval*8/10), targets.String())
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	webPort, err := rig.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(webPort)
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
-		"--web.listen-address="+addr, "--log.level=warn")
-	logf, err := os.Create(filepath.Join(dir, "prometheus.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if t.Failed() {
-			out, _ := os.ReadFile(filepath.Join(dir, "prometheus.log"))
-			t.Logf("prometheus log:\n%s", out)
-		}
-	})
-	url := "http://" + addr
-	waitFor(t, 60*time.Second, "Prometheus scrapes every replica", func() bool {
-		var resp struct {
-			Data struct {
-				Result []json.RawMessage `json:"result"`
-			} `json:"data"`
-		}
-		r, err := http.Get(url + "/api/v1/query?query=" + "up%3D%3D1")
-		if err != nil {
-			return false
-		}
-		defer r.Body.Close()
-		return json.NewDecoder(r.Body).Decode(&resp) == nil && len(resp.Data.Result) == len(reps)
-	})
-	return url
+	return rigtest.StartPrometheus(t, interval, targets)
 }
-
-func model(d time.Duration) string { return strconv.Itoa(int(d/time.Millisecond)) + "ms" }
 
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()

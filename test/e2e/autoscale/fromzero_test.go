@@ -1,0 +1,92 @@
+package autoscale_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/internal/vllmsim"
+	"github.com/berth-dev/berth/test/rigtest"
+)
+
+// TestScaleFromZeroThroughTheEndpointPicker: a fleet at zero replicas has no pod to report a
+// queue; an endpoint picker in front (llm-d's, with flow control, emulated by vllm-sim) holds
+// the requests and a real Prometheus scrapes its queue. berth reads it through the trigger's
+// demandPreset, so the ScaledObject activates, KEDA scales 0 → 1, the HPA 1 → N on the held
+// backlog, the picker hands its queue to the replicas, and with the load gone the fleet returns
+// to 0.
+func TestScaleFromZeroThroughTheEndpointPicker(t *testing.T) {
+	ctx := context.Background()
+	r := rigtest.Current()
+	c := r.Client
+	const ns, app, pool = "inference-zero", "qwen", "qwen-pool"
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	picker, err := rigtest.StartVLLMSim(ctx, r, berthBin, ns, "app="+app, metricsPort,
+		"--max-num-seqs=8", "--service-time=2s", "--kv-blocks=1000", "--kv-blocks-per-seq=110", "--inference-pool="+pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminURL, err := url.Parse(picker.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom := rigtest.StartPrometheus(t, time.Second, []rigtest.PrometheusTarget{{Address: adminURL.Host, Labels: map[string]string{"namespace": ns}}})
+	if err := c.Create(ctx, vllmsim.Deployment(ns, app, rig.GPUNodePoolName("l4"), metricsPort, nil)); err != nil {
+		t.Fatal(err)
+	}
+	so := vllmsim.ScaledObject(ns, app, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
+		Min: 0, Max: 4, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
+		TargetQueueDepth: "4", Metadata: map[string]string{"demandPreset": "endpoint-picker", "inferencePool": pool, "prometheusAddress": prom}})
+	if err := c.Create(ctx, so); err != nil {
+		t.Fatal(err)
+	}
+	state := func(ctx context.Context) string {
+		st, _ := picker.Status(ctx)
+		return fmt.Sprintf("picker %+v; scaler: %s", st, scalerSeries(ctx, "berth_scaler_signal_value", "berth_scaler_desired_replicas",
+			"berth_scaler_active", "berth_scaler_evaluation_errors_total"))
+	}
+	// No load: nothing waits at the picker, nothing runs: KEDA takes the fleet to zero.
+	rigtest.Eventually(t, 3*time.Minute, time.Second, "the idle fleet scales to zero", func(ctx context.Context) (bool, string, error) {
+		_, total, err := replicasOf(ctx, c, ns, app)
+		return total == 0, fmt.Sprintf("%d replicas; %s", total, state(ctx)), err
+	})
+	// Load arrives with no replica: the picker holds it; berth sees the queue through Prometheus.
+	start := time.Now()
+	if err := picker.SetRate(ctx, 6); err != nil {
+		t.Fatal(err)
+	}
+	var firstReady time.Duration
+	rigtest.Eventually(t, 4*time.Minute, time.Second, "0 → 1: the held queue activates the ScaledObject", func(ctx context.Context) (bool, string, error) {
+		ready, total, err := replicasOf(ctx, c, ns, app)
+		if ready >= 1 && firstReady == 0 {
+			firstReady = time.Since(start)
+		}
+		return ready >= 1, fmt.Sprintf("%d/%d ready; %s", ready, total, state(ctx)), err
+	})
+	rigtest.Eventually(t, 5*time.Minute, 2*time.Second, "1 → N: the backlog adds replicas, the picker's queue drains", func(ctx context.Context) (bool, string, error) {
+		ready, total, err := replicasOf(ctx, c, ns, app)
+		st, serr := picker.Status(ctx)
+		return ready >= 2 && serr == nil && st.Held == 0, fmt.Sprintf("%d/%d ready; %s", ready, total, state(ctx)), err
+	})
+	t.Logf("0 → 1 ready replica %.1fs after the first request", firstReady.Seconds())
+	if err := picker.SetRate(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	rigtest.Eventually(t, 4*time.Minute, 2*time.Second, "N → 0 once the load is gone", func(ctx context.Context) (bool, string, error) {
+		_, total, err := replicasOf(ctx, c, ns, app)
+		return total == 0, fmt.Sprintf("%d replicas; %s", total, state(ctx)), err
+	})
+	if !strings.Contains(scalerSeries(ctx, "berth_scaler_evaluation_errors_total"), app) {
+		return
+	}
+	t.Logf("evaluation errors along the way: %s", scalerSeries(ctx, "berth_scaler_evaluation_errors_total"))
+}
