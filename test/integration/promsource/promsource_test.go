@@ -5,9 +5,11 @@ package promsource_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,5 +119,36 @@ func TestPrometheusSource(t *testing.T) {
 	bad, _ := scaler.ParseTrigger(map[string]string{"targetQueueDepth": "2", "source": "prometheus", "prometheusAddress": "http://127.0.0.1:1"})
 	if _, err := src.Observe(ctx, bad, "inference", pods); err == nil {
 		t.Fatal("unreachable Prometheus returned no error")
+	}
+}
+
+// TestDemand: a demandQuery's vector is summed; a query with no series — the endpoint-picker
+// preset against a Prometheus that scrapes no picker — is an error, never zero demand.
+func TestDemand(t *testing.T) {
+	reps, port, pods := scalertest.Fleet(t, 2)
+	reps[0].Set(scalertest.Page(6, 8, 0.9))
+	reps[1].Set(scalertest.Page(3, 8, 0.7))
+	url := startPrometheus(t, reps, pods, port, time.Second)
+	src := promsource.New(promsource.Options{FreshFor: time.Millisecond})
+	ctx := context.Background()
+	sum, err := scaler.ParseTrigger(map[string]string{"targetQueueDepth": "4", "prometheusAddress": url,
+		"demandQuery": `sum by (pod) (vllm:num_requests_waiting{namespace="inference"})`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := src.Demand(ctx, sum); err != nil || v != 9 {
+		t.Errorf("summed demand = %v, %v; want 9", v, err)
+	}
+	preset, err := scaler.ParseTrigger(map[string]string{"targetQueueDepth": "4", "prometheusAddress": url,
+		"demandPreset": "endpoint-picker", "inferencePool": "llama-pool"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := src.Demand(ctx, preset); !errors.Is(err, promsource.ErrNoDemandSeries) {
+		t.Errorf("no picker scraped: demand %v, err %v; want ErrNoDemandSeries", v, err)
+	}
+	bad, _ := scaler.ParseTrigger(map[string]string{"targetQueueDepth": "4", "prometheusAddress": url, "demandQuery": "sum(("})
+	if _, err := src.Demand(ctx, bad); err == nil || !strings.Contains(err.Error(), "demandQuery") {
+		t.Errorf("a query Prometheus refuses: err %v", err)
 	}
 }
