@@ -120,6 +120,9 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 		Prometheus: promsource.New(promsource.Options{Timeout: f.scrapeTimeout, FreshFor: f.freshFor, MaxAge: f.maxSampleAge, TTFTWindow: f.ttftWindow, Observe: observe(scaler.SourcePrometheus)}),
 		Policy:     scaler.Policy{ScaleDownHeadroom: f.headroom},
 	}
+	// Replicas are read in the background at their ScaledObject's cadence; KEDA's calls are
+	// answered from memory.
+	go eng.Pods.Run(ctx, 100*time.Millisecond)
 	var tlsCfg *tls.Config
 	if f.tls.Enabled() {
 		if tlsCfg, err = f.tls.Config(); err != nil {

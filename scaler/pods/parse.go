@@ -88,8 +88,29 @@ func (r Reading) models() []string {
 // engine series, KV usage is the mean over engines (each engine has its own cache), TTFT
 // histograms are merged. A model appears in ByModel only when it has a queue series.
 func Parse(in io.Reader, at time.Time) (Reading, error) {
+	body, err := io.ReadAll(in)
+	if err != nil {
+		return Reading{}, fmt.Errorf("reading the metrics page: %w", err)
+	}
+	return ParsePage(body, at)
+}
+
+// neededFamilies are the metric families berth reads; a page's other families (a vLLM v1
+// page carries dozens of histograms) are skipped before parsing.
+var neededFamilies = map[string]bool{
+	VLLMWaiting: true, VLLMRunning: true, VLLMKVUsage: true, VLLMKVUsageOld: true, VLLMTTFT: true,
+	SGLangWaiting: true, SGLangRunning: true, SGLangTokenUsage: true, SGLangTTFT: true,
+}
+
+// ParsePage is Parse over a page already in memory. Only the lines of the families berth
+// reads go to the text parser: on a real vLLM page that is a small fraction of its bytes.
+func ParsePage(body []byte, at time.Time) (Reading, error) {
+	kept, bad := keepFamilies(body)
+	if bad != "" {
+		return Reading{}, fmt.Errorf("parsing the metrics page: not the Prometheus text format: line %q", bad)
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(in)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(kept))
 	if err != nil {
 		return Reading{}, fmt.Errorf("parsing the metrics page: %w", err)
 	}
@@ -234,4 +255,58 @@ func histogram(h *dto.Histogram) scaler.Histogram {
 	return out
 }
 
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+// keepFamilies returns the lines of body that belong to a needed family: its samples
+// (histograms' _bucket, _sum and _count included) and its # HELP and # TYPE comments. A line
+// that cannot start a sample (an HTML page, binary garbage) is returned as bad: the page is not
+// the text format at all.
+func keepFamilies(body []byte) (kept []byte, bad string) {
+	out := make([]byte, 0, 4096)
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i+1], body[i+1:]
+		} else {
+			body = nil
+		}
+		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' && !nameStart(t[0]) {
+			return nil, string(t[:min(len(t), 80)])
+		}
+		if neededFamilies[familyOf(line)] {
+			out = append(out, line...)
+			if line[len(line)-1] != '\n' {
+				out = append(out, '\n')
+			}
+		}
+	}
+	return out, ""
+}
+
+// nameStart reports whether c can start a metric name (or a quoted UTF-8 name's brace).
+func nameStart(c byte) bool {
+	return c == '_' || c == ':' || c == '{' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+}
+
+// familyOf is the metric family a text-format line belongs to ("" for blank lines and other
+// comments).
+func familyOf(line []byte) string {
+	if bytes.HasPrefix(line, []byte("# HELP ")) || bytes.HasPrefix(line, []byte("# TYPE ")) {
+		rest := line[len("# HELP "):]
+		if i := bytes.IndexAny(rest, " \t\n"); i >= 0 {
+			rest = rest[:i]
+		}
+		return string(rest)
+	}
+	if len(line) == 0 || line[0] == '#' {
+		return ""
+	}
+	name := line
+	if i := bytes.IndexAny(line, "{ \t"); i >= 0 {
+		name = line[:i]
+	}
+	for _, suffix := range [][]byte{[]byte("_bucket"), []byte("_sum"), []byte("_count")} {
+		if base := bytes.TrimSuffix(name, suffix); len(base) < len(name) && neededFamilies[string(base)] {
+			return string(base)
+		}
+	}
+	return string(name)
+}

@@ -69,11 +69,16 @@ func (o *Options) defaults() {
 	}
 }
 
-// Scraper scrapes replicas and remembers what each last said.
+// Scraper scrapes replicas and remembers what each last said. Until Run starts its background
+// loop it scrapes when asked (reusing an outcome for FreshFor); once running, answers come from
+// memory and the loop keeps every endpoint someone asked about fresh at its cadence.
 type Scraper struct {
 	opts Options
 	mu   sync.Mutex
 	eps  map[string]*endpoint
+	// background is set while Run's loop scrapes endpoints on their cadence.
+	background bool
+	sem        chan struct{}
 }
 
 // endpoint is one metrics URL's memory: the pages within the TTFT window (newest last), the
@@ -83,12 +88,107 @@ type endpoint struct {
 	lastAttempt time.Time
 	lastErr     error
 	inflight    chan struct{}
+	// every is how often the background loop scrapes it: the shortest cadence asked for
+	// within the last wantedFor; wantedAt is when it was last asked for.
+	every    time.Duration
+	wantedAt time.Time
+}
+
+// Cadence bounds: the background loop reads an endpoint every third of its ScaledObject's
+// pollingInterval, but not more often than MinInterval nor less often than MaxInterval.
+const (
+	MinInterval = time.Second
+	MaxInterval = 10 * time.Second
+)
+
+// Cadence is how often the replicas of a ScaledObject polled every pollingInterval are read.
+func Cadence(pollingInterval time.Duration) time.Duration {
+	if pollingInterval <= 0 {
+		return MaxInterval
+	}
+	return min(MaxInterval, max(MinInterval, pollingInterval/3))
 }
 
 // New returns a Scraper.
 func New(opts Options) *Scraper {
 	opts.defaults()
-	return &Scraper{opts: opts, eps: map[string]*endpoint{}}
+	return &Scraper{opts: opts, eps: map[string]*endpoint{}, sem: make(chan struct{}, opts.Parallel)}
+}
+
+// Run scrapes in the background until ctx ends: every tick it starts a scrape of each endpoint
+// asked about recently whose cadence is due, at most Parallel at once over all endpoints, so
+// a slow or hung replica holds one slot for up to Timeout and never an answer. Endpoints not
+// asked about for a while (their pods went away, their ScaledObject was deleted) stop being
+// scraped.
+func (s *Scraper) Run(ctx context.Context, tick time.Duration) {
+	s.mu.Lock()
+	s.background = true
+	s.mu.Unlock()
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		s.scrapeDue(ctx)
+		select {
+		case <-ctx.Done():
+			s.mu.Lock()
+			s.background = false
+			s.mu.Unlock()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// wantedFor is how long an endpoint is kept fresh after the last question about it.
+const wantedFor = 2 * time.Minute
+
+// scrapeDue starts the scrapes that are due, without waiting for them.
+func (s *Scraper) scrapeDue(ctx context.Context) {
+	now := s.opts.Clock.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for url, ep := range s.eps {
+		if ep.inflight != nil || ep.wantedAt.IsZero() || now.Sub(ep.wantedAt) > wantedFor {
+			continue
+		}
+		if !ep.lastAttempt.IsZero() && now.Sub(ep.lastAttempt) < ep.every {
+			continue
+		}
+		select {
+		case s.sem <- struct{}{}:
+		default:
+			return // every slot busy: the rest wait for the next tick
+		}
+		done := make(chan struct{})
+		ep.inflight = done
+		go func() {
+			defer func() { <-s.sem }()
+			s.finish(ep, done, s.scrapeNow(ctx, url))
+		}()
+	}
+}
+
+type scrapeOutcome struct {
+	page Reading
+	err  error
+}
+
+func (s *Scraper) scrapeNow(ctx context.Context, url string) scrapeOutcome {
+	page, err := s.scrape(ctx, url)
+	return scrapeOutcome{page, err}
+}
+
+// finish records a scrape's outcome on its endpoint and wakes those waiting for it.
+func (s *Scraper) finish(ep *endpoint, done chan struct{}, o scrapeOutcome) {
+	s.mu.Lock()
+	ep.inflight = nil
+	ep.lastAttempt = s.opts.Clock.Now()
+	ep.lastErr = o.err
+	if o.err == nil {
+		ep.pages = trim(append(ep.pages, o.page), o.page.At.Add(-s.opts.TTFTWindow))
+	}
+	s.mu.Unlock()
+	close(done)
 }
 
 // Result is what one replica contributed to an observation.
@@ -103,10 +203,12 @@ type Result struct {
 	TTFT scaler.Histogram
 }
 
-// Observe scrapes the ready pods of a scale target (in parallel, reusing recent outcomes) and
-// folds their samples into an observation. Pods not ready (or without an IP yet) are starting
-// or stalled (scaler.SplitReplicas).
-func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.Pod) (scaler.Observation, []Result) {
+// Observe reads the ready pods of a scale target and folds their samples into an observation;
+// every is the cadence to keep them fresh at (Cadence of the ScaledObject's pollingInterval).
+// With Run's loop going it answers from memory — waiting only for an endpoint never read
+// before — and otherwise scrapes in parallel, reusing recent outcomes. Pods not ready (or
+// without an IP yet) are starting or stalled (scaler.SplitReplicas).
+func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.Pod, every time.Duration) (scaler.Observation, []Result) {
 	now := s.opts.Clock.Now()
 	o := scaler.Observation{TTFTP95: math.NaN()}
 	withIP := make([]scaler.Pod, len(pods))
@@ -127,7 +229,7 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			results[i] = s.replica(ctx, t, p)
+			results[i] = s.replica(ctx, t, p, every)
 		}()
 	}
 	wg.Wait()
@@ -151,9 +253,9 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 }
 
 // replica returns one pod's result, scraping it unless a recent outcome can be reused.
-func (s *Scraper) replica(ctx context.Context, t *scaler.Trigger, p scaler.Pod) Result {
+func (s *Scraper) replica(ctx context.Context, t *scaler.Trigger, p scaler.Pod, every time.Duration) Result {
 	url := "http://" + net.JoinHostPort(p.IP, strconv.Itoa(t.MetricsPort)) + t.MetricsPath
-	pages, err := s.pages(ctx, url)
+	pages, err := s.pages(ctx, url, every)
 	res := Result{Pod: p.Name, Err: err}
 	if len(pages) == 0 {
 		return res
@@ -189,9 +291,10 @@ func baseline(pages []Reading, from time.Time) (Reading, bool) {
 	return best, true
 }
 
-// pages returns an endpoint's pages within the window, scraping first unless the last attempt
-// is within FreshFor. Concurrent callers share one scrape.
-func (s *Scraper) pages(ctx context.Context, url string) ([]Reading, error) {
+// pages returns an endpoint's pages within the window. In the background it answers from
+// memory once the endpoint has been attempted; otherwise it scrapes first unless the last
+// attempt is within FreshFor. Concurrent callers share one scrape.
+func (s *Scraper) pages(ctx context.Context, url string, every time.Duration) ([]Reading, error) {
 	for {
 		s.mu.Lock()
 		ep := s.eps[url]
@@ -200,7 +303,14 @@ func (s *Scraper) pages(ctx context.Context, url string) ([]Reading, error) {
 			s.eps[url] = ep
 		}
 		now := s.opts.Clock.Now()
-		if !ep.lastAttempt.IsZero() && now.Sub(ep.lastAttempt) < s.opts.FreshFor {
+		if every <= 0 {
+			every = MaxInterval
+		}
+		if ep.wantedAt.IsZero() || now.Sub(ep.wantedAt) > wantedFor || every < ep.every {
+			ep.every = every
+		}
+		ep.wantedAt = now
+		if !ep.lastAttempt.IsZero() && (s.background || now.Sub(ep.lastAttempt) < s.opts.FreshFor) {
 			pages, err := ep.pages, ep.lastErr
 			s.mu.Unlock()
 			return pages, err
@@ -218,19 +328,12 @@ func (s *Scraper) pages(ctx context.Context, url string) ([]Reading, error) {
 		ep.inflight = done
 		s.mu.Unlock()
 
-		page, err := s.scrape(ctx, url)
-
+		o := s.scrapeNow(ctx, url)
+		s.finish(ep, done, o)
 		s.mu.Lock()
-		ep.inflight = nil
-		ep.lastAttempt = s.opts.Clock.Now()
-		ep.lastErr = err
-		if err == nil {
-			ep.pages = trim(append(ep.pages, page), page.At.Add(-s.opts.TTFTWindow))
-		}
 		pages := ep.pages
 		s.mu.Unlock()
-		close(done)
-		return pages, err
+		return pages, o.err
 	}
 }
 
@@ -313,7 +416,7 @@ func (s *Scraper) fetch(ctx context.Context, url string) (Reading, string, error
 	if len(body) > maxPageBytes {
 		return Reading{}, ReasonParse, fmt.Errorf("page larger than %d bytes", maxPageBytes)
 	}
-	page, err := Parse(bytesReader(body), s.opts.Clock.Now())
+	page, err := ParsePage(body, s.opts.Clock.Now())
 	if err != nil {
 		return Reading{}, ReasonParse, err
 	}

@@ -40,7 +40,7 @@ func TestObserveSumsReplicasAndCountsStarting(t *testing.T) {
 	}
 	pods = append(pods, scaler.Pod{Name: "cold", Ready: false, IP: "127.0.0.99"}, scaler.Pod{Name: "pending"})
 	s := New(Options{})
-	o, _ := s.Observe(context.Background(), tr, pods)
+	o, _ := s.Observe(context.Background(), tr, pods, 0)
 	if o.Ready != 3 || o.Sampled != 3 || o.Starting != 2 || o.Waiting != 6 || o.Running != 6 || o.KVSampled != 3 || o.KVUsage != 1.5 {
 		t.Fatalf("observation = %+v", o)
 	}
@@ -53,7 +53,7 @@ func TestOnePollCostsOneScrape(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 5 { // GetMetrics for two metrics, IsActive, and a second ScaledObject, at once
 		wg.Add(1)
-		go func() { defer wg.Done(); s.Observe(context.Background(), tr, pods) }()
+		go func() { defer wg.Done(); s.Observe(context.Background(), tr, pods, 0) }()
 	}
 	wg.Wait()
 	for _, r := range reps {
@@ -62,7 +62,7 @@ func TestOnePollCostsOneScrape(t *testing.T) {
 		}
 	}
 	clk.Step(3 * time.Second)
-	s.Observe(context.Background(), tr, pods)
+	s.Observe(context.Background(), tr, pods, 0)
 	if got := reps[0].Hits(); got != 2 {
 		t.Fatalf("after FreshFor: %d scrapes, want 2", got)
 	}
@@ -98,7 +98,7 @@ func TestFaults(t *testing.T) {
 			var mu sync.Mutex
 			s := New(Options{Clock: clk, Timeout: 200 * time.Millisecond, MaxAge: 30 * time.Second,
 				Observe: func(_ time.Duration, reason string) { mu.Lock(); reasons = append(reasons, reason); mu.Unlock() }})
-			if o, _ := s.Observe(context.Background(), tr, pods); o.Sampled != 2 || o.Waiting != 10 {
+			if o, _ := s.Observe(context.Background(), tr, pods, 0); o.Sampled != 2 || o.Waiting != 10 {
 				t.Fatalf("healthy: %+v", o)
 			}
 			if fault == nil {
@@ -114,7 +114,7 @@ func TestFaults(t *testing.T) {
 			mu.Lock()
 			reasons = nil
 			mu.Unlock()
-			o, res := s.Observe(context.Background(), tr, pods)
+			o, res := s.Observe(context.Background(), tr, pods, 0)
 			mu.Lock()
 			slices.Sort(reasons)
 			if d := cmp.Diff([]string{"", tc.reason}, reasons); d != "" {
@@ -128,7 +128,7 @@ func TestFaults(t *testing.T) {
 				t.Fatalf("result = %+v, want the error reported and the sample still fresh", res[0])
 			}
 			clk.Step(25 * time.Second) // the last good sample is now 35s old
-			o, _ = s.Observe(context.Background(), tr, pods)
+			o, _ = s.Observe(context.Background(), tr, pods, 0)
 			if o.Ready != 2 || o.Sampled != 1 || o.Waiting != 2 {
 				t.Fatalf("past the staleness bound the replica drops out (partial data): %+v", o)
 			}
@@ -145,7 +145,7 @@ func TestFaults(t *testing.T) {
 				reps[1].Set(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "", http.StatusBadGateway) })
 			}
 			clk.Step(40 * time.Second)
-			o, _ = s.Observe(context.Background(), tr, pods)
+			o, _ = s.Observe(context.Background(), tr, pods, 0)
 			if _, err := scaler.DefaultPolicy.Decide(o, tr); !errors.Is(err, scaler.ErrNoFreshData) {
 				t.Fatalf("no fresh data: Decide err = %v (observation %+v)", err, o)
 			}
@@ -169,12 +169,12 @@ func TestTTFTWindow(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Now())
 	s := New(Options{Clock: clk, TTFTWindow: time.Minute})
 	fast.Store(1000) // history before the window: all fast
-	if o, _ := s.Observe(context.Background(), tr, pods); !isNaN(o.TTFTP95) {
+	if o, _ := s.Observe(context.Background(), tr, pods, 0); !isNaN(o.TTFTP95) {
 		t.Fatalf("one page has no window yet: p95 %v", o.TTFTP95)
 	}
 	clk.Step(30 * time.Second)
 	slow.Store(100) // the window sees only slow first tokens
-	o, _ := s.Observe(context.Background(), tr, pods)
+	o, _ := s.Observe(context.Background(), tr, pods, 0)
 	// The window holds 100 first tokens, all in (0.1, 2.5]: p95 interpolates to 0.1 + 2.4·95/100.
 	// History diluting the window would give 1.18.
 	if want := 2.38; math.Abs(o.TTFTP95-want) > 1e-9 {
@@ -183,3 +183,59 @@ func TestTTFTWindow(t *testing.T) {
 }
 
 func isNaN(f float64) bool { return f != f }
+
+// TestBackgroundAnswersFromMemory: with Run's loop going, a replica is read at its cadence in
+// the background; after its first read, answers never wait for the network — not even for a
+// replica that hangs — and a replica nobody asks about any more stops being read.
+func TestBackgroundAnswersFromMemory(t *testing.T) {
+	reps, tr, pods := fleet(t, 2)
+	reps[0].Set(page(3, 2, 0.5))
+	reps[1].Set(page(1, 2, 0.5))
+	s := New(Options{Timeout: 3 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx, 20*time.Millisecond)
+	every := 200 * time.Millisecond
+	if o, _ := s.Observe(ctx, tr, pods, every); o.Sampled != 2 || o.Waiting != 4 { // first sight: waits for the first read
+		t.Fatalf("first observation %+v", o)
+	}
+	// Replica 1 hangs from now on (past the scrape timeout): answers still come at once, with
+	// its last sample, which is fresh within MaxAge.
+	hang := make(chan struct{})
+	defer close(hang)
+	reps[1].Set(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-hang:
+		case <-r.Context().Done():
+		}
+	})
+	reps[0].Set(page(5, 2, 0.5))
+	time.Sleep(3 * every)
+	start := time.Now()
+	o, _ := s.Observe(ctx, tr, pods, every)
+	if took := time.Since(start); took > 50*time.Millisecond {
+		t.Errorf("an answer with a hung replica took %v", took)
+	}
+	if o.Sampled != 2 || o.Waiting != 6 {
+		t.Errorf("observation %+v: want the new page of replica 0 and the last of replica 1", o)
+	}
+	// Cadence: about one read per interval, not one per question.
+	before := reps[0].Hits()
+	for range 50 {
+		s.Observe(ctx, tr, pods, every)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got := reps[0].Hits() - before; got < 1 || got > 5 {
+		t.Errorf("%d reads in ~500 ms at a 200 ms cadence with 50 questions", got)
+	}
+}
+
+func TestCadence(t *testing.T) {
+	for _, tc := range []struct{ poll, want time.Duration }{
+		{0, MaxInterval}, {time.Second, MinInterval}, {15 * time.Second, 5 * time.Second}, {30 * time.Second, MaxInterval}, {5 * time.Minute, MaxInterval},
+	} {
+		if got := Cadence(tc.poll); got != tc.want {
+			t.Errorf("Cadence(%v) = %v, want %v", tc.poll, got, tc.want)
+		}
+	}
+}

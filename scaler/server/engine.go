@@ -99,7 +99,7 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 		}
 	default:
 		var results []pods.Result
-		ev.Observation, results = e.Pods.Observe(ctx, t, podList)
+		ev.Observation, results = e.Pods.Observe(ctx, t, podList, pods.Cadence(info.PollingInterval))
 		if ev.Observation.Ready > 0 && ev.Observation.Sampled == 0 {
 			return ev, &evalError{reasonNoFreshData, fmt.Errorf("ScaledObject %s/%s: %w; first error: %w", namespace, name, scaler.ErrNoFreshData, firstErr(results))}
 		}

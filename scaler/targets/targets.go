@@ -38,6 +38,9 @@ type Info struct {
 	// MaxReplicas is the ScaledObject's maxReplicaCount (0 when unknown, e.g. with podSelector
 	// on a ScaledJob).
 	MaxReplicas int
+	// PollingInterval is the ScaledObject's pollingInterval (KEDA's default 30 s; 0 when
+	// unknown): the cadence the scaler reads the replicas at in the background.
+	PollingInterval time.Duration
 }
 
 // Targets resolves ScaledObjects to their pods.
@@ -116,9 +119,12 @@ func (t *Targets) read(ctx context.Context, namespace, name string, needSelector
 		}
 		return Info{}, fmt.Errorf("reading ScaledObject %s/%s: %w", namespace, name, err)
 	}
-	info := Info{MaxReplicas: 100} // KEDA's default maxReplicaCount
+	info := Info{MaxReplicas: 100, PollingInterval: 30 * time.Second} // KEDA's defaults
 	if n, found, _ := unstructured.NestedInt64(so.Object, "spec", "maxReplicaCount"); found {
 		info.MaxReplicas = int(n)
+	}
+	if n, found, _ := unstructured.NestedInt64(so.Object, "spec", "pollingInterval"); found && n > 0 {
+		info.PollingInterval = time.Duration(n) * time.Second
 	}
 	if !needSelector {
 		return info, nil
