@@ -271,7 +271,7 @@ func keepFamilies(body []byte) (kept []byte, bad string) {
 		if t := bytes.TrimSpace(line); len(t) > 0 && t[0] != '#' && !nameStart(t[0]) {
 			return nil, string(t[:min(len(t), 80)])
 		}
-		if neededFamilies[familyOf(line)] {
+		if needed(line) {
 			out = append(out, line...)
 			if line[len(line)-1] != '\n' {
 				out = append(out, '\n')
@@ -286,27 +286,30 @@ func nameStart(c byte) bool {
 	return c == '_' || c == ':' || c == '{' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
 }
 
-// familyOf is the metric family a text-format line belongs to ("" for blank lines and other
-// comments).
-func familyOf(line []byte) string {
+// needed reports whether a text-format line belongs to a family berth reads. Lookups index the
+// map with string(bytes), which does not allocate.
+func needed(line []byte) bool {
 	if bytes.HasPrefix(line, []byte("# HELP ")) || bytes.HasPrefix(line, []byte("# TYPE ")) {
 		rest := line[len("# HELP "):]
 		if i := bytes.IndexAny(rest, " \t\n"); i >= 0 {
 			rest = rest[:i]
 		}
-		return string(rest)
+		return neededFamilies[string(rest)]
 	}
 	if len(line) == 0 || line[0] == '#' {
-		return ""
+		return false
 	}
 	name := line
 	if i := bytes.IndexAny(line, "{ \t"); i >= 0 {
 		name = line[:i]
 	}
+	if neededFamilies[string(name)] {
+		return true
+	}
 	for _, suffix := range [][]byte{[]byte("_bucket"), []byte("_sum"), []byte("_count")} {
 		if base := bytes.TrimSuffix(name, suffix); len(base) < len(name) && neededFamilies[string(base)] {
-			return string(base)
+			return true
 		}
 	}
-	return string(name)
+	return false
 }

@@ -224,6 +224,10 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 	sem := make(chan struct{}, s.opts.Parallel)
 	var wg sync.WaitGroup
 	for i, p := range ready {
+		if s.inMemory(t, p) { // answered from memory: no goroutine, no wait
+			results[i] = s.replica(ctx, t, p, every)
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -254,8 +258,7 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 
 // replica returns one pod's result, scraping it unless a recent outcome can be reused.
 func (s *Scraper) replica(ctx context.Context, t *scaler.Trigger, p scaler.Pod, every time.Duration) Result {
-	url := "http://" + net.JoinHostPort(p.IP, strconv.Itoa(t.MetricsPort)) + t.MetricsPath
-	pages, err := s.pages(ctx, url, every)
+	pages, err := s.pages(ctx, endpointURL(t, p), every)
 	res := Result{Pod: p.Name, Err: err}
 	if len(pages) == 0 {
 		return res
@@ -289,6 +292,19 @@ func baseline(pages []Reading, from time.Time) (Reading, bool) {
 		}
 	}
 	return best, true
+}
+
+// inMemory reports whether p's endpoint is answered from memory: the background loop runs and
+// has read it before.
+func (s *Scraper) inMemory(t *scaler.Trigger, p scaler.Pod) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ep := s.eps[endpointURL(t, p)]
+	return s.background && ep != nil && !ep.lastAttempt.IsZero()
+}
+
+func endpointURL(t *scaler.Trigger, p scaler.Pod) string {
+	return "http://" + net.JoinHostPort(p.IP, strconv.Itoa(t.MetricsPort)) + t.MetricsPath
 }
 
 // pages returns an endpoint's pages within the window. In the background it answers from
