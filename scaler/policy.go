@@ -92,8 +92,9 @@ func (d Decision) Signal(s Signal) (SignalDecision, bool) {
 //   - concurrency: ceil((running + waiting) / targetConcurrency): the load, not only the
 //     backlog, so a healthy fleet with nothing waiting keeps the replicas its requests use;
 //   - KV cache: ceil(Σ usage / targetKVCacheUsage), so the mean usage lands on the target;
-//   - TTFT is an SLO constraint, not a size: above targetTTFTSeconds it adds replicas, at or
-//     under it (or unknown) it asks for what the sizing signals ask — never fewer;
+//   - TTFT and ITL are SLO constraints, not sizes: above targetTTFTSeconds (targetITLSeconds)
+//     the p95 adds replicas, at or under it (or unknown) it asks for what the sizing signals
+//     ask — never fewer;
 //   - a scale-up beyond the current count waits while replicas are starting (they are the
 //     capacity the signal asked for; without the hold, a queue that keeps growing during a
 //     cold start would ask for more and more replicas) — but only replicas that can still
@@ -153,7 +154,11 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 		if !s.Constraint() {
 			continue
 		}
-		d.add(constrain(s, t.Target(s), o.TTFTP95, sizing, d.Current, o.Ready, o.Starting))
+		p95 := o.TTFTP95
+		if s == SignalITL {
+			p95 = o.ITLP95
+		}
+		d.add(constrain(s, t.Target(s), p95, sizing, d.Current, o.Ready, o.Starting))
 	}
 	return d, nil
 }

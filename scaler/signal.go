@@ -18,6 +18,8 @@ const (
 	SignalKVCache Signal = "kv_cache"
 	// SignalTTFT is the p95 time to first token (vllm:time_to_first_token_seconds).
 	SignalTTFT Signal = "ttft"
+	// SignalITL is the p95 inter-token latency (vllm:inter_token_latency_seconds).
+	SignalITL Signal = "itl"
 )
 
 // MetricName is the metric name berth gives KEDA for a signal (KEDA prefixes it with the
@@ -32,16 +34,20 @@ func (s Signal) MetricName() string {
 		return "berth-kv-cache-usage"
 	case SignalTTFT:
 		return "berth-ttft-seconds"
+	case SignalITL:
+		return "berth-itl-seconds"
 	}
 	return ""
 }
 
 // Constraint reports whether the signal is an SLO constraint (adds replicas when violated, never
 // sizes a fleet down) rather than a sizing signal.
-func (s Signal) Constraint() bool { return s == SignalTTFT }
+func (s Signal) Constraint() bool { return s == SignalTTFT || s == SignalITL }
 
 // AllSignals lists every signal, in documentation order.
-func AllSignals() []Signal { return []Signal{SignalQueue, SignalConcurrency, SignalKVCache, SignalTTFT} }
+func AllSignals() []Signal {
+	return []Signal{SignalQueue, SignalConcurrency, SignalKVCache, SignalTTFT, SignalITL}
+}
 
 // SignalForMetric maps a metric name from KEDA back to its signal.
 func SignalForMetric(name string) (Signal, bool) {
@@ -145,6 +151,8 @@ type Sample struct {
 	HasKV   bool
 	// TTFT is the cumulative time-to-first-token histogram.
 	TTFT Histogram
+	// ITL is the cumulative inter-token latency histogram.
+	ITL Histogram
 }
 
 // Observation is what one evaluation knows about a scale target: its replicas from the API
@@ -168,6 +176,9 @@ type Observation struct {
 	// TTFTP95 is the p95 time to first token over the recent window; NaN when no request
 	// got its first token in the window.
 	TTFTP95 float64
+	// ITLP95 is the p95 inter-token latency over the recent window; NaN when no token was
+	// generated in the window.
+	ITLP95 float64
 	// OldestSample is the age of the oldest sample used.
 	OldestSample time.Duration
 }

@@ -45,6 +45,7 @@ const (
 	KeyTargetConcurrency    = "targetConcurrency"
 	KeyTargetKVCacheUsage   = "targetKVCacheUsage"
 	KeyTargetTTFTSeconds    = "targetTTFTSeconds"
+	KeyTargetITLSeconds     = "targetITLSeconds"
 	KeyActivationQueueDepth = "activationQueueDepth"
 	KeyStartupTimeout       = "startupTimeoutSeconds"
 	KeyDemandQuery          = "demandQuery"
@@ -102,6 +103,8 @@ type Trigger struct {
 	TargetKVCacheUsage float64
 	// TargetTTFT is the p95 time to first token in seconds to hold (0: not used).
 	TargetTTFT float64
+	// TargetITL is the p95 inter-token latency in seconds to hold (0: not used).
+	TargetITL float64
 	// ActivationQueueDepth: the ScaledObject is active when more requests than this wait.
 	ActivationQueueDepth float64
 	// StartupTimeout is how long a replica that is not ready holds a scale-up as capacity on
@@ -187,6 +190,9 @@ func ParseTrigger(md map[string]string) (*Trigger, error) {
 	if t.TargetTTFT, err = p.target(KeyTargetTTFTSeconds, "p95 time to first token in seconds", math.Inf(1)); err != nil {
 		return nil, err
 	}
+	if t.TargetITL, err = p.target(KeyTargetITLSeconds, "p95 inter-token latency in seconds", math.Inf(1)); err != nil {
+		return nil, err
+	}
 	if v, ok := p.get(KeyActivationQueueDepth); ok {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || f < 0 || math.IsNaN(f) || math.IsInf(f, 0) {
@@ -234,12 +240,15 @@ func (t *Trigger) checkRoleTargets() error {
 		if t.TargetKVCacheUsage > 0 {
 			return &InvalidKeyError{KeyTargetKVCacheUsage, "", "not used by role prefill (prefill scales on targetQueueDepth or targetConcurrency, with targetTTFTSeconds as its SLO); remove it or use role decode or both"}
 		}
+		if t.TargetITL > 0 {
+			return &InvalidKeyError{KeyTargetITLSeconds, "", "not used by role prefill (a prefill instance generates no tokens after the first); put it on the decode ScaledObject"}
+		}
 		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 {
 			return &InvalidKeyError{KeyTargetQueueDepth, "", "role prefill needs targetQueueDepth or targetConcurrency to size the fleet (targetTTFTSeconds only adds replicas when it is violated)"}
 		}
 	case RoleDecode:
 		if t.TargetQueueDepth > 0 || t.TargetTTFT > 0 {
-			return &InvalidKeyError{KeyRole, "decode", "decode scales on targetKVCacheUsage and targetConcurrency; remove targetQueueDepth and targetTTFTSeconds or use role prefill or both"}
+			return &InvalidKeyError{KeyRole, "decode", "decode scales on targetKVCacheUsage and targetConcurrency, with targetITLSeconds as its SLO; remove targetQueueDepth and targetTTFTSeconds or use role prefill or both"}
 		}
 		if t.TargetKVCacheUsage == 0 {
 			return &InvalidKeyError{KeyTargetKVCacheUsage, "", "role decode needs targetKVCacheUsage (0-1, e.g. 0.8)"}
@@ -247,8 +256,11 @@ func (t *Trigger) checkRoleTargets() error {
 	default:
 		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 && t.TargetKVCacheUsage == 0 {
 			key, want := KeyTargetQueueDepth, "set at least one of targetQueueDepth, targetConcurrency, targetKVCacheUsage"
-			if t.TargetTTFT > 0 {
-				key, want = KeyTargetTTFTSeconds, "targetTTFTSeconds is an SLO that adds replicas when violated and never sizes a fleet down; set targetQueueDepth, targetConcurrency or targetKVCacheUsage to size it"
+			if t.TargetTTFT > 0 || t.TargetITL > 0 {
+				key, want = KeyTargetTTFTSeconds, "targetTTFTSeconds and targetITLSeconds are SLOs that add replicas when violated and never size a fleet down; set targetQueueDepth, targetConcurrency or targetKVCacheUsage to size it"
+				if t.TargetTTFT == 0 {
+					key = KeyTargetITLSeconds
+				}
 			}
 			return &InvalidKeyError{key, "", want}
 		}
@@ -367,7 +379,7 @@ func isLabelName(s string) bool {
 // AcceptedKeys lists every trigger metadata key berth reads, in documentation order.
 func AcceptedKeys() []string {
 	return []string{KeyPodSelector, KeyMetricsPort, KeyMetricsPath, KeyModel, KeyTargetQueueDepth, KeyTargetConcurrency,
-		KeyTargetKVCacheUsage, KeyTargetTTFTSeconds, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
+		KeyTargetKVCacheUsage, KeyTargetTTFTSeconds, KeyTargetITLSeconds, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
 		KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL, KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv,
 		KeyPrometheusPasswordFromEnv}
 }
@@ -387,6 +399,9 @@ func (t *Trigger) Signals() []Signal {
 	if t.TargetTTFT > 0 {
 		out = append(out, SignalTTFT)
 	}
+	if t.TargetITL > 0 {
+		out = append(out, SignalITL)
+	}
 	return out
 }
 
@@ -401,6 +416,8 @@ func (t *Trigger) Target(s Signal) float64 {
 		return t.TargetKVCacheUsage
 	case SignalTTFT:
 		return t.TargetTTFT
+	case SignalITL:
+		return t.TargetITL
 	}
 	return 0
 }

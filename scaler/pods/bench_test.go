@@ -2,6 +2,7 @@ package pods
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,5 +46,19 @@ func TestVLLMv1PageParses(t *testing.T) {
 	s, err := r.Sample("meta-llama/Llama-3.1-8B-Instruct")
 	if err != nil || s.Waiting != 6 || s.Running != 16 || s.KVUsage != 0.6 || s.TTFT.Total() != 5060 {
 		t.Fatalf("sample %+v, %v", s, err)
+	}
+	// The page carries inter_token_latency_seconds and the older time_per_output_token_seconds
+	// (vLLM's transition): ITL counts the new one only (19 buckets, 1,900 per engine).
+	if got := s.ITL.Total(); got != 3800 {
+		t.Errorf("ITL observations %v, want 3800 (the new name only)", got)
+	}
+	// A page from before the rename: the old name is read.
+	old := strings.ReplaceAll(scalertest.VLLMv1Page(1, 0, 0, 0), "vllm:inter_token_latency_seconds", "vllm:x_ignored")
+	r, err = ParsePage([]byte(old), time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := r.Sample(""); s.ITL.Total() != 1900 {
+		t.Errorf("ITL from time_per_output_token_seconds: %v observations, want 1900", s.ITL.Total())
 	}
 }

@@ -25,10 +25,13 @@ const (
 	VLLMKVUsage      = "vllm:kv_cache_usage_perc"
 	VLLMKVUsageOld   = "vllm:gpu_cache_usage_perc"
 	VLLMTTFT         = "vllm:time_to_first_token_seconds"
+	VLLMITL          = "vllm:inter_token_latency_seconds"
+	VLLMITLOld       = "vllm:time_per_output_token_seconds"
 	SGLangWaiting    = "sglang:num_queue_reqs"
 	SGLangRunning    = "sglang:num_running_reqs"
 	SGLangTokenUsage = "sglang:token_usage"
 	SGLangTTFT       = "sglang:time_to_first_token_seconds"
+	SGLangITL        = "sglang:inter_token_latency_seconds"
 	modelLabel       = "model_name"
 )
 
@@ -68,6 +71,7 @@ func (r Reading) Sample(model string) (scaler.Sample, error) {
 			kvN++
 		}
 		out.TTFT.Add(s.TTFT)
+		out.ITL.Add(s.ITL)
 	}
 	if kvN > 0 {
 		out.KVUsage /= float64(kvN)
@@ -98,8 +102,8 @@ func Parse(in io.Reader, at time.Time) (Reading, error) {
 // neededFamilies are the metric families berth reads; a page's other families (a vLLM v1
 // page carries dozens of histograms) are skipped before parsing.
 var neededFamilies = map[string]bool{
-	VLLMWaiting: true, VLLMRunning: true, VLLMKVUsage: true, VLLMKVUsageOld: true, VLLMTTFT: true,
-	SGLangWaiting: true, SGLangRunning: true, SGLangTokenUsage: true, SGLangTTFT: true,
+	VLLMWaiting: true, VLLMRunning: true, VLLMKVUsage: true, VLLMKVUsageOld: true, VLLMTTFT: true, VLLMITL: true, VLLMITLOld: true,
+	SGLangWaiting: true, SGLangRunning: true, SGLangTokenUsage: true, SGLangTTFT: true, SGLangITL: true,
 }
 
 // ParsePage is Parse over a page already in memory. Only the lines of the families berth
@@ -190,19 +194,33 @@ func (pp *pageParser) gauges() error {
 	return nil
 }
 
-// histograms merges the TTFT histograms of every engine.
+// histograms merges the TTFT and inter-token latency histograms of every engine. vLLM renamed
+// time_per_output_token_seconds to inter_token_latency_seconds; the old name counts only on a
+// page without the new one.
 func (pp *pageParser) histograms() error {
-	for _, name := range []string{VLLMTTFT, SGLangTTFT} {
-		f := pp.fams[name]
-		if f == nil {
-			continue
-		}
-		if f.GetType() != dto.MetricType_HISTOGRAM {
-			return fmt.Errorf("%s: want a histogram, the page has a %s", name, f.GetType())
-		}
-		for _, m := range f.GetMetric() {
-			if !pp.acc(m).s.TTFT.Add(histogram(m.GetHistogram())) {
-				return fmt.Errorf("%s: engines expose different bucket bounds", name)
+	itl := []string{VLLMITL, SGLangITL}
+	if pp.fams[VLLMITL] == nil {
+		itl = append(itl, VLLMITLOld)
+	}
+	for _, set := range []struct {
+		names []string
+		dst   func(a *modelAcc) *scaler.Histogram
+	}{
+		{[]string{VLLMTTFT, SGLangTTFT}, func(a *modelAcc) *scaler.Histogram { return &a.s.TTFT }},
+		{itl, func(a *modelAcc) *scaler.Histogram { return &a.s.ITL }},
+	} {
+		for _, name := range set.names {
+			f := pp.fams[name]
+			if f == nil {
+				continue
+			}
+			if f.GetType() != dto.MetricType_HISTOGRAM {
+				return fmt.Errorf("%s: want a histogram, the page has a %s", name, f.GetType())
+			}
+			for _, m := range f.GetMetric() {
+				if !set.dst(pp.acc(m)).Add(histogram(m.GetHistogram())) {
+					return fmt.Errorf("%s: engines expose different bucket bounds", name)
+				}
 			}
 		}
 	}

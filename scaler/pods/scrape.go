@@ -199,8 +199,9 @@ type Result struct {
 	Fresh  bool
 	// Err is the latest scrape's error, if it failed (the sample may still be fresh).
 	Err error
-	// TTFT is the histogram of first tokens within the window (empty when unknown).
-	TTFT scaler.Histogram
+	// TTFT and ITL are the histograms of first tokens and of inter-token latencies within the
+	// window (empty when unknown).
+	TTFT, ITL scaler.Histogram
 }
 
 // Observe reads the ready pods of a scale target and folds their samples into an observation;
@@ -210,7 +211,7 @@ type Result struct {
 // without an IP yet) are starting or stalled (scaler.SplitReplicas).
 func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.Pod, every time.Duration) (scaler.Observation, []Result) {
 	now := s.opts.Clock.Now()
-	o := scaler.Observation{TTFTP95: math.NaN()}
+	o := scaler.Observation{TTFTP95: math.NaN(), ITLP95: math.NaN()}
 	withIP := make([]scaler.Pod, len(pods))
 	for i, p := range pods {
 		p.Ready = p.Ready && p.IP != ""
@@ -237,7 +238,7 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 		}()
 	}
 	wg.Wait()
-	var ttft scaler.Histogram
+	var ttft, itl scaler.Histogram
 	for _, r := range results {
 		if !r.Fresh {
 			continue
@@ -250,9 +251,11 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 			o.KVUsage += r.Sample.KVUsage
 		}
 		ttft.Add(r.TTFT)
+		itl.Add(r.ITL)
 		o.OldestSample = max(o.OldestSample, now.Sub(r.Sample.At))
 	}
 	o.TTFTP95 = ttft.Quantile(0.95)
+	o.ITLP95 = itl.Quantile(0.95)
 	return o, results
 }
 
@@ -274,6 +277,7 @@ func (s *Scraper) replica(ctx context.Context, t *scaler.Trigger, p scaler.Pod, 
 	if base, ok := baseline(pages, latest.At.Add(-s.opts.TTFTWindow)); ok {
 		if old, err := base.Sample(t.Model); err == nil {
 			res.TTFT = sample.TTFT.Sub(old.TTFT)
+			res.ITL = sample.ITL.Sub(old.ITL)
 		}
 	}
 	return res

@@ -102,6 +102,11 @@ func Queries(t *scaler.Trigger, namespace string, pods []string, window time.Dur
 		q["ttft"] = fmt.Sprintf(`histogram_quantile(0.95, sum by (le) (rate({__name__=~"vllm:time_to_first_token_seconds_bucket|sglang:time_to_first_token_seconds_bucket",%s}[%s])))`,
 			sel, model.Duration(window))
 	}
+	if t.TargetITL > 0 {
+		// vLLM renamed time_per_output_token_seconds; pages of the transition carry both.
+		q["itl"] = fmt.Sprintf(`histogram_quantile(0.95, sum by (le) (rate({__name__=~"vllm:inter_token_latency_seconds_bucket|sglang:inter_token_latency_seconds_bucket",%[1]s}[%[2]s])))`+
+			` or histogram_quantile(0.95, sum by (le) (rate(vllm:time_per_output_token_seconds_bucket{%[1]s}[%[2]s])))`, sel, model.Duration(window))
+	}
 	return q
 }
 
@@ -119,7 +124,7 @@ func podRegex(pods []string) string {
 // sampled.
 func (s *Source) Observe(ctx context.Context, t *scaler.Trigger, namespace string, pods []scaler.Pod) (scaler.Observation, error) {
 	now := s.opts.Clock.Now()
-	o := scaler.Observation{TTFTP95: math.NaN()}
+	o := scaler.Observation{TTFTP95: math.NaN(), ITLP95: math.NaN()}
 	split := scaler.SplitReplicas(pods, now, t.StartupTimeout)
 	o.Starting, o.Stalled = split.Starting, split.Stalled
 	ready := make([]string, 0, len(split.Ready))
@@ -198,9 +203,7 @@ func (s *Source) fold(o *scaler.Observation, res map[string]model.Vector, podLab
 			o.KVUsage += u
 		}
 	}
-	if v := res["ttft"]; len(v) == 1 && !math.IsNaN(float64(v[0].Value)) && !math.IsInf(float64(v[0].Value), 0) {
-		o.TTFTP95 = float64(v[0].Value)
-	}
+	o.TTFTP95, o.ITLP95 = quantile(res["ttft"]), quantile(res["itl"])
 }
 
 // query runs the queries in parallel; any failure fails the evaluation.
@@ -340,4 +343,13 @@ func (s *Source) demand(ctx context.Context, t *scaler.Trigger, at time.Time) (f
 		return 0, fmt.Errorf("prometheus %s: demandQuery %s returned %v, want a count of waiting requests", t.Prometheus.Address, t.DemandQuery, sum)
 	}
 	return sum, nil
+}
+
+// quantile is a histogram_quantile result: NaN when Prometheus had no observations (or no
+// single value).
+func quantile(v model.Vector) float64 {
+	if len(v) != 1 || math.IsInf(float64(v[0].Value), 0) {
+		return math.NaN()
+	}
+	return float64(v[0].Value)
 }
