@@ -25,6 +25,8 @@ type vllmSimFlags struct {
 	selector   string
 	port       int
 	pool       string
+	pattern    string
+	seed       uint64
 }
 
 func newVLLMSimCommand() *cobra.Command {
@@ -43,7 +45,9 @@ Deployment scaled by berth's scaler gains and loses emulated servers as its pods
 
 Change the load while it runs on the admin address:
   curl -X PUT 'http://127.0.0.1:8099/load?rate=12.5'
+  curl -X PUT 'http://127.0.0.1:8099/load?rate=6&pattern=bursty&seed=7'
   curl http://127.0.0.1:8099/load
+  curl http://127.0.0.1:8099/latency     # time to first token over every replica that served
 
 With --inference-pool an endpoint picker (llm-d's, with flow control) stands in front: while
 no replica serves, requests wait in its queue instead of being dropped, and
@@ -59,6 +63,8 @@ scrape — demand that exists at zero replicas.`,
 	fl.StringVar(&f.admin, "admin-address", "127.0.0.1:8099", "address of the control API (GET/PUT /load)")
 	fl.StringVar(&f.cfg.Model, "model", vllmsim.DefaultModel, "served model name")
 	fl.Float64Var(&f.rate, "rate", 0, "initial arrival rate in requests per second over all replicas")
+	fl.StringVar(&f.pattern, "pattern", string(vllmsim.PatternSteady), "how requests arrive around the rate: steady (exact), poisson, or bursty (Poisson bursts of ~10 s at 4× the rate, lulls of ~30 s)")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the poisson and bursty patterns (the same seed, the same arrivals)")
 	fl.IntVar(&f.cfg.MaxNumSeqs, "max-num-seqs", vllmsim.DefaultMaxNumSeqs, "sequences running at once per engine")
 	fl.IntVar(&f.cfg.KVBlocksTotal, "kv-blocks", vllmsim.DefaultKVBlocksTotal, "KV-cache blocks per engine")
 	fl.IntVar(&f.cfg.KVBlocksPerSeq, "kv-blocks-per-seq", vllmsim.DefaultKVBlocksPerSeq, "KV-cache blocks a running sequence holds")
@@ -82,10 +88,15 @@ func runVLLMSim(cmd *cobra.Command, f vllmSimFlags) error {
 	if f.port < 1 || f.port > 65535 {
 		return fmt.Errorf("--port must be between 1 and 65535, got %d", f.port)
 	}
+	pattern, err := vllmsim.ParsePattern(f.pattern)
+	if err != nil {
+		return fmt.Errorf("--pattern: %w", err)
+	}
 	fleet, err := vllmsim.NewFleet(vllmsim.FleetOptions{Config: f.cfg, Rate: f.rate, Logf: logf, InferencePool: f.pool})
 	if err != nil {
 		return err
 	}
+	fleet.Load().SetPattern(pattern, f.seed)
 	var client kubernetes.Interface
 	if f.selector != "" {
 		if client, err = vllmSimClient(cmd, f.kubeconfig); err != nil {

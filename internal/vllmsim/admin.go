@@ -5,18 +5,26 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // AdminHandler returns the fleet's control API:
 //
-//	GET /load            → {"rate":…, "replicas":…, "waiting":…, "running":…, "held":…}
+//	GET /load            → {"rate":…, "pattern":…, "replicas":…, "waiting":…, "running":…, "held":…}
 //	PUT /load?rate=12.5  → sets the arrival rate (requests per second) and answers as GET;
-//	                       a missing, malformed, negative or infinite rate is a 400.
+//	                       a missing, malformed, negative or infinite rate is a 400;
+//	                       &pattern=steady|poisson|bursty&seed=N also sets how requests arrive
+//	GET /latency         → the fleet's time-to-first-token histogram since it started, every
+//	                       replica that served included (also those gone)
 //	GET /metrics         → with an InferencePool, the endpoint picker's metrics (404 without)
 func (f *Fleet) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/load", f.serveLoad)
 	mux.HandleFunc("/metrics", f.servePickerMetrics)
+	mux.HandleFunc("/latency", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]Histogram{"ttft": f.TTFT()})
+	})
 	return mux
 }
 
@@ -47,6 +55,10 @@ func (f *Fleet) serveLoad(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, msg, http.StatusBadRequest)
 			return
 		}
+		if msg := f.setPattern(r.URL.Query()); msg != "" {
+			http.Error(w, msg, http.StatusBadRequest)
+			return
+		}
 	default:
 		w.Header().Set("Allow", "GET, HEAD, PUT")
 		http.Error(w, fmt.Sprintf("method %s is not allowed on /load: use GET, or PUT /load?rate=<requests per second>", r.Method), http.StatusMethodNotAllowed)
@@ -68,5 +80,28 @@ func (f *Fleet) setRate(values []string) string {
 	if err := f.load.SetRate(rate); err != nil {
 		return err.Error()
 	}
+	return ""
+}
+
+// setPattern applies the optional pattern and seed query values.
+func (f *Fleet) setPattern(q map[string][]string) string {
+	ps, seeds := q["pattern"], q["seed"]
+	if len(ps) == 0 {
+		if len(seeds) > 0 {
+			return "seed needs pattern=poisson or pattern=bursty"
+		}
+		return ""
+	}
+	p, err := ParsePattern(ps[0])
+	if err != nil || len(ps) > 1 {
+		return fmt.Sprintf("pattern %q: want one of steady, poisson, bursty", strings.Join(ps, ","))
+	}
+	seed := uint64(1)
+	if len(seeds) > 0 {
+		if seed, err = strconv.ParseUint(seeds[0], 10, 64); err != nil || len(seeds) > 1 {
+			return fmt.Sprintf("seed %q: want one whole number", strings.Join(seeds, ","))
+		}
+	}
+	f.load.SetPattern(p, seed)
 	return ""
 }

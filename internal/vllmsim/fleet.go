@@ -45,6 +45,10 @@ type Fleet struct {
 	logf     func(format string, args ...any)
 
 	pool string // InferencePool of the endpoint picker in front, "" for none
+	// retired is the time-to-first-token histogram of replicas that stopped serving.
+	retiredMu sync.Mutex
+	retired   Histogram
+	lost      uint64
 
 	setMu   sync.Mutex // serialises SetAddresses and Close
 	mu      sync.Mutex // guards servers and closed
@@ -64,6 +68,8 @@ type server struct {
 type LoadStatus struct {
 	// Rate is the arrival rate in requests per second.
 	Rate float64 `json:"rate"`
+	// Pattern is how the requests arrive around the rate.
+	Pattern Pattern `json:"pattern"`
 	// Replicas is the number of replicas serving.
 	Replicas int `json:"replicas"`
 	// Waiting is the number of queued requests over all replicas.
@@ -72,6 +78,10 @@ type LoadStatus struct {
 	Running int `json:"running"`
 	// Held is the number of requests the endpoint picker holds for want of a replica.
 	Held int `json:"held"`
+	// Arrived counts every request that arrived since the fleet started; Lost those that were
+	// queued or running on a replica when it stopped serving (a deleted pod's).
+	Arrived uint64 `json:"arrived"`
+	Lost    uint64 `json:"lost"`
 }
 
 // NewFleet returns a fleet that serves no address yet.
@@ -145,7 +155,11 @@ func (f *Fleet) SetAddresses(ctx context.Context, addrs []string) error {
 	f.mu.Unlock()
 
 	for _, s := range gone {
+		f.retire(s.replica)
 		running, waiting := s.replica.Queue()
+		f.retiredMu.Lock()
+		f.lost += uint64(running + waiting)
+		f.retiredMu.Unlock()
 		_ = s.http.Close() // abrupt, like a pod that is gone
 		<-s.done
 		f.logf("stopped the vLLM emulator on %s (%d running and %d waiting requests lost)", s.addr, running, waiting)
@@ -260,7 +274,10 @@ func (f *Fleet) Step(now time.Time) {
 
 // Status returns the arrival rate and the replicas' queues, summed.
 func (f *Fleet) Status() LoadStatus {
-	st := LoadStatus{Rate: f.load.Rate(), Held: f.load.Held()}
+	f.retiredMu.Lock()
+	lost := f.lost
+	f.retiredMu.Unlock()
+	st := LoadStatus{Rate: f.load.Rate(), Pattern: f.load.Pattern(), Held: f.load.Held(), Arrived: f.load.Arrived(), Lost: lost}
 	for _, r := range f.replicas() {
 		running, waiting := r.Queue()
 		st.Replicas++
@@ -305,4 +322,43 @@ func (f *Fleet) Close(ctx context.Context) error {
 		<-s.done
 	}
 	return errors.Join(errs...)
+}
+
+// retire keeps what a replica that stops serving observed.
+func (f *Fleet) retire(r *Replica) {
+	f.retiredMu.Lock()
+	defer f.retiredMu.Unlock()
+	for _, e := range r.Snapshot() {
+		f.retired = mergeHistogram(f.retired, e.TTFT)
+	}
+}
+
+// TTFT is the fleet's time-to-first-token histogram since it started: every engine of every
+// replica, those that stopped serving included.
+func (f *Fleet) TTFT() Histogram {
+	f.retiredMu.Lock()
+	out := f.retired.clone()
+	f.retiredMu.Unlock()
+	for _, r := range f.replicas() {
+		for _, e := range r.Snapshot() {
+			out = mergeHistogram(out, e.TTFT)
+		}
+	}
+	if out.Bounds == nil {
+		out = newHistogram(ttftBuckets)
+	}
+	return out
+}
+
+// mergeHistogram adds b to a (same bounds; an empty a takes b's).
+func mergeHistogram(a, b Histogram) Histogram {
+	if a.Bounds == nil {
+		return b.clone()
+	}
+	for i := range a.Buckets {
+		a.Buckets[i] += b.Buckets[i]
+	}
+	a.Count += b.Count
+	a.Sum += b.Sum
+	return a
 }

@@ -75,7 +75,7 @@ func TestFleetServesAndStopsAddresses(t *testing.T) {
 	if _, body, _ := get(t, "http://"+boundB+"/metrics"); !strings.Contains(body, `vllm:num_requests_running{engine="0",model_name="`+DefaultModel+`"} 5`) {
 		t.Errorf("metrics of %s lack running=5:\n%s", b, body)
 	}
-	if st := f.Status(); st != (LoadStatus{Rate: 10, Replicas: 2, Running: 10}) {
+	if st := f.Status(); st != (LoadStatus{Rate: 10, Pattern: PatternSteady, Replicas: 2, Running: 10, Arrived: 10}) {
 		t.Errorf("Status() = %+v", st)
 	}
 
@@ -90,7 +90,7 @@ func TestFleetServesAndStopsAddresses(t *testing.T) {
 		t.Error("removed replica still listed")
 	}
 	f.Step(t0.Add(1500 * time.Millisecond))
-	if st := f.Status(); st != (LoadStatus{Rate: 10, Replicas: 1, Running: 10}) {
+	if st := f.Status(); st != (LoadStatus{Rate: 10, Pattern: PatternSteady, Replicas: 1, Running: 10, Arrived: 15, Lost: 5}) {
 		t.Errorf("Status() after removal = %+v", st)
 	}
 	if code, _, err := get(t, "http://"+boundA+"/health"); err != nil || code != http.StatusOK {
@@ -138,16 +138,7 @@ func TestAdminLoadEndpoint(t *testing.T) {
 	f, _ := newTestFleet(t, FleetOptions{Rate: 1})
 	srv := httptest.NewServer(f.AdminHandler())
 	defer srv.Close()
-	do := func(method, query string) (int, string) {
-		req, _ := http.NewRequest(method, srv.URL+"/load"+query, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
-	}
+	do := func(method, query string) (int, string) { return call(t, method, srv.URL+"/load"+query) }
 	for _, tc := range []struct {
 		method, query string
 		wantCode      int
@@ -176,7 +167,7 @@ func TestAdminLoadEndpoint(t *testing.T) {
 	}
 	_, body := do(http.MethodGet, "")
 	var st LoadStatus
-	if err := json.Unmarshal([]byte(body), &st); err != nil || st != (LoadStatus{Rate: 7}) {
+	if err := json.Unmarshal([]byte(body), &st); err != nil || st != (LoadStatus{Rate: 7, Pattern: PatternSteady}) {
 		t.Errorf("GET /load = %s (%v)", body, err)
 	}
 	for _, key := range []string{`"rate"`, `"replicas"`, `"waiting"`, `"running"`} {
@@ -220,4 +211,54 @@ func TestEndpointPickerHoldsAtZero(t *testing.T) {
 	if code, _, _ := get(t, psrv.URL+"/metrics"); code != http.StatusNotFound {
 		t.Errorf("a fleet without a picker serves picker metrics (%d)", code)
 	}
+}
+
+// TestAdminPatternAndLatency: PUT /load sets the arrival pattern with a seed; GET /latency
+// keeps the first-token latencies of replicas that stopped serving.
+func TestAdminPatternAndLatency(t *testing.T) {
+	f, _ := newTestFleet(t, FleetOptions{Rate: 10})
+	srv := httptest.NewServer(f.AdminHandler())
+	defer srv.Close()
+	put := func(q string) (int, string) { return call(t, http.MethodPut, srv.URL+"/load"+q) }
+	if code, body := put("?rate=4&pattern=bursty&seed=9"); code != 200 || !strings.Contains(body, `"pattern":"bursty"`) {
+		t.Errorf("PUT bursty: %d %s", code, body)
+	}
+	for q, want := range map[string]string{"?rate=4&pattern=wavy": "want one of steady", "?rate=4&seed=3": "seed needs pattern", "?rate=4&pattern=poisson&seed=x": "want one whole number"} {
+		if code, body := put(q); code != 400 || !strings.Contains(body, want) {
+			t.Errorf("PUT %s: %d %s, want 400 %q", q, code, body, want)
+		}
+	}
+	f.Load().SetPattern(PatternSteady, 1)
+	if err := f.Load().SetRate(10); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetAddresses(context.Background(), []string{"127.0.0.1:0"}); err != nil {
+		t.Fatal(err)
+	}
+	now := t0
+	for range 21 { // 2 s at 10/s
+		f.Step(now)
+		now = now.Add(100 * time.Millisecond)
+	}
+	if err := f.SetAddresses(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	_, body, err := get(t, srv.URL+"/latency")
+	var got map[string]Histogram
+	if err != nil || json.Unmarshal([]byte(body), &got) != nil || got["ttft"].Count != 16 { // 20 arrived, 16 (max_num_seqs) got a first token
+		t.Errorf("GET /latency after the replica left = %s (%v); want its 16 first tokens", body, err)
+	}
+}
+
+// call makes one request and returns its status code and body.
+func call(t *testing.T, method, url string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

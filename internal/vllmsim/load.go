@@ -13,10 +13,11 @@ type Receiver interface {
 	Submit(n int, at time.Time)
 }
 
-// LoadGenerator produces requests at a steady rate as a deterministic fluid process: each
-// Step adds rate × elapsed time to an accumulator and emits its integer part, so 2.5 req/s
-// stepped every 100ms emits one request on every fourth step, exactly 25 in 10s. There is no
-// randomness. It is safe for concurrent use.
+// LoadGenerator produces requests at a rate. By default (PatternSteady) it is a deterministic
+// fluid process: each Step adds rate × elapsed time to an accumulator and emits its integer
+// part, so 2.5 req/s stepped every 100ms emits one request on every fourth step, exactly 25 in
+// 10s. SetPattern makes arrivals Poisson or bursty, from a seeded source. It is safe for
+// concurrent use.
 type LoadGenerator struct {
 	mu      sync.Mutex
 	rate    float64 // requests per second
@@ -29,6 +30,33 @@ type LoadGenerator struct {
 	hold   bool
 	held   int
 	queued bool
+	// rand draws arrivals for the random patterns.
+	rand arrivals
+	// arrived counts every request generated.
+	arrived uint64
+}
+
+// Arrived is the number of requests generated since the start (held and dropped ones too).
+func (g *LoadGenerator) Arrived() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.arrived
+}
+
+// SetPattern changes how requests arrive around the rate; seed makes random patterns
+// reproducible.
+func (g *LoadGenerator) SetPattern(p Pattern, seed uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.rand = newArrivals(seed)
+	g.rand.pattern = p
+}
+
+// Pattern returns the arrival pattern.
+func (g *LoadGenerator) Pattern() Pattern {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.rand.pattern
 }
 
 // HoldWithoutReceivers makes the generator keep arrivals while no receiver exists, like a
@@ -57,7 +85,7 @@ func (g *LoadGenerator) Held() int {
 
 // NewLoadGenerator returns a generator emitting rate requests per second from its first Step.
 func NewLoadGenerator(rate float64) (*LoadGenerator, error) {
-	g := &LoadGenerator{}
+	g := &LoadGenerator{rand: newArrivals(1)}
 	if err := g.SetRate(rate); err != nil {
 		return nil, err
 	}
@@ -101,11 +129,17 @@ func (g *LoadGenerator) Step(now time.Time, receivers []Receiver) int {
 		g.started, g.last = true, now
 		return 0
 	}
-	g.acc += g.rate * now.Sub(g.last).Seconds()
+	var n int
+	if g.rand.pattern == PatternSteady {
+		g.acc += g.rate * now.Sub(g.last).Seconds()
+		// The epsilon absorbs float error, so that ten steps of 0.1 at 10/s make exactly ten.
+		n = int(math.Floor(g.acc + 1e-9))
+		g.acc = math.Max(0, g.acc-float64(max(n, 0)))
+	} else {
+		n = g.rand.draw(g.rate, g.last, now)
+	}
 	g.last = now
-	// The epsilon absorbs float error, so that ten steps of 0.1 at 10/s make exactly ten.
-	n := int(math.Floor(g.acc + 1e-9))
-	g.acc = math.Max(0, g.acc-float64(max(n, 0)))
+	g.arrived += uint64(max(n, 0))
 	if len(receivers) == 0 {
 		if g.hold && n > 0 {
 			g.held += n

@@ -137,3 +137,58 @@ func TestLoadGeneratorHoldsForTheFirstReceiver(t *testing.T) {
 		}
 	}
 }
+
+// TestArrivalPatterns: Poisson and bursty arrivals keep the mean rate over a long run, the same
+// seed gives the same arrivals, and bursty traffic has lulls and peaks well above the mean.
+func TestArrivalPatterns(t *testing.T) {
+	run := func(p Pattern, seed uint64) []int { // arrivals per 5 s over 2 hours at 4/s
+		g, err := NewLoadGenerator(4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.SetPattern(p, seed)
+		rc := &countingReceiver{}
+		now := t0
+		g.Step(now, []Receiver{rc})
+		var per []int
+		for range 1440 {
+			before := rc.n
+			for range 50 {
+				now = now.Add(100 * time.Millisecond)
+				g.Step(now, []Receiver{rc})
+			}
+			per = append(per, rc.n-before)
+		}
+		return per
+	}
+	for _, p := range []Pattern{PatternPoisson, PatternBursty} {
+		a, b := run(p, 7), run(p, 7)
+		total, zero, peak := 0, 0, 0
+		for i := range a {
+			if a[i] != b[i] {
+				t.Fatalf("%s: the same seed gave different arrivals", p)
+			}
+			total += a[i]
+			if a[i] == 0 {
+				zero++
+			}
+			peak = max(peak, a[i])
+		}
+		if mean := float64(total) / (1440 * 5); math.Abs(mean-4) > 0.4 {
+			t.Errorf("%s: mean rate %.2f/s, want about 4", p, mean)
+		}
+		switch p {
+		case PatternPoisson:
+			if zero > 5 || peak > 45 {
+				t.Errorf("poisson at 20 per window: %d empty windows, peak %d", zero, peak)
+			}
+		case PatternBursty:
+			if zero < 500 || peak < 60 {
+				t.Errorf("bursty: %d of 1440 windows empty, peak %d per 5 s; want lulls and peaks near 80", zero, peak)
+			}
+		}
+	}
+	if _, err := ParsePattern("wavy"); err == nil {
+		t.Error("an unknown pattern was accepted")
+	}
+}

@@ -77,37 +77,60 @@ func StartVLLMSim(ctx context.Context, r *rig.Rig, bin, namespace, selector stri
 // Status is the emulator's fleet-wide load: rate, serving replicas, waiting and running requests.
 func (v *VLLMSim) Status(ctx context.Context) (vllmsim.LoadStatus, error) {
 	var st vllmsim.LoadStatus
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, v.Admin+"/load", nil)
-	if err != nil {
-		return st, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return st, fmt.Errorf("reading the vllm-sim load: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("reading the vllm-sim load: %s", resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return st, fmt.Errorf("reading the vllm-sim load: %w", err)
-	}
-	return st, nil
+	return st, v.get(ctx, "/load", &st)
+}
+
+// TTFT is the emulator's time-to-first-token histogram over every replica that ever served.
+func (v *VLLMSim) TTFT(ctx context.Context) (vllmsim.Histogram, error) {
+	var out map[string]vllmsim.Histogram
+	err := v.get(ctx, "/latency", &out)
+	return out["ttft"], err
+}
+
+// SetLoad sets the request rate and how requests arrive around it (vllmsim.Pattern* names),
+// from seed.
+func (v *VLLMSim) SetLoad(ctx context.Context, rate float64, pattern string, seed uint64) error {
+	return v.putLoad(ctx, url.Values{"rate": {strconv.FormatFloat(rate, 'f', -1, 64)}, "pattern": {pattern}, "seed": {strconv.FormatUint(seed, 10)}})
 }
 
 // SetRate sets the request rate (requests per second) the emulator spreads over the replicas.
 func (v *VLLMSim) SetRate(ctx context.Context, rate float64) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, v.Admin+"/load?rate="+url.QueryEscape(strconv.FormatFloat(rate, 'f', -1, 64)), nil)
+	return v.putLoad(ctx, url.Values{"rate": {strconv.FormatFloat(rate, 'f', -1, 64)}})
+}
+
+// putLoad is PUT /load with query q.
+func (v *VLLMSim) putLoad(ctx context.Context, q url.Values) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, v.Admin+"/load?"+q.Encode(), nil)
 	if err != nil {
 		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return fmt.Errorf("setting the vllm-sim rate: %w", err)
+		return fmt.Errorf("setting the vllm-sim load %s: %w", q.Encode(), err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("setting the vllm-sim rate: %s", resp.Status)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("setting the vllm-sim load %s: %s", q.Encode(), resp.Status)
+	}
+	return nil
+}
+
+// get decodes the JSON the admin API answers on path into out.
+func (v *VLLMSim) get(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, v.Admin+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("reading the vllm-sim %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("reading the vllm-sim %s: %s", path, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("reading the vllm-sim %s: %w", path, err)
 	}
 	return nil
 }

@@ -155,7 +155,7 @@ func TestStalledReplicasDoNotFreezeScaleUp(t *testing.T) {
 
 // serving creates the inference namespace and the vLLM Deployment unless an earlier test did,
 // and waits for a ready replica.
-func serving(t *testing.T) {
+func serving(t testing.TB) {
 	t.Helper()
 	ctx := context.Background()
 	c := rigtest.Current().Client
@@ -173,7 +173,7 @@ func serving(t *testing.T) {
 
 // applyScaledObject creates or replaces the Deployment's ScaledObject and waits until the HPA
 // KEDA keeps for it reads metric from berth.
-func applyScaledObject(t *testing.T, o vllmsim.ScaledObjectOptions, metric string) {
+func applyScaledObject(t testing.TB, o vllmsim.ScaledObjectOptions, metric string) {
 	t.Helper()
 	ctx := context.Background()
 	c := rigtest.Current().Client
