@@ -92,6 +92,9 @@ type endpoint struct {
 	// within the last wantedFor; wantedAt is when it was last asked for.
 	every    time.Duration
 	wantedAt time.Time
+	// memo holds, per model, what was derived from the pages up to the one taken at memoAt.
+	memo   map[string]derivedSample
+	memoAt time.Time
 }
 
 // Cadence bounds: the background loop reads an endpoint every third of its ScaledObject's
@@ -250,8 +253,12 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 			o.KVSampled++
 			o.KVUsage += r.Sample.KVUsage
 		}
-		ttft.Add(r.TTFT)
-		itl.Add(r.ITL)
+		if t.TargetTTFT > 0 {
+			ttft.Add(r.TTFT)
+		}
+		if t.TargetITL > 0 {
+			itl.Add(r.ITL)
+		}
 		o.OldestSample = max(o.OldestSample, now.Sub(r.Sample.At))
 	}
 	o.TTFTP95 = ttft.Quantile(0.95)
@@ -261,26 +268,74 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 
 // replica returns one pod's result, scraping it unless a recent outcome can be reused.
 func (s *Scraper) replica(ctx context.Context, t *scaler.Trigger, p scaler.Pod, every time.Duration) Result {
-	pages, err := s.pages(ctx, endpointURL(t, p), every)
+	url := endpointURL(t, p)
+	pages, err := s.pages(ctx, url, every)
 	res := Result{Pod: p.Name, Err: err}
 	if len(pages) == 0 {
 		return res
 	}
 	latest := pages[len(pages)-1]
-	sample, serr := latest.Sample(t.Model)
-	if serr != nil {
-		res.Err = serr
+	d, ok := s.derived(url, t.Model, latest.At)
+	if !ok {
+		d = derive(pages, t.Model, s.opts.TTFTWindow)
+		s.remember(url, t.Model, latest.At, d)
+	}
+	if d.err != nil {
+		res.Err = d.err
 		return res
 	}
-	res.Sample = sample
+	res.Sample, res.TTFT, res.ITL = d.sample, d.ttft, d.itl
 	res.Fresh = s.opts.Clock.Since(latest.At) <= s.opts.MaxAge
-	if base, ok := baseline(pages, latest.At.Add(-s.opts.TTFTWindow)); ok {
-		if old, err := base.Sample(t.Model); err == nil {
-			res.TTFT = sample.TTFT.Sub(old.TTFT)
-			res.ITL = sample.ITL.Sub(old.ITL)
+	return res
+}
+
+// derivedSample is what one model's series of an endpoint's pages say: the latest sample and
+// the latency histograms within the window. It changes only with a new page, so it is kept
+// until one arrives: answering from memory costs a lookup per replica, not a re-derivation.
+type derivedSample struct {
+	sample    scaler.Sample
+	ttft, itl scaler.Histogram
+	err       error
+}
+
+func derive(pages []Reading, model string, window time.Duration) derivedSample {
+	latest := pages[len(pages)-1]
+	sample, err := latest.Sample(model)
+	if err != nil {
+		return derivedSample{err: err}
+	}
+	d := derivedSample{sample: sample}
+	if base, ok := baseline(pages, latest.At.Add(-window)); ok {
+		if old, err := base.Sample(model); err == nil {
+			d.ttft, d.itl = sample.TTFT.Sub(old.TTFT), sample.ITL.Sub(old.ITL)
 		}
 	}
-	return res
+	return d
+}
+
+// derived returns what was derived for model from the endpoint's pages up to the one taken at.
+func (s *Scraper) derived(url, model string, at time.Time) (derivedSample, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ep := s.eps[url]
+	if ep == nil || !ep.memoAt.Equal(at) {
+		return derivedSample{}, false
+	}
+	d, ok := ep.memo[model]
+	return d, ok
+}
+
+func (s *Scraper) remember(url, model string, at time.Time, d derivedSample) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ep := s.eps[url]
+	if ep == nil {
+		return
+	}
+	if !ep.memoAt.Equal(at) {
+		ep.memo, ep.memoAt = map[string]derivedSample{}, at
+	}
+	ep.memo[model] = d
 }
 
 // baseline is the newest page at or before from, or else the oldest page that is not the

@@ -128,20 +128,25 @@ func (r *fleetResolver) List(_ context.Context, _ string, sel labels.Selector) (
 }
 
 // BenchmarkGetMetricsFromMemory is KEDA's GetMetrics against a scaler that reads its replicas
-// in the background (pollingInterval 3 s: every replica read each second) serving real-sized
-// vLLM v1 pages (2 engines, ~67 KiB): 50 ScaledObjects × 10 replicas, and 1 × 500. Reports
+// in the background, with KEDA's default pollingInterval (30 s: every replica read each 10 s)
+// and a short one (3 s: each second), serving real-sized vLLM v1 pages (2 engines, ~67 KiB):
+// 50 ScaledObjects × 10 replicas, and 1 × 500. Reports
 // GetMetrics p50/p99 (target p99 < 5 ms), and per 100 replicas the process CPU (fake replicas
 // serving their pages included: an upper bound of the scaler's own) and the heap in use.
 func BenchmarkGetMetricsFromMemory(b *testing.B) {
-	for _, shape := range []struct{ objects, replicas int }{{50, 10}, {1, 500}} {
-		b.Run(fmt.Sprintf("%dx%d", shape.objects, shape.replicas), func(b *testing.B) {
+	for _, shape := range []struct {
+		objects, replicas int
+		poll              time.Duration
+	}{{50, 10, 30 * time.Second}, {1, 500, 30 * time.Second}, {50, 10, 3 * time.Second}, {1, 500, 3 * time.Second}} {
+		poll := shape.poll
+		b.Run(fmt.Sprintf("%dx%d/poll-%s", shape.objects, shape.replicas, poll), func(b *testing.B) {
 			n := shape.objects * shape.replicas
 			reps, port, podList := scalertest.Fleet(b, n)
 			page := scalertest.VLLMv1(2, 3, 8, 0.6)
 			for _, r := range reps {
 				r.Set(page)
 			}
-			res := &fleetResolver{pods: map[string][]scaler.Pod{}, poll: 3 * time.Second}
+			res := &fleetResolver{pods: map[string][]scaler.Pod{}, poll: poll}
 			var refs []*pb.ScaledObjectRef
 			for o := range shape.objects {
 				name := fmt.Sprintf("model-%d", o)
