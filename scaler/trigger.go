@@ -152,45 +152,15 @@ func ParseTrigger(md map[string]string) (*Trigger, error) {
 	if err := p.unknownKeys(); err != nil {
 		return nil, err
 	}
-	if v, ok := p.get(KeyPodSelector); ok {
-		sel, err := labels.Parse(v)
-		if err != nil || sel.Empty() {
-			return nil, &InvalidKeyError{KeyPodSelector, v, "want a non-empty label selector, e.g. app=vllm,model=llama"}
-		}
-		t.PodSelector = sel
-	}
-	if v, ok := p.get(KeyMetricsPort); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 65535 {
-			return nil, &InvalidKeyError{KeyMetricsPort, v, "want a port number 1-65535"}
-		}
-		t.MetricsPort = n
-	}
-	if v, ok := p.get(KeyMetricsPath); ok {
-		if !strings.HasPrefix(v, "/") || strings.ContainsAny(v, "?# ") {
-			return nil, &InvalidKeyError{KeyMetricsPath, v, "want an absolute URL path such as /metrics"}
-		}
-		t.MetricsPath = v
+	if err := p.endpoint(t); err != nil {
+		return nil, err
 	}
 	t.Model, _ = p.get(KeyModel)
 	t.DemandQuery, _ = p.get(KeyDemandQuery)
 	if err := p.demandPreset(t); err != nil {
 		return nil, err
 	}
-	var err error
-	if t.TargetQueueDepth, err = p.target(KeyTargetQueueDepth, "waiting requests per replica", math.Inf(1)); err != nil {
-		return nil, err
-	}
-	if t.TargetConcurrency, err = p.target(KeyTargetConcurrency, "requests running plus waiting per replica", math.Inf(1)); err != nil {
-		return nil, err
-	}
-	if t.TargetKVCacheUsage, err = p.target(KeyTargetKVCacheUsage, "KV-cache usage per replica", 1); err != nil {
-		return nil, err
-	}
-	if t.TargetTTFT, err = p.target(KeyTargetTTFTSeconds, "p95 time to first token in seconds", math.Inf(1)); err != nil {
-		return nil, err
-	}
-	if t.TargetITL, err = p.target(KeyTargetITLSeconds, "p95 inter-token latency in seconds", math.Inf(1)); err != nil {
+	if err := p.targets(t); err != nil {
 		return nil, err
 	}
 	if v, ok := p.get(KeyActivationQueueDepth); ok {
@@ -230,6 +200,53 @@ func ParseTrigger(md map[string]string) (*Trigger, error) {
 		}
 	}
 	return t, p.prometheus(t)
+}
+
+// endpoint reads where the replicas are and serve their metrics.
+func (p parser) endpoint(t *Trigger) error {
+	if v, ok := p.get(KeyPodSelector); ok {
+		sel, err := labels.Parse(v)
+		if err != nil || sel.Empty() {
+			return &InvalidKeyError{KeyPodSelector, v, "want a non-empty label selector, e.g. app=vllm,model=llama"}
+		}
+		t.PodSelector = sel
+	}
+	if v, ok := p.get(KeyMetricsPort); ok {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 65535 {
+			return &InvalidKeyError{KeyMetricsPort, v, "want a port number 1-65535"}
+		}
+		t.MetricsPort = n
+	}
+	if v, ok := p.get(KeyMetricsPath); ok {
+		if !strings.HasPrefix(v, "/") || strings.ContainsAny(v, "?# ") {
+			return &InvalidKeyError{KeyMetricsPath, v, "want an absolute URL path such as /metrics"}
+		}
+		t.MetricsPath = v
+	}
+	return nil
+}
+
+// targets reads every per-replica target and SLO.
+func (p parser) targets(t *Trigger) error {
+	for _, tg := range []struct {
+		key, what string
+		max       float64
+		dst       *float64
+	}{
+		{KeyTargetQueueDepth, "waiting requests per replica", math.Inf(1), &t.TargetQueueDepth},
+		{KeyTargetConcurrency, "requests running plus waiting per replica", math.Inf(1), &t.TargetConcurrency},
+		{KeyTargetKVCacheUsage, "KV-cache usage per replica", 1, &t.TargetKVCacheUsage},
+		{KeyTargetTTFTSeconds, "p95 time to first token in seconds", math.Inf(1), &t.TargetTTFT},
+		{KeyTargetITLSeconds, "p95 inter-token latency in seconds", math.Inf(1), &t.TargetITL},
+	} {
+		v, err := p.target(tg.key, tg.what, tg.max)
+		if err != nil {
+			return err
+		}
+		*tg.dst = v
+	}
+	return nil
 }
 
 // checkRoleTargets requires the targets a role scales on and refuses those it ignores, so a

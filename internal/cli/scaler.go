@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,19 +69,13 @@ math: docs/scaler.md.`,
 	return cmd
 }
 
-func runScaler(ctx context.Context, f scalerFlags) error {
-	ctrl.SetLogger(zap.New())
-	log := ctrl.Log.WithName("scaler")
-	if f.headroom <= 0 || f.headroom > 1 {
-		return fmt.Errorf("--scale-down-headroom %v: want a fraction in (0, 1]", f.headroom)
-	}
-	cfg, err := loadConfig(f.kubeconfig)
-	if err != nil {
-		return err
-	}
+// newScalerEngine builds the scaler's engine: a slim pod cache, the API client for ScaledObjects
+// and /scale, Karpenter's pod events, and the background reads of the replicas (started here,
+// until ctx ends).
+func newScalerEngine(ctx context.Context, cfg *rest.Config, f scalerFlags) (*server.Engine, error) {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("building scheme: %w", err)
+		return nil, fmt.Errorf("building scheme: %w", err)
 	}
 	copts := cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: targets.SlimPod}}}
 	if f.namespace != "" {
@@ -88,21 +83,20 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 	}
 	podCache, err := cache.New(cfg, copts)
 	if err != nil {
-		return fmt.Errorf("creating the pod cache: %w", err)
+		return nil, fmt.Errorf("creating the pod cache: %w", err)
 	}
 	api, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
-		return fmt.Errorf("creating the API client: %w", err)
+		return nil, fmt.Errorf("creating the API client: %w", err)
 	}
 	go func() { _ = podCache.Start(ctx) }()
 	if !podCache.WaitForCacheSync(ctx) {
-		return fmt.Errorf("pod cache did not sync")
+		return nil, fmt.Errorf("pod cache did not sync")
 	}
 	// The informer starts on the first List; do it now so the first KEDA call is not slow.
 	if err := podCache.List(ctx, &corev1.PodList{}, client.Limit(1)); err != nil {
-		return fmt.Errorf("listing pods: %w", err)
+		return nil, fmt.Errorf("listing pods: %w", err)
 	}
-
 	observe := func(src scaler.Source) func(time.Duration, string) {
 		return func(d time.Duration, reason string) { server.ObserveScrape(src, d, reason) }
 	}
@@ -110,7 +104,7 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 	// with none coming (which then never holds a scale-up).
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("creating the events client: %w", err)
+		return nil, fmt.Errorf("creating the events client: %w", err)
 	}
 	verdicts := targets.NewKarpenterVerdicts(cs, f.namespace)
 	go verdicts.Run(ctx)
@@ -123,6 +117,23 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 	// Replicas are read in the background at their ScaledObject's cadence; KEDA's calls are
 	// answered from memory.
 	go eng.Pods.Run(ctx, 100*time.Millisecond)
+	return eng, nil
+}
+
+func runScaler(ctx context.Context, f scalerFlags) error {
+	ctrl.SetLogger(zap.New())
+	log := ctrl.Log.WithName("scaler")
+	if f.headroom <= 0 || f.headroom > 1 {
+		return fmt.Errorf("--scale-down-headroom %v: want a fraction in (0, 1]", f.headroom)
+	}
+	cfg, err := loadConfig(f.kubeconfig)
+	if err != nil {
+		return err
+	}
+	eng, err := newScalerEngine(ctx, cfg, f)
+	if err != nil {
+		return err
+	}
 	var tlsCfg *tls.Config
 	if f.tls.Enabled() {
 		if tlsCfg, err = f.tls.Config(); err != nil {

@@ -72,6 +72,7 @@ func BenchmarkBurstyLoad(b *testing.B) {
 // burstyRun starts from one replica with the trigger metadata md, runs bursty load for run and
 // measures it.
 func burstyRun(tb testing.TB, md map[string]string, run time.Duration) burstyResult {
+	tb.Helper()
 	ctx := context.Background()
 	c := rigtest.Current().Client
 	serving(tb)

@@ -38,7 +38,7 @@ func BenchmarkSignalAge(b *testing.B) {
 			promAge += o.OldestSample
 			promMax = max(promMax, o.OldestSample)
 			start := time.Now()
-			po, _ := scr.Observe(ctx, podTr, podList)
+			po, _ := scr.Observe(ctx, podTr, podList, 0)
 			podAge += time.Since(start) + po.OldestSample // the page is as old as the scrape took
 			time.Sleep(100 * time.Millisecond)
 		}
