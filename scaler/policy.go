@@ -94,7 +94,8 @@ func (d Decision) Signal(s Signal) (SignalDecision, bool) {
 //   - KV cache: ceil(Σ usage / targetKVCacheUsage), so the mean usage lands on the target;
 //   - TTFT and ITL are SLO constraints, not sizes: above targetTTFTSeconds (targetITLSeconds)
 //     the p95 adds replicas, at or under it (or unknown) it asks for what the sizing signals
-//     ask — never fewer;
+//     ask — never fewer; so do preemptions per minute per replica above
+//     maxPreemptionsPerMinute (the KV cache running out mid-decode);
 //   - a scale-up beyond the current count waits while replicas are starting (they are the
 //     capacity the signal asked for; without the hold, a queue that keeps growing during a
 //     cold start would ask for more and more replicas) — but only replicas that can still
@@ -154,11 +155,17 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 		if !s.Constraint() {
 			continue
 		}
-		p95 := o.TTFTP95
-		if s == SignalITL {
-			p95 = o.ITLP95
+		value := o.TTFTP95
+		switch s {
+		case SignalITL:
+			value = o.ITLP95
+		case SignalPreemption:
+			value = math.NaN()
+			if o.Ready > 0 {
+				value = o.PreemptionsPerMinute / float64(o.Ready)
+			}
 		}
-		d.add(constrain(s, t.Target(s), p95, sizing, d.Current, o.Ready, o.Starting))
+		d.add(constrain(s, t.Target(s), value, sizing, d.Current, o.Ready, o.Starting))
 	}
 	return d, nil
 }

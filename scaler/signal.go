@@ -20,6 +20,9 @@ const (
 	SignalTTFT Signal = "ttft"
 	// SignalITL is the p95 inter-token latency (vllm:inter_token_latency_seconds).
 	SignalITL Signal = "itl"
+	// SignalPreemption is preemptions per minute per replica (vllm:num_preemptions_total): the
+	// KV cache running out mid-decode.
+	SignalPreemption Signal = "preemptions"
 )
 
 // MetricName is the metric name berth gives KEDA for a signal (KEDA prefixes it with the
@@ -36,17 +39,19 @@ func (s Signal) MetricName() string {
 		return "berth-ttft-seconds"
 	case SignalITL:
 		return "berth-itl-seconds"
+	case SignalPreemption:
+		return "berth-preemptions-per-minute"
 	}
 	return ""
 }
 
 // Constraint reports whether the signal is an SLO constraint (adds replicas when violated, never
 // sizes a fleet down) rather than a sizing signal.
-func (s Signal) Constraint() bool { return s == SignalTTFT || s == SignalITL }
+func (s Signal) Constraint() bool { return s == SignalTTFT || s == SignalITL || s == SignalPreemption }
 
 // AllSignals lists every signal, in documentation order.
 func AllSignals() []Signal {
-	return []Signal{SignalQueue, SignalConcurrency, SignalKVCache, SignalTTFT, SignalITL}
+	return []Signal{SignalQueue, SignalConcurrency, SignalKVCache, SignalTTFT, SignalITL, SignalPreemption}
 }
 
 // SignalForMetric maps a metric name from KEDA back to its signal.
@@ -153,6 +158,8 @@ type Sample struct {
 	TTFT Histogram
 	// ITL is the cumulative inter-token latency histogram.
 	ITL Histogram
+	// Preemptions is the cumulative count of preempted sequences.
+	Preemptions float64
 }
 
 // Observation is what one evaluation knows about a scale target: its replicas from the API
@@ -179,6 +186,9 @@ type Observation struct {
 	// ITLP95 is the p95 inter-token latency over the recent window; NaN when no token was
 	// generated in the window.
 	ITLP95 float64
+	// PreemptionsPerMinute is the fleet's preemptions per minute over the recent window; NaN
+	// when no replica has a window yet.
+	PreemptionsPerMinute float64
 	// OldestSample is the age of the oldest sample used.
 	OldestSample time.Duration
 }

@@ -46,6 +46,7 @@ const (
 	KeyTargetKVCacheUsage   = "targetKVCacheUsage"
 	KeyTargetTTFTSeconds    = "targetTTFTSeconds"
 	KeyTargetITLSeconds     = "targetITLSeconds"
+	KeyMaxPreemptions       = "maxPreemptionsPerMinute"
 	KeyActivationQueueDepth = "activationQueueDepth"
 	KeyStartupTimeout       = "startupTimeoutSeconds"
 	KeyDemandQuery          = "demandQuery"
@@ -105,6 +106,9 @@ type Trigger struct {
 	TargetTTFT float64
 	// TargetITL is the p95 inter-token latency in seconds to hold (0: not used).
 	TargetITL float64
+	// MaxPreemptions is the preemptions per minute per replica above which replicas are added
+	// (0: not used).
+	MaxPreemptions float64
 	// ActivationQueueDepth: the ScaledObject is active when more requests than this wait.
 	ActivationQueueDepth float64
 	// StartupTimeout is how long a replica that is not ready holds a scale-up as capacity on
@@ -239,6 +243,7 @@ func (p parser) targets(t *Trigger) error {
 		{KeyTargetKVCacheUsage, "KV-cache usage per replica", 1, &t.TargetKVCacheUsage},
 		{KeyTargetTTFTSeconds, "p95 time to first token in seconds", math.Inf(1), &t.TargetTTFT},
 		{KeyTargetITLSeconds, "p95 inter-token latency in seconds", math.Inf(1), &t.TargetITL},
+		{KeyMaxPreemptions, "preemptions per minute per replica", math.Inf(1), &t.MaxPreemptions},
 	} {
 		v, err := p.target(tg.key, tg.what, tg.max)
 		if err != nil {
@@ -273,7 +278,7 @@ func (t *Trigger) checkRoleTargets() error {
 	default:
 		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 && t.TargetKVCacheUsage == 0 {
 			key, want := KeyTargetQueueDepth, "set at least one of targetQueueDepth, targetConcurrency, targetKVCacheUsage"
-			if t.TargetTTFT > 0 || t.TargetITL > 0 {
+			if t.TargetTTFT > 0 || t.TargetITL > 0 || t.MaxPreemptions > 0 {
 				key, want = KeyTargetTTFTSeconds, "targetTTFTSeconds and targetITLSeconds are SLOs that add replicas when violated and never size a fleet down; set targetQueueDepth, targetConcurrency or targetKVCacheUsage to size it"
 				if t.TargetTTFT == 0 {
 					key = KeyTargetITLSeconds
@@ -396,7 +401,7 @@ func isLabelName(s string) bool {
 // AcceptedKeys lists every trigger metadata key berth reads, in documentation order.
 func AcceptedKeys() []string {
 	return []string{KeyPodSelector, KeyMetricsPort, KeyMetricsPath, KeyModel, KeyTargetQueueDepth, KeyTargetConcurrency,
-		KeyTargetKVCacheUsage, KeyTargetTTFTSeconds, KeyTargetITLSeconds, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
+		KeyTargetKVCacheUsage, KeyTargetTTFTSeconds, KeyTargetITLSeconds, KeyMaxPreemptions, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
 		KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL, KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv,
 		KeyPrometheusPasswordFromEnv}
 }
@@ -419,6 +424,9 @@ func (t *Trigger) Signals() []Signal {
 	if t.TargetITL > 0 {
 		out = append(out, SignalITL)
 	}
+	if t.MaxPreemptions > 0 {
+		out = append(out, SignalPreemption)
+	}
 	return out
 }
 
@@ -435,6 +443,8 @@ func (t *Trigger) Target(s Signal) float64 {
 		return t.TargetTTFT
 	case SignalITL:
 		return t.TargetITL
+	case SignalPreemption:
+		return t.MaxPreemptions
 	}
 	return 0
 }

@@ -27,6 +27,7 @@ const (
 	VLLMTTFT         = "vllm:time_to_first_token_seconds"
 	VLLMITL          = "vllm:inter_token_latency_seconds"
 	VLLMITLOld       = "vllm:time_per_output_token_seconds"
+	VLLMPreemptions  = "vllm:num_preemptions_total"
 	SGLangWaiting    = "sglang:num_queue_reqs"
 	SGLangRunning    = "sglang:num_running_reqs"
 	SGLangTokenUsage = "sglang:token_usage"
@@ -71,6 +72,7 @@ func (r Reading) Sample(model string) (scaler.Sample, error) {
 			kvN++
 		}
 		out.TTFT.Add(s.TTFT)
+		out.Preemptions += s.Preemptions
 		out.ITL.Add(s.ITL)
 	}
 	if kvN > 0 {
@@ -102,7 +104,7 @@ func Parse(in io.Reader, at time.Time) (Reading, error) {
 // neededFamilies are the metric families berth reads; a page's other families (a vLLM v1
 // page carries dozens of histograms) are skipped before parsing.
 var neededFamilies = map[string]bool{
-	VLLMWaiting: true, VLLMRunning: true, VLLMKVUsage: true, VLLMKVUsageOld: true, VLLMTTFT: true, VLLMITL: true, VLLMITLOld: true,
+	VLLMWaiting: true, VLLMRunning: true, VLLMKVUsage: true, VLLMKVUsageOld: true, VLLMTTFT: true, VLLMITL: true, VLLMITLOld: true, VLLMPreemptions: true,
 	SGLangWaiting: true, SGLangRunning: true, SGLangTokenUsage: true, SGLangTTFT: true, SGLangITL: true,
 }
 
@@ -167,6 +169,7 @@ func (pp *pageParser) gauges() error {
 		name string
 		fn   func(a *modelAcc, v float64)
 	}{
+		{VLLMPreemptions, func(a *modelAcc, v float64) { a.s.Preemptions += v }},
 		{VLLMWaiting, func(a *modelAcc, v float64) { a.s.Waiting += v; a.hasQueue = true }},
 		{SGLangWaiting, func(a *modelAcc, v float64) { a.s.Waiting += v; a.hasQueue = true }},
 		{VLLMRunning, func(a *modelAcc, v float64) { a.s.Running += v }},
@@ -182,8 +185,11 @@ func (pp *pageParser) gauges() error {
 		}
 		for _, m := range f.GetMetric() {
 			v, ok := value(f, m)
+			if st.name == VLLMPreemptions {
+				v, ok = counterValue(f, m)
+			}
 			if !ok {
-				return fmt.Errorf("%s: want a gauge, the page has a %s", st.name, f.GetType())
+				return fmt.Errorf("%s: want a %s, the page has a %s", st.name, wantType(st.name), f.GetType())
 			}
 			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 				return fmt.Errorf("%s: value %v", st.name, v)
@@ -246,6 +252,24 @@ func (pp *pageParser) reading() Reading {
 		r.ByModel[name] = a.s
 	}
 	return r
+}
+
+// counterValue reads a counter (or an untyped sample, as a page without # TYPE has).
+func counterValue(f *dto.MetricFamily, m *dto.Metric) (float64, bool) {
+	switch f.GetType() {
+	case dto.MetricType_COUNTER:
+		return m.GetCounter().GetValue(), true
+	case dto.MetricType_UNTYPED:
+		return m.GetUntyped().GetValue(), true
+	}
+	return 0, false
+}
+
+func wantType(family string) string {
+	if family == VLLMPreemptions {
+		return "counter"
+	}
+	return "gauge"
 }
 
 func value(f *dto.MetricFamily, m *dto.Metric) (float64, bool) {

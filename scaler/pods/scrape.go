@@ -205,6 +205,10 @@ type Result struct {
 	// TTFT and ITL are the histograms of first tokens and of inter-token latencies within the
 	// window (empty when unknown).
 	TTFT, ITL scaler.Histogram
+	// PreemptionsPerMinute is the replica's preemption rate over the window; Windowed says the
+	// replica has a window yet (two pages).
+	PreemptionsPerMinute float64
+	Windowed             bool
 }
 
 // Observe reads the ready pods of a scale target and folds their samples into an observation;
@@ -214,7 +218,7 @@ type Result struct {
 // without an IP yet) are starting or stalled (scaler.SplitReplicas).
 func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.Pod, every time.Duration) (scaler.Observation, []Result) {
 	now := s.opts.Clock.Now()
-	o := scaler.Observation{TTFTP95: math.NaN(), ITLP95: math.NaN()}
+	o := scaler.Observation{TTFTP95: math.NaN(), ITLP95: math.NaN(), PreemptionsPerMinute: math.NaN()}
 	withIP := make([]scaler.Pod, len(pods))
 	for i, p := range pods {
 		p.Ready = p.Ready && p.IP != ""
@@ -259,6 +263,12 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 		if t.TargetITL > 0 {
 			itl.Add(r.ITL)
 		}
+		if r.Windowed {
+			if math.IsNaN(o.PreemptionsPerMinute) {
+				o.PreemptionsPerMinute = 0
+			}
+			o.PreemptionsPerMinute += r.PreemptionsPerMinute
+		}
 		o.OldestSample = max(o.OldestSample, now.Sub(r.Sample.At))
 	}
 	o.TTFTP95 = ttft.Quantile(0.95)
@@ -285,6 +295,7 @@ func (s *Scraper) replica(ctx context.Context, t *scaler.Trigger, p scaler.Pod, 
 		return res
 	}
 	res.Sample, res.TTFT, res.ITL = d.sample, d.ttft, d.itl
+	res.PreemptionsPerMinute, res.Windowed = d.preemptPerMin, d.windowed
 	res.Fresh = s.opts.Clock.Since(latest.At) <= s.opts.MaxAge
 	return res
 }
@@ -293,9 +304,11 @@ func (s *Scraper) replica(ctx context.Context, t *scaler.Trigger, p scaler.Pod, 
 // the latency histograms within the window. It changes only with a new page, so it is kept
 // until one arrives: answering from memory costs a lookup per replica, not a re-derivation.
 type derivedSample struct {
-	sample    scaler.Sample
-	ttft, itl scaler.Histogram
-	err       error
+	sample        scaler.Sample
+	ttft, itl     scaler.Histogram
+	preemptPerMin float64
+	windowed      bool
+	err           error
 }
 
 func derive(pages []Reading, model string, window time.Duration) derivedSample {
@@ -308,6 +321,13 @@ func derive(pages []Reading, model string, window time.Duration) derivedSample {
 	if base, ok := baseline(pages, latest.At.Add(-window)); ok {
 		if old, err := base.Sample(model); err == nil {
 			d.ttft, d.itl = sample.TTFT.Sub(old.TTFT), sample.ITL.Sub(old.ITL)
+			delta := sample.Preemptions - old.Preemptions
+			if delta < 0 { // counter reset
+				delta = sample.Preemptions
+			}
+			if span := latest.At.Sub(base.At).Minutes(); span > 0 {
+				d.preemptPerMin, d.windowed = delta/span, true
+			}
 		}
 	}
 	return d

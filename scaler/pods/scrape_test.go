@@ -239,3 +239,34 @@ func TestCadence(t *testing.T) {
 		}
 	}
 }
+
+// TestPreemptionRate: preemptions per minute come from the counter's growth over the window,
+// not its total; one page has no window yet (unknown, never zero); a counter reset counts from 0.
+func TestPreemptionRate(t *testing.T) {
+	reps, qtr, pods := fleet(t, 1)
+	tr, err := scaler.ParseTrigger(map[string]string{"targetKVCacheUsage": "0.8", "maxPreemptionsPerMinute": "2", "role": "decode",
+		"metricsPort": strconv.Itoa(qtr.MetricsPort)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total atomic.Int64
+	reps[0].Set(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.9\n# TYPE vllm:num_preemptions_total counter\nvllm:num_preemptions_total{engine=\"0\"} %d\n", total.Load())
+	})
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := New(Options{Clock: clk, TTFTWindow: time.Minute})
+	total.Store(500) // history
+	if o, _ := s.Observe(context.Background(), tr, pods, 0); !isNaN(o.PreemptionsPerMinute) {
+		t.Fatalf("one page: %v preemptions/min, want unknown", o.PreemptionsPerMinute)
+	}
+	clk.Step(30 * time.Second)
+	total.Store(503) // 3 in 30 s
+	if o, _ := s.Observe(context.Background(), tr, pods, 0); math.Abs(o.PreemptionsPerMinute-6) > 1e-9 {
+		t.Fatalf("3 preemptions in 30 s = %v/min, want 6", o.PreemptionsPerMinute)
+	}
+	clk.Step(30 * time.Second)
+	total.Store(2) // the server restarted
+	if o, _ := s.Observe(context.Background(), tr, pods, 0); o.PreemptionsPerMinute < 0 || isNaN(o.PreemptionsPerMinute) {
+		t.Fatalf("after a counter reset: %v/min", o.PreemptionsPerMinute)
+	}
+}

@@ -102,6 +102,9 @@ func Queries(t *scaler.Trigger, namespace string, pods []string, window time.Dur
 		q["ttft"] = fmt.Sprintf(`histogram_quantile(0.95, sum by (le) (rate({__name__=~"vllm:time_to_first_token_seconds_bucket|sglang:time_to_first_token_seconds_bucket",%s}[%s])))`,
 			sel, model.Duration(window))
 	}
+	if t.MaxPreemptions > 0 {
+		q["preemptions"] = fmt.Sprintf(`60 * sum(rate(vllm:num_preemptions_total{%s}[%s]))`, sel, model.Duration(window))
+	}
 	if t.TargetITL > 0 {
 		// vLLM renamed time_per_output_token_seconds; pages of the transition carry both.
 		q["itl"] = fmt.Sprintf(`histogram_quantile(0.95, sum by (le) (rate({__name__=~"vllm:inter_token_latency_seconds_bucket|sglang:inter_token_latency_seconds_bucket",%[1]s}[%[2]s])))`+
@@ -124,7 +127,7 @@ func podRegex(pods []string) string {
 // sampled.
 func (s *Source) Observe(ctx context.Context, t *scaler.Trigger, namespace string, pods []scaler.Pod) (scaler.Observation, error) {
 	now := s.opts.Clock.Now()
-	o := scaler.Observation{TTFTP95: math.NaN(), ITLP95: math.NaN()}
+	o := scaler.Observation{TTFTP95: math.NaN(), ITLP95: math.NaN(), PreemptionsPerMinute: math.NaN()}
 	split := scaler.SplitReplicas(pods, now, t.StartupTimeout)
 	o.Starting, o.Stalled = split.Starting, split.Stalled
 	ready := make([]string, 0, len(split.Ready))
@@ -204,6 +207,9 @@ func (s *Source) fold(o *scaler.Observation, res map[string]model.Vector, podLab
 		}
 	}
 	o.TTFTP95, o.ITLP95 = quantile(res["ttft"]), quantile(res["itl"])
+	if v := res["preemptions"]; len(v) == 1 && !math.IsNaN(float64(v[0].Value)) {
+		o.PreemptionsPerMinute = float64(v[0].Value)
+	}
 }
 
 // query runs the queries in parallel; any failure fails the evaluation.
