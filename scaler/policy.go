@@ -66,6 +66,9 @@ type Decision struct {
 	Current int
 	// Held is the reason the decision was held, if any signal was (starting first).
 	Held Held
+	// Own is what this fleet's own signals ask for, before any followed ScaledObject's floor:
+	// the count others follow (so two ScaledObjects that follow each other cannot ratchet).
+	Own int
 	// Active says whether the ScaledObject should be active (KEDA scales 0↔1 on it): requests
 	// wait above the activation threshold, requests are running, or replicas exist that are not
 	// ready yet.
@@ -152,7 +155,7 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 	// sizing signals (under the HPA's max, a vote that changes nothing).
 	sizing := d.Desired
 	for _, s := range t.Signals() {
-		if !s.Constraint() {
+		if !s.Constraint() || s == SignalFollow {
 			continue
 		}
 		value := o.TTFTP95
@@ -166,6 +169,16 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 			}
 		}
 		d.add(constrain(s, t.Target(s), value, sizing, d.Current, o.Ready, o.Starting))
+	}
+	d.Own = d.Desired
+	if t.Follow != "" {
+		sd := SignalDecision{Signal: SignalFollow, Target: 1, Desired: d.Desired}
+		if !math.IsNaN(o.FollowReplicas) {
+			sd.Raw = o.FollowReplicas
+			sd.Desired = max(d.Desired, ceilCount(o.FollowReplicas))
+		}
+		sd.Value = metricValue(sd.Desired, 1)
+		d.add(sd)
 	}
 	return d, nil
 }

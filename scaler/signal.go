@@ -23,6 +23,9 @@ const (
 	// SignalPreemption is preemptions per minute per replica (vllm:num_preemptions_total): the
 	// KV cache running out mid-decode.
 	SignalPreemption Signal = "preemptions"
+	// SignalFollow is the replicas another ScaledObject's fleet needs from this one: the
+	// followed ScaledObject's own count times followRatio (a prefill:decode ratio).
+	SignalFollow Signal = "follow"
 )
 
 // MetricName is the metric name berth gives KEDA for a signal (KEDA prefixes it with the
@@ -41,17 +44,21 @@ func (s Signal) MetricName() string {
 		return "berth-itl-seconds"
 	case SignalPreemption:
 		return "berth-preemptions-per-minute"
+	case SignalFollow:
+		return "berth-follow-replicas"
 	}
 	return ""
 }
 
 // Constraint reports whether the signal is an SLO constraint (adds replicas when violated, never
 // sizes a fleet down) rather than a sizing signal.
-func (s Signal) Constraint() bool { return s == SignalTTFT || s == SignalITL || s == SignalPreemption }
+func (s Signal) Constraint() bool {
+	return s == SignalTTFT || s == SignalITL || s == SignalPreemption || s == SignalFollow
+}
 
 // AllSignals lists every signal, in documentation order.
 func AllSignals() []Signal {
-	return []Signal{SignalQueue, SignalConcurrency, SignalKVCache, SignalTTFT, SignalITL, SignalPreemption}
+	return []Signal{SignalQueue, SignalConcurrency, SignalKVCache, SignalTTFT, SignalITL, SignalPreemption, SignalFollow}
 }
 
 // SignalForMetric maps a metric name from KEDA back to its signal.
@@ -189,6 +196,9 @@ type Observation struct {
 	// PreemptionsPerMinute is the fleet's preemptions per minute over the recent window; NaN
 	// when no replica has a window yet.
 	PreemptionsPerMinute float64
+	// FollowReplicas is what the followed ScaledObject asks of this fleet (its own count times
+	// followRatio); NaN when it is not known (not evaluated recently).
+	FollowReplicas float64
 	// OldestSample is the age of the oldest sample used.
 	OldestSample time.Duration
 }

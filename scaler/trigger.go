@@ -47,6 +47,8 @@ const (
 	KeyTargetTTFTSeconds    = "targetTTFTSeconds"
 	KeyTargetITLSeconds     = "targetITLSeconds"
 	KeyMaxPreemptions       = "maxPreemptionsPerMinute"
+	KeyFollow               = "followScaledObject"
+	KeyFollowRatio          = "followRatio"
 	KeyActivationQueueDepth = "activationQueueDepth"
 	KeyStartupTimeout       = "startupTimeoutSeconds"
 	KeyDemandQuery          = "demandQuery"
@@ -109,6 +111,11 @@ type Trigger struct {
 	// MaxPreemptions is the preemptions per minute per replica above which replicas are added
 	// (0: not used).
 	MaxPreemptions float64
+	// Follow names a ScaledObject in the same namespace whose own replica count, times
+	// FollowRatio, is a floor of this one's ("" for none): a prefill fleet that keeps a ratio
+	// to its decode fleet.
+	Follow      string
+	FollowRatio float64
 	// ActivationQueueDepth: the ScaledObject is active when more requests than this wait.
 	ActivationQueueDepth float64
 	// StartupTimeout is how long a replica that is not ready holds a scale-up as capacity on
@@ -165,6 +172,9 @@ func ParseTrigger(md map[string]string) (*Trigger, error) {
 		return nil, err
 	}
 	if err := p.targets(t); err != nil {
+		return nil, err
+	}
+	if err := p.follow(t); err != nil {
 		return nil, err
 	}
 	if v, ok := p.get(KeyActivationQueueDepth); ok {
@@ -401,7 +411,7 @@ func isLabelName(s string) bool {
 // AcceptedKeys lists every trigger metadata key berth reads, in documentation order.
 func AcceptedKeys() []string {
 	return []string{KeyPodSelector, KeyMetricsPort, KeyMetricsPath, KeyModel, KeyTargetQueueDepth, KeyTargetConcurrency,
-		KeyTargetKVCacheUsage, KeyTargetTTFTSeconds, KeyTargetITLSeconds, KeyMaxPreemptions, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
+		KeyTargetKVCacheUsage, KeyTargetTTFTSeconds, KeyTargetITLSeconds, KeyMaxPreemptions, KeyFollow, KeyFollowRatio, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
 		KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL, KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv,
 		KeyPrometheusPasswordFromEnv}
 }
@@ -427,6 +437,9 @@ func (t *Trigger) Signals() []Signal {
 	if t.MaxPreemptions > 0 {
 		out = append(out, SignalPreemption)
 	}
+	if t.Follow != "" {
+		out = append(out, SignalFollow)
+	}
 	return out
 }
 
@@ -445,6 +458,8 @@ func (t *Trigger) Target(s Signal) float64 {
 		return t.TargetITL
 	case SignalPreemption:
 		return t.MaxPreemptions
+	case SignalFollow:
+		return 1 // replicas
 	}
 	return 0
 }
@@ -497,4 +512,28 @@ func isLabelValue(s string) bool {
 		}
 	}
 	return s != "" && len(s) <= 253
+}
+
+// follow reads followScaledObject and followRatio.
+func (p parser) follow(t *Trigger) error {
+	name, ok := p.get(KeyFollow)
+	ratio, hasRatio := p.get(KeyFollowRatio)
+	if !ok {
+		if hasRatio {
+			return &InvalidKeyError{KeyFollowRatio, ratio, "only used with followScaledObject"}
+		}
+		return nil
+	}
+	if !isLabelValue(name) || len(name) > 253 {
+		return &InvalidKeyError{KeyFollow, name, "want the name of a ScaledObject in the same namespace"}
+	}
+	t.Follow, t.FollowRatio = name, 1
+	if hasRatio {
+		f, err := strconv.ParseFloat(ratio, 64)
+		if err != nil || f <= 0 || f > 1000 || math.IsNaN(f) {
+			return &InvalidKeyError{KeyFollowRatio, ratio, "want a number > 0: this fleet's replicas per replica of the followed one, e.g. 0.5 for one prefill replica per two decode replicas"}
+		}
+		t.FollowRatio = f
+	}
+	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -34,6 +36,46 @@ type Engine struct {
 	Clock      clock.PassiveClock
 
 	series series
+	owns   owns
+}
+
+// followFresh is how recent a followed ScaledObject's evaluation must be to count.
+const followFresh = 2 * time.Minute
+
+// owns remembers each ScaledObject's own replica count (scaler.Decision.Own) for those that
+// follow it.
+type owns struct {
+	mu sync.Mutex
+	m  map[[2]string]ownAt
+}
+
+type ownAt struct {
+	n  int
+	at time.Time
+}
+
+func (o *owns) set(ns, name string, n int, at time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = map[[2]string]ownAt{}
+	}
+	o.m[[2]string{ns, name}] = ownAt{n, at}
+}
+
+// floor is what t's followed ScaledObject asks of this fleet: its own count times the ratio,
+// NaN when it is not followed or not evaluated within followFresh.
+func (o *owns) floor(ns string, t *scaler.Trigger, now time.Time) float64 {
+	if t.Follow == "" {
+		return math.NaN()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	v, ok := o.m[[2]string{ns, t.Follow}]
+	if !ok || now.Sub(v.at) > followFresh {
+		return math.NaN()
+	}
+	return float64(v.n) * t.FollowRatio
 }
 
 // Evaluation is one ScaledObject's evaluation.
@@ -109,11 +151,13 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 			return ev, &evalError{reasonSource, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}
 		}
 	}
+	ev.Observation.FollowReplicas = e.owns.floor(namespace, t, e.clock().Now())
 	ev.Decision, err = e.Policy.Decide(ev.Observation, t)
 	if err != nil {
 		return ev, &evalError{reasonNoFreshData, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}
 	}
 	now := e.clock().Now()
+	e.owns.set(namespace, name, ev.Decision.Own, now)
 	heldFor := e.series.heldFor(namespace, name, ev.Decision.Held == scaler.HeldStarting, now)
 	record(namespace, name, t, ev.Decision, ev.Observation, info.MaxReplicas, heldFor, now)
 	return ev, nil
