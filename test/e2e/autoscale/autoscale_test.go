@@ -27,11 +27,9 @@ import (
 func TestLoadScalesVLLMUpAndDown(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
-	serving(t)
-	nodesBefore := gpuNodes(ctx, t, c)
 	// What a user writes, with an HPA that may scale down after 10 s (default 5 min) to keep the
 	// test short.
-	applyScaledObject(t, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
+	startAtMinimum(t, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
 		Min: 1, Max: 5, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
 		TargetQueueDepth: "4", TargetKVCache: "0.8"}, "berth-queue-depth")
 
@@ -44,9 +42,7 @@ func TestLoadScalesVLLMUpAndDown(t *testing.T) {
 		ready, total, err := replicas(ctx, c)
 		return ready >= 4, fmt.Sprintf("%d/%d ready; scaler: %s", ready, total, scalerState(ctx)), err
 	})
-	if after := gpuNodes(ctx, t, c); after <= nodesBefore {
-		t.Errorf("GPU nodes %d → %d: Karpenter should have launched nodes for the new replicas", nodesBefore, after)
-	}
+	onKarpenterNodes(ctx, t, c)
 
 	// Load stops: the queue drains, sequences finish, replicas fall back to minReplicaCount.
 	if err := sim.SetRate(ctx, 0); err != nil {
@@ -64,11 +60,10 @@ func TestLoadScalesVLLMUpAndDown(t *testing.T) {
 func TestKVCacheOnlySettlesExactly(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
-	serving(t)
 	// 0.425 is a target where the value berth sent before (the milli product plus half a milli)
 	// is rounded up by KEDA's %.3f for both counts below: 2 and 3 replicas came out as 3 and 4.
 	const target = 0.425
-	applyScaledObject(t, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
+	startAtMinimum(t, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
 		Min: 1, Max: 6, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
 		TargetKVCache: "0.425"}, "berth-kv-cache-usage")
 	// Each running sequence holds 110 of a replica's 1000 KV blocks for 2 s, so the fleet's total
@@ -116,7 +111,9 @@ func TestKVCacheOnlySettlesExactly(t *testing.T) {
 func TestStalledReplicasDoNotFreezeScaleUp(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
-	serving(t)
+	startAtMinimum(t, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
+		Min: 1, Max: 5, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
+		TargetQueueDepth: "4", StartupTimeout: "20"}, "berth-queue-depth")
 	stray := func(name string, mutate func(*corev1.PodSpec)) {
 		tmpl := vllmsim.Deployment(namespace, appLabel, rig.GPUNodePoolName("l4"), metricsPort, nil).Spec.Template
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: tmpl.Labels}, Spec: tmpl.Spec}
@@ -130,9 +127,6 @@ func TestStalledReplicasDoNotFreezeScaleUp(t *testing.T) {
 	stray("llama-stockout", func(s *corev1.PodSpec) { s.NodeSelector = map[string]string{karpv1.NodePoolLabelKey: "no-such-pool"} })
 	// A scheduler that does not exist: Pending with no word from anyone.
 	stray("llama-unscheduled", func(s *corev1.PodSpec) { s.SchedulerName = "berth-test-nobody" })
-	applyScaledObject(t, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
-		Min: 1, Max: 5, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
-		TargetQueueDepth: "4", StartupTimeout: "20"}, "berth-queue-depth")
 	rigtest.Eventually(t, 2*time.Minute, time.Second, "the scaler calls both stray replicas stalled", func(ctx context.Context) (bool, string, error) {
 		st := scalerSeries(ctx, "berth_scaler_stalled_replicas")
 		return strings.Contains(st, `reason="unschedulable",scaled_object="llama"} 1`) && strings.Contains(st, `reason="startup_timeout",scaled_object="llama"} 1`), st, nil
@@ -231,13 +225,44 @@ func replicasOf(ctx context.Context, c client.Client, ns, app string) (ready, to
 	return ready, total, nil
 }
 
-func gpuNodes(ctx context.Context, t *testing.T, c client.Client) int {
+// onKarpenterNodes checks that every replica runs on a node Karpenter launched and registered
+// for the L4 NodePool (the rig has no other GPU nodes): the capacity the HPA's replicas needed
+// came from Karpenter. Whether a new node was needed depends on what earlier tests left.
+func onKarpenterNodes(ctx context.Context, t *testing.T, c client.Client) {
 	t.Helper()
-	var nodes corev1.NodeList
-	if err := c.List(ctx, &nodes, client.MatchingLabels{karpv1.NodePoolLabelKey: rig.GPUNodePoolName("l4")}); err != nil {
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{"app": appLabel}); err != nil {
 		t.Fatal(err)
 	}
-	return len(nodes.Items)
+	for _, p := range pods.Items {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		var n corev1.Node
+		if err := c.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &n); err != nil {
+			t.Fatal(err)
+		}
+		if n.Labels[karpv1.NodePoolLabelKey] != rig.GPUNodePoolName("l4") || n.Labels[karpv1.NodeRegisteredLabelKey] != "true" {
+			t.Errorf("replica %s runs on %s (labels %v), not on a node Karpenter launched for the L4 NodePool", p.Name, n.Name, n.Labels)
+		}
+	}
+}
+
+// startAtMinimum brings the Deployment under ScaledObject o with no load and waits until one
+// replica runs and nothing else: each test starts from the same fleet whatever ran before it
+// (make test shuffles the order).
+func startAtMinimum(t testing.TB, o vllmsim.ScaledObjectOptions, metric string) {
+	t.Helper()
+	serving(t)
+	if err := sim.SetRate(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	applyScaledObject(t, o, metric)
+	c := rigtest.Current().Client
+	rigtest.Eventually(t, 4*time.Minute, 2*time.Second, "the fleet starts at one replica", func(ctx context.Context) (bool, string, error) {
+		ready, total, err := replicas(ctx, c)
+		return ready == 1 && total == 1, fmt.Sprintf("%d/%d ready; scaler: %s", ready, total, scalerState(ctx)), err
+	})
 }
 
 // scalerState is the scaler's own view (its berth_scaler_* series), for failure messages.

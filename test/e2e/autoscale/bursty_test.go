@@ -75,14 +75,9 @@ func burstyRun(tb testing.TB, md map[string]string, run time.Duration) burstyRes
 	tb.Helper()
 	ctx := context.Background()
 	c := rigtest.Current().Client
-	serving(tb)
-	applyScaledObject(tb, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
+	startAtMinimum(tb, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
 		Min: 1, Max: 8, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
 		TargetQueueDepth: "4", Metadata: md}, "berth-concurrency")
-	rigtest.Eventually(tb, 4*time.Minute, 2*time.Second, "the fleet starts at the minimum", func(ctx context.Context) (bool, string, error) {
-		ready, total, err := replicas(ctx, c)
-		return ready == 1 && total == 1, scalerState(ctx), err
-	})
 	before := snapshot(tb)
 	const mean, poll = 6.0, 2 * time.Second
 	if err := sim.SetLoad(ctx, mean, string(vllmsim.PatternBursty), 7); err != nil {
