@@ -165,26 +165,26 @@ func serving(t testing.TB) {
 	})
 }
 
-// applyScaledObject creates or replaces the Deployment's ScaledObject and waits until the HPA
-// KEDA keeps for it reads metric from berth.
+// applyScaledObject replaces the Deployment's ScaledObject with o and waits until the HPA KEDA
+// keeps for it reads metric from berth.
 func applyScaledObject(t testing.TB, o vllmsim.ScaledObjectOptions, metric string) {
 	t.Helper()
 	ctx := context.Background()
 	c := rigtest.Current().Client
 	so := vllmsim.ScaledObject(namespace, appLabel, o)
-	existing := so.DeepCopy()
-	switch err := c.Get(ctx, client.ObjectKeyFromObject(so), existing); {
-	case apierrors.IsNotFound(err):
-		if err := c.Create(ctx, so); err != nil {
-			t.Fatal(err)
-		}
-	case err != nil:
+	// Replaced, not updated: an updated ScaledObject can be served with its old trigger for a
+	// moment (KEDA rebuilds its scaler cache and the HPA's metric list asynchronously), which
+	// would let one test's SLO act on the next test's fleet.
+	if err := c.Delete(ctx, so.DeepCopy()); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
-	default:
-		so.SetResourceVersion(existing.GetResourceVersion())
-		if err := c.Update(ctx, so); err != nil {
-			t.Fatal(err)
-		}
+	}
+	rigtest.Eventually(t, 2*time.Minute, time.Second, "the previous ScaledObject and its HPA are gone", func(ctx context.Context) (bool, string, error) {
+		errSO := c.Get(ctx, client.ObjectKeyFromObject(so), so.DeepCopy())
+		errHPA := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "keda-hpa-" + appLabel}, &autoscalingv2.HorizontalPodAutoscaler{})
+		return apierrors.IsNotFound(errSO) && apierrors.IsNotFound(errHPA), fmt.Sprintf("ScaledObject: %v; HPA: %v", errSO, errHPA), nil
+	})
+	if err := c.Create(ctx, so); err != nil {
+		t.Fatal(err)
 	}
 	rigtest.Eventually(t, 2*time.Minute, time.Second, "KEDA's HPA reads "+metric+" from berth", func(ctx context.Context) (bool, string, error) {
 		var hpa autoscalingv2.HorizontalPodAutoscaler

@@ -95,13 +95,37 @@ type observation struct {
 	// seatsReadyAt is when every seat was first seen on a node berth can use (Ready, the rig's
 	// booting taint gone); ungatedAt is when no member was first seen gated.
 	seatsReadyAt, ungatedAt time.Time
+	// seatNodes are the nodes seats were seen bound to; usableAt is when each node was first
+	// seen usable. Admission can release the gang and delete its seats between two polls of a
+	// loaded machine, so "every seat on a usable node" is also taken from these.
+	seatNodes map[string]bool
+	usableAt  map[string]time.Time
 	// errs are read errors.
 	errs []error
 }
 
+// seatsUsableAt is when every seat's node was usable: seen directly, or else the latest time
+// one of the nodes seats were bound to was first seen usable.
+func (o *observation) seatsUsableAt() time.Time {
+	if !o.seatsReadyAt.IsZero() || len(o.seatNodes) == 0 {
+		return o.seatsReadyAt
+	}
+	var latest time.Time
+	for n := range o.seatNodes {
+		at, ok := o.usableAt[n]
+		if !ok {
+			return time.Time{}
+		}
+		if at.After(latest) {
+			latest = at
+		}
+	}
+	return latest
+}
+
 // observe polls a gang's members and seats until the returned stop is called.
 func observe(pg *berthv1alpha1.PodGroup) (*observation, func() *observation) {
-	o := &observation{boundAt: map[string]time.Time{}}
+	o := &observation{boundAt: map[string]time.Time{}, seatNodes: map[string]bool{}, usableAt: map[string]time.Time{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -136,6 +160,14 @@ func observe(pg *berthv1alpha1.PodGroup) (*observation, func() *observation) {
 				for _, s := range seats {
 					if usable[s.Spec.NodeName] {
 						ready++
+					}
+					if s.Spec.NodeName != "" {
+						o.seatNodes[s.Spec.NodeName] = true
+					}
+				}
+				for n, ok := range usable {
+					if _, seen := o.usableAt[n]; ok && !seen {
+						o.usableAt[n] = now
 					}
 				}
 				if len(seats) > 0 && ready == len(seats) && o.seatsReadyAt.IsZero() {
@@ -190,11 +222,12 @@ func (o *observation) admittedOnCapacity(t *testing.T, d time.Duration) {
 	t.Helper()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.seatsReadyAt.IsZero() || o.ungatedAt.IsZero() {
-		t.Errorf("did not see every seat on a usable node (%v) and then every gate gone (%v)", o.seatsReadyAt, o.ungatedAt)
+	seatsReady := o.seatsUsableAt()
+	if seatsReady.IsZero() || o.ungatedAt.IsZero() {
+		t.Errorf("did not see every seat's node usable (%v; seats on %v) and then every gate gone (%v)", seatsReady, o.seatNodes, o.ungatedAt)
 		return
 	}
-	if took := o.ungatedAt.Sub(o.seatsReadyAt); took > d {
+	if took := o.ungatedAt.Sub(seatsReady); took > d {
 		t.Errorf("members released %s after every seat was on a usable node, want within %s", took, d)
 	}
 }

@@ -117,8 +117,15 @@ func TestResolveAndList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(pods); got != "[{llama-a 127.1.0.10 true} {llama-b  false}]" {
-		t.Fatalf("pods = %s (deleting and finished pods must be left out)", got)
+	var got []string
+	for _, p := range pods {
+		got = append(got, fmt.Sprintf("%s %q %v %q", p.Name, p.IP, p.Ready, p.Stuck))
+		if p.Created.IsZero() {
+			t.Errorf("pod %s: no creation time (a not-ready replica's startup timeout counts from it)", p.Name)
+		}
+	}
+	if want := `[llama-a "127.1.0.10" true "" llama-b "" false ""]`; fmt.Sprint(got) != want {
+		t.Fatalf("pods = %v, want %s (deleting and finished pods must be left out)", got, want)
 	}
 	if info, err := tg.Resolve(ctx, ns, "mistral", noSel); err != nil || info.Selector.String() != "app=mistral" || info.MaxReplicas != 100 {
 		t.Fatalf("StatefulSet target: %+v, %v", info, err)
