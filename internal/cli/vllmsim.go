@@ -71,6 +71,7 @@ scrape — demand that exists at zero replicas.`,
 	fl.DurationVar(&f.cfg.ServiceTime, "service-time", vllmsim.DefaultServiceTime, "how long a sequence runs once admitted")
 	fl.DurationVar(&f.cfg.PrefillTime, "prefill-time", vllmsim.DefaultPrefillTime, "time from admission to the first token")
 	fl.IntVar(&f.cfg.Engines, "engines", vllmsim.DefaultEngines, "engine cores per replica (series engine=\"0\", \"1\", ...)")
+	fl.BoolVar(&f.cfg.KVGrowth, "kv-growth", false, "grow each sequence's KV from its prompt's share to --kv-blocks-per-seq as it decodes, preempting the newest sequence when the cache runs out (vllm:num_preemptions_total)")
 	fl.BoolVar(&f.cfg.LegacyKVName, "legacy-kv-metric", false, "report vllm:gpu_cache_usage_perc (vLLM before 0.9) instead of vllm:kv_cache_usage_perc")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig for --selector (default: the dev cluster's if it is up, else the usual lookup)")
 	fl.StringVar(&f.namespace, "namespace", "", "namespace of the pods to follow (default all)")

@@ -3,6 +3,7 @@ package vllmsim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -57,6 +58,31 @@ type Config struct {
 	// LegacyKVName makes /metrics report KV-cache usage as vllm:gpu_cache_usage_perc, the name
 	// vLLM used before 0.9, instead of vllm:kv_cache_usage_perc.
 	LegacyKVName bool
+	// KVGrowth makes a sequence's KV grow as it decodes, as vLLM's paged cache does: admitted
+	// with its prompt's share of KVBlocksPerSeq (PromptTokens of PromptTokens+GenerationTokens),
+	// growing linearly to KVBlocksPerSeq by completion. When growth finds no free block the
+	// newest running sequence is preempted — back to the head of the queue, its progress lost
+	// (vLLM v1 recomputes) — and vllm:num_preemptions_total counts it. Growth is applied at
+	// each Step, so outcomes depend slightly on how often Step is called.
+	KVGrowth bool
+}
+
+// promptBlocks is the KV a sequence holds when admitted.
+func (c *Config) promptBlocks() int {
+	if !c.KVGrowth {
+		return c.KVBlocksPerSeq
+	}
+	return max(1, int(math.Ceil(float64(c.KVBlocksPerSeq)*float64(c.PromptTokens)/float64(c.PromptTokens+c.GenerationTokens))))
+}
+
+// blocksAt is the KV a sequence admitted at admitted holds at now.
+func (c *Config) blocksAt(admitted, now time.Time) int {
+	pb := c.promptBlocks()
+	if !c.KVGrowth || c.ServiceTime <= 0 {
+		return pb
+	}
+	progress := min(1, max(0, now.Sub(admitted).Seconds()/c.ServiceTime.Seconds()))
+	return pb + int(math.Ceil(float64(c.KVBlocksPerSeq-pb)*progress))
 }
 
 // WithDefaults returns c with every zero field set to its default.

@@ -67,7 +67,8 @@ type EngineStats struct {
 	PromptTokens uint64
 	// GenerationTokens counts generated tokens (on completion).
 	GenerationTokens uint64
-	// Preemptions counts preempted sequences; blocks are reserved on admission, so it stays 0.
+	// Preemptions counts preempted sequences (only with Config.KVGrowth: otherwise blocks are
+	// reserved in full on admission and it stays 0).
 	Preemptions uint64
 	// TTFT holds time to first token (queue wait + PrefillTime), observed on admission.
 	TTFT Histogram
@@ -79,6 +80,9 @@ type EngineStats struct {
 
 type request struct {
 	arrived, admitted, done time.Time
+	// preempted marks a request back in the queue after a preemption: its first token was
+	// already produced, so its re-admission observes no second one.
+	preempted bool
 }
 
 type engine struct {
@@ -157,14 +161,43 @@ func (e *engine) step(now time.Time, cfg *Config) {
 		e.complete(e.running[0], cfg)
 		e.running = e.running[1:]
 	}
+	if cfg.KVGrowth {
+		e.grow(now, cfg)
+	}
 	e.clock = now
+}
+
+// grow sets every running sequence's KV to what it holds at now and, while they need more
+// blocks than the engine has, preempts the newest: it goes back to the head of the queue with
+// its progress lost, as vLLM v1's recompute preemption does.
+func (e *engine) grow(now time.Time, cfg *Config) {
+	for {
+		used := 0
+		for _, r := range e.running {
+			used += cfg.blocksAt(r.admitted, now)
+		}
+		if used <= cfg.KVBlocksTotal || len(e.running) <= 1 {
+			e.stats.KVBlocksUsed = min(used, cfg.KVBlocksTotal)
+			return
+		}
+		newest := len(e.running) - 1
+		for i, r := range e.running {
+			if r.admitted.After(e.running[newest].admitted) {
+				newest = i
+			}
+		}
+		victim := e.running[newest]
+		e.running = append(e.running[:newest], e.running[newest+1:]...)
+		e.waiting = append([]request{{arrived: victim.arrived, preempted: true}}, e.waiting...)
+		e.stats.Preemptions++
+	}
 }
 
 // admit moves requests from the head of the queue to running while there is room, each at
 // the later of t and its arrival; requests that arrive after now wait.
 func (e *engine) admit(t, now time.Time, cfg *Config) {
 	for len(e.waiting) > 0 && len(e.running) < cfg.MaxNumSeqs &&
-		cfg.KVBlocksTotal-e.stats.KVBlocksUsed >= cfg.KVBlocksPerSeq {
+		cfg.KVBlocksTotal-e.stats.KVBlocksUsed >= cfg.promptBlocks() {
 		req := e.waiting[0]
 		if req.arrived.After(now) {
 			return
@@ -176,14 +209,16 @@ func (e *engine) admit(t, now time.Time, cfg *Config) {
 		req.done = req.admitted.Add(cfg.ServiceTime)
 		e.waiting = e.waiting[1:]
 		e.running = append(e.running, req)
-		e.stats.KVBlocksUsed += cfg.KVBlocksPerSeq
+		e.stats.KVBlocksUsed += cfg.promptBlocks()
 		e.stats.PromptTokens += uint64(cfg.PromptTokens)
-		e.stats.TTFT.observe((req.admitted.Sub(req.arrived) + cfg.PrefillTime).Seconds())
+		if !req.preempted {
+			e.stats.TTFT.observe((req.admitted.Sub(req.arrived) + cfg.PrefillTime).Seconds())
+		}
 	}
 }
 
 func (e *engine) complete(req request, cfg *Config) {
-	e.stats.KVBlocksUsed -= cfg.KVBlocksPerSeq
+	e.stats.KVBlocksUsed = max(0, e.stats.KVBlocksUsed-cfg.blocksAt(req.admitted, req.done))
 	e.stats.RequestSuccess++
 	e.stats.GenerationTokens += uint64(cfg.GenerationTokens)
 	e.stats.QueueTime.observe(req.admitted.Sub(req.arrived).Seconds())

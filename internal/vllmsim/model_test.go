@@ -192,3 +192,42 @@ func TestConfigValidate(t *testing.T) {
 		t.Error("NewReplica accepted an invalid config")
 	}
 }
+
+// TestKVGrowthPreempts: with KV that grows as sequences decode, an engine that admitted more
+// than its cache can finish preempts the newest sequences, counts it, never holds more KV than
+// it has, loses no request and observes each first token once.
+func TestKVGrowthPreempts(t *testing.T) {
+	cfg := Config{MaxNumSeqs: 16, KVBlocksTotal: 1000, KVBlocksPerSeq: 100, PromptTokens: 256, GenerationTokens: 256,
+		ServiceTime: 2 * time.Second, PrefillTime: 100 * time.Millisecond, KVGrowth: true}
+	r, err := NewReplica(cfg, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Submit(16, t0) // 16 × 50 prompt blocks fit; 16 × 100 finished sequences do not
+	now := t0
+	for range 200 { // 20 s
+		now = now.Add(100 * time.Millisecond)
+		r.Step(now)
+		if s := r.Snapshot()[0]; s.KVBlocksUsed > cfg.KVBlocksTotal {
+			t.Fatalf("at %v: %d KV blocks used of %d", now.Sub(t0), s.KVBlocksUsed, cfg.KVBlocksTotal)
+		}
+	}
+	s := r.Snapshot()[0]
+	if s.Preemptions == 0 {
+		t.Error("no preemption although the grown sequences need 1600 of 1000 blocks")
+	}
+	if s.RequestSuccess != 16 || s.Running != 0 || s.Waiting != 0 {
+		t.Errorf("after 20 s: %d done, %d running, %d waiting; want all 16 done", s.RequestSuccess, s.Running, s.Waiting)
+	}
+	if s.TTFT.Count != 16 {
+		t.Errorf("%d first tokens observed for 16 requests (a preempted request must not get a second)", s.TTFT.Count)
+	}
+	// Without growth the same load reserves 100 blocks each: 10 run, none is ever preempted.
+	cfg.KVGrowth = false
+	r, _ = NewReplica(cfg, t0)
+	r.Submit(16, t0)
+	r.Step(t0.Add(100 * time.Millisecond))
+	if s := r.Snapshot()[0]; s.Running != 10 || s.Preemptions != 0 {
+		t.Errorf("without growth: %d running, %d preemptions; want 10 and 0", s.Running, s.Preemptions)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/berth-dev/berth/internal/vllmsim"
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/test/scalertest"
 )
@@ -268,5 +270,41 @@ func TestPreemptionRate(t *testing.T) {
 	total.Store(2) // the server restarted
 	if o, _ := s.Observe(context.Background(), tr, pods, 0); o.PreemptionsPerMinute < 0 || isNaN(o.PreemptionsPerMinute) {
 		t.Fatalf("after a counter reset: %v/min", o.PreemptionsPerMinute)
+	}
+}
+
+// TestPreemptionsFromTheEmulator: the scraper reads the preemptions vllm-sim's KV-growth model
+// makes (its real vllm:num_preemptions_total counter) as a rate over the window.
+func TestPreemptionsFromTheEmulator(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	fleet, err := vllmsim.NewFleet(vllmsim.FleetOptions{Rate: 8, Clock: clk, Config: vllmsim.Config{MaxNumSeqs: 16, KVBlocksTotal: 1000,
+		KVBlocksPerSeq: 100, PromptTokens: 256, GenerationTokens: 256, KVGrowth: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fleet.Close(context.Background()) })
+	if err := fleet.SetAddresses(context.Background(), []string{"127.0.0.1:0"}); err != nil {
+		t.Fatal(err)
+	}
+	bound, _ := fleet.BoundAddr("127.0.0.1:0")
+	_, port, _ := net.SplitHostPort(bound)
+	tr, err := scaler.ParseTrigger(map[string]string{"targetKVCacheUsage": "0.8", "maxPreemptionsPerMinute": "1", "role": "decode", "metricsPort": port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := []scaler.Pod{{Name: "sim", IP: "127.0.0.1", Ready: true}}
+	s := New(Options{Clock: clk, TTFTWindow: time.Minute})
+	step := func(d time.Duration) {
+		for range int(d / (100 * time.Millisecond)) {
+			clk.Step(100 * time.Millisecond)
+			fleet.Step(clk.Now())
+		}
+	}
+	step(10 * time.Second)
+	s.Observe(context.Background(), tr, pods, 0)
+	step(30 * time.Second) // 8/s against a cache that fits 10 grown sequences: preemptions
+	o, res := s.Observe(context.Background(), tr, pods, 0)
+	if res[0].Err != nil || isNaN(o.PreemptionsPerMinute) || o.PreemptionsPerMinute <= 0 {
+		t.Fatalf("preemptions per minute %v (err %v); want a positive rate", o.PreemptionsPerMinute, res[0].Err)
 	}
 }
