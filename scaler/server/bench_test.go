@@ -34,22 +34,9 @@ func benchServer(b *testing.B, n int, reuse time.Duration, clk clock.PassiveCloc
 	}
 	eng := &Engine{Resolver: &staticResolver{pods: podList}, Pods: pods.New(pods.Options{FreshFor: reuse, Clock: clk}),
 		Prometheus: promsource.New(promsource.Options{}), Policy: scaler.DefaultPolicy}
-	gs, hs := NewGRPCServer(&Server{Engine: eng}, nil)
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { _ = Serve(ctx, gs, hs, lis, time.Second) }()
-	b.Cleanup(cancel)
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = conn.Close() })
 	ref := &pb.ScaledObjectRef{Name: "llama", Namespace: "inference", ScalerMetadata: map[string]string{
 		"targetQueueDepth": "4", "targetKVCacheUsage": "0.8", "metricsPort": strconv.Itoa(port)}}
-	return pb.NewExternalScalerClient(conn), reps, ref
+	return grpcClient(b, eng), reps, ref
 }
 
 // BenchmarkGetMetrics100Replicas is one KEDA GetMetrics for a ScaledObject over 100 replicas
