@@ -71,13 +71,18 @@ func TestIndexedJobLifecycle(t *testing.T) {
 		if lost := unprotected(); len(lost) > 0 {
 			t.Errorf("surviving ranks lost their do-not-disrupt protection while the rank was retried: %v", lost)
 		}
-		pg, err := getGroup(ctx, ns, "ddp")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if pg.Status.Phase != berthv1alpha1.PodGroupRunning {
-			t.Errorf("PodGroup phase %s after a rank's retry, want Running: %v", pg.Status.Phase, conditionSummary(pg))
-		}
+		// The status controller follows the retry's Running within a reconcile, and the PodGroup
+		// is never final on the way.
+		rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, "the PodGroup Running again with its retried rank", func(ctx context.Context) (bool, string, error) {
+			pg, err := getGroup(ctx, ns, "ddp")
+			if err != nil {
+				return false, "", err
+			}
+			if pg.Status.Phase == berthv1alpha1.PodGroupFailed || pg.Status.Phase == berthv1alpha1.PodGroupSucceeded {
+				return false, "", fmt.Errorf("PodGroup went final (%s) after a rank's retry: %v", pg.Status.Phase, conditionSummary(pg))
+			}
+			return pg.Status.Phase == berthv1alpha1.PodGroupRunning, fmt.Sprintf("phase %s: %v", pg.Status.Phase, conditionSummary(pg)), nil
+		})
 		waitRunning(t, ns, "ddp", 4, 10*time.Second)
 	})
 

@@ -101,7 +101,7 @@ func TestLateMemberJoinsAdmittedGang(t *testing.T) {
 }
 
 // TestMetricsExposed: admitting one gang moves berth_podgroup_* by exactly what happened, and
-// its release is in the sub-second buckets.
+// its release comes from the event path, well under the requeue.
 func TestMetricsExposed(t *testing.T) {
 	ns := namespace(t)
 	kwokNode(t, "metrics-a", 8, nil)
@@ -122,8 +122,11 @@ func TestMetricsExposed(t *testing.T) {
 	if got.count != released.count+1 {
 		t.Errorf("admission_latency_seconds{stage=released} has %d new observations, want 1", got.count-released.count)
 	}
-	if fast := got.upTo[1] - released.upTo[1]; fast != 1 {
-		t.Errorf("the release was not observed within 1 s of the last member's creation (%d of 1 in the le=1 bucket)", fast)
+	// Event-driven admission releases in milliseconds; without its event triggers only the
+	// 30 s requeue would. 5 s tells the two apart on a loaded 2-core machine (where 1 s did not
+	// always hold); the latency itself is measured in docs/benchmarks.md, not asserted here.
+	if fast := got.upTo[5] - released.upTo[5]; fast != 1 {
+		t.Errorf("the release was not observed within 5 s of the last member's creation (%d of 1 in the le=5 bucket): admission is not reacting to the members' events", fast)
 	}
 	if c := metricSample(t, "berth_podgroup_admission_cycle_duration_seconds", "", ""); c.count <= cycles.count {
 		t.Error("admission_cycle_duration_seconds observed no cycle")
