@@ -51,7 +51,12 @@ const podFinishTemplate = `    statusTemplate: |
       {{ $code := or ( index $annotations "` + berthv1alpha1.DevExitCodeAnnotation + `" ) "0" }}
       {{ $reason := "Completed" }}{{ if ne $code "0" }}{{ $reason = "Error" }}{{ end }}
       {{ $root := . }}
-` + endedConditions + `      containerStatuses:
+` + endedConditions + terminatedContainers + `      phase: {{ if eq $code "0" }}Succeeded{{ else }}Failed{{ end }}
+`
+
+// terminatedContainers is every container terminated with exit code $code and reason $reason
+// (template variables the status template sets before it).
+const terminatedContainers = `      containerStatuses:
       {{ range $index, $item := .spec.containers }}
       - image: {{ $item.image | Quote }}
         name: {{ $item.name | Quote }}
@@ -65,7 +70,6 @@ const podFinishTemplate = `    statusTemplate: |
             reason: {{ $reason }}
             startedAt: {{ $now | Quote }}
       {{ end }}
-      phase: {{ if eq $code "0" }}Succeeded{{ else }}Failed{{ end }}
 `
 
 // podFinishStages are the three Stages described above, as YAML documents.
@@ -157,21 +161,8 @@ spec:
   next:
     statusTemplate: |
       {{ $now := Now }}
-` + endedConditions + `      containerStatuses:
-      {{ range $index, $item := .spec.containers }}
-      - image: {{ $item.image | Quote }}
-        name: {{ $item.name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 143
-            finishedAt: {{ $now | Quote }}
-            reason: Error
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Failed
+      {{ $code := 143 }}{{ $reason := "Error" }}
+` + endedConditions + terminatedContainers + `      phase: Failed
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage

@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Eventually polls cond every interval until it reports done, fails the test when cond returns
@@ -28,4 +31,17 @@ func Eventually(t testing.TB, timeout, interval time.Duration, what string, cond
 		case <-time.After(interval):
 		}
 	}
+}
+
+// Namespace creates a namespace named prefix-<random> for one test and deletes it when the
+// test ends.
+func Namespace(t testing.TB, prefix string) string {
+	t.Helper()
+	c := Current().Client
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
+	if err := c.Create(context.Background(), ns); err != nil {
+		t.Fatalf("creating namespace: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), ns) })
+	return ns.Name
 }

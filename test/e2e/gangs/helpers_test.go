@@ -11,7 +11,6 @@ import (
 
 	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -24,13 +23,7 @@ import (
 // namespace creates a namespace for one test and deletes it afterwards.
 func namespace(t *testing.T, prefix string) string {
 	t.Helper()
-	c := rigtest.Current().Client
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
-	if err := c.Create(context.Background(), ns); err != nil {
-		t.Fatalf("creating namespace: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), ns) })
-	return ns.Name
+	return rigtest.Namespace(t, prefix)
 }
 
 // createGang creates a PodGroup and n members, each asking for gpus GPUs of an EC2 family.

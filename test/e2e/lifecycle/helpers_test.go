@@ -28,13 +28,7 @@ import (
 // namespace creates a namespace for one test and deletes it afterwards.
 func namespace(t *testing.T, prefix string) string {
 	t.Helper()
-	c := rigtest.Current().Client
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"}}
-	if err := c.Create(context.Background(), ns); err != nil {
-		t.Fatalf("creating namespace: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), ns) })
-	return ns.Name
+	return rigtest.Namespace(t, prefix)
 }
 
 func create(t *testing.T, objs ...client.Object) {

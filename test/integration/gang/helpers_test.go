@@ -24,19 +24,16 @@ import (
 // namespace creates a fresh namespace for one test.
 func namespace(t *testing.T) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "gang-"}}
+	ns := rigtest.Namespace(t, "gang")
 	c := rigtest.Current().Client
-	if err := c.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
 	// Leave nothing waiting for capacity behind for the next test.
 	t.Cleanup(func() {
 		ctx := context.Background()
-		_ = c.DeleteAllOf(ctx, &berthv1alpha1.PodGroup{}, client.InNamespace(ns.Name))
-		_ = c.DeleteAllOf(ctx, &batchv1.Job{}, client.InNamespace(ns.Name), client.PropagationPolicy(metav1.DeletePropagationBackground))
-		_ = c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns.Name), client.GracePeriodSeconds(0))
+		_ = c.DeleteAllOf(ctx, &berthv1alpha1.PodGroup{}, client.InNamespace(ns))
+		_ = c.DeleteAllOf(ctx, &batchv1.Job{}, client.InNamespace(ns), client.PropagationPolicy(metav1.DeletePropagationBackground))
+		_ = c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0))
 	})
-	return ns.Name
+	return ns
 }
 
 // kwokNode creates a node kwok manages, with gpus nvidia.com/gpu, and waits until it is Ready.
