@@ -44,6 +44,21 @@ func TestIndexedJobLifecycle(t *testing.T) {
 				survivors = append(survivors, r.Name)
 			}
 		}
+		// The ranks just started: protection follows each one's Running within a reconcile.
+		// Watch for a loss only once every survivor carries it.
+		rigtest.Eventually(t, 10*time.Second, 50*time.Millisecond, "every running rank protected", func(ctx context.Context) (bool, string, error) {
+			ms, err := members(ctx, ns, "ddp")
+			if err != nil {
+				return false, "", err
+			}
+			var bare []string
+			for _, m := range ms {
+				if slices.Contains(survivors, m.Name) && m.Annotations[karpv1.DoNotDisruptAnnotationKey] != "true" {
+					bare = append(bare, m.Name)
+				}
+			}
+			return len(bare) == 0, fmt.Sprintf("not yet protected: %v", bare), nil
+		})
 		unprotected := watchProtection(ns, "ddp", survivors)
 		failedAt := failPod(t, &victim)
 		var retry corev1.Pod
