@@ -124,6 +124,9 @@ const (
 	// DevExitCodeAnnotation on a dev-cluster pod is the exit code its containers end with (at
 	// once, or after DevRunTimeAnnotation); anything but "0" makes the pod Failed.
 	DevExitCodeAnnotation = "sim.berth.dev/exit-code"
+	// DevStartDelayAnnotation on a dev-cluster pod is how long it stays ContainerCreating on its
+	// node before it runs and reports Ready (a Go duration): an image pull and a model load.
+	DevStartDelayAnnotation = "sim.berth.dev/start-delay"
 )
 
 // Keys of other projects that berth reads or writes and whose Go packages berth does not link.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,6 +28,7 @@ type vllmSimFlags struct {
 	pool       string
 	pattern    string
 	seed       uint64
+	profile    string
 }
 
 func newVLLMSimCommand() *cobra.Command {
@@ -38,6 +40,13 @@ func newVLLMSimCommand() *cobra.Command {
 runs at most --max-num-seqs at once when --kv-blocks-per-seq blocks of --kv-blocks are free,
 finishes each after --service-time, and serves vLLM's real metrics on /metrics (plus /health
 and /v1/models). Requests arrive at --rate per second, spread round-robin over the replicas.
+
+With --profile each replica runs vLLM's continuous-batching loop token by token as a given GPU
+serving a given model (l4-llama-3.1-8b, h100x2-llama-3.3-70b-fp8): every step's time follows
+its batch (reading the weights and the KV cache, or computing a prefill chunk), prompts are
+prefilled in chunks within vLLM's token budget, KV grows with every token and the newest
+sequence is preempted when it runs out, and request lengths are drawn like Azure's LLM
+inference trace (chat). It also reports vllm:inter_token_latency_seconds.
 
 Replicas listen on every --listen address or, with --selector, on <podIP>:--port of every
 Running pod that matches (the dev cluster gives its fake pods loopback IPs, 127.<n>.x.y), so a
@@ -64,7 +73,9 @@ scrape — demand that exists at zero replicas.`,
 	fl.StringVar(&f.cfg.Model, "model", vllmsim.DefaultModel, "served model name")
 	fl.Float64Var(&f.rate, "rate", 0, "initial arrival rate in requests per second over all replicas")
 	fl.StringVar(&f.pattern, "pattern", string(vllmsim.PatternSteady), "how requests arrive around the rate: steady (exact), poisson, or bursty (Poisson bursts of ~10 s at 4× the rate, lulls of ~30 s)")
-	fl.Uint64Var(&f.seed, "seed", 1, "seed of the poisson and bursty patterns (the same seed, the same arrivals)")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the poisson and bursty patterns and of --profile's request lengths (the same seed, the same arrivals)")
+	fl.StringVar(&f.profile, "profile", "", "run each replica token by token as a GPU serving a model: "+strings.Join(vllmsim.ProfileNames(), " or ")+
+		" (step time from the batch, chunked prefill, growing KV with preemption, request lengths of Azure's LLM trace); --model, --max-num-seqs, --kv-blocks and --engines still apply when given")
 	fl.IntVar(&f.cfg.MaxNumSeqs, "max-num-seqs", vllmsim.DefaultMaxNumSeqs, "sequences running at once per engine")
 	fl.IntVar(&f.cfg.KVBlocksTotal, "kv-blocks", vllmsim.DefaultKVBlocksTotal, "KV-cache blocks per engine")
 	fl.IntVar(&f.cfg.KVBlocksPerSeq, "kv-blocks-per-seq", vllmsim.DefaultKVBlocksPerSeq, "KV-cache blocks a running sequence holds")
@@ -93,6 +104,10 @@ func runVLLMSim(cmd *cobra.Command, f vllmSimFlags) error {
 	if err != nil {
 		return fmt.Errorf("--pattern: %w", err)
 	}
+	if f.cfg, err = withProfile(cmd, f.cfg, f.profile); err != nil {
+		return err
+	}
+	f.cfg.Seed = f.seed
 	fleet, err := vllmsim.NewFleet(vllmsim.FleetOptions{Config: f.cfg, Rate: f.rate, Logf: logf, InferencePool: f.pool})
 	if err != nil {
 		return err
@@ -154,6 +169,37 @@ func runVLLMSim(cmd *cobra.Command, f vllmSimFlags) error {
 	err = errors.Join(runErr, fleet.Close(shutdown), admin.Shutdown(shutdown))
 	<-watchDone
 	return err
+}
+
+// withProfile is cfg replaced by profile's parameters (none: cfg), keeping the flags the user
+// set that a profile also sets.
+func withProfile(cmd *cobra.Command, cfg vllmsim.Config, profile string) (vllmsim.Config, error) {
+	if profile == "" {
+		return cfg, nil
+	}
+	p, err := vllmsim.Profile(profile)
+	if err != nil {
+		return cfg, fmt.Errorf("--profile: %w", err)
+	}
+	fl := cmd.Flags()
+	for _, o := range []struct {
+		flag     string
+		from, to *int
+	}{{"max-num-seqs", &cfg.MaxNumSeqs, &p.MaxNumSeqs}, {"kv-blocks", &cfg.KVBlocksTotal, &p.KVBlocksTotal}, {"engines", &cfg.Engines, &p.Engines}} {
+		if fl.Changed(o.flag) {
+			*o.to = *o.from
+		}
+	}
+	if fl.Changed("model") {
+		p.Model = cfg.Model
+	}
+	p.LegacyKVName = cfg.LegacyKVName
+	for _, ignored := range []string{"kv-blocks-per-seq", "service-time", "prefill-time", "kv-growth"} {
+		if fl.Changed(ignored) {
+			return cfg, fmt.Errorf("--%s does not apply with --profile (the token model derives it from the batch)", ignored)
+		}
+	}
+	return p, nil
 }
 
 // vllmSimClient connects to the cluster whose pods are followed: --kubeconfig if given, else

@@ -48,6 +48,9 @@ func TestVLLMSimRejectsBadFlags(t *testing.T) {
 		{[]string{"--max-num-seqs", "-1"}, "max-num-seqs must be positive"},
 		{[]string{"--rate", "-2"}, "rate must be a finite, non-negative number"},
 		{[]string{"--kv-blocks", "10"}, "exceeds kv-blocks 10"},
+		{[]string{"--profile", "a100-llama"}, `--profile: vLLM emulator profile "a100-llama": want one of`},
+		{[]string{"--profile", "l4-llama-3.1-8b", "--service-time", "1s"}, "--service-time does not apply with --profile"},
+		{[]string{"--profile", "l4-llama-3.1-8b", "--kv-blocks", "100"}, "max-model-len 8192 exceeds the KV cache (100 blocks"},
 		{[]string{"--admin-address", "192.0.2.1:1"}, "--admin-address: listen tcp 192.0.2.1:1"},
 		{[]string{"--listen", "192.0.2.1:1", "--admin-address", "127.0.0.1:0"}, "serving the vLLM emulator on 192.0.2.1:1"},
 	} {

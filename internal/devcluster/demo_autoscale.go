@@ -47,6 +47,9 @@ func autoscaleScene(ctx context.Context, d *demo) error {
 		return fmt.Errorf("reading the dev cluster's endpoints (ConfigMap kube-system/%s; restart with 'berth dev down && berth dev up'): %w", EndpointsConfigMap, err)
 	}
 	dep := vllmsim.Deployment(DemoNamespace, inferenceName, rig.GPUNodePoolName(inferencePool), VLLMSimPort, map[string]string{berthv1alpha1.VLLMSimLabel: "true"})
+	// The scene shows the scaler following the load; a realistic model load would only add
+	// 90 s of waiting to each step of it.
+	vllmsim.SetModelLoad(dep, 0)
 	w := &autoscaleWatch{c: c, p: p, metricsURL: eps.Data["scaler-metrics"], loadURL: eps.Data["vllm-sim-admin"],
 		pods: dep.Spec.Selector.MatchLabels, nodes: map[string]bool{}}
 	if err := c.Create(ctx, dep); err != nil {

@@ -113,6 +113,11 @@ func (r *Rig) kwokStages(o KwokOptions) ([]byte, error) {
 				return nil, fmt.Errorf("rig: %s: %w", f, err)
 			}
 		}
+		if filepath.Base(f) == "pod-ready.yaml" {
+			if data, err = withStartDelay(data); err != nil {
+				return nil, fmt.Errorf("rig: %s: %w", f, err)
+			}
+		}
 		// Each document needs its own separator: kwok finds no stages in a plain concatenation.
 		out.WriteString("---\n")
 		out.Write(data)
@@ -216,6 +221,29 @@ func withStageDelay(stage []byte, d time.Duration) ([]byte, error) {
 	sel["matchExpressions"] = append(exprs, map[string]any{
 		"key": `.status.conditions.[] | select( .type == "Ready" ) | .status`, "operator": "Exists",
 	})
+	return yaml.Marshal(obj)
+}
+
+// withStartDelay makes kwok's pod-ready Stage wait berthv1alpha1.DevStartDelayAnnotation on a
+// pod that carries it (none on one that does not): the pod stays ContainerCreating on its node
+// that long, as while its image is pulled and its model loaded.
+func withStartDelay(stage []byte) ([]byte, error) {
+	var obj map[string]any
+	if err := yaml.Unmarshal(stage, &obj); err != nil {
+		return nil, fmt.Errorf("parsing stage: %w", err)
+	}
+	spec, ok := obj["spec"].(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("stage has no spec")
+	}
+	delay, _ := spec["delay"].(map[string]any)
+	if delay == nil {
+		delay = map[string]any{"durationMilliseconds": 0}
+	}
+	delay["durationFrom"] = map[string]any{
+		"expressionFrom": `.metadata.annotations["` + berthv1alpha1.DevStartDelayAnnotation + `"]`,
+	}
+	spec["delay"] = delay
 	return yaml.Marshal(obj)
 }
 

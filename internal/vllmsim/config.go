@@ -65,6 +65,15 @@ type Config struct {
 	// (vLLM v1 recomputes) — and vllm:num_preemptions_total counts it. Growth is applied at
 	// each Step, so outcomes depend slightly on how often Step is called.
 	KVGrowth bool
+	// Tokens, when set, runs each engine token by token (see TokenModel): step times from the
+	// batch, chunked prefill, KV that grows with every token, recompute preemption, and
+	// request lengths drawn around PromptTokens and GenerationTokens with Spread. ServiceTime,
+	// PrefillTime, KVBlocksPerSeq and KVGrowth do not apply.
+	Tokens *TokenModel
+	// Spread is how request lengths vary under Tokens.
+	Spread LengthSpread
+	// Seed seeds the length draws under Tokens (the same seed, the same requests).
+	Seed uint64
 }
 
 // promptBlocks is the KV a sequence holds when admitted.
@@ -139,11 +148,43 @@ func (c Config) Validate() error {
 	if c.PrefillTime > c.ServiceTime {
 		errs = append(errs, fmt.Errorf("prefill time %s exceeds service time %s", c.PrefillTime, c.ServiceTime))
 	}
-	if c.KVBlocksPerSeq > c.KVBlocksTotal {
+	if c.Tokens == nil && c.KVBlocksPerSeq > c.KVBlocksTotal {
 		errs = append(errs, fmt.Errorf("kv-blocks-per-seq %d exceeds kv-blocks %d: no request could ever run", c.KVBlocksPerSeq, c.KVBlocksTotal))
 	}
+	if c.Tokens != nil {
+		errs = append(errs, c.validateTokens()...)
+	}
+	return joinErrs("vLLM emulator config", errs)
+}
+
+// validateTokens reports what makes the token model unable to run every request it can draw.
+func (c Config) validateTokens() []error {
+	m := c.Tokens
+	if err := m.Validate(); err != nil {
+		return []error{err}
+	}
+	var errs []error
+	if capacity := c.KVBlocksTotal * m.BlockSize; m.MaxModelLen > capacity {
+		errs = append(errs, fmt.Errorf("max-model-len %d exceeds the KV cache (%d blocks × %d tokens = %d): a long request could never finish", m.MaxModelLen, c.KVBlocksTotal, m.BlockSize, capacity))
+	}
+	if c.PromptTokens >= m.MaxModelLen {
+		errs = append(errs, fmt.Errorf("prompt tokens %d leave no room to generate within max-model-len %d", c.PromptTokens, m.MaxModelLen))
+	}
+	for _, s := range []struct {
+		name string
+		v    float64
+	}{{"prompt length spread", c.Spread.Prompt}, {"generation length spread", c.Spread.Generation}} {
+		if s.v < 0 || math.IsNaN(s.v) || s.v > 4 {
+			errs = append(errs, fmt.Errorf("%s must be between 0 and 4 (σ of the log-normal), got %v", s.name, s.v))
+		}
+	}
+	return errs
+}
+
+// joinErrs wraps errs, if any, as the invalid what.
+func joinErrs(what string, errs []error) error {
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("invalid vLLM emulator config: %w", err)
+		return fmt.Errorf("invalid %s: %w", what, err)
 	}
 	return nil
 }

@@ -50,6 +50,8 @@ type Fleet struct {
 	retired   Histogram
 	lost      uint64
 
+	starts uint64 // replicas started, to give each its own length draws
+
 	setMu   sync.Mutex // serialises SetAddresses and Close
 	mu      sync.Mutex // guards servers and closed
 	servers map[string]*server
@@ -181,7 +183,10 @@ func (f *Fleet) SetAddresses(ctx context.Context, addrs []string) error {
 }
 
 func (f *Fleet) start(ctx context.Context, addr string) (*server, error) {
-	r, err := NewReplica(f.cfg, f.clock.Now())
+	cfg := f.cfg
+	cfg.Seed += f.starts // SetAddresses is serialised: no race on starts
+	f.starts++
+	r, err := NewReplica(cfg, f.clock.Now())
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ const (
 	MetricPromptTokens     = "vllm:prompt_tokens_total"
 	MetricGenerationTokens = "vllm:generation_tokens_total"
 	MetricPreemptions      = "vllm:num_preemptions_total"
+	MetricITL              = "vllm:inter_token_latency_seconds" // only under Config.Tokens
 )
 
 // Label names vLLM puts on every per-engine series.
@@ -43,6 +44,7 @@ type collector struct {
 	running, waiting, kvUsage              *prometheus.Desc
 	ttft, e2e, queue                       *prometheus.Desc
 	success, prompt, generation, preempted *prometheus.Desc
+	itl                                    *prometheus.Desc // nil without Config.Tokens
 }
 
 func newCollector(r *Replica) *collector {
@@ -54,8 +56,13 @@ func newCollector(r *Replica) *collector {
 	if r.cfg.LegacyKVName {
 		kv = desc(MetricGPUCacheUsage, "GPU KV-cache usage. 1 means 100 percent usage.")
 	}
+	var itl *prometheus.Desc
+	if r.cfg.Tokens != nil {
+		itl = desc(MetricITL, "Histogram of inter-token latency in seconds.")
+	}
 	return &collector{
 		r:          r,
+		itl:        itl,
 		running:    desc(MetricRunning, "Number of requests in model execution batches."),
 		waiting:    desc(MetricWaiting, "Number of requests waiting to be processed."),
 		kvUsage:    kv,
@@ -74,6 +81,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.ttft, c.e2e, c.queue,
 		c.success, c.prompt, c.generation, c.preempted} {
 		ch <- d
+	}
+	if c.itl != nil {
+		ch <- c.itl
 	}
 }
 
@@ -101,6 +111,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		hist(c.ttft, s.TTFT)
 		hist(c.e2e, s.E2ELatency)
 		hist(c.queue, s.QueueTime)
+		if c.itl != nil {
+			hist(c.itl, s.ITL)
+		}
 		for _, reason := range finishedReasons {
 			var n uint64
 			if reason == "stop" {

@@ -189,3 +189,27 @@ func TestHealthAndModels(t *testing.T) {
 		t.Errorf("GET /v1/models = %s", body)
 	}
 }
+
+// TestTokenModelReportsInterTokenLatency: under a profile the page carries vLLM's inter-token
+// latency histogram with what the engine observed; the fixed model, which has no tokens to
+// time, leaves it out rather than report an empty one.
+func TestTokenModelReportsInterTokenLatency(t *testing.T) {
+	cfg, err := Profile(ProfileL4Llama8B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newTestReplica(t, cfg)
+	closedLoop(r, 4, t0, 30*time.Second, 10*time.Millisecond)
+	fams := scrape(t, serveReplica(t, r).URL)
+	itl := fams[MetricITL]
+	if itl == nil || len(itl.GetMetric()) != 1 {
+		t.Fatalf("%s missing under a profile: %v", MetricITL, itl)
+	}
+	h := itl.GetMetric()[0].GetHistogram()
+	if want := r.Snapshot()[0].ITL.Count; h.GetSampleCount() != want || want == 0 {
+		t.Errorf("%s counts %d, the engine observed %d", MetricITL, h.GetSampleCount(), want)
+	}
+	if fams := scrape(t, serveReplica(t, newTestReplica(t, Config{})).URL); fams[MetricITL] != nil {
+		t.Errorf("%s served by the fixed model", MetricITL)
+	}
+}

@@ -15,6 +15,10 @@ var (
 		0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
 		40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 	}
+	itlBuckets = []float64{
+		0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+		1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
+	}
 )
 
 // Histogram is a cumulative histogram like a Prometheus one: Buckets[i] counts the
@@ -74,8 +78,12 @@ type EngineStats struct {
 	TTFT Histogram
 	// E2ELatency holds arrival-to-completion latency, observed on completion.
 	E2ELatency Histogram
-	// QueueTime holds the time spent waiting, observed on completion like vLLM does.
+	// QueueTime holds the time spent waiting, observed on completion like vLLM does (on the
+	// first token under the token model).
 	QueueTime Histogram
+	// ITL holds the time between two output tokens of a sequence (only under Config.Tokens:
+	// the fixed model has no tokens to time).
+	ITL Histogram
 }
 
 type request struct {
@@ -90,6 +98,8 @@ type engine struct {
 	waiting []request // FIFO
 	running []request // ascending by done (admission is FIFO and service time constant)
 	stats   EngineStats
+	// tok runs the engine under Config.Tokens instead of waiting and running.
+	tok *tokenEngine
 }
 
 // Replica emulates one vLLM server. It is safe for concurrent use; time moves only through
@@ -116,7 +126,11 @@ func NewReplica(cfg Config, now time.Time) (*Replica, error) {
 			TTFT:       newHistogram(ttftBuckets),
 			E2ELatency: newHistogram(requestLatencyBuckets),
 			QueueTime:  newHistogram(requestLatencyBuckets),
+			ITL:        newHistogram(itlBuckets),
 		}})
+		if cfg.Tokens != nil {
+			r.engines[i].tok = newTokenEngine(cfg.Seed, i)
+		}
 	}
 	return r, nil
 }
@@ -132,6 +146,10 @@ func (r *Replica) Submit(n int, at time.Time) {
 	for range n {
 		e := r.engines[r.next]
 		r.next = (r.next + 1) % len(r.engines)
+		if e.tok != nil {
+			e.tok.submit(at, &r.cfg)
+			continue
+		}
 		e.waiting = append(e.waiting, request{arrived: at})
 	}
 }
@@ -150,6 +168,11 @@ func (r *Replica) Step(now time.Time) {
 func (e *engine) step(now time.Time, cfg *Config) {
 	if now.Before(e.clock) {
 		return // time does not go back
+	}
+	if e.tok != nil {
+		e.tok.step(e, now, cfg)
+		e.stats.KVBlocksUsed = e.tok.usedBlocks
+		return
 	}
 	t := e.clock
 	for {
@@ -232,9 +255,9 @@ func (r *Replica) Snapshot() []EngineStats {
 	out := make([]EngineStats, len(r.engines))
 	for i, e := range r.engines {
 		s := e.stats
-		s.Running, s.Waiting = len(e.running), len(e.waiting)
+		s.Running, s.Waiting = e.queue()
 		s.KVCacheUsage = float64(s.KVBlocksUsed) / float64(r.cfg.KVBlocksTotal)
-		s.TTFT, s.E2ELatency, s.QueueTime = s.TTFT.clone(), s.E2ELatency.clone(), s.QueueTime.clone()
+		s.TTFT, s.E2ELatency, s.QueueTime, s.ITL = s.TTFT.clone(), s.E2ELatency.clone(), s.QueueTime.clone(), s.ITL.clone()
 		out[i] = s
 	}
 	return out
@@ -245,8 +268,17 @@ func (r *Replica) Queue() (running, waiting int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, e := range r.engines {
-		running += len(e.running)
-		waiting += len(e.waiting)
+		r, w := e.queue()
+		running += r
+		waiting += w
 	}
 	return running, waiting
+}
+
+// queue is the engine's running and waiting counts.
+func (e *engine) queue() (running, waiting int) {
+	if e.tok != nil {
+		return len(e.tok.running), len(e.tok.waiting)
+	}
+	return len(e.running), len(e.waiting)
 }

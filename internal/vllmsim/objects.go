@@ -6,6 +6,7 @@ package vllmsim
 import (
 	"maps"
 	"strconv"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -22,13 +23,35 @@ import (
 // DeploymentModel is the model the vLLM Deployment and ScaledObject built here serve.
 const DeploymentModel = "meta-llama/Llama-3.1-8B-Instruct"
 
+// DefaultModelLoad is how long a replica of Deployment takes from its node to serving: an
+// image pull and a model load (BentoML measured about 10 minutes for an 8B model's 20 GB image
+// on a cold node, under 30 s with the weights streamed; 90 s is a warm-node middle).
+const DefaultModelLoad = 90 * time.Second
+
+// SetModelLoad sets how long the dev cluster keeps each of dep's pods ContainerCreating on its
+// node before it runs and reports Ready — and so before the emulator serves it, which it does
+// for Running pods (0: at once).
+func SetModelLoad(dep *appsv1.Deployment, d time.Duration) {
+	ann := dep.Spec.Template.Annotations
+	if d <= 0 {
+		delete(ann, berthv1alpha1.DevStartDelayAnnotation)
+		return
+	}
+	if ann == nil {
+		ann = map[string]string{}
+		dep.Spec.Template.Annotations = ann
+	}
+	ann[berthv1alpha1.DevStartDelayAnnotation] = d.String()
+}
+
 // Deployment is a one-replica vLLM server with one GPU per replica on a Karpenter NodePool,
-// its pods labelled app=<name> plus extra labels, serving its API and metrics on port.
+// its pods labelled app=<name> plus extra labels, serving its API and metrics on port; each
+// replica takes DefaultModelLoad to serve (SetModelLoad changes it).
 func Deployment(namespace, name, nodePool string, port int32, extraLabels map[string]string) *appsv1.Deployment {
 	labels := map[string]string{"app": name}
 	maps.Copy(labels, extraLabels)
 	one := resource.MustParse("1")
-	return &appsv1.Deployment{
+	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](1),
@@ -50,6 +73,8 @@ func Deployment(namespace, name, nodePool string, port int32, extraLabels map[st
 			},
 		},
 	}
+	SetModelLoad(dep, DefaultModelLoad)
+	return dep
 }
 
 // ScaledObjectOptions shape a KEDA ScaledObject with one external-push trigger at berth's scaler.

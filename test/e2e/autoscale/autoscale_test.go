@@ -156,7 +156,11 @@ func serving(t testing.TB) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	if err := c.Create(ctx, vllmsim.Deployment(namespace, appLabel, rig.GPUNodePoolName("l4"), metricsPort, nil)); err != nil && !apierrors.IsAlreadyExists(err) {
+	dep := vllmsim.Deployment(namespace, appLabel, rig.GPUNodePoolName("l4"), metricsPort, nil)
+	// These tests are about the replica counts the scaler asks for; the model load is checked
+	// from zero (fromzero_test.go).
+	vllmsim.SetModelLoad(dep, 0)
+	if err := c.Create(ctx, dep); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	rigtest.Eventually(t, 3*time.Minute, time.Second, "a replica runs on a GPU node Karpenter launched", func(ctx context.Context) (bool, string, error) {

@@ -27,6 +27,9 @@ func TestScaleFromZeroThroughTheEndpointPicker(t *testing.T) {
 	r := rigtest.Current()
 	c := r.Client
 	const ns, app, pool = "inference-zero", "qwen", "qwen-pool"
+	// Each replica loads its model this long before it serves (shorter than vLLM's usual, to
+	// keep the test short; long enough to tell from a replica that serves at once).
+	const modelLoad = 20 * time.Second
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +43,9 @@ func TestScaleFromZeroThroughTheEndpointPicker(t *testing.T) {
 		t.Fatal(err)
 	}
 	prom := rigtest.StartPrometheus(t, time.Second, []rigtest.PrometheusTarget{{Address: adminURL.Host, Labels: map[string]string{"namespace": ns}}})
-	if err := c.Create(ctx, vllmsim.Deployment(ns, app, rig.GPUNodePoolName("l4"), metricsPort, nil)); err != nil {
+	dep := vllmsim.Deployment(ns, app, rig.GPUNodePoolName("l4"), metricsPort, nil)
+	vllmsim.SetModelLoad(dep, modelLoad)
+	if err := c.Create(ctx, dep); err != nil {
 		t.Fatal(err)
 	}
 	so := vllmsim.ScaledObject(ns, app, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
@@ -77,7 +82,10 @@ func TestScaleFromZeroThroughTheEndpointPicker(t *testing.T) {
 		st, serr := picker.Status(ctx)
 		return ready >= 2 && serr == nil && st.Held == 0, fmt.Sprintf("%d/%d ready; %s", ready, total, state(ctx)), err
 	})
-	t.Logf("0 → 1 ready replica %.1fs after the first request", firstReady.Seconds())
+	t.Logf("0 → 1 ready replica %.1fs after the first request (model load %s)", firstReady.Seconds(), modelLoad)
+	if firstReady < modelLoad {
+		t.Errorf("the first replica was Ready %s after the first request, before its %s model load", firstReady, modelLoad)
+	}
 	if err := picker.SetRate(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
