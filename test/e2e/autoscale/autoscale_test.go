@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -193,7 +194,7 @@ func applyScaledObject(t testing.TB, o vllmsim.ScaledObjectOptions, metric strin
 	rigtest.Eventually(t, 2*time.Minute, time.Second, "KEDA's HPA reads "+metric+" from berth", func(ctx context.Context) (bool, string, error) {
 		var hpa autoscalingv2.HorizontalPodAutoscaler
 		if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: "keda-hpa-" + appLabel}, &hpa); err != nil {
-			return false, err.Error(), nil
+			return false, fmt.Sprintf("%v; %s", err, scaledObjectState(ctx, c, namespace, appLabel)), nil
 		}
 		for _, m := range hpa.Status.CurrentMetrics {
 			if m.External != nil && strings.Contains(m.External.Metric.Name, metric) {
@@ -202,6 +203,17 @@ func applyScaledObject(t testing.TB, o vllmsim.ScaledObjectOptions, metric strin
 		}
 		return false, fmt.Sprintf("conditions %v", hpa.Status.Conditions), nil
 	})
+}
+
+// scaledObjectState is the ScaledObject's status conditions, for failure messages: why KEDA
+// has not built its HPA or scale loop.
+func scaledObjectState(ctx context.Context, c client.Client, ns, name string) string {
+	so := vllmsim.ScaledObject(ns, name, vllmsim.ScaledObjectOptions{})
+	if err := c.Get(ctx, client.ObjectKeyFromObject(so), so); err != nil {
+		return "ScaledObject: " + err.Error()
+	}
+	conds, _, _ := unstructured.NestedSlice(so.Object, "status", "conditions")
+	return fmt.Sprintf("ScaledObject conditions %v", conds)
 }
 
 // replicas counts the Deployment's ready and live pods.

@@ -56,8 +56,8 @@ func TestScaleFromZeroThroughTheEndpointPicker(t *testing.T) {
 	}
 	state := func(ctx context.Context) string {
 		st, _ := picker.Status(ctx)
-		return fmt.Sprintf("picker %+v; scaler: %s", st, scalerSeries(ctx, "berth_scaler_signal_value", "berth_scaler_desired_replicas",
-			"berth_scaler_active", "berth_scaler_evaluation_errors_total"))
+		return fmt.Sprintf("picker %+v; scaler: %s; %s", st, scalerSeries(ctx, "berth_scaler_signal_value", "berth_scaler_desired_replicas",
+			"berth_scaler_active", "berth_scaler_evaluation_errors_total"), scaledObjectState(ctx, c, ns, app))
 	}
 	// No load: nothing waits at the picker, nothing runs: KEDA takes the fleet to zero.
 	rigtest.Eventually(t, 3*time.Minute, time.Second, "the idle fleet scales to zero", func(ctx context.Context) (bool, string, error) {
