@@ -57,29 +57,33 @@ func (r *Rig) StartKEDA(ctx context.Context) error {
 		"--metrics-service-bind-address=127.0.0.1:" + strconv.Itoa(grpcPort),
 		"--zap-log-level=info",
 	}
-	// On its first start the operator writes its certificates to a Secret and exits on purpose;
-	// it runs when started again.
+	// On its first start the operator writes its certificates to a Secret and exits on purpose
+	// once its rotator sees them — possibly after its health endpoint already answers, so a
+	// first process that looks healthy may still be about to exit (and a rig that went on with
+	// it had no operator: no HPA, no scale loop). The first process only writes the
+	// certificates: once they are in the Secret it is stopped, if it has not exited, and a
+	// second one, which finds them, is what runs.
 	op, err := r.start(BinKEDAOperator, r.bin(BinKEDAOperator), opArgs, env)
 	if err != nil {
 		return fmt.Errorf("rig: %w", err)
 	}
-	healthURL := "http://127.0.0.1:" + strconv.Itoa(healthPort) + "/healthz"
 	if err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		if done, _ := op.exited(); done {
 			return true, nil
 		}
-		return httpOK(insecureHTTP, healthURL)(ctx) == nil && r.kedaCertsWritten(ctx), nil
+		return r.kedaCertsWritten(ctx), nil
 	}); err != nil {
-		return fmt.Errorf("rig: KEDA operator neither exited after writing its certificates nor became healthy: %w", err)
+		return fmt.Errorf("rig: KEDA operator never wrote its certificates to Secret %s/%s: %w", KEDANamespace, kedaCertsName, err)
 	}
-	if done, _ := op.exited(); done {
-		r.forget(op)
-		if op, err = r.start(BinKEDAOperator, r.bin(BinKEDAOperator), opArgs, env); err != nil {
-			return fmt.Errorf("rig: %w", err)
-		}
-		if err := r.waitHealthy(ctx, op, healthURL); err != nil {
-			return err
-		}
+	if err := op.stop(10 * time.Second); err != nil {
+		return fmt.Errorf("rig: stopping the KEDA operator's certificate-writing start: %w", err)
+	}
+	r.forget(op)
+	if op, err = r.start(BinKEDAOperator, r.bin(BinKEDAOperator), opArgs, env); err != nil {
+		return fmt.Errorf("rig: %w", err)
+	}
+	if err := r.waitHealthy(ctx, op, "http://127.0.0.1:"+strconv.Itoa(healthPort)+"/healthz"); err != nil {
+		return err
 	}
 	if err := r.copyKEDACerts(ctx, certDir); err != nil {
 		return err

@@ -36,9 +36,9 @@ func closedLoop(r *Replica, conc int, from time.Time, d, tick time.Duration) tim
 func mean(h Histogram) float64 { return h.Sum / float64(h.Count) }
 
 // TestTokenStepTimeFollowsTheBatch: alone, a sequence decodes at the memory-bound step time
-// (10 ms + its ~100 KV tokens); its 100-token prompt is one compute-bound step (10 ms of
-// compute beats 10.1 ms of memory? no: 100 × 100 µs = 10 ms < 10.1 ms, so memory-bound too);
-// with 64 sequences a step reads 64 contexts and computes 64 tokens, so each token takes longer.
+// (10 ms for the weights plus 1 µs for each of its ~105 KV tokens); with 64 sequences a step
+// reads 64 contexts and computes 64 tokens, so each token takes longer while the engine as a
+// whole produces several times more.
 func TestTokenStepTimeFollowsTheBatch(t *testing.T) {
 	one := newTestReplica(t, tokenConfig())
 	closedLoop(one, 1, t0, 10*time.Second, 10*time.Millisecond)

@@ -2,6 +2,8 @@ package rigtest
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,10 +29,30 @@ func Eventually(t testing.TB, timeout, interval time.Duration, what string, cond
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("%s: not done after %s; last status: %s", what, timeout, status)
+			t.Fatalf("%s: not done after %s; last status: %s%s", what, timeout, status, componentsDown())
 		case <-time.After(interval):
 		}
 	}
+}
+
+// componentsDown names the rig's components that are not running, for a timeout's message: a
+// wait that times out because, say, the KEDA operator died should say so. (A test may have
+// stopped one on purpose; the list only informs.)
+func componentsDown() string {
+	r := Current()
+	if r == nil {
+		return ""
+	}
+	var down []string
+	for _, c := range r.Components() {
+		if !c.Running {
+			down = append(down, fmt.Sprintf("%s (log %s)", c.Name, c.LogPath))
+		}
+	}
+	if len(down) == 0 {
+		return ""
+	}
+	return "; rig components not running: " + strings.Join(down, ", ")
 }
 
 // Namespace creates a namespace named prefix-<random> for one test and deletes it when the

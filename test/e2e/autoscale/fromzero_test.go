@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/internal/vllmsim"
@@ -60,9 +63,15 @@ func TestScaleFromZeroThroughTheEndpointPicker(t *testing.T) {
 			"berth_scaler_active", "berth_scaler_evaluation_errors_total"), scaledObjectState(ctx, c, ns, app))
 	}
 	// No load: nothing waits at the picker, nothing runs: KEDA takes the fleet to zero.
+	// KEDA sets the Deployment to zero (created at one, its pod may not even exist yet: no pod
+	// alone proves nothing).
 	rigtest.Eventually(t, 3*time.Minute, time.Second, "the idle fleet scales to zero", func(ctx context.Context) (bool, string, error) {
+		var d appsv1.Deployment
+		if err := c.Get(ctx, client.ObjectKeyFromObject(dep), &d); err != nil {
+			return false, "", err
+		}
 		_, total, err := replicasOf(ctx, c, ns, app)
-		return total == 0, fmt.Sprintf("%d replicas; %s", total, state(ctx)), err
+		return d.Spec.Replicas != nil && *d.Spec.Replicas == 0 && total == 0, fmt.Sprintf("Deployment at %v, %d pods; %s", ptr.Deref(d.Spec.Replicas, 1), total, state(ctx)), err
 	})
 	// Load arrives with no replica: the picker holds it; berth sees the queue through Prometheus.
 	start := time.Now()
