@@ -146,8 +146,14 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 				kvScale = float64(o.Ready) / float64(o.KVSampled)
 			}
 			sd.Raw = o.KVUsage * kvScale
+		case SignalTokens:
+			// Replicas without a window yet count at the mean of those with one; with none,
+			// the rate is unknown: partial, so it holds the fleet and never shrinks it.
+			if o.TokensSampled > 0 {
+				sd.Raw = o.TokensPerSecond * float64(o.Ready) / float64(o.TokensSampled)
+			}
 		}
-		partial := d.Partial || (s == SignalKVCache && o.KVSampled < o.Ready)
+		partial := d.Partial || (s == SignalKVCache && o.KVSampled < o.Ready) || (s == SignalTokens && o.TokensSampled < o.Ready)
 		sd.Desired, sd.Held = desired(sd.Raw, target, headroom, d.Current, o.Ready, o.Starting, partial)
 		d.add(sd)
 	}

@@ -23,6 +23,10 @@ const (
 	// SignalPreemption is preemptions per minute per replica (vllm:num_preemptions_total): the
 	// KV cache running out mid-decode.
 	SignalPreemption Signal = "preemptions"
+	// SignalTokens is prompt plus generated tokens processed per second per replica
+	// (vllm:prompt_tokens_total + vllm:generation_tokens_total): the load in tokens, which a
+	// request count misses when lengths vary.
+	SignalTokens Signal = "tokens"
 	// SignalFollow is the replicas another ScaledObject's fleet needs from this one: the
 	// followed ScaledObject's own count times followRatio (a prefill:decode ratio).
 	SignalFollow Signal = "follow"
@@ -38,6 +42,8 @@ func (s Signal) MetricName() string {
 		return "berth-concurrency"
 	case SignalKVCache:
 		return "berth-kv-cache-usage"
+	case SignalTokens:
+		return "berth-tokens-per-second"
 	case SignalTTFT:
 		return "berth-ttft-seconds"
 	case SignalITL:
@@ -58,7 +64,7 @@ func (s Signal) Constraint() bool {
 
 // AllSignals lists every signal, in documentation order.
 func AllSignals() []Signal {
-	return []Signal{SignalQueue, SignalConcurrency, SignalKVCache, SignalTTFT, SignalITL, SignalPreemption, SignalFollow}
+	return []Signal{SignalQueue, SignalConcurrency, SignalKVCache, SignalTokens, SignalTTFT, SignalITL, SignalPreemption, SignalFollow}
 }
 
 // SignalForMetric maps a metric name from KEDA back to its signal.
@@ -167,6 +173,8 @@ type Sample struct {
 	ITL Histogram
 	// Preemptions is the cumulative count of preempted sequences.
 	Preemptions float64
+	// Tokens is the cumulative count of prompt tokens prefilled plus tokens generated.
+	Tokens float64
 }
 
 // Observation is what one evaluation knows about a scale target: its replicas from the API
@@ -196,6 +204,10 @@ type Observation struct {
 	// PreemptionsPerMinute is the fleet's preemptions per minute over the recent window; NaN
 	// when no replica has a window yet.
 	PreemptionsPerMinute float64
+	// TokensPerSecond is the prompt plus generated tokens per second over the recent window,
+	// summed over the TokensSampled replicas that have a window (two pages).
+	TokensPerSecond float64
+	TokensSampled   int
 	// FollowReplicas is what the followed ScaledObject asks of this fleet (its own count times
 	// followRatio); NaN when it is not known (not evaluated recently).
 	FollowReplicas float64

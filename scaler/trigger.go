@@ -47,6 +47,7 @@ const (
 	KeyTargetTTFTSeconds    = "targetTTFTSeconds"
 	KeyTargetITLSeconds     = "targetITLSeconds"
 	KeyMaxPreemptions       = "maxPreemptionsPerMinute"
+	KeyTargetTokens         = "targetTokensPerSecond"
 	KeyFollow               = "followScaledObject"
 	KeyFollowRatio          = "followRatio"
 	KeyActivationQueueDepth = "activationQueueDepth"
@@ -104,6 +105,9 @@ type Trigger struct {
 	TargetConcurrency float64
 	// TargetKVCacheUsage is the KV-cache usage, 0–1, one replica should run at (0: not used).
 	TargetKVCacheUsage float64
+	// TargetTokens is the prompt plus generated tokens per second one replica should process
+	// (0: not used).
+	TargetTokens float64
 	// TargetTTFT is the p95 time to first token in seconds to hold (0: not used).
 	TargetTTFT float64
 	// TargetITL is the p95 inter-token latency in seconds to hold (0: not used).
@@ -251,6 +255,7 @@ func (p parser) targets(t *Trigger) error {
 		{KeyTargetQueueDepth, "waiting requests per replica", math.Inf(1), &t.TargetQueueDepth},
 		{KeyTargetConcurrency, "requests running plus waiting per replica", math.Inf(1), &t.TargetConcurrency},
 		{KeyTargetKVCacheUsage, "KV-cache usage per replica", 1, &t.TargetKVCacheUsage},
+		{KeyTargetTokens, "prompt plus generated tokens per second per replica", math.Inf(1), &t.TargetTokens},
 		{KeyTargetTTFTSeconds, "p95 time to first token in seconds", math.Inf(1), &t.TargetTTFT},
 		{KeyTargetITLSeconds, "p95 inter-token latency in seconds", math.Inf(1), &t.TargetITL},
 		{KeyMaxPreemptions, "preemptions per minute per replica", math.Inf(1), &t.MaxPreemptions},
@@ -275,8 +280,8 @@ func (t *Trigger) checkRoleTargets() error {
 		if t.TargetITL > 0 {
 			return &InvalidKeyError{KeyTargetITLSeconds, "", "not used by role prefill (a prefill instance generates no tokens after the first); put it on the decode ScaledObject"}
 		}
-		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 {
-			return &InvalidKeyError{KeyTargetQueueDepth, "", "role prefill needs targetQueueDepth or targetConcurrency to size the fleet (targetTTFTSeconds only adds replicas when it is violated)"}
+		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 && t.TargetTokens == 0 {
+			return &InvalidKeyError{KeyTargetQueueDepth, "", "role prefill needs targetQueueDepth, targetConcurrency or targetTokensPerSecond to size the fleet (targetTTFTSeconds only adds replicas when it is violated)"}
 		}
 	case RoleDecode:
 		if t.TargetQueueDepth > 0 || t.TargetTTFT > 0 {
@@ -286,8 +291,8 @@ func (t *Trigger) checkRoleTargets() error {
 			return &InvalidKeyError{KeyTargetKVCacheUsage, "", "role decode needs targetKVCacheUsage (0-1, e.g. 0.8)"}
 		}
 	default:
-		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 && t.TargetKVCacheUsage == 0 {
-			key, want := KeyTargetQueueDepth, "set at least one of targetQueueDepth, targetConcurrency, targetKVCacheUsage"
+		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 && t.TargetKVCacheUsage == 0 && t.TargetTokens == 0 {
+			key, want := KeyTargetQueueDepth, "set at least one of targetQueueDepth, targetConcurrency, targetKVCacheUsage, targetTokensPerSecond"
 			if t.TargetTTFT > 0 || t.TargetITL > 0 || t.MaxPreemptions > 0 {
 				key, want = KeyTargetTTFTSeconds, "targetTTFTSeconds and targetITLSeconds are SLOs that add replicas when violated and never size a fleet down; set targetQueueDepth, targetConcurrency or targetKVCacheUsage to size it"
 				if t.TargetTTFT == 0 {
@@ -411,7 +416,7 @@ func isLabelName(s string) bool {
 // AcceptedKeys lists every trigger metadata key berth reads, in documentation order.
 func AcceptedKeys() []string {
 	return []string{KeyPodSelector, KeyMetricsPort, KeyMetricsPath, KeyModel, KeyTargetQueueDepth, KeyTargetConcurrency,
-		KeyTargetKVCacheUsage, KeyTargetTTFTSeconds, KeyTargetITLSeconds, KeyMaxPreemptions, KeyFollow, KeyFollowRatio, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
+		KeyTargetKVCacheUsage, KeyTargetTokens, KeyTargetTTFTSeconds, KeyTargetITLSeconds, KeyMaxPreemptions, KeyFollow, KeyFollowRatio, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
 		KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL, KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv,
 		KeyPrometheusPasswordFromEnv}
 }
@@ -427,6 +432,9 @@ func (t *Trigger) Signals() []Signal {
 	}
 	if t.TargetKVCacheUsage > 0 {
 		out = append(out, SignalKVCache)
+	}
+	if t.TargetTokens > 0 {
+		out = append(out, SignalTokens)
 	}
 	if t.TargetTTFT > 0 {
 		out = append(out, SignalTTFT)
@@ -452,6 +460,8 @@ func (t *Trigger) Target(s Signal) float64 {
 		return t.TargetConcurrency
 	case SignalKVCache:
 		return t.TargetKVCacheUsage
+	case SignalTokens:
+		return t.TargetTokens
 	case SignalTTFT:
 		return t.TargetTTFT
 	case SignalITL:

@@ -55,7 +55,7 @@ func TestParseTriggerErrors(t *testing.T) {
 		{map[string]string{"targetTTFTSeconds": "0.5"}, "targetTTFTSeconds", "never size a fleet down"},
 		{map[string]string{"targetITLSeconds": "0.05"}, "targetITLSeconds", "never size a fleet down"},
 		{map[string]string{"targetQueueDepth": "4", "targetITLSeconds": "0.05", "role": "prefill"}, "targetITLSeconds", "not used by role prefill"},
-		{map[string]string{"targetTTFTSeconds": "0.5", "role": "prefill"}, "targetQueueDepth", "role prefill needs targetQueueDepth or targetConcurrency"},
+		{map[string]string{"targetTTFTSeconds": "0.5", "role": "prefill"}, "targetQueueDepth", "role prefill needs targetQueueDepth, targetConcurrency or targetTokensPerSecond"},
 		{map[string]string{"targetConcurrency": "0"}, "targetConcurrency", "want a number > 0"},
 		{map[string]string{"targetQueueDepth": "4", "followRatio": "0.5"}, "followRatio", "only used with followScaledObject"},
 		{map[string]string{"targetQueueDepth": "4", "followScaledObject": "decode", "followRatio": "-1"}, "followRatio", "want a number > 0"},

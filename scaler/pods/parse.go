@@ -28,6 +28,10 @@ const (
 	VLLMITL          = "vllm:inter_token_latency_seconds"
 	VLLMITLOld       = "vllm:time_per_output_token_seconds"
 	VLLMPreemptions  = "vllm:num_preemptions_total"
+	VLLMPrompt       = "vllm:prompt_tokens_total"
+	VLLMGeneration   = "vllm:generation_tokens_total"
+	SGLangPrompt     = "sglang:prompt_tokens_total"
+	SGLangGeneration = "sglang:generation_tokens_total"
 	SGLangWaiting    = "sglang:num_queue_reqs"
 	SGLangRunning    = "sglang:num_running_reqs"
 	SGLangTokenUsage = "sglang:token_usage"
@@ -73,6 +77,7 @@ func (r Reading) Sample(model string) (scaler.Sample, error) {
 		}
 		out.TTFT.Add(s.TTFT)
 		out.Preemptions += s.Preemptions
+		out.Tokens += s.Tokens
 		out.ITL.Add(s.ITL)
 	}
 	if kvN > 0 {
@@ -105,6 +110,7 @@ func Parse(in io.Reader, at time.Time) (Reading, error) {
 // page carries dozens of histograms) are skipped before parsing.
 var neededFamilies = map[string]bool{
 	VLLMWaiting: true, VLLMRunning: true, VLLMKVUsage: true, VLLMKVUsageOld: true, VLLMTTFT: true, VLLMITL: true, VLLMITLOld: true, VLLMPreemptions: true,
+	VLLMPrompt: true, VLLMGeneration: true, SGLangPrompt: true, SGLangGeneration: true,
 	SGLangWaiting: true, SGLangRunning: true, SGLangTokenUsage: true, SGLangTTFT: true, SGLangITL: true,
 }
 
@@ -170,6 +176,10 @@ func (pp *pageParser) gauges() error {
 		fn   func(a *modelAcc, v float64)
 	}{
 		{VLLMPreemptions, func(a *modelAcc, v float64) { a.s.Preemptions += v }},
+		{VLLMPrompt, func(a *modelAcc, v float64) { a.s.Tokens += v }},
+		{VLLMGeneration, func(a *modelAcc, v float64) { a.s.Tokens += v }},
+		{SGLangPrompt, func(a *modelAcc, v float64) { a.s.Tokens += v }},
+		{SGLangGeneration, func(a *modelAcc, v float64) { a.s.Tokens += v }},
 		{VLLMWaiting, func(a *modelAcc, v float64) { a.s.Waiting += v; a.hasQueue = true }},
 		{SGLangWaiting, func(a *modelAcc, v float64) { a.s.Waiting += v; a.hasQueue = true }},
 		{VLLMRunning, func(a *modelAcc, v float64) { a.s.Running += v }},
@@ -185,7 +195,7 @@ func (pp *pageParser) gauges() error {
 		}
 		for _, m := range f.GetMetric() {
 			v, ok := value(f, m)
-			if st.name == VLLMPreemptions {
+			if counterFamilies[st.name] {
 				v, ok = counterValue(f, m)
 			}
 			if !ok {
@@ -265,8 +275,11 @@ func counterValue(f *dto.MetricFamily, m *dto.Metric) (float64, bool) {
 	return 0, false
 }
 
+// counterFamilies are the counters among the families gauges reads.
+var counterFamilies = map[string]bool{VLLMPreemptions: true, VLLMPrompt: true, VLLMGeneration: true, SGLangPrompt: true, SGLangGeneration: true}
+
 func wantType(family string) string {
-	if family == VLLMPreemptions {
+	if counterFamilies[family] {
 		return "counter"
 	}
 	return "gauge"

@@ -61,6 +61,7 @@ func TestParseVariants(t *testing.T) {
 		{name: "negative gauge", page: "vllm:num_requests_waiting -3\n", err: "value -3"},
 		{name: "NaN gauge", page: "vllm:num_requests_waiting NaN\n", err: "value NaN"},
 		{name: "queue as a counter", page: "# TYPE vllm:num_requests_waiting counter\nvllm:num_requests_waiting 3\n", err: "want a gauge"},
+		{name: "generated tokens as a gauge", page: "vllm:num_requests_waiting 3\n# TYPE vllm:generation_tokens_total gauge\nvllm:generation_tokens_total 3\n", err: "want a counter"},
 		{name: "preemptions as a gauge", page: "vllm:num_requests_waiting 3\n# TYPE vllm:num_preemptions_total gauge\nvllm:num_preemptions_total 3\n", err: "want a counter"},
 		{name: "TTFT as a gauge", page: "vllm:num_requests_waiting 3\n# TYPE vllm:time_to_first_token_seconds gauge\nvllm:time_to_first_token_seconds 3\n", err: "want a histogram"},
 	}

@@ -209,6 +209,9 @@ type Result struct {
 	// replica has a window yet (two pages).
 	PreemptionsPerMinute float64
 	Windowed             bool
+	// TokensPerSecond is the replica's prompt plus generated tokens per second over the window
+	// (when Windowed).
+	TokensPerSecond float64
 }
 
 // Observe reads the ready pods of a scale target and folds their samples into an observation;
@@ -268,6 +271,8 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 				o.PreemptionsPerMinute = 0
 			}
 			o.PreemptionsPerMinute += r.PreemptionsPerMinute
+			o.TokensPerSecond += r.TokensPerSecond
+			o.TokensSampled++
 		}
 		o.OldestSample = max(o.OldestSample, now.Sub(r.Sample.At))
 	}
@@ -295,7 +300,7 @@ func (s *Scraper) replica(ctx context.Context, t *scaler.Trigger, p scaler.Pod, 
 		return res
 	}
 	res.Sample, res.TTFT, res.ITL = d.sample, d.ttft, d.itl
-	res.PreemptionsPerMinute, res.Windowed = d.preemptPerMin, d.windowed
+	res.PreemptionsPerMinute, res.Windowed, res.TokensPerSecond = d.preemptPerMin, d.windowed, d.tokensPerSec
 	res.Fresh = s.opts.Clock.Since(latest.At) <= s.opts.MaxAge
 	return res
 }
@@ -307,6 +312,7 @@ type derivedSample struct {
 	sample        scaler.Sample
 	ttft, itl     scaler.Histogram
 	preemptPerMin float64
+	tokensPerSec  float64
 	windowed      bool
 	err           error
 }
@@ -321,16 +327,23 @@ func derive(pages []Reading, model string, window time.Duration) derivedSample {
 	if base, ok := baseline(pages, latest.At.Add(-window)); ok {
 		if old, err := base.Sample(model); err == nil {
 			d.ttft, d.itl = sample.TTFT.Sub(old.TTFT), sample.ITL.Sub(old.ITL)
-			delta := sample.Preemptions - old.Preemptions
-			if delta < 0 { // counter reset
-				delta = sample.Preemptions
-			}
-			if span := latest.At.Sub(base.At).Minutes(); span > 0 {
-				d.preemptPerMin, d.windowed = delta/span, true
+			if span := latest.At.Sub(base.At).Seconds(); span > 0 {
+				d.preemptPerMin = counterDelta(sample.Preemptions, old.Preemptions) / span * 60
+				d.tokensPerSec = counterDelta(sample.Tokens, old.Tokens) / span
+				d.windowed = true
 			}
 		}
 	}
 	return d
+}
+
+// counterDelta is a counter's growth from old to now; after a reset (it went down) the
+// counter counts from zero, as Prometheus's rate() takes it.
+func counterDelta(now, old float64) float64 {
+	if now < old {
+		return now
+	}
+	return now - old
 }
 
 // derived returns what was derived for model from the endpoint's pages up to the one taken at.

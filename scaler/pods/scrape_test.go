@@ -308,3 +308,33 @@ func TestPreemptionsFromTheEmulator(t *testing.T) {
 		t.Fatalf("preemptions per minute %v (err %v); want a positive rate", o.PreemptionsPerMinute, res[0].Err)
 	}
 }
+
+// TestTokenRate: tokens per second are the growth of prompt plus generated tokens over the
+// window, over every engine and both of vLLM's counters; one page has no window (the replica is
+// not counted in TokensSampled).
+func TestTokenRate(t *testing.T) {
+	reps, qtr, pods := fleet(t, 1)
+	tr, err := scaler.ParseTrigger(map[string]string{"targetTokensPerSecond": "1000", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prompt, gen atomic.Int64
+	reps[0].Set(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "vllm:num_requests_waiting 0\n# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{engine=\"0\"} %d\nvllm:prompt_tokens_total{engine=\"1\"} %d\n"+
+			"# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{engine=\"0\"} %d\n", prompt.Load(), prompt.Load(), gen.Load())
+	})
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := New(Options{Clock: clk, TTFTWindow: time.Minute})
+	prompt.Store(10000)
+	gen.Store(5000)
+	if o, _ := s.Observe(context.Background(), tr, pods, 0); o.TokensSampled != 0 {
+		t.Fatalf("one page: %d replicas with a token rate, want none", o.TokensSampled)
+	}
+	clk.Step(10 * time.Second)
+	prompt.Store(12000) // +2,000 on each of two engines
+	gen.Store(6000)     // +1,000
+	o, _ := s.Observe(context.Background(), tr, pods, 0)
+	if o.TokensSampled != 1 || math.Abs(o.TokensPerSecond-500) > 1e-9 {
+		t.Fatalf("5,000 tokens in 10 s: %v tokens/s over %d replicas, want 500 over 1", o.TokensPerSecond, o.TokensSampled)
+	}
+}

@@ -105,12 +105,26 @@ func Queries(t *scaler.Trigger, namespace string, pods []string, window time.Dur
 	if t.MaxPreemptions > 0 {
 		q["preemptions"] = fmt.Sprintf(`60 * sum(rate(vllm:num_preemptions_total{%s}[%s]))`, sel, model.Duration(window))
 	}
+	if t.TargetTokens > 0 {
+		q["tokens"] = tokensQuery(by, sel, window)
+	}
 	if t.TargetITL > 0 {
 		// vLLM renamed time_per_output_token_seconds; pages of the transition carry both.
 		q["itl"] = fmt.Sprintf(`histogram_quantile(0.95, sum by (le) (rate({__name__=~"vllm:inter_token_latency_seconds_bucket|sglang:inter_token_latency_seconds_bucket",%[1]s}[%[2]s])))`+
 			` or histogram_quantile(0.95, sum by (le) (rate(vllm:time_per_output_token_seconds_bucket{%[1]s}[%[2]s])))`, sel, model.Duration(window))
 	}
 	return q
+}
+
+// tokensQuery is prompt plus generated tokens per second per pod. rate() drops the metric
+// name, so the four counters' rates of one engine would collide in one vector ("same
+// labelset"): each is told apart by a label before they are summed.
+func tokensQuery(by, sel string, window time.Duration) string {
+	var parts []string
+	for _, name := range []string{"vllm:prompt_tokens_total", "vllm:generation_tokens_total", "sglang:prompt_tokens_total", "sglang:generation_tokens_total"} {
+		parts = append(parts, fmt.Sprintf(`label_replace(rate(%s{%s}[%s]), "berth_counter", %q, "", "")`, name, sel, model.Duration(window), name))
+	}
+	return by + "(" + strings.Join(parts, " or ") + ")"
 }
 
 func podRegex(pods []string) string {
@@ -189,7 +203,7 @@ func (s *Source) fold(o *scaler.Observation, res map[string]model.Vector, podLab
 		}
 		return out
 	}
-	waiting, running, kv := perPod("waiting"), perPod("running"), perPod("kv")
+	waiting, running, kv, tokens := perPod("waiting"), perPod("running"), perPod("kv"), perPod("tokens")
 	for pod, ts := range perPod("timestamp") {
 		at := time.Unix(0, int64(ts*1e9))
 		age := now.Sub(at)
@@ -204,6 +218,10 @@ func (s *Source) fold(o *scaler.Observation, res map[string]model.Vector, podLab
 		if u, ok := kv[pod]; ok && !math.IsNaN(u) {
 			o.KVSampled++
 			o.KVUsage += u
+		}
+		if r, ok := tokens[pod]; ok && !math.IsNaN(r) && r >= 0 {
+			o.TokensSampled++
+			o.TokensPerSecond += r
 		}
 	}
 	o.TTFTP95, o.ITLP95 = quantile(res["ttft"]), quantile(res["itl"])

@@ -43,7 +43,8 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 }
 
 // ttftPage is a vLLM page whose TTFT histogram grows by 10 first tokens per scrape: 8 under
-// 0.25 s, 2 between 1 and 2.5 s.
+// 0.25 s, 2 between 1 and 2.5 s; and whose token counters grow by 1,000 prompt and 500
+// generated tokens per scrape.
 func ttftPage(waiting, running, kv float64) http.HandlerFunc {
 	var n atomic.Int64
 	return func(w http.ResponseWriter, r *http.Request) {
@@ -56,6 +57,8 @@ func ttftPage(waiting, running, kv float64) http.HandlerFunc {
 			"vllm:time_to_first_token_seconds_bucket{engine=\"0\",model_name=\"m\",le=\"+Inf\"} %d\n"+
 			"vllm:time_to_first_token_seconds_count{engine=\"0\",model_name=\"m\"} %d\n"+
 			"vllm:time_to_first_token_seconds_sum{engine=\"0\",model_name=\"m\"} %d\n", 8*k, 8*k, 10*k, 10*k, 10*k, 3*k)
+		fmt.Fprintf(w, "# TYPE vllm:prompt_tokens_total counter\nvllm:prompt_tokens_total{engine=\"0\",model_name=\"m\"} %d\n"+
+			"# TYPE vllm:generation_tokens_total counter\nvllm:generation_tokens_total{engine=\"0\",model_name=\"m\"} %d\n", 1000*k, 500*k)
 	}
 }
 
@@ -66,7 +69,7 @@ func TestPrometheusSource(t *testing.T) {
 	reps[2].Set(ttftPage(0, 4, 0.2))
 	url := startPrometheus(t, reps, pods, port, time.Second)
 	tr, err := scaler.ParseTrigger(map[string]string{"targetQueueDepth": "2", "targetKVCacheUsage": "0.8", "targetTTFTSeconds": "1",
-		"source": "prometheus", "prometheusAddress": url, "model": "m"})
+		"targetTokensPerSecond": "1000", "source": "prometheus", "prometheusAddress": url, "model": "m"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,6 +92,14 @@ func TestPrometheusSource(t *testing.T) {
 	if want := 2.125; math.Abs(o.TTFTP95-want) > 1e-9 {
 		t.Fatalf("TTFT p95 = %v, want %v", o.TTFTP95, want)
 	}
+	// Each replica's counters grow 1,500 tokens per 1 s scrape: once the window has filled,
+	// about 4,500 tokens/s over the three (Prometheus extrapolates rate() to the window's
+	// edges, hence the tolerance).
+	var last scaler.Observation
+	waitFor(t, 30*time.Second, "a token rate of about 4,500/s over three replicas", func() bool {
+		last, err = src.Observe(ctx, tr, "inference", pods)
+		return err == nil && last.TokensSampled == 3 && math.Abs(last.TokensPerSecond-4500) < 900
+	})
 	if o.OldestSample > 3*time.Second {
 		t.Errorf("sample age %v with a 1 s scrape interval", o.OldestSample)
 	}
