@@ -25,8 +25,8 @@ var DefaultPolicy = Policy{ScaleDownHeadroom: 0.8}
 type SignalDecision struct {
 	Signal Signal
 	// Raw is the reading: total waiting requests, total KV-cache usage (sum of per-replica
-	// ratios) or the p95 TTFT in seconds; extrapolated to every ready replica when some had
-	// no fresh sample.
+	// ratios) or the p95 TTFT in seconds; over the replicas read when some had no fresh
+	// sample (a lower bound).
 	Raw float64
 	// Target is the per-replica target.
 	Target float64
@@ -105,7 +105,13 @@ func (d Decision) Signal(s Signal) (SignalDecision, bool) {
 //     come: crash-looping pods, pods with no node and none coming, and pods older than the
 //     trigger's startup timeout are stalled and never hold;
 //   - a scale-down removes replicas only while the rest stay within ScaleDownHeadroom of the
-//     target, and never on partial data.
+//     target, and never on partial data;
+//   - with partial data (a ready replica without a fresh sample: typically one that has just
+//     become ready and not been read yet) the demand is the sum over the replicas that were
+//     read: a lower bound, since the others hold at least nothing. It may add replicas (the
+//     demand is at least that) and never removes any. Extrapolating the others' mean to the
+//     unread replicas instead overshoots at every scale-up step, because a replica that has
+//     just become ready holds almost none of the load yet.
 //
 // With ready replicas and no fresh sample it returns ErrNoFreshData.
 func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
@@ -121,13 +127,9 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 	}
 	stalled := o.StalledTotal()
 	d := Decision{Current: o.Ready + o.Starting + stalled, Partial: o.Sampled < o.Ready}
-	scale := 1.0
-	if o.Sampled > 0 {
-		scale = float64(o.Ready) / float64(o.Sampled)
-	}
-	waiting := o.Waiting*scale + o.Upstream
+	waiting := o.Waiting + o.Upstream
 	d.Active = waiting > t.ActivationQueueDepth || o.Running > 0 || o.Starting > 0 || stalled > 0
-	running := o.Running * scale
+	running := o.Running
 	// Sizing signals first: they say how many replicas the load needs.
 	for _, s := range t.Signals() {
 		if s.Constraint() {
@@ -141,17 +143,11 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 		case SignalConcurrency:
 			sd.Raw = waiting + running
 		case SignalKVCache:
-			kvScale := 0.0
-			if o.KVSampled > 0 {
-				kvScale = float64(o.Ready) / float64(o.KVSampled)
-			}
-			sd.Raw = o.KVUsage * kvScale
+			sd.Raw = o.KVUsage
 		case SignalTokens:
-			// Replicas without a window yet count at the mean of those with one; with none,
-			// the rate is unknown: partial, so it holds the fleet and never shrinks it.
-			if o.TokensSampled > 0 {
-				sd.Raw = o.TokensPerSecond * float64(o.Ready) / float64(o.TokensSampled)
-			}
+			// Replicas without a window yet (two pages) count for nothing; with none, the rate
+			// is unknown: partial, so it holds the fleet and never shrinks it.
+			sd.Raw = o.TokensPerSecond
 		}
 		partial := d.Partial || (s == SignalKVCache && o.KVSampled < o.Ready) || (s == SignalTokens && o.TokensSampled < o.Ready)
 		sd.Desired, sd.Held = desired(sd.Raw, target, headroom, d.Current, o.Ready, o.Starting, partial)

@@ -1,0 +1,87 @@
+package autoscale_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/internal/vllmsim"
+	"github.com/berth-dev/berth/test/rigtest"
+)
+
+// TestTokenLoadSizesAnL4Fleet: vllm-sim runs each replica as an L4 serving Llama-3.1-8B token
+// by token (step times from the batch, chunked prefill, lengths drawn like Azure's chat trace),
+// every replica loads its model before it serves, and the ScaledObject sizes the fleet on
+// prompt plus generated tokens per second. At 2 requests/s the fleet processes about 3,700
+// tokens/s, more than one replica's 1,000 target: berth's token signal asks for more replicas,
+// the HPA adds them, Karpenter launches their nodes, and the new replicas serve only after
+// their model load.
+func TestTokenLoadSizesAnL4Fleet(t *testing.T) {
+	ctx := context.Background()
+	r := rigtest.Current()
+	c := r.Client
+	const ns, app = "inference-tokens", "llama-l4"
+	const modelLoad = 15 * time.Second
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
+	sim, err := rigtest.StartVLLMSim(ctx, r, berthBin, ns, "app="+app, metricsPort,
+		"--profile="+vllmsim.ProfileL4Llama8B, "--pattern=poisson", "--seed=3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep := vllmsim.Deployment(ns, app, rig.GPUNodePoolName("l4"), metricsPort, nil)
+	vllmsim.SetModelLoad(dep, modelLoad)
+	if err := c.Create(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	so := vllmsim.ScaledObject(ns, app, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
+		Min: 1, Max: 5, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
+		Metadata: map[string]string{"targetTokensPerSecond": "1000"}})
+	if err := c.Create(ctx, so); err != nil {
+		t.Fatal(err)
+	}
+	created := time.Now()
+	rigtest.Eventually(t, 3*time.Minute, time.Second, "the first replica serves after its model load", func(ctx context.Context) (bool, string, error) {
+		ready, total, err := replicasOf(ctx, c, ns, app)
+		return ready == 1, fmt.Sprintf("%d/%d ready; %s", ready, total, scaledObjectState(ctx, c, ns, app)), err
+	})
+	if waited := time.Since(created); waited < modelLoad {
+		t.Errorf("the first replica was Ready %s after its Deployment, before its %s model load", waited, modelLoad)
+	}
+	if err := sim.SetLoad(ctx, 2, string(vllmsim.PatternPoisson), 3); err != nil {
+		t.Fatal(err)
+	}
+	tokensAsked := func(ctx context.Context) string {
+		var keep []string
+		for _, l := range strings.Split(scalerSeries(ctx, "berth_scaler_signal_value", "berth_scaler_desired_replicas"), "; ") {
+			if strings.Contains(l, `scaled_object="`+app+`"`) {
+				keep = append(keep, l)
+			}
+		}
+		return strings.Join(keep, "; ")
+	}
+	rigtest.Eventually(t, 5*time.Minute, 2*time.Second, "the token load grows the fleet", func(ctx context.Context) (bool, string, error) {
+		ready, total, err := replicasOf(ctx, c, ns, app)
+		st, _ := sim.Status(ctx)
+		return ready >= 3, fmt.Sprintf("%d/%d ready; sim %+v; scaler: %s", ready, total, st, tokensAsked(ctx)), err
+	})
+	if s := tokensAsked(ctx); !strings.Contains(s, `signal="tokens"`) {
+		t.Errorf("the scaler reports no token signal for %s: %s", app, s)
+	}
+	h, err := sim.TTFT(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("L4 fleet at 2 requests/s: %d first tokens, mean TTFT %.2f s; %s", h.Count, h.Sum/float64(max(h.Count, 1)), tokensAsked(ctx))
+	if err := sim.SetRate(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+}
