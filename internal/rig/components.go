@@ -199,8 +199,8 @@ spec:
           {{ end }}{{ end }}
 `
 
-// withStageDelay sets spec.delay of a kwok Stage.
-func withStageDelay(stage []byte, d time.Duration) ([]byte, error) {
+// editStage parses a kwok Stage, lets edit change its spec and returns it re-encoded.
+func editStage(stage []byte, edit func(spec map[string]any)) ([]byte, error) {
 	var obj map[string]any
 	if err := yaml.Unmarshal(stage, &obj); err != nil {
 		return nil, fmt.Errorf("parsing stage: %w", err)
@@ -209,42 +209,42 @@ func withStageDelay(stage []byte, d time.Duration) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("stage has no spec")
 	}
-	spec["delay"] = map[string]any{"durationMilliseconds": d.Milliseconds()}
-	// Start the delay only once nodeRegisterStage has reported the node not Ready, so the two
-	// stages never race for a new node.
-	sel, _ := spec["selector"].(map[string]any)
-	if sel == nil {
-		sel = map[string]any{}
-		spec["selector"] = sel
-	}
-	exprs, _ := sel["matchExpressions"].([]any)
-	sel["matchExpressions"] = append(exprs, map[string]any{
-		"key": `.status.conditions.[] | select( .type == "Ready" ) | .status`, "operator": "Exists",
-	})
+	edit(spec)
 	return yaml.Marshal(obj)
+}
+
+// withStageDelay sets spec.delay of a kwok Stage.
+func withStageDelay(stage []byte, d time.Duration) ([]byte, error) {
+	return editStage(stage, func(spec map[string]any) {
+		spec["delay"] = map[string]any{"durationMilliseconds": d.Milliseconds()}
+		// Start the delay only once nodeRegisterStage has reported the node not Ready, so the
+		// two stages never race for a new node.
+		sel, _ := spec["selector"].(map[string]any)
+		if sel == nil {
+			sel = map[string]any{}
+			spec["selector"] = sel
+		}
+		exprs, _ := sel["matchExpressions"].([]any)
+		sel["matchExpressions"] = append(exprs, map[string]any{
+			"key": `.status.conditions.[] | select( .type == "Ready" ) | .status`, "operator": "Exists",
+		})
+	})
 }
 
 // withStartDelay makes kwok's pod-ready Stage wait berthv1alpha1.DevStartDelayAnnotation on a
 // pod that carries it (none on one that does not): the pod stays ContainerCreating on its node
 // that long, as while its image is pulled and its model loaded.
 func withStartDelay(stage []byte) ([]byte, error) {
-	var obj map[string]any
-	if err := yaml.Unmarshal(stage, &obj); err != nil {
-		return nil, fmt.Errorf("parsing stage: %w", err)
-	}
-	spec, ok := obj["spec"].(map[string]any)
-	if !ok {
-		return nil, fmt.Errorf("stage has no spec")
-	}
-	delay, _ := spec["delay"].(map[string]any)
-	if delay == nil {
-		delay = map[string]any{"durationMilliseconds": 0}
-	}
-	delay["durationFrom"] = map[string]any{
-		"expressionFrom": `.metadata.annotations["` + berthv1alpha1.DevStartDelayAnnotation + `"]`,
-	}
-	spec["delay"] = delay
-	return yaml.Marshal(obj)
+	return editStage(stage, func(spec map[string]any) {
+		delay, _ := spec["delay"].(map[string]any)
+		if delay == nil {
+			delay = map[string]any{"durationMilliseconds": 0}
+		}
+		delay["durationFrom"] = map[string]any{
+			"expressionFrom": `.metadata.annotations["` + berthv1alpha1.DevStartDelayAnnotation + `"]`,
+		}
+		spec["delay"] = delay
+	})
 }
 
 // KarpenterOptions configure Karpenter's kwok provider.

@@ -15,6 +15,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/test/testenv"
 )
 
@@ -40,6 +41,33 @@ func TestWithStageDelay(t *testing.T) {
 	}
 	if _, err := withStageDelay([]byte("kind: Stage\n"), time.Second); err == nil {
 		t.Error("a stage without spec was accepted")
+	}
+}
+
+// TestWithStartDelay: kwok's pod-ready Stage takes its delay from the pod's start-delay
+// annotation and keeps its own delay (none) for pods without it.
+func TestWithStartDelay(t *testing.T) {
+	stage := []byte("apiVersion: kwok.x-k8s.io/v1alpha1\nkind: Stage\nmetadata:\n  name: pod-ready\nspec:\n  resourceRef:\n    kind: Pod\n")
+	out, err := withStartDelay(stage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj struct {
+		Spec struct {
+			Delay struct {
+				DurationMilliseconds *int64 `json:"durationMilliseconds"`
+				DurationFrom         struct {
+					ExpressionFrom string `json:"expressionFrom"`
+				} `json:"durationFrom"`
+			} `json:"delay"`
+		} `json:"spec"`
+	}
+	if err := yaml.Unmarshal(out, &obj); err != nil {
+		t.Fatal(err)
+	}
+	d := obj.Spec.Delay
+	if d.DurationMilliseconds == nil || *d.DurationMilliseconds != 0 || d.DurationFrom.ExpressionFrom != `.metadata.annotations["`+berthv1alpha1.DevStartDelayAnnotation+`"]` {
+		t.Errorf("pod-ready after the start delay = %s", out)
 	}
 }
 

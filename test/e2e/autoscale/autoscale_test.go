@@ -205,6 +205,26 @@ func applyScaledObject(t testing.TB, o vllmsim.ScaledObjectOptions, metric strin
 	})
 }
 
+// ownFleet is a fleet of its own for one test: a namespace named prefix-<random> (deleted when
+// the test ends), a vllm-sim following app's pods there with simFlags, and app's one-replica
+// Deployment whose replicas load their model for modelLoad.
+func ownFleet(t *testing.T, prefix, app string, modelLoad time.Duration, simFlags ...string) (string, *rigtest.VLLMSim, *appsv1.Deployment) {
+	t.Helper()
+	ctx := context.Background()
+	r := rigtest.Current()
+	ns := rigtest.Namespace(t, prefix)
+	sim, err := rigtest.StartVLLMSim(ctx, r, berthBin, ns, "app="+app, metricsPort, simFlags...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dep := vllmsim.Deployment(ns, app, rig.GPUNodePoolName("l4"), metricsPort, nil)
+	vllmsim.SetModelLoad(dep, modelLoad)
+	if err := r.Client.Create(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	return ns, sim, dep
+}
+
 // scaledObjectState is the ScaledObject's status conditions, for failure messages: why KEDA
 // has not built its HPA or scale loop.
 func scaledObjectState(ctx context.Context, c client.Client, ns, name string) string {

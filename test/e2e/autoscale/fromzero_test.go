@@ -9,12 +9,9 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/internal/vllmsim"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -27,30 +24,18 @@ import (
 // to 0.
 func TestScaleFromZeroThroughTheEndpointPicker(t *testing.T) {
 	ctx := context.Background()
-	r := rigtest.Current()
-	c := r.Client
-	const ns, app, pool = "inference-zero", "qwen", "qwen-pool"
+	c := rigtest.Current().Client
+	const app, pool = "qwen", "qwen-pool"
 	// Each replica loads its model this long before it serves (shorter than vLLM's usual, to
 	// keep the test short; long enough to tell from a replica that serves at once).
 	const modelLoad = 20 * time.Second
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	picker, err := rigtest.StartVLLMSim(ctx, r, berthBin, ns, "app="+app, metricsPort,
+	ns, picker, dep := ownFleet(t, "inference-zero", app, modelLoad,
 		"--max-num-seqs=8", "--service-time=2s", "--kv-blocks=1000", "--kv-blocks-per-seq=110", "--inference-pool="+pool)
-	if err != nil {
-		t.Fatal(err)
-	}
 	adminURL, err := url.Parse(picker.Admin)
 	if err != nil {
 		t.Fatal(err)
 	}
 	prom := rigtest.StartPrometheus(t, time.Second, []rigtest.PrometheusTarget{{Address: adminURL.Host, Labels: map[string]string{"namespace": ns}}})
-	dep := vllmsim.Deployment(ns, app, rig.GPUNodePoolName("l4"), metricsPort, nil)
-	vllmsim.SetModelLoad(dep, modelLoad)
-	if err := c.Create(ctx, dep); err != nil {
-		t.Fatal(err)
-	}
 	so := vllmsim.ScaledObject(ns, app, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
 		Min: 0, Max: 4, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
 		TargetQueueDepth: "4", Metadata: map[string]string{"demandPreset": "endpoint-picker", "inferencePool": pool, "prometheusAddress": prom}})

@@ -7,10 +7,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/internal/vllmsim"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -25,31 +21,17 @@ import (
 // them, Karpenter launches their nodes, and the new replicas serve only after their model load.
 func TestTokenLoadSizesAnL4Fleet(t *testing.T) {
 	ctx := context.Background()
-	r := rigtest.Current()
-	c := r.Client
-	const ns, app = "inference-tokens", "llama-l4"
+	c := rigtest.Current().Client
+	const app = "llama-l4"
 	const modelLoad = 15 * time.Second
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}) })
-	sim, err := rigtest.StartVLLMSim(ctx, r, berthBin, ns, "app="+app, metricsPort,
-		"--profile="+vllmsim.ProfileL4Llama8B, "--pattern=poisson", "--seed=3")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dep := vllmsim.Deployment(ns, app, rig.GPUNodePoolName("l4"), metricsPort, nil)
-	vllmsim.SetModelLoad(dep, modelLoad)
-	if err := c.Create(ctx, dep); err != nil {
-		t.Fatal(err)
-	}
+	created := time.Now()
+	ns, sim, _ := ownFleet(t, "inference-tokens", app, modelLoad, "--profile="+vllmsim.ProfileL4Llama8B, "--pattern=poisson", "--seed=3")
 	so := vllmsim.ScaledObject(ns, app, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
 		Min: 1, Max: 5, PollingInterval: 5, CooldownPeriod: 10, ScaleDownWindow: 10, MetricsPort: metricsPort,
 		Metadata: map[string]string{"targetTokensPerSecond": "600"}})
 	if err := c.Create(ctx, so); err != nil {
 		t.Fatal(err)
 	}
-	created := time.Now()
 	rigtest.Eventually(t, 3*time.Minute, time.Second, "the first replica serves after its model load", func(ctx context.Context) (bool, string, error) {
 		ready, total, err := replicasOf(ctx, c, ns, app)
 		return ready == 1, fmt.Sprintf("%d/%d ready; %s", ready, total, scaledObjectState(ctx, c, ns, app)), err
@@ -69,7 +51,9 @@ func TestTokenLoadSizesAnL4Fleet(t *testing.T) {
 		}
 		return strings.Join(keep, "; ")
 	}
-	rigtest.Eventually(t, 5*time.Minute, 2*time.Second, "the token load grows the fleet", func(ctx context.Context) (bool, string, error) {
+	// The token rate is the counters' growth over the scaler's one-minute window, so it ramps
+	// up over that minute; each step then waits for its replicas' node and model load.
+	rigtest.Eventually(t, 8*time.Minute, 2*time.Second, "the token load grows the fleet", func(ctx context.Context) (bool, string, error) {
 		ready, total, err := replicasOf(ctx, c, ns, app)
 		st, _ := sim.Status(ctx)
 		return ready >= 3, fmt.Sprintf("%d/%d ready; sim %+v; scaler: %s", ready, total, st, tokensAsked(ctx)), err
