@@ -10,6 +10,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -108,11 +109,18 @@ func waitAllBound(t *testing.T, ns, group string, n int, timeout time.Duration) 
 	t.Helper()
 	rigtest.Eventually(t, timeout, 100*time.Millisecond, "all members of "+group+" bound", func(ctx context.Context) (bool, string, error) {
 		total, gated, bound, err := memberStates(ctx, ns, group)
-		var pg berthv1alpha1.PodGroup
-		if err := rigtest.Current().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: group}, &pg); err != nil {
+		if err != nil {
 			return false, "", err
 		}
-		return bound == n && total == n, fmt.Sprintf("%d members, %d gated, %d bound; PodGroup %s %+v", total, gated, bound, pg.Status.Phase, pg.Status.Conditions), err
+		var pg berthv1alpha1.PodGroup
+		// An adapted gang's PodGroup is created by the adapter after its first member is seen:
+		// not there yet is a state to wait through, not a failure.
+		if err := rigtest.Current().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: group}, &pg); apierrors.IsNotFound(err) {
+			return false, fmt.Sprintf("%d members, %d gated, %d bound; no PodGroup yet", total, gated, bound), nil
+		} else if err != nil {
+			return false, "", err
+		}
+		return bound == n && total == n, fmt.Sprintf("%d members, %d gated, %d bound; PodGroup %s %+v", total, gated, bound, pg.Status.Phase, pg.Status.Conditions), nil
 	})
 }
 
