@@ -3,10 +3,13 @@ package scheduling_test
 import (
 	"fmt"
 	"math/rand"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/berth-dev/berth/scheduling"
 	"github.com/berth-dev/berth/test/builders"
@@ -34,9 +37,22 @@ func randomCluster(seed int64, nNodes, gangSize int) ([]*corev1.Node, []scheduli
 		}
 		nodes = append(nodes, b.Obj())
 		for j := range rng.Intn(4) {
-			p := builders.Pod(fmt.Sprintf("%s-x%d", name, j), "other").GPU(rng.Intn(3)).Request(corev1.ResourceCPU, fmt.Sprint(rng.Intn(8)))
+			ns := "other"
+			if rng.Intn(3) == 0 {
+				ns = "ml" // where inter-pod rules of and against the members apply
+			}
+			p := builders.Pod(fmt.Sprintf("%s-x%d", name, j), ns).GPU(rng.Intn(3)).Request(corev1.ResourceCPU, fmt.Sprint(rng.Intn(8)))
 			if rng.Intn(4) == 0 {
 				p.Phase(corev1.PodSucceeded)
+			}
+			if rng.Intn(6) == 0 {
+				p.Label("job", "g")
+			}
+			if rng.Intn(4) == 0 {
+				p.Label("app", "web")
+			}
+			if rng.Intn(8) == 0 {
+				p.PodAntiAffinity([]string{corev1.LabelHostname, corev1.LabelTopologyZone}[rng.Intn(2)], "job", "g")
 			}
 			pods = append(pods, scheduling.PodOnNode{Pod: p.Obj(), Node: name})
 		}
@@ -45,7 +61,8 @@ func randomCluster(seed int64, nNodes, gangSize int) ([]*corev1.Node, []scheduli
 	if rng.Intn(2) == 0 {
 		g.TopologyKey = corev1.LabelTopologyZone
 	}
-	spreadOut := rng.Intn(4) == 0
+	rules := rng.Intn(8)
+	spreadOut := rules == 0
 	for i := range gangSize {
 		p := builders.Pod(fmt.Sprintf("m%02d", i), "ml").Member("g").Label("job", "g").GPU(rng.Intn(9)).
 			Request(corev1.ResourceCPU, fmt.Sprint(rng.Intn(16)))
@@ -55,8 +72,17 @@ func randomCluster(seed int64, nNodes, gangSize int) ([]*corev1.Node, []scheduli
 		if rng.Intn(6) == 0 {
 			p.NodeSelector(corev1.LabelTopologyZone, zones[rng.Intn(3)])
 		}
-		if spreadOut {
+		switch rules {
+		case 0:
 			p.PodAntiAffinity(corev1.LabelHostname, "job", "g")
+		case 1:
+			p.PodAffinity(corev1.LabelTopologyZone, "job", "g")
+		case 2:
+			p.PodAntiAffinity(corev1.LabelTopologyZone, "app", "web")
+		case 3:
+			p.Spread(corev1.LabelTopologyZone, 1, "job", "g")
+		case 4:
+			p.PodAffinity(corev1.LabelHostname, "app", "web")
 		}
 		g.Members = append(g.Members, p.Obj())
 	}
@@ -137,6 +163,7 @@ func checkFeasible(t *testing.T, nodes []*corev1.Node, pods []scheduling.PodOnNo
 		seen[n.Name] = true
 		add(n.Name, m)
 	}
+	checkInterPod(t, byName, pods, g, r)
 	for node, u := range used {
 		alloc := byName[node].Status.Allocatable
 		for k, q := range u {
@@ -181,19 +208,89 @@ func FuzzPlace(f *testing.F) {
 
 // TestRandomPlacementsAreFeasible runs many fuzz inputs as a plain test so `go test` covers them.
 func TestRandomPlacementsAreFeasible(t *testing.T) {
-	fits := 0
-	for seed := int64(0); seed < 400; seed++ {
+	const runs = 1000
+	fits, withRules := 0, 0
+	for seed := int64(0); seed < runs; seed++ {
 		nodes, pods, unavailable, g, oneOnEach := randomCluster(seed, 1+int(seed*7)%40, 1+int(seed*13)%24)
 		r := scheduling.Place(scheduling.NewSnapshot(nodes, pods, unavailable), g)
 		if r.Fits() {
 			fits++
+			if g.Members[0].Spec.Affinity != nil || len(g.Members[0].Spec.TopologySpreadConstraints) > 0 {
+				withRules++
+			}
 			checkFeasible(t, nodes, pods, unavailable, g, oneOnEach, r)
 		} else if r.Reason == "" {
 			t.Fatalf("seed %d: no fit without a reason", seed)
 		}
 	}
-	if fits < 40 {
-		t.Errorf("only %d of 400 random gangs fit; the generator no longer exercises placements", fits)
+	if fits < runs/20 || withRules < runs/40 {
+		t.Errorf("only %d of %d random gangs fit, %d with inter-pod rules; the generator no longer exercises placements", fits, runs, withRules)
 	}
-	t.Logf("%d of 400 random gangs fit", fits)
+	t.Logf("%d of %d random gangs fit, %d with inter-pod rules", fits, runs, withRules)
+}
+
+// checkInterPod verifies, independently of the placement code, that the final state honours
+// every required inter-pod rule that concerns a member: no pod in a member's domain matches one
+// of its anti-affinity terms, no pod's anti-affinity term matches a member in that pod's
+// domain, and each of a member's affinity terms is met by a pod in its domain (itself, when it
+// matches its own term: the first of a group that wants to be together).
+func checkInterPod(t *testing.T, nodes map[string]*corev1.Node, pods []scheduling.PodOnNode, g scheduling.Gang, r scheduling.Result) {
+	t.Helper()
+	var all []scheduling.PodOnNode
+	for _, pn := range pods {
+		if pn.Pod.Status.Phase != corev1.PodSucceeded && pn.Pod.Status.Phase != corev1.PodFailed {
+			all = append(all, pn)
+		}
+	}
+	for i, a := range r.Assignments {
+		all = append(all, scheduling.PodOnNode{Pod: g.Members[i], Node: a.Node})
+	}
+	sameDomain := func(a, b, key string) bool {
+		va, ok := nodes[a].Labels[key]
+		vb, ok2 := nodes[b].Labels[key]
+		return ok && ok2 && va == vb
+	}
+	matches := func(owner *corev1.Pod, term corev1.PodAffinityTerm, p *corev1.Pod) bool {
+		namespaces := term.Namespaces
+		if len(namespaces) == 0 {
+			namespaces = []string{owner.Namespace}
+		}
+		sel, err := metav1.LabelSelectorAsSelector(term.LabelSelector)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.Contains(namespaces, p.Namespace) && sel.Matches(labels.Set(p.Labels))
+	}
+	for i, a := range r.Assignments {
+		m := g.Members[i]
+		for _, o := range all {
+			if o.Pod == m {
+				continue
+			}
+			if aff := m.Spec.Affinity; aff != nil && aff.PodAntiAffinity != nil {
+				for _, term := range aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+					if sameDomain(a.Node, o.Node, term.TopologyKey) && matches(m, term, o.Pod) {
+						t.Errorf("member %s on %s: %s on %s is in its %s and matches its anti-affinity", m.Name, a.Node, o.Pod.Name, o.Node, term.TopologyKey)
+					}
+				}
+			}
+			if aff := o.Pod.Spec.Affinity; aff != nil && aff.PodAntiAffinity != nil {
+				for _, term := range aff.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+					if sameDomain(a.Node, o.Node, term.TopologyKey) && matches(o.Pod, term, m) {
+						t.Errorf("member %s on %s is in the %s of %s on %s, whose anti-affinity it matches", m.Name, a.Node, term.TopologyKey, o.Pod.Name, o.Node)
+					}
+				}
+			}
+		}
+		if aff := m.Spec.Affinity; aff != nil && aff.PodAffinity != nil {
+			for _, term := range aff.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+				met := slices.ContainsFunc(all, func(o scheduling.PodOnNode) bool {
+					return sameDomain(a.Node, o.Node, term.TopologyKey) && matches(m, term, o.Pod)
+				})
+				if !met {
+					t.Errorf("member %s on %s: no pod in its %s matches its affinity", m.Name, a.Node, term.TopologyKey)
+				}
+			}
+		}
+	}
 }

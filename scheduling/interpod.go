@@ -1,7 +1,9 @@
 package scheduling
 
 import (
+	"maps"
 	"math"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +15,6 @@ import (
 // podView is the pods on each node during one placement attempt: what the snapshot holds plus
 // the gang's members placed so far.
 type podView struct {
-	nodes []*NodeState
 	extra map[*NodeState][]*corev1.Pod
 }
 
@@ -102,126 +103,323 @@ func hasInterPodRules(p *corev1.Pod) bool {
 	return len(requiredAffinity(p)) > 0 || len(requiredAntiAffinity(p)) > 0 || len(hardSpread(p)) > 0
 }
 
-// sameDomain reports whether a and b share a value of key (both must have it).
-func sameDomain(a, b *NodeState, key string) bool {
-	va, ok := a.Node.Labels[key]
-	if !ok {
-		return false
-	}
-	vb, ok := b.Node.Labels[key]
-	return ok && va == vb
+// antiPod is a pod in the snapshot with required anti-affinity terms, compiled once: the pods
+// whose rules can repel a new member (kube-scheduler's PodsWithRequiredAntiAffinity).
+type antiPod struct {
+	node  int
+	terms []compiledTerm
 }
 
-// affinityOK: every required pod-affinity term of p is met by some pod in n's domain of that
-// term's key — or no pod anywhere matches the term and p matches it itself (the first of a
-// group that wants to be together), as in kube-scheduler.
-func affinityOK(p *corev1.Pod, n *NodeState, v *podView) bool {
-	for _, raw := range requiredAffinity(p) {
-		t := compileTerm(p, raw)
-		if _, ok := n.Node.Labels[t.key]; !ok {
-			return false
-		}
-		inDomain, anywhere := false, false
-		for _, m := range v.nodes {
-			for _, q := range v.pods(m) {
-				if !t.matches(q) {
-					continue
-				}
-				anywhere = true
-				if sameDomain(m, n, t.key) {
-					inDomain = true
-				}
-			}
-		}
-		if !inDomain && (anywhere || !t.matches(p)) {
-			return false
-		}
+func compileAnti(p *corev1.Pod) []compiledTerm {
+	raw := requiredAntiAffinity(p)
+	if len(raw) == 0 {
+		return nil
 	}
-	return true
+	out := make([]compiledTerm, len(raw))
+	for i, t := range raw {
+		out[i] = compileTerm(p, t)
+	}
+	return out
 }
 
-// antiAffinityOK: no pod in n's domain matches one of p's anti-affinity terms, and p matches no
-// anti-affinity term of a pod in that pod's domain (the rule is symmetric).
-func antiAffinityOK(p *corev1.Pod, n *NodeState, v *podView) bool {
-	var own []compiledTerm
-	for _, raw := range requiredAntiAffinity(p) {
-		own = append(own, compileTerm(p, raw))
+// interPod is what one class's inter-pod rules need to know about where pods run, counted per
+// topology domain once per class and attempt (as kube-scheduler's InterPodAffinity and
+// PodTopologySpread PreFilter do), then kept up to date as members are placed: checking a node
+// is a few map lookups instead of a scan of every pod in the cluster.
+type interPod struct {
+	affinity []termCount // the class's required pod-affinity terms
+	anti     []termCount // its required anti-affinity terms
+	// repelled counts, by topology key and domain, pods whose required anti-affinity term
+	// matches the class's members (the rule is symmetric).
+	repelled map[string]map[string]int
+	spread   []*spreadCount
+}
+
+// termCount is one (anti-)affinity term of the class with the pods that match it per domain of
+// its key, and anywhere (pods on nodes without the key included).
+type termCount struct {
+	term     compiledTerm
+	self     bool // the class's members match the term themselves
+	byDomain map[string]int
+	anywhere int
+}
+
+// spreadCount is one DoNotSchedule topology spread constraint of the class with the matching
+// pods per domain over the nodes the constraint counts (nodeAffinityPolicy and nodeTaintsPolicy).
+type spreadCount struct {
+	key      string
+	sel      labels.Selector
+	ns       string
+	maxSkew  int
+	self     int // 1 when the class's members match the selector
+	eligible []bool
+	byDomain map[string]int
+	// minCount is the smallest count over the domains (0 when there are fewer than minDomains),
+	// atMin how many domains have it: counts only grow, so it is recomputed only when the last
+	// domain at the minimum grows.
+	minCount, atMin int
+	tooFew          bool
+}
+
+// interPodFor counts, for class c, the pods in the snapshot and those placed earlier in this
+// attempt against c's rules and the anti-affinity rules of every pod that has any. nil when
+// nothing constrains c's members by where pods run.
+func (a *attempt) interPodFor(c *class) *interPod {
+	rep := c.rep
+	ip := &interPod{repelled: map[string]map[string]int{}}
+	for _, raw := range requiredAffinity(rep) {
+		t := compileTerm(rep, raw)
+		ip.affinity = append(ip.affinity, termCount{term: t, self: t.matches(rep), byDomain: map[string]int{}})
 	}
-	for _, m := range v.nodes {
-		for _, q := range v.pods(m) {
-			for _, t := range own {
-				if sameDomain(m, n, t.key) && t.matches(q) {
-					return false
-				}
-			}
-			for _, raw := range requiredAntiAffinity(q) {
-				t := compileTerm(q, raw)
-				if sameDomain(m, n, t.key) && t.matches(p) {
-					return false
-				}
+	for _, raw := range requiredAntiAffinity(rep) {
+		t := compileTerm(rep, raw)
+		ip.anti = append(ip.anti, termCount{term: t, self: t.matches(rep), byDomain: map[string]int{}})
+	}
+	for _, con := range hardSpread(rep) {
+		ip.spread = append(ip.spread, a.s.newSpreadCount(rep, con, c.aff))
+	}
+	for _, ap := range a.s.antiPods {
+		ip.repel(a.s.nodes[ap.node], ap.terms, rep)
+	}
+	if len(ip.affinity)+len(ip.anti)+len(ip.spread) > 0 {
+		for _, n := range a.s.nodes {
+			for _, q := range n.pods {
+				ip.count(n, q)
 			}
 		}
 	}
-	return true
+	for n, ps := range a.view.extra {
+		for _, q := range ps {
+			ip.count(n, q)
+			ip.repel(n, compileAnti(q), rep)
+		}
+	}
+	for _, sc := range ip.spread {
+		sc.settle()
+	}
+	if len(ip.affinity)+len(ip.anti)+len(ip.spread)+len(ip.repelled) == 0 {
+		return nil
+	}
+	return ip
 }
 
-// spreadOK checks p's DoNotSchedule topology spread constraints for node n: the skew after
-// placing p in n's domain must stay within maxSkew. Domains are counted over nodes that pass
-// p's node affinity (nodeAffinityPolicy Honor, the default) and, with nodeTaintsPolicy Honor,
-// its tolerations.
-func spreadOK(p *corev1.Pod, n *NodeState, v *podView, aff nodeaffinity.RequiredNodeAffinity) bool {
-	for _, c := range hardSpread(p) {
-		dom, ok := n.Node.Labels[c.TopologyKey]
+// repel records the domains of node n that a pod there with anti-affinity terms closes to p.
+func (ip *interPod) repel(n *NodeState, terms []compiledTerm, p *corev1.Pod) {
+	for _, t := range terms {
+		v, ok := n.Node.Labels[t.key]
+		if !ok || !t.matches(p) {
+			continue
+		}
+		byDomain := ip.repelled[t.key]
+		if byDomain == nil {
+			byDomain = map[string]int{}
+			ip.repelled[t.key] = byDomain
+		}
+		byDomain[v]++
+	}
+}
+
+// count adds pod q on node n to the class's own terms and spread constraints.
+func (ip *interPod) count(n *NodeState, q *corev1.Pod) {
+	for i := range ip.affinity {
+		t := &ip.affinity[i]
+		if t.term.matches(q) {
+			t.anywhere++
+			if v, ok := n.Node.Labels[t.term.key]; ok {
+				t.byDomain[v]++
+			}
+		}
+	}
+	for i := range ip.anti {
+		t := &ip.anti[i]
+		if v, ok := n.Node.Labels[t.term.key]; ok && t.term.matches(q) {
+			t.byDomain[v]++
+		}
+	}
+	for _, sc := range ip.spread {
+		if v, ok := n.Node.Labels[sc.key]; ok && sc.eligible[n.idx] && q.Namespace == sc.ns && sc.sel.Matches(labels.Set(q.Labels)) {
+			sc.byDomain[v]++
+		}
+	}
+}
+
+// placed counts a member of the class just placed on n.
+func (ip *interPod) placed(n *NodeState) {
+	if ip == nil {
+		return
+	}
+	for i := range ip.affinity {
+		if t := &ip.affinity[i]; t.self {
+			t.anywhere++
+			if v, ok := n.Node.Labels[t.term.key]; ok {
+				t.byDomain[v]++
+			}
+		}
+	}
+	for i := range ip.anti {
+		if t := &ip.anti[i]; t.self {
+			if v, ok := n.Node.Labels[t.term.key]; ok {
+				t.byDomain[v]++
+			}
+		}
+	}
+	for _, sc := range ip.spread {
+		if v, ok := n.Node.Labels[sc.key]; ok && sc.self == 1 && sc.eligible[n.idx] {
+			sc.inc(v)
+		}
+	}
+}
+
+// allows reports whether a member of the class may go on n: every affinity term is met in n's
+// domain (or, for the first of a group that wants to be together, nowhere yet), no anti-affinity
+// term of the class or of a pod in n's domains is violated, and every spread constraint's skew
+// stays within maxSkew.
+func (ip *interPod) allows(n *NodeState) bool {
+	if ip == nil {
+		return true
+	}
+	labels := n.Node.Labels
+	for i := range ip.affinity {
+		t := &ip.affinity[i]
+		v, ok := labels[t.term.key]
 		if !ok {
 			return false
 		}
-		sel, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
-		if err != nil || c.LabelSelector == nil {
-			sel = labels.Nothing()
+		if t.byDomain[v] == 0 && (t.anywhere > 0 || !t.self) {
+			return false
 		}
-		sel = withLabelKeys(sel, p, c.MatchLabelKeys, selection.In)
-		honorAffinity := c.NodeAffinityPolicy == nil || *c.NodeAffinityPolicy == corev1.NodeInclusionPolicyHonor
-		honorTaints := c.NodeTaintsPolicy != nil && *c.NodeTaintsPolicy == corev1.NodeInclusionPolicyHonor
-		counts := map[string]int{}
-		for _, m := range v.nodes {
-			d, ok := m.Node.Labels[c.TopologyKey]
-			if !ok {
-				continue
-			}
-			if honorAffinity {
-				if match, err := aff.Match(m.Node); err != nil || !match {
-					continue
-				}
-			}
-			if honorTaints && staticReject(m, p, aff, nil) != "" {
-				continue
-			}
-			if _, seen := counts[d]; !seen {
-				counts[d] = 0
-			}
-			for _, q := range v.pods(m) {
-				if q.Namespace == p.Namespace && sel.Matches(labels.Set(q.Labels)) {
-					counts[d]++
-				}
-			}
+	}
+	for i := range ip.anti {
+		t := &ip.anti[i]
+		if v, ok := labels[t.term.key]; ok && t.byDomain[v] > 0 {
+			return false
 		}
-		minCount := math.MaxInt
-		for _, cnt := range counts {
-			minCount = min(minCount, cnt)
+	}
+	for key, byDomain := range ip.repelled {
+		if v, ok := labels[key]; ok && byDomain[v] > 0 {
+			return false
 		}
-		if c.MinDomains != nil && int32(len(counts)) < *c.MinDomains {
-			minCount = 0
-		}
-		if minCount == math.MaxInt {
-			minCount = 0
-		}
-		self := 0
-		if sel.Matches(labels.Set(p.Labels)) {
-			self = 1
-		}
-		if counts[dom]+self-minCount > int(c.MaxSkew) {
+	}
+	for _, sc := range ip.spread {
+		v, ok := labels[sc.key]
+		if !ok || sc.byDomain[v]+sc.self-sc.min() > sc.maxSkew {
 			return false
 		}
 	}
 	return true
+}
+
+// seedKey is the domains of n that decide the class's affinity terms: nodes with the same key
+// are equivalent first choices for a self-affine group. "" when the class has no affinity terms.
+func (ip *interPod) seedKey(n *NodeState) string {
+	if ip == nil || len(ip.affinity) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for i := range ip.affinity {
+		b.WriteString(n.Node.Labels[ip.affinity[i].term.key])
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// clone copies the counts, for a retry of the same class.
+func (ip *interPod) clone() *interPod {
+	if ip == nil {
+		return nil
+	}
+	// repelled does not change while one class is placed: its members' own anti-affinity
+	// terms are counted in anti.
+	c := &interPod{repelled: ip.repelled, affinity: cloneTerms(ip.affinity), anti: cloneTerms(ip.anti)}
+	for _, sc := range ip.spread {
+		cp := *sc
+		cp.byDomain = maps.Clone(sc.byDomain)
+		c.spread = append(c.spread, &cp)
+	}
+	return c
+}
+
+func cloneTerms(ts []termCount) []termCount {
+	out := make([]termCount, len(ts))
+	for i, t := range ts {
+		t.byDomain = maps.Clone(t.byDomain)
+		out[i] = t
+	}
+	return out
+}
+
+// newSpreadCount prepares constraint con of pod p: the nodes it counts (those with its key
+// that pass p's node affinity under nodeAffinityPolicy Honor, the default, and its tolerations
+// under nodeTaintsPolicy Honor) and their domains, each starting at zero.
+func (s *Snapshot) newSpreadCount(p *corev1.Pod, con corev1.TopologySpreadConstraint, aff nodeaffinity.RequiredNodeAffinity) *spreadCount {
+	sel, err := metav1.LabelSelectorAsSelector(con.LabelSelector)
+	if err != nil || con.LabelSelector == nil {
+		sel = labels.Nothing()
+	}
+	sel = withLabelKeys(sel, p, con.MatchLabelKeys, selection.In)
+	sc := &spreadCount{key: con.TopologyKey, sel: sel, ns: p.Namespace, maxSkew: int(con.MaxSkew),
+		eligible: make([]bool, len(s.nodes)), byDomain: map[string]int{}}
+	if sel.Matches(labels.Set(p.Labels)) {
+		sc.self = 1
+	}
+	honorAffinity := con.NodeAffinityPolicy == nil || *con.NodeAffinityPolicy == corev1.NodeInclusionPolicyHonor
+	honorTaints := con.NodeTaintsPolicy != nil && *con.NodeTaintsPolicy == corev1.NodeInclusionPolicyHonor
+	for _, m := range s.nodes {
+		d, ok := m.Node.Labels[con.TopologyKey]
+		if !ok {
+			continue
+		}
+		if honorAffinity {
+			if match, err := aff.Match(m.Node); err != nil || !match {
+				continue
+			}
+		}
+		if honorTaints && staticReject(m, p, aff, nil) != "" {
+			continue
+		}
+		sc.eligible[m.idx] = true
+		sc.byDomain[d] += 0
+	}
+	sc.tooFew = con.MinDomains != nil && int32(len(sc.byDomain)) < *con.MinDomains
+	return sc
+}
+
+// settle recomputes the minimum over the domains.
+func (sc *spreadCount) settle() {
+	sc.minCount, sc.atMin = math.MaxInt, 0
+	for _, c := range sc.byDomain {
+		switch {
+		case c < sc.minCount:
+			sc.minCount, sc.atMin = c, 1
+		case c == sc.minCount:
+			sc.atMin++
+		}
+	}
+	if sc.atMin == 0 {
+		sc.minCount = 0
+	}
+}
+
+// min is the global minimum the skew is measured against.
+func (sc *spreadCount) min() int {
+	if sc.tooFew {
+		return 0
+	}
+	return sc.minCount
+}
+
+// inc counts one more matching pod in domain v.
+func (sc *spreadCount) inc(v string) {
+	c, known := sc.byDomain[v]
+	sc.byDomain[v] = c + 1
+	if !known {
+		sc.settle() // a new domain (cannot happen for eligible nodes, which are all pre-seeded)
+		return
+	}
+	if c == sc.minCount {
+		sc.atMin--
+		if sc.atMin == 0 {
+			sc.settle()
+		}
+	}
 }

@@ -3,6 +3,7 @@ package scheduling
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -118,16 +119,18 @@ func Place(s *Snapshot, g Gang) Result {
 	return Result{Reason: s.explain(g, classes, best, len(domains)), Placeable: best.placed}
 }
 
-// classify groups members that ask for the same things. Labels only matter when some member
-// has inter-pod rules (members may then select each other); members with host ports are placed
-// one by one, as they may exclude each other from a node.
+// classify groups members that ask for the same things. Labels matter when some member has
+// inter-pod rules (members may then select each other; they are placed one by one) or some pod
+// in the snapshot has anti-affinity (which may repel some members and not others); members
+// with host ports are placed one by one, as they may exclude each other from a node.
 func (s *Snapshot) classify(members []*corev1.Pod) []*class {
-	labelsMatter := false
+	gangRules := false
 	for _, m := range members {
 		if hasInterPodRules(m) {
-			labelsMatter = true
+			gangRules = true
 		}
 	}
+	labelsMatter := gangRules || len(s.antiPods) > 0
 	byKey := map[string]*class{}
 	var out []*class
 	for i, m := range members {
@@ -138,7 +141,7 @@ func (s *Snapshot) classify(members []*corev1.Pod) []*class {
 		c, ok := byKey[key]
 		if !ok {
 			c = &class{rep: m, req: s.ri.vecOf(reqs), aff: nodeaffinity.GetRequiredNodeAffinity(m), vols: volumeSelectors(vt),
-				slow: labelsMatter || ports != ""}
+				slow: gangRules || ports != ""}
 			byKey[key] = c
 			out = append(out, c)
 			c.cands, c.rejects = s.staticFilter(key, c)
@@ -374,7 +377,7 @@ func (s *Snapshot) try(g Gang, classes []*class, domain string) *attempt {
 // instead of stopping at the first class that does not fit.
 func (s *Snapshot) attempt(g Gang, classes []*class, domain string, keepGoing bool) *attempt {
 	a := &attempt{domain: domain, s: s, assigned: make([]*NodeState, len(g.Members)), used: map[*NodeState]vec{},
-		view: &podView{nodes: s.nodes, extra: map[*NodeState][]*corev1.Pod{}}}
+		view: &podView{extra: map[*NodeState][]*corev1.Pod{}}}
 	for _, c := range classes {
 		cands := c.cands
 		if domain != "" {
@@ -386,10 +389,19 @@ func (s *Snapshot) attempt(g Gang, classes []*class, domain string, keepGoing bo
 				}
 			}
 		}
+		// Who may go where by the rules of pods (the class's own, and the anti-affinity of
+		// pods already running), counted once for the class.
+		var ip *interPod
+		if c.slow || len(s.antiPods) > 0 {
+			ip = a.interPodFor(c)
+		}
 		var ok bool
 		if c.slow {
-			ok = a.placeOneByOne(g, c, cands)
+			ok = a.placeOneByOne(g, c, cands, ip)
 		} else {
+			if ip != nil {
+				cands = slices.DeleteFunc(slices.Clone(cands), func(n *NodeState) bool { return !ip.allows(n) })
+			}
 			ok = a.placeInBulk(g, c, cands)
 		}
 		if !ok {
@@ -474,22 +486,34 @@ func (a *attempt) preferBulk(n, p *bulkCand, remaining int) bool {
 }
 
 // placeOneByOne places members whose feasibility depends on where other pods run (pod
-// affinity, anti-affinity, topology spread), re-checking those rules for every member. Greedy
-// choices can strand later members (the first member of a self-affine group picks the zone for
-// all), so when the greedy pass fails it retries with the first member on each other candidate
-// node, up to maxSeeds, and keeps the first success.
-func (a *attempt) placeOneByOne(g Gang, c *class, cands []*NodeState) bool {
+// affinity, anti-affinity, topology spread, host ports), re-checking those rules for every
+// member against counts kept per topology domain (ip). Greedy choices can strand later members
+// (the first member of a self-affine group picks the domain for all), so when the greedy pass
+// of such a group fails it retries with the first member in each other domain its affinity
+// terms tell apart, up to maxSeeds, and keeps the first success. Other rules gain nothing from
+// another first node: members that repel each other or spread need as many domains as they
+// need, whichever they start in.
+func (a *attempt) placeOneByOne(g Gang, c *class, cands []*NodeState, ip *interPod) bool {
 	saved := a.save()
-	if a.greedy(g, c, cands, nil) {
+	if a.greedy(g, c, cands, nil, ip.clone()) {
 		return true
 	}
+	if ip == nil || len(ip.affinity) == 0 {
+		return false
+	}
 	best := a.save()
-	for i, seed := range cands {
-		if i == maxSeeds {
+	tried := map[string]bool{}
+	for _, seed := range cands {
+		if len(tried) == maxSeeds {
 			break
 		}
+		k := ip.seedKey(seed)
+		if tried[k] || a.capacity(seed, c) == 0 || !ip.allows(seed) {
+			continue
+		}
+		tried[k] = true
 		a.restore(saved)
-		if a.greedy(g, c, cands, seed) {
+		if a.greedy(g, c, cands, seed, ip.clone()) {
 			return true
 		}
 		if a.placed > best.placed {
@@ -503,7 +527,7 @@ func (a *attempt) placeOneByOne(g Gang, c *class, cands []*NodeState) bool {
 // maxSeeds bounds the retries of placeOneByOne.
 const maxSeeds = 64
 
-func (a *attempt) greedy(g Gang, c *class, cands []*NodeState, seed *NodeState) bool {
+func (a *attempt) greedy(g Gang, c *class, cands []*NodeState, seed *NodeState, ip *interPod) bool {
 	for i, m := range c.members {
 		p := g.Members[m]
 		var pick *NodeState
@@ -511,7 +535,7 @@ func (a *attempt) greedy(g Gang, c *class, cands []*NodeState, seed *NodeState) 
 			if i == 0 && seed != nil && n != seed {
 				continue
 			}
-			if a.capacity(n, c) == 0 || !portsOK(p, n, a.view) || !affinityOK(p, n, a.view) || !antiAffinityOK(p, n, a.view) || !spreadOK(p, n, a.view, c.aff) {
+			if a.capacity(n, c) == 0 || !ip.allows(n) || !portsOK(p, n, a.view) {
 				continue
 			}
 			if pick == nil || a.tieBreak(n, pick) {
@@ -522,6 +546,7 @@ func (a *attempt) greedy(g Gang, c *class, cands []*NodeState, seed *NodeState) 
 			return false
 		}
 		a.put(pick, c, m, p)
+		ip.placed(pick)
 	}
 	return true
 }

@@ -2,6 +2,7 @@ package scheduling
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -41,6 +42,8 @@ type Snapshot struct {
 	domainCache map[string][]string
 	// volumes are pods' volume topologies by VolumeKey (SetVolumes); read-only, shared by clones.
 	volumes map[string]VolumeTopology
+	// antiPods are the pods with required anti-affinity, whose rules placement must honour too.
+	antiPods []antiPod
 }
 
 // NewSnapshot builds a snapshot from nodes and the pods that count against them. Pods on
@@ -77,6 +80,9 @@ func (s *Snapshot) add(ns *NodeState, p *corev1.Pod, req vec) {
 		ns.used[i] += a
 	}
 	ns.pods = append(ns.pods, p)
+	if terms := compileAnti(p); len(terms) > 0 {
+		s.antiPods = append(s.antiPods, antiPod{node: ns.idx, terms: terms})
+	}
 }
 
 // Nodes are the snapshot's nodes in name order.
@@ -142,7 +148,7 @@ func (s *Snapshot) Assume(members []*corev1.Pod, r Result) error {
 // Clone copies the snapshot so a placement can be simulated without touching the original.
 func (s *Snapshot) Clone() *Snapshot {
 	c := &Snapshot{ri: &resIndex{slot: make(map[corev1.ResourceName]int, len(s.ri.slot)), names: append([]corev1.ResourceName(nil), s.ri.names...)},
-		byName: make(map[string]*NodeState, len(s.nodes)), volumes: s.volumes}
+		byName: make(map[string]*NodeState, len(s.nodes)), volumes: s.volumes, antiPods: slices.Clone(s.antiPods)}
 	for k, v := range s.ri.slot {
 		c.ri.slot[k] = v
 	}
