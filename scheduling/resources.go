@@ -59,6 +59,11 @@ type term struct {
 // podRequests is what kube-scheduler counts against a node for this pod: the larger of the
 // sum of app containers (plus restartable init containers) and the largest init container,
 // plus pod overhead, plus one pod.
+// PodRequests are what a pod counts against its node, as placement (and kube-scheduler) counts
+// them: containers, init containers and sidecars, overhead, and one pod. Callers that keep it
+// per pod version pass it back in PodOnNode.Requests so a snapshot need not compute it again.
+func PodRequests(p *corev1.Pod) corev1.ResourceList { return podRequests(p) }
+
 func podRequests(p *corev1.Pod) corev1.ResourceList {
 	reqs := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 	out := make(corev1.ResourceList, len(reqs)+1)

@@ -13,6 +13,9 @@ import (
 type PodOnNode struct {
 	Pod  *corev1.Pod
 	Node string
+	// Requests, when set, are the pod's PodRequests (kept by the caller per pod version); the
+	// snapshot computes them when nil. Never modified.
+	Requests corev1.ResourceList
 }
 
 // NodeState is one node as placement sees it.
@@ -67,7 +70,11 @@ func NewSnapshot(nodes []*corev1.Node, pods []PodOnNode, unavailable map[string]
 			continue
 		}
 		if ns, ok := s.byName[pn.Node]; ok {
-			s.add(ns, pn.Pod, s.ri.vecOf(podRequests(pn.Pod)))
+			req := pn.Requests
+			if req == nil {
+				req = podRequests(pn.Pod)
+			}
+			s.add(ns, pn.Pod, s.ri.vecOf(req))
 		}
 	}
 	return s

@@ -84,6 +84,8 @@ type Reconciler struct {
 	orphansSeen map[types.UID]bool
 	// unschedulableSeen is when each released member was first seen unschedulable, by UID.
 	unschedulableSeen map[types.UID]time.Time
+	// requests are pods' requests by version, kept across cycles.
+	requests requestCache
 }
 
 // New builds the admission controller.

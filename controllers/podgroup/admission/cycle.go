@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/podgroup/gate"
@@ -51,17 +52,21 @@ type gangView struct {
 }
 
 // newCycle lists PodGroups, pods and nodes from the cache and builds the cycle's view.
+//
+// The lists share the cache's objects (no deep copy: at 10,000 pods copying them was most of a
+// cycle). Nothing in a cycle may modify a listed object or anything it points to: every write
+// starts from a DeepCopy, and no API response is decoded into a listed object.
 func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	var groups berthv1alpha1.PodGroupList
-	if err := r.client.List(ctx, &groups); err != nil {
+	if err := r.client.List(ctx, &groups, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing PodGroups: %w", err)
 	}
 	var podList corev1.PodList
-	if err := r.client.List(ctx, &podList); err != nil {
+	if err := r.client.List(ctx, &podList, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing pods: %w", err)
 	}
 	var nodeList corev1.NodeList
-	if err := r.client.List(ctx, &nodeList); err != nil {
+	if err := r.client.List(ctx, &nodeList, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	pods := ptrs(podList.Items)
@@ -87,6 +92,7 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	r.mu.Lock()
 	r.forgetCaughtUp(cy.groups)
 	cy.onNodes = podsOnNodes(pods, cy.groups, r.assumed)
+	r.requests.fill(cy.onNodes)
 	r.mu.Unlock()
 	cy.unavailable = unavailableNodes(cy.nodes)
 	// A member whose claims could not be read is blocked (never placed) and the error returned

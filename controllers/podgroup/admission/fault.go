@@ -6,8 +6,8 @@ import (
 )
 
 // FaultEnv names a fault-injection point at which the controller process exits at once, for
-// the restart-safety tests: "after-pin" (members pinned, still gated), "after-ungate" (gates
-// removed, barrier still up) or "mid-seats" (half of a gang's seats created). Never set in
+// the restart-safety tests: "mid-release" (half of a gang's members pinned and ungated, the
+// others still gated), "after-ungate" (every member pinned and ungated, barrier still up) or "mid-seats" (half of a gang's seats created). Never set in
 // production.
 const FaultEnv = "BERTH_FAULT_EXIT_AT"
 

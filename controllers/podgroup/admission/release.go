@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -79,23 +80,32 @@ func withPin(p *corev1.Pod, node, barrier string) *corev1.Pod {
 	return out
 }
 
-// pin writes the pin to a gated member (optimistic lock: a concurrent change is retried by the
-// next cycle, never overwritten) and returns the pod as stored.
-func (r *Reconciler) pin(ctx context.Context, p *corev1.Pod, node, barrier string) (*corev1.Pod, error) {
+// pinAndUngate pins a gated member to its node and removes berth's gate in one patch: Kubernetes
+// accepts narrowing a pod's node affinity in the very update that removes its gates (what must
+// be gated is the pod as it was). The pin names the release barrier, so the member still cannot
+// bind until the whole gang is released. Optimistic lock: a concurrent change (another
+// scheduler's gate removed, a user's edit) is retried by the next cycle, never overwritten. A
+// member an earlier release pinned but did not ungate only loses its gate.
+func (r *Reconciler) pinAndUngate(ctx context.Context, p *corev1.Pod, node, barrier string) error {
 	if n, ok := pinned(p); ok {
 		if n != node {
-			return nil, fmt.Errorf("member %s is already pinned to %s, not %s", p.Name, n, node)
+			return fmt.Errorf("member %s is already pinned to %s, not %s", p.Name, n, node)
 		}
-		return p, nil
+		return r.ungate(ctx, p)
 	}
 	out := withPin(p, node, barrier)
-	if err := r.client.Patch(ctx, out, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
-		return nil, fmt.Errorf("pinning member %s to %s: %w", p.Name, node, err)
+	if i := gateIndex(out); i >= 0 {
+		out.Spec.SchedulingGates = slices.Delete(out.Spec.SchedulingGates, i, i+1)
 	}
-	return out, nil
+	if err := r.client.Patch(ctx, out, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("pinning member %s to %s and removing its gate: %w", p.Name, node, err)
+	}
+	return nil
 }
 
 // ungate removes berth's gate with a JSON patch that first tests the gate is where we saw it.
+// The patch is sent for a bare copy of the pod's name: p may be the cache's own object, which
+// must never receive the response.
 func (r *Reconciler) ungate(ctx context.Context, p *corev1.Pod) error {
 	i := gateIndex(p)
 	if i < 0 {
@@ -105,16 +115,18 @@ func (r *Reconciler) ungate(ctx context.Context, p *corev1.Pod) error {
 		{"op": "test", "path": fmt.Sprintf("/spec/schedulingGates/%d/name", i), "value": berthv1alpha1.SchedulingGate},
 		{"op": "remove", "path": fmt.Sprintf("/spec/schedulingGates/%d", i)},
 	})
-	if err := r.client.Patch(ctx, p, client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+	target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
+	if err := r.client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing the gate of member %s: %w", p.Name, err)
 	}
 	return nil
 }
 
-// release pins every gated member to its assigned node behind the gang's barrier, removes all
-// their gates in one parallel burst, and only then lifts the barrier on the gang's nodes: no
-// member can be bound before the last gate is gone. Every step is idempotent, so a restarted
-// controller simply runs it again.
+// release pins every gated member to its assigned node behind the gang's barrier and removes
+// its gate, one patch per member in one parallel burst, and only then lifts the barrier on the
+// gang's nodes: no member can be bound before the last gate is gone. Every step is idempotent,
+// so a restarted controller simply runs it again. Writes: one per member, two per node (barrier
+// up and down), plus the seats' deletion.
 func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string, seats []*corev1.Pod) error {
 	barrier := barrierKey(g)
 	var gated []*corev1.Pod
@@ -125,18 +137,17 @@ func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, mem
 			}
 		}
 	}
-	// 1. Pin (still gated: nothing can be scheduled yet).
-	stored := make([]*corev1.Pod, len(gated))
-	if err := parallel(gated, func(i int, m *corev1.Pod) error {
-		p, err := r.pin(ctx, m, nodeOf[m.Name], barrier)
-		stored[i] = p
-		return err
-	}); err != nil {
-		return err
+	if faultArmed("mid-release") {
+		// For the restart tests: half of the members released, then the process dies.
+		for _, m := range gated[:(len(gated)+1)/2] {
+			if err := r.pinAndUngate(ctx, m, nodeOf[m.Name], barrier); err != nil {
+				return err
+			}
+		}
+		faultPoint("mid-release")
 	}
-	faultPoint("after-pin")
-	// 2. Remove every gate. Members are pinned behind the barrier: still nothing binds.
-	if err := parallel(stored, func(_ int, m *corev1.Pod) error { return r.ungate(ctx, m) }); err != nil {
+	// 1.–2. Pin and ungate. Members are pinned behind the barrier: still nothing binds.
+	if err := parallel(gated, func(_ int, m *corev1.Pod) error { return r.pinAndUngate(ctx, m, nodeOf[m.Name], barrier) }); err != nil {
 		return err
 	}
 	faultPoint("after-ungate")

@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestRestartFinishesRelease(t *testing.T) {
-	for i, fault := range []string{"after-pin", "after-ungate"} {
+	for i, fault := range []string{"mid-release", "after-ungate"} {
 		t.Run(fault, func(t *testing.T) {
 			ctx := context.Background()
 			r := rigtest.Current()
@@ -75,16 +75,33 @@ func TestRestartFinishesRelease(t *testing.T) {
 			if !strings.Contains(string(log), "fault injection: exiting at "+fault) {
 				t.Fatalf("controller exited, but not at the fault point:\n%s", lastLines(string(log), 20))
 			}
-			// Half-way state: every member pinned to the same node, none bound.
+			// Half-way state: half the members (mid-release) or all of them (after-ungate)
+			// pinned to one node and ungated, the others still gated and unpinned; none bound.
 			pods := members(t, ns.Name)
-			node = pods[0].Annotations[berthv1alpha1.PinnedNodeAnnotation]
+			node = ""
+			released := 0
 			for _, p := range pods {
-				if p.Annotations[berthv1alpha1.PinnedNodeAnnotation] != node || node == "" {
-					t.Errorf("member %s not pinned with the others after the crash (annotations %v)", p.Name, p.Annotations)
+				pin := p.Annotations[berthv1alpha1.PinnedNodeAnnotation]
+				gated := len(p.Spec.SchedulingGates) > 0
+				switch {
+				case pin != "" && !gated:
+					released++
+					if node == "" {
+						node = pin
+					}
+					if pin != node {
+						t.Errorf("member %s pinned to %s, another to %s", p.Name, pin, node)
+					}
+				case pin == "" && gated:
+				default:
+					t.Errorf("member %s half-released: pinned to %q, gated %v (pin and ungate are one patch)", p.Name, pin, gated)
 				}
 				if p.Spec.NodeName != "" {
 					t.Errorf("member %s bound to %s while the release was interrupted", p.Name, p.Spec.NodeName)
 				}
+			}
+			if want := map[string]int{"mid-release": 2, "after-ungate": 4}[fault]; released != want {
+				t.Errorf("%d members released at %s, want %d", released, fault, want)
 			}
 			time.Sleep(2 * time.Second)
 			for _, p := range members(t, ns.Name) {
