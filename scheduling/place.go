@@ -44,6 +44,9 @@ type Result struct {
 
 	// reqs are the members' requests as placement counted them, for Assume.
 	reqs []vec
+	// partial are, when the gang does not fit, the nodes of the members the best attempt could
+	// place (nil for the others), for ReservePlaced.
+	partial []*NodeState
 }
 
 // Fits reports whether every member was placed.
@@ -74,6 +77,8 @@ type class struct {
 	slow    bool // depends on where other pods run (inter-pod rules, host ports)
 	cands   []*NodeState
 	rejects rejections
+	// filter is the snapshot's cached filter result for members like these.
+	filter *filtered
 }
 
 // Place decides where every member of the gang goes, without changing the snapshot.
@@ -97,9 +102,11 @@ func Place(s *Snapshot, g Gang) Result {
 			return Result{Reason: fmt.Sprintf("no node has the label %s that the gang's topology.requiredKey names", g.TopologyKey)}
 		}
 	}
+	// Every attempt places all the members it can (not only up to the first class that does
+	// not fit): a gang that does not fit then knows the room it can already use (ReservePlaced).
 	var best *attempt
 	for _, d := range domains {
-		a := s.try(g, classes, d)
+		a := s.attempt(g, classes, d, true)
 		if best == nil || a.better(best) {
 			best = a
 		}
@@ -116,7 +123,7 @@ func Place(s *Snapshot, g Gang) Result {
 		}
 		return r
 	}
-	return Result{Reason: s.explain(g, classes, best, len(domains)), Placeable: best.placed}
+	return Result{Reason: s.explain(g, classes, best, len(domains)), Placeable: best.placed, partial: best.assigned}
 }
 
 // classify groups members that ask for the same things. Labels matter when some member has
@@ -134,7 +141,7 @@ func (s *Snapshot) classify(members []*corev1.Pod) []*class {
 	byKey := map[string]*class{}
 	var out []*class
 	for i, m := range members {
-		reqs := podRequests(m)
+		reqs := s.requestsOf(m)
 		vt := s.volumesOf(m)
 		ports := portsKey(m)
 		key := classKey(m, reqs, labelsMatter) + "|" + ports + "|" + volumesKey(vt)
@@ -144,7 +151,8 @@ func (s *Snapshot) classify(members []*corev1.Pod) []*class {
 				slow: gangRules || ports != ""}
 			byKey[key] = c
 			out = append(out, c)
-			c.cands, c.rejects = s.staticFilter(key, c)
+			c.filter = s.staticFilter(key, c)
+			c.cands, c.rejects = c.filter.cands, c.filter.rejects
 		}
 		c.members = append(c.members, i)
 	}
@@ -164,9 +172,9 @@ func (s *Snapshot) classify(members []*corev1.Pod) []*class {
 // staticFilter splits the snapshot's nodes into those a class may use and why the others
 // are ruled out. What a node is (labels, taints, cordon, availability) does not change within
 // a snapshot, so results are cached by class key: gangs of the same shape filter once.
-func (s *Snapshot) staticFilter(key string, c *class) ([]*NodeState, rejections) {
+func (s *Snapshot) staticFilter(key string, c *class) *filtered {
 	if hit, ok := s.filterCache[key]; ok {
-		return hit.cands, hit.rejects
+		return hit
 	}
 	var cands []*NodeState
 	rej := rejections{}
@@ -178,16 +186,36 @@ func (s *Snapshot) staticFilter(key string, c *class) ([]*NodeState, rejections)
 		cands = append(cands, n)
 	}
 	if s.filterCache == nil {
-		s.filterCache = map[string]filtered{}
+		s.filterCache = map[string]*filtered{}
 	}
-	s.filterCache[key] = filtered{cands: cands, rejects: rej}
-	return cands, rej
+	f := &filtered{cands: cands, rejects: rej, roomy: slices.Clone(cands)}
+	s.filterCache[key] = f
+	return f
 }
 
 // filtered is a cached staticFilter result.
 type filtered struct {
 	cands   []*NodeState
 	rejects rejections
+	// roomy are the cands that, by what counts against them in the snapshot, still have room
+	// for one such member. What counts against a node only grows within a snapshot (Assume,
+	// reservations), so a node without room stays without: each gang of this shape need not
+	// look at it again. On a full cluster with hundreds of waiting gangs this is most of a
+	// cycle.
+	roomy []*NodeState
+}
+
+// withRoom drops the nodes that no longer have room for one member of c and returns the rest.
+func (f *filtered) withRoom(c *class) []*NodeState {
+	f.roomy = slices.DeleteFunc(f.roomy, func(n *NodeState) bool {
+		for _, t := range c.terms {
+			if at(n.alloc, t.slot)-at(n.used, t.slot) < t.amt {
+				return true
+			}
+		}
+		return false
+	})
+	return f.roomy
 }
 
 // weight orders requests: accelerators and other extended resources first, then cpu, memory.
@@ -367,23 +395,18 @@ func (a *attempt) better(b *attempt) bool {
 	return a.domain < b.domain
 }
 
-// try places the gang inside one domain ("" = everywhere), stopping at the first class of
-// members that does not fit.
-func (s *Snapshot) try(g Gang, classes []*class, domain string) *attempt {
-	return s.attempt(g, classes, domain, false)
-}
-
 // attempt places the gang inside one domain; with keepGoing it places every member it can
 // instead of stopping at the first class that does not fit.
 func (s *Snapshot) attempt(g Gang, classes []*class, domain string, keepGoing bool) *attempt {
 	a := &attempt{domain: domain, s: s, assigned: make([]*NodeState, len(g.Members)), used: map[*NodeState]vec{},
 		view: &podView{extra: map[*NodeState][]*corev1.Pod{}}}
 	for _, c := range classes {
-		cands := c.cands
+		cands := c.filter.withRoom(c)
 		if domain != "" {
 			dom := s.domainOf(g.TopologyKey)
-			cands = make([]*NodeState, 0, len(c.cands))
-			for _, n := range c.cands {
+			all := cands
+			cands = make([]*NodeState, 0, len(all))
+			for _, n := range all {
 				if dom[n.idx] == domain {
 					cands = append(cands, n)
 				}
@@ -597,13 +620,14 @@ func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int
 	if c == nil {
 		return b.String()
 	}
-	var eligible []*NodeState
+	inDomain := func(n *NodeState) bool { return best.domain == "" || n.Node.Labels[g.TopologyKey] == best.domain }
+	eligible := 0
 	for _, n := range c.cands {
-		if best.domain == "" || n.Node.Labels[g.TopologyKey] == best.domain {
-			eligible = append(eligible, n)
+		if inDomain(n) {
+			eligible++
 		}
 	}
-	if len(eligible) == 0 {
+	if eligible == 0 {
 		fmt.Fprintf(&b, ": no node can take member %s (%d nodes: %s)", c.rep.Name, len(s.nodes), c.rejects.String())
 		return b.String()
 	}
@@ -616,7 +640,10 @@ func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int
 			need += int64(len(other.members)) * at(other.req, t.slot)
 		}
 		var free, largest int64
-		for _, n := range eligible {
+		for _, n := range c.cands {
+			if !inDomain(n) {
+				continue
+			}
 			f := at(n.alloc, t.slot) - at(n.used, t.slot)
 			free += max(0, f)
 			largest = max(largest, f)

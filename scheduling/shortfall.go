@@ -104,10 +104,30 @@ func (s *Snapshot) ReservePartial(g Gang) int {
 	}
 	for i, m := range g.Members {
 		if n := best.assigned[i]; n != nil {
-			s.add(s.byName[n.Name()], m, s.ri.vecOf(podRequests(m)))
+			s.add(s.byName[n.Name()], m, s.ri.vecOf(s.requestsOf(m)))
 		}
 	}
 	return best.placed
+}
+
+// ReservePlaced is ReservePartial for a gang Place already found does not fit (in this snapshot,
+// or in a copy of it such as Without's): it counts the members Place could place against their
+// nodes, without placing again. It returns how many members it reserved.
+func (s *Snapshot) ReservePlaced(g Gang, r Result) int {
+	if r.Fits() || len(r.partial) != len(g.Members) {
+		return 0
+	}
+	placed := 0
+	for i, n := range r.partial {
+		if n == nil {
+			continue
+		}
+		if ns, ok := s.byName[n.Name()]; ok {
+			s.add(ns, g.Members[i], s.ri.vecOf(s.requestsOf(g.Members[i])))
+			placed++
+		}
+	}
+	return placed
 }
 
 // Without is a copy of the snapshot in which the given pods no longer count against their
@@ -128,7 +148,7 @@ func (s *Snapshot) Without(pods []*corev1.Pod) *Snapshot {
 				kept = append(kept, p)
 				continue
 			}
-			req := c.ri.vecOf(podRequests(p))
+			req := c.ri.vecOf(c.requestsOf(p))
 			n.used = c.ri.grow(n.used)
 			for i, v := range req {
 				n.used[i] -= v

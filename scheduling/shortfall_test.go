@@ -163,3 +163,31 @@ func TestReservePartialKeepsRoomFromLaterGangs(t *testing.T) {
 		t.Errorf("%d GPUs left free after the reservation, want 0", got)
 	}
 }
+
+// TestReservePlacedKeepsWhatPlaceCouldPlace: a gang that does not fit reserves, from Place's own
+// attempt, the members it could place — across classes, not only up to the first class short
+// of room — as ReservePartial would.
+func TestReservePlacedKeepsWhatPlaceCouldPlace(t *testing.T) {
+	nodes := []*corev1.Node{builders.Node("a").GPU(8).Obj(), builders.Node("b").GPU(4).Obj()}
+	var members []*corev1.Pod
+	for i := range 3 {
+		members = append(members, builders.Pod(fmt.Sprintf("big-%d", i), "ml").Member("g").GPU(8).Obj())
+	}
+	for i := range 4 {
+		members = append(members, builders.Pod(fmt.Sprintf("small-%d", i), "ml").Member("g").GPU(1).Obj())
+	}
+	g := scheduling.Gang{Members: members}
+	placing, reserving := scheduling.NewSnapshot(nodes, nil, nil), scheduling.NewSnapshot(nodes, nil, nil)
+	res := scheduling.Place(placing, g)
+	if res.Fits() {
+		t.Fatal("24 + 4 GPUs fit on 12")
+	}
+	if got, want := placing.ReservePlaced(g, res), reserving.ReservePartial(g); got != want || got != 5 {
+		t.Fatalf("ReservePlaced reserved %d members, ReservePartial %d; want 5 (one 8-GPU member, four 1-GPU)", got, want)
+	}
+	for _, n := range []string{"a", "b"} {
+		if placing.Free(n, "nvidia.com/gpu") != reserving.Free(n, "nvidia.com/gpu") {
+			t.Errorf("node %s: %d GPUs free after ReservePlaced, %d after ReservePartial", n, placing.Free(n, "nvidia.com/gpu"), reserving.Free(n, "nvidia.com/gpu"))
+		}
+	}
+}

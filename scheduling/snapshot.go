@@ -13,10 +13,11 @@ import (
 type PodOnNode struct {
 	Pod  *corev1.Pod
 	Node string
-	// Requests, when set, are the pod's PodRequests (kept by the caller per pod version); the
-	// snapshot computes them when nil. Never modified.
-	Requests corev1.ResourceList
 }
+
+// RequestLookup returns a pod's PodRequests as the caller keeps them (per pod version, across
+// snapshots), or nil when it has none. What it returns is never modified.
+type RequestLookup func(*corev1.Pod) corev1.ResourceList
 
 // NodeState is one node as placement sees it.
 type NodeState struct {
@@ -41,12 +42,14 @@ type Snapshot struct {
 	ri          *resIndex
 	nodes       []*NodeState
 	byName      map[string]*NodeState
-	filterCache map[string]filtered
+	filterCache map[string]*filtered
 	domainCache map[string][]string
 	// volumes are pods' volume topologies by VolumeKey (SetVolumes); read-only, shared by clones.
 	volumes map[string]VolumeTopology
 	// antiPods are the pods with required anti-affinity, whose rules placement must honour too.
 	antiPods []antiPod
+	// lookup finds pods' requests before they are computed (nil: always computed).
+	lookup RequestLookup
 }
 
 // NewSnapshot builds a snapshot from nodes and the pods that count against them. Pods on
@@ -54,7 +57,13 @@ type Snapshot struct {
 // capacity, as in kube-scheduler. unavailable maps node names to why they may not take new
 // members. Nodes are kept in name order so results are deterministic.
 func NewSnapshot(nodes []*corev1.Node, pods []PodOnNode, unavailable map[string]string) *Snapshot {
-	s := &Snapshot{ri: newResIndex(), byName: make(map[string]*NodeState, len(nodes))}
+	return NewSnapshotWithRequests(nodes, pods, unavailable, nil)
+}
+
+// NewSnapshotWithRequests is NewSnapshot where pods' requests (of the pods given and of the
+// members placed later) are looked up first and only computed when lookup has none.
+func NewSnapshotWithRequests(nodes []*corev1.Node, pods []PodOnNode, unavailable map[string]string, lookup RequestLookup) *Snapshot {
+	s := &Snapshot{ri: newResIndex(), byName: make(map[string]*NodeState, len(nodes)), lookup: lookup}
 	sorted := append([]*corev1.Node(nil), nodes...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for _, n := range sorted {
@@ -70,14 +79,20 @@ func NewSnapshot(nodes []*corev1.Node, pods []PodOnNode, unavailable map[string]
 			continue
 		}
 		if ns, ok := s.byName[pn.Node]; ok {
-			req := pn.Requests
-			if req == nil {
-				req = podRequests(pn.Pod)
-			}
-			s.add(ns, pn.Pod, s.ri.vecOf(req))
+			s.add(ns, pn.Pod, s.ri.vecOf(s.requestsOf(pn.Pod)))
 		}
 	}
 	return s
+}
+
+// requestsOf is p's PodRequests, looked up when the caller keeps them.
+func (s *Snapshot) requestsOf(p *corev1.Pod) corev1.ResourceList {
+	if s.lookup != nil {
+		if req := s.lookup(p); req != nil {
+			return req
+		}
+	}
+	return podRequests(p)
 }
 
 func (s *Snapshot) add(ns *NodeState, p *corev1.Pod, req vec) {
@@ -145,7 +160,7 @@ func (s *Snapshot) Assume(members []*corev1.Pod, r Result) error {
 		if len(r.reqs) == len(r.Assignments) && members[i] == p {
 			req = r.reqs[i] // counted by Place for this very pod
 		} else {
-			req = s.ri.vecOf(podRequests(p))
+			req = s.ri.vecOf(s.requestsOf(p))
 		}
 		s.add(ns, p, req)
 	}
@@ -155,7 +170,7 @@ func (s *Snapshot) Assume(members []*corev1.Pod, r Result) error {
 // Clone copies the snapshot so a placement can be simulated without touching the original.
 func (s *Snapshot) Clone() *Snapshot {
 	c := &Snapshot{ri: &resIndex{slot: make(map[corev1.ResourceName]int, len(s.ri.slot)), names: append([]corev1.ResourceName(nil), s.ri.names...)},
-		byName: make(map[string]*NodeState, len(s.nodes)), volumes: s.volumes, antiPods: slices.Clone(s.antiPods)}
+		byName: make(map[string]*NodeState, len(s.nodes)), volumes: s.volumes, antiPods: slices.Clone(s.antiPods), lookup: s.lookup}
 	for k, v := range s.ri.slot {
 		c.ri.slot[k] = v
 	}

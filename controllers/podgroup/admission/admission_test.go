@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/test/builders"
@@ -138,7 +137,7 @@ func TestNodeChangedIgnoresHeartbeats(t *testing.T) {
 			updated := old.DeepCopy()
 			updated.ResourceVersion = "2"
 			tc.change(updated)
-			if got := nodeChanged(event.UpdateEvent{ObjectOld: old, ObjectNew: updated}); got != tc.want {
+			if got := nodeChanged(old, updated); got != tc.want {
 				t.Errorf("nodeChanged = %v, want %v", got, tc.want)
 			}
 		})

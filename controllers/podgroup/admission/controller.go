@@ -22,17 +22,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -86,6 +82,9 @@ type Reconciler struct {
 	unschedulableSeen map[types.UID]time.Time
 	// requests are pods' requests by version, kept across cycles.
 	requests requestCache
+	// reader is where cycles read the cluster: stores kept by informer events once set up with
+	// a manager, the client otherwise.
+	reader clusterReader
 }
 
 // New builds the admission controller.
@@ -104,6 +103,7 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 		assumed:     map[string][]berthv1alpha1.MemberAssignment{},
 		boundSeen:   map[string]bool{},
 		orphansSeen: map[types.UID]bool{}, unschedulableSeen: map[types.UID]time.Time{},
+		reader: listReader{c},
 	}
 }
 
@@ -114,43 +114,25 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 // +kubebuilder:rbac:groups=karpenter.sh,resources=nodeclaims,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch;patch
 
-// SetupWithManager registers the cycle: any change to PodGroups, pods, claims or nodes triggers
-// it, except a node's heartbeat, which changes nothing placement reads.
+// SetupWithManager registers the cycle. PodGroups, pods and nodes are kept in stores from the
+// informers' events, and a change that can alter a decision triggers a cycle once its store has
+// it (see filter.go for what can); a claim bound, created or deleted triggers one too.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	t := &trigger{}
+	stores, err := newStoreReader(context.Background(), mgr.GetCache(), t)
+	if err != nil {
+		return fmt.Errorf("setting up the admission stores: %w", err)
+	}
+	r.reader = stores
 	toCycle := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{cycleKey}
 	})
 	return builder.ControllerManagedBy(mgr).
 		Named(Name).
-		Watches(&berthv1alpha1.PodGroup{}, toCycle).
-		Watches(&corev1.Pod{}, toCycle).
+		WatchesRawSource(t).
 		// A claim bound, created (an ephemeral volume's) or deleted changes where members fit.
 		Watches(&corev1.PersistentVolumeClaim{}, toCycle).
-		Watches(&corev1.Node{}, toCycle, builder.WithPredicates(predicate.Funcs{UpdateFunc: nodeChanged})).
 		Complete(r)
-}
-
-// nodeChanged reports whether a node update changed more than heartbeat times: a kubelet (or
-// kwok) heartbeat rewrites every condition's lastHeartbeatTime every few seconds on every node,
-// and a cycle for each would run the whole cluster's admission for nothing.
-func nodeChanged(e event.UpdateEvent) bool {
-	oldNode, ok1 := e.ObjectOld.(*corev1.Node)
-	newNode, ok2 := e.ObjectNew.(*corev1.Node)
-	if !ok1 || !ok2 {
-		return true
-	}
-	return !equality.Semantic.DeepEqual(withoutHeartbeat(oldNode), withoutHeartbeat(newNode))
-}
-
-// withoutHeartbeat is a copy of n without what every heartbeat changes.
-func withoutHeartbeat(n *corev1.Node) *corev1.Node {
-	out := n.DeepCopy()
-	out.ResourceVersion = ""
-	out.ManagedFields = nil
-	for i := range out.Status.Conditions {
-		out.Status.Conditions[i].LastHeartbeatTime = metav1.Time{}
-	}
-	return out
 }
 
 // Reconcile runs one admission cycle over the whole cluster:
@@ -164,6 +146,9 @@ func withoutHeartbeat(n *corev1.Node) *corev1.Node {
 // resync) requeues the next cycle.
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
 	cy, err := r.newCycle(ctx)
+	if errors.Is(err, errNotSynced) {
+		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
+	}
 	if err != nil {
 		return reconcile.Result{}, err
 	}

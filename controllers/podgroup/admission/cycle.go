@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/podgroup/gate"
@@ -35,6 +34,8 @@ type cycle struct {
 	seats map[types.UID][]*corev1.Pod
 	// volumeErr is what went wrong reading members' claims (those members are blocked).
 	volumeErr error
+	// requests looks up pods' requests kept across cycles (the Reconciler's requestCache).
+	requests scheduling.RequestLookup
 
 	// What the booting snapshot is built from, on first use.
 	volumes     map[string]scheduling.VolumeTopology
@@ -51,26 +52,16 @@ type gangView struct {
 	seats   []*corev1.Pod
 }
 
-// newCycle lists PodGroups, pods and nodes from the cache and builds the cycle's view.
-//
-// The lists share the cache's objects (no deep copy: at 10,000 pods copying them was most of a
-// cycle). Nothing in a cycle may modify a listed object or anything it points to: every write
-// starts from a DeepCopy, and no API response is decoded into a listed object.
+// newCycle reads PodGroups, pods and nodes (r.reader) and builds the cycle's view. The objects
+// are shared with the cache: nothing in a cycle may modify a listed pod or node, or anything a
+// PodGroup points to. Every write starts from a DeepCopy, and no API response is decoded into a
+// read object.
 func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
-	var groups berthv1alpha1.PodGroupList
-	if err := r.client.List(ctx, &groups, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing PodGroups: %w", err)
+	groups, pods, nodes, err := r.reader.read(ctx)
+	if err != nil {
+		return nil, err
 	}
-	var podList corev1.PodList
-	if err := r.client.List(ctx, &podList, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
-	}
-	var nodeList corev1.NodeList
-	if err := r.client.List(ctx, &nodeList, client.UnsafeDisableDeepCopy); err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
-	}
-	pods := ptrs(podList.Items)
-	cy := &cycle{now: r.clock.Now(), groups: ptrs(groups.Items), nodes: ptrs(nodeList.Items), bootBudget: r.opts.NodeReadyBudget}
+	cy := &cycle{now: r.clock.Now(), groups: groups, nodes: nodes, bootBudget: r.opts.NodeReadyBudget, requests: r.requests.lookup}
 	cy.members = membersByGroup(pods)
 	uids := make(map[types.UID]bool, len(pods))
 	for _, p := range pods {
@@ -92,13 +83,13 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	r.mu.Lock()
 	r.forgetCaughtUp(cy.groups)
 	cy.onNodes = podsOnNodes(pods, cy.groups, r.assumed)
-	r.requests.fill(cy.onNodes)
+	r.requests.update(pods)
 	r.mu.Unlock()
 	cy.unavailable = unavailableNodes(cy.nodes)
 	// A member whose claims could not be read is blocked (never placed) and the error returned
 	// after the cycle; the other gangs go on.
 	cy.volumes, cy.volumeErr = volumeTopologies(ctx, cacheVolumes{r.client}, cy.members)
-	cy.snap = scheduling.NewSnapshot(cy.nodes, cy.onNodes, cy.unavailable)
+	cy.snap = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, cy.unavailable, cy.requests)
 	cy.snap.SetVolumes(cy.volumes)
 	return cy, nil
 }
@@ -113,7 +104,7 @@ func (cy *cycle) gang(g *berthv1alpha1.PodGroup) gangView {
 // most once per cycle.
 func (cy *cycle) bootingSnapshot() *scheduling.Snapshot {
 	if cy.booting == nil {
-		cy.booting = scheduling.NewSnapshot(cy.nodes, cy.onNodes, withoutBooting(cy.unavailable, cy.nodes, cy.now, cy.bootBudget))
+		cy.booting = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, withoutBooting(cy.unavailable, cy.nodes, cy.now, cy.bootBudget), cy.requests)
 		cy.booting.SetVolumes(cy.volumes)
 	}
 	return cy.booting

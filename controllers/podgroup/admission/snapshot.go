@@ -68,18 +68,24 @@ func unavailableNodes(nodes []*corev1.Node) map[string]string {
 // podsOnNodes is what counts against nodes: bound, running pods, and members promised a node
 // by an admission (status.assignments) that kube-scheduler has not bound yet.
 func podsOnNodes(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup, assumed map[string][]berthv1alpha1.MemberAssignment) []scheduling.PodOnNode {
-	byKey := make(map[string]*corev1.Pod, len(pods))
-	byUID := make(map[string]*corev1.Pod, len(pods))
-	var out []scheduling.PodOnNode
+	out := make([]scheduling.PodOnNode, 0, len(pods))
+	var unbound []*corev1.Pod
 	for _, p := range pods {
-		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-			continue
+		switch {
+		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
+		case p.Spec.NodeName != "":
+			out = append(out, scheduling.PodOnNode{Pod: p, Node: p.Spec.NodeName})
+		default:
+			unbound = append(unbound, p)
 		}
+	}
+	// Only an unbound pod can be promised: index those alone (a few against the cluster's
+	// thousands of bound pods).
+	byKey := make(map[string]*corev1.Pod, len(unbound))
+	byUID := make(map[string]*corev1.Pod, len(unbound))
+	for _, p := range unbound {
 		byKey[p.Namespace+"/"+p.Name] = p
 		byUID[string(p.UID)] = p
-		if p.Spec.NodeName != "" {
-			out = append(out, scheduling.PodOnNode{Pod: p, Node: p.Spec.NodeName})
-		}
 	}
 	for _, g := range groups {
 		for _, a := range assignmentsOf(g, assumed) {
@@ -87,7 +93,7 @@ func podsOnNodes(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup, assumed m
 			if a.UID != "" {
 				p, ok = byUID[string(a.UID)]
 			}
-			if ok && p.Spec.NodeName == "" {
+			if ok {
 				out = append(out, scheduling.PodOnNode{Pod: p, Node: a.Node})
 			}
 		}
@@ -114,22 +120,44 @@ type requestKey struct {
 // the cluster was a quarter of a cycle at 10,000 pods, and a pod's requests only change with a
 // new version of it. Entries of versions a cycle did not see are dropped.
 type requestCache struct {
-	entries map[requestKey]corev1.ResourceList
+	entries map[requestKey]*requestEntry
+	cycle   uint64
 }
 
-// fill sets each pod's Requests from the cache, computing those it lacks, and forgets versions
-// not in pods.
-func (c *requestCache) fill(pods []scheduling.PodOnNode) {
-	next := make(map[requestKey]corev1.ResourceList, len(pods))
-	for i := range pods {
-		p := pods[i].Pod
-		k := requestKey{uid: p.UID, resourceVersion: p.ResourceVersion}
-		req, ok := c.entries[k]
-		if !ok || k.resourceVersion == "" {
-			req = scheduling.PodRequests(p)
-		}
-		next[k] = req
-		pods[i].Requests = req
+type requestEntry struct {
+	req  corev1.ResourceList
+	seen uint64
+}
+
+// update makes the cache hold the versions of pods, computing the requests of new ones, and
+// forgets the others.
+func (c *requestCache) update(pods []*corev1.Pod) {
+	if c.entries == nil {
+		c.entries = make(map[requestKey]*requestEntry, len(pods))
 	}
-	c.entries = next
+	c.cycle++
+	for _, p := range pods {
+		k := requestKey{uid: p.UID, resourceVersion: p.ResourceVersion}
+		if e, ok := c.entries[k]; ok && k.resourceVersion != "" {
+			e.seen = c.cycle
+			continue
+		}
+		c.entries[k] = &requestEntry{req: scheduling.PodRequests(p), seen: c.cycle}
+	}
+	for k, e := range c.entries {
+		if e.seen != c.cycle {
+			delete(c.entries, k)
+		}
+	}
+}
+
+// lookup is a pod version's requests, or nil when the cache does not hold it.
+func (c *requestCache) lookup(p *corev1.Pod) corev1.ResourceList {
+	if p.ResourceVersion == "" {
+		return nil
+	}
+	if e, ok := c.entries[requestKey{uid: p.UID, resourceVersion: p.ResourceVersion}]; ok {
+		return e.req
+	}
+	return nil
 }

@@ -78,7 +78,7 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 		return wait, nil
 	}
 	// Keep the room the gang can already use from gangs after it in this cycle.
-	cy.snap.ReservePartial(gang)
+	cy.snap.ReservePlaced(gang, res)
 	if reason == berthv1alpha1.ReasonUnschedulable && r.opts.Provisioning.Enabled {
 		if err := r.setScheduled(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForCapacity,
 			"the gang does not fit existing nodes; capacity for the members without a place is requested from Karpenter (see condition CapacityProvisioned)"); err != nil {
