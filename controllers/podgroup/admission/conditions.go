@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
@@ -43,11 +44,14 @@ func (r *Reconciler) setCondition(st *berthv1alpha1.PodGroupStatus, g *berthv1al
 	})
 }
 
-// setScheduled writes the Scheduled condition when it changed, with a Warning Event when a
-// gang that cannot go ahead gets a new reason or message (waiting for members is no warning).
+// setScheduled writes the Scheduled condition when it changed, with a Warning Event when a gang
+// that cannot go ahead gets a new reason (waiting for members is no warning). A new message
+// under the same status and reason (counts that changed) is written at most once per
+// messageRefresh.
 func (r *Reconciler) setScheduled(ctx context.Context, g *berthv1alpha1.PodGroup, status metav1.ConditionStatus, reason, msg string) error {
 	cur := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionScheduled)
-	if cur != nil && cur.Status == status && cur.Reason == reason && cur.Message == msg && cur.ObservedGeneration == g.Generation {
+	sameReason := cur != nil && cur.Status == status && cur.Reason == reason && cur.ObservedGeneration == g.Generation
+	if sameReason && (cur.Message == msg || !r.refreshDue(g, berthv1alpha1.ConditionScheduled)) {
 		return nil
 	}
 	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
@@ -55,12 +59,74 @@ func (r *Reconciler) setScheduled(ctx context.Context, g *berthv1alpha1.PodGroup
 	}); err != nil {
 		return err
 	}
-	switch reason {
-	case berthv1alpha1.ReasonWaitingForMembers, berthv1alpha1.ReasonHeldByOtherScheduler:
+	r.refreshed(g, berthv1alpha1.ConditionScheduled)
+	switch {
+	case sameReason:
+	case reason == berthv1alpha1.ReasonWaitingForMembers, reason == berthv1alpha1.ReasonHeldByOtherScheduler:
 	default:
 		r.recorder.Warning(g, events.ReasonGangUnschedulable, msg)
 	}
 	return nil
+}
+
+// messageRefresh is how often a condition whose status and reason stay the same is rewritten
+// for a new message. Readers act on status and reason; the counts in a message are detail, and
+// rewriting them on every change of the cluster cost a write, a cycle and an event to every
+// watcher per waiting gang per change.
+const messageRefresh = time.Minute
+
+// refreshKey names one condition of one gang.
+type refreshKey struct {
+	uid types.UID
+	typ string
+}
+
+// refreshDue reports whether a message-only change of condition typ of g may be written now;
+// when not, it asks the cycle to come back when it may.
+func (r *Reconciler) refreshDue(g *berthv1alpha1.PodGroup, typ string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.lastWritten[refreshKey{g.UID, typ}]
+	if !ok {
+		return true // not written by this process yet
+	}
+	due := last.Add(messageRefresh)
+	if !r.clock.Now().Before(due) {
+		return true
+	}
+	if r.refreshAt.IsZero() || due.Before(r.refreshAt) {
+		r.refreshAt = due
+	}
+	return false
+}
+
+// refreshed records that condition typ of g was just written.
+func (r *Reconciler) refreshed(g *berthv1alpha1.PodGroup, typ string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastWritten[refreshKey{g.UID, typ}] = r.clock.Now()
+}
+
+// takeRefreshAt returns how long until the soonest message refresh a cycle put off (0: none)
+// and clears it, forgetting gangs that are gone.
+func (r *Reconciler) takeRefreshAt(live []*berthv1alpha1.PodGroup) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	uids := make(map[types.UID]bool, len(live))
+	for _, g := range live {
+		uids[g.UID] = true
+	}
+	for k := range r.lastWritten {
+		if !uids[k.uid] {
+			delete(r.lastWritten, k)
+		}
+	}
+	at := r.refreshAt
+	r.refreshAt = time.Time{}
+	if at.IsZero() {
+		return 0
+	}
+	return max(time.Second, at.Sub(r.clock.Now()))
 }
 
 // tendGPUHealth keeps the GPUHealthy condition of an admitted gang: False, naming the nodes,

@@ -85,6 +85,10 @@ type Reconciler struct {
 	// reader is where cycles read the cluster: stores kept by informer events once set up with
 	// a manager, the client otherwise.
 	reader clusterReader
+	// lastWritten is when this process last wrote each gang's conditions that refresh their
+	// messages at most once per messageRefresh; refreshAt the soonest refresh a cycle put off.
+	lastWritten map[refreshKey]time.Time
+	refreshAt   time.Time
 }
 
 // New builds the admission controller.
@@ -103,7 +107,7 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 		assumed:     map[string][]berthv1alpha1.MemberAssignment{},
 		boundSeen:   map[string]bool{},
 		orphansSeen: map[types.UID]bool{}, unschedulableSeen: map[types.UID]time.Time{},
-		reader: listReader{c},
+		reader: listReader{c}, lastWritten: map[refreshKey]time.Time{},
 	}
 }
 
@@ -171,6 +175,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 		if wait > 0 && wait < next {
 			next = wait
 		}
+	}
+	if wait := r.takeRefreshAt(cy.groups); wait > 0 && wait < next {
+		next = wait
 	}
 	errs = append(errs, cy.volumeErr, r.sweepSeats(ctx, cy), r.sweepReservations(ctx, cy), r.sweepBarriers(ctx, cy))
 	cycleDuration.Observe(r.clock.Since(cy.now).Seconds())

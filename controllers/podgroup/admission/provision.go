@@ -270,14 +270,24 @@ func truncate(s string, n int) string {
 }
 
 // setProvisioned writes the CapacityProvisioned condition and, when next is not nil, the
-// provisioning status.
+// provisioning status. A new message alone (seats that became Ready, a new placement reason) is
+// written at most once per messageRefresh.
 func (r *Reconciler) setProvisioned(ctx context.Context, g *berthv1alpha1.PodGroup, status metav1.ConditionStatus, reason, msg string, next *berthv1alpha1.ProvisioningStatus) error {
-	return r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
+	cur := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
+	if next == nil && cur != nil && cur.Status == status && cur.Reason == reason && cur.ObservedGeneration == g.Generation &&
+		cur.Message != msg && !r.refreshDue(g, berthv1alpha1.ConditionCapacityProvisioned) {
+		return nil
+	}
+	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
 		if next != nil {
 			st.Provisioning = next
 		}
 		r.setCondition(st, g, berthv1alpha1.ConditionCapacityProvisioned, status, reason, msg)
-	})
+	}); err != nil {
+		return err
+	}
+	r.refreshed(g, berthv1alpha1.ConditionCapacityProvisioned)
+	return nil
 }
 
 // finishProvisioning marks an attempt that ended with the gang admitted as a success, in the

@@ -41,10 +41,6 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 	if len(gen.fresh) < need {
 		return 0, r.waitForMembers(ctx, gv, gen)
 	}
-	wait, backingOff, err := r.tendClock(ctx, cy, gv)
-	if err != nil || wait < 0 {
-		return 0, err
-	}
 	gang := scheduling.Gang{Members: gen.fresh}
 	if g.Spec.Topology != nil {
 		gang.TopologyKey = g.Spec.Topology.RequiredKey
@@ -57,6 +53,16 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 		part := scheduling.Gang{Members: gang.Members[:need], TopologyKey: gang.TopologyKey}
 		if pres := scheduling.Place(free, part); pres.Fits() {
 			gang, res = part, pres
+		}
+	}
+	// A gang that fits the first time it is looked at is admitted without starting its wait
+	// clock: one status write (the admission) instead of two.
+	var wait time.Duration
+	var backingOff bool
+	if !res.Fits() || g.Status.WaitingSince != nil || g.Status.ScheduleRetryAt != nil {
+		var err error
+		if wait, backingOff, err = r.tendClock(ctx, cy, gv); err != nil || wait < 0 {
+			return 0, err
 		}
 	}
 	if res.Fits() {
