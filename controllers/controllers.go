@@ -38,6 +38,9 @@ type Options struct {
 	// ConsolidationGuard is the consolidation guard's mode for NodePools without the
 	// consolidation-guard annotation; enforce when empty.
 	ConsolidationGuard guard.Mode
+	// Fence, when set, is checked before every promise and release of gang admission (set by
+	// NewManager under leader election).
+	Fence admission.Fence
 }
 
 // controller is what each reconciler package provides.
@@ -75,7 +78,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	all := []registration{
 		{status.Name, status.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec)},
 		{adapter.Name, &adapter.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec}},
-		{admission.Name, admission.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec, admission.Options{Provisioning: opts.Provisioning, Resync: opts.AdmissionResync, StrandedAfter: opts.StrandedAfter, NodeReadyBudget: opts.NodeReadyBudget})},
+		{admission.Name, admission.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec, admission.Options{Provisioning: opts.Provisioning, Resync: opts.AdmissionResync, StrandedAfter: opts.StrandedAfter, NodeReadyBudget: opts.NodeReadyBudget, Fence: opts.Fence})},
 		{protect.Name, &protect.Reconciler{Client: mgr.GetClient()}},
 		{disruption.Name, &disruption.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: rec, Karpenter: karpenter}},
 	}

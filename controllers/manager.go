@@ -2,12 +2,18 @@ package controllers
 
 import (
 	"fmt"
+	"os"
+	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -15,6 +21,7 @@ import (
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers/podgroup/admission"
 )
 
 // ManagerOptions configure the controller manager.
@@ -64,13 +71,18 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	if o.HealthProbeAddress == "0" {
 		o.HealthProbeAddress = ""
 	}
+	lease, lock, err := o.leaderLock(cfg)
+	if err != nil {
+		return nil, err
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddress},
-		HealthProbeBindAddress:  o.HealthProbeAddress,
-		LeaderElection:          o.LeaderElection,
-		LeaderElectionID:        LeaderElectionID,
-		LeaderElectionNamespace: o.LeaderElectionNamespace,
+		Scheme:                              scheme,
+		Metrics:                             metricsserver.Options{BindAddress: o.MetricsAddress},
+		HealthProbeBindAddress:              o.HealthProbeAddress,
+		LeaderElection:                      o.LeaderElection,
+		LeaderElectionID:                    LeaderElectionID,
+		LeaderElectionNamespace:             o.LeaderElectionNamespace,
+		LeaderElectionResourceLockInterface: lock,
 		// Admission needs every pod on every node (capacity in use), so pods are cached
 		// cluster-wide, without managed fields to keep the cache small.
 		Cache:         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
@@ -78,6 +90,11 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if lock != nil {
+		// Promises and releases are fenced on the Lease: a replica that lost it (or whose
+		// renewals are failing) stops promising before another can lead.
+		o.Fence = admission.LeaseFence{Reader: mgr.GetAPIReader(), Lease: lease, Identity: lock.Identity()}
 	}
 	if err := Setup(mgr, o.Options); err != nil {
 		return nil, err
@@ -95,3 +112,38 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	}
 	return mgr, nil
 }
+
+// leaderLock builds the leader-election Lease lock with an identity of this process's own
+// (hostname and a UUID, as controller-runtime would make), so admission can fence its promises
+// on the Lease (admission.LeaseFence). nil without leader election.
+func (o ManagerOptions) leaderLock(cfg *rest.Config) (types.NamespacedName, resourcelock.Interface, error) {
+	if !o.LeaderElection {
+		return types.NamespacedName{}, nil, nil
+	}
+	ns := o.LeaderElectionNamespace
+	if ns == "" {
+		data, err := os.ReadFile(inClusterNamespaceFile)
+		if err != nil {
+			return types.NamespacedName{}, nil, fmt.Errorf("leader election needs a namespace for its Lease: not running in a pod (%w); set the leader-election namespace", err)
+		}
+		ns = strings.TrimSpace(string(data))
+	}
+	host, err := os.Hostname()
+	if err != nil {
+		return types.NamespacedName{}, nil, fmt.Errorf("naming this replica for leader election: %w", err)
+	}
+	id := host + "_" + string(uuid.NewUUID())
+	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, ns, LeaderElectionID,
+		resourcelock.ResourceLockConfig{Identity: id}, cfg, leaderRenewDeadline)
+	if err != nil {
+		return types.NamespacedName{}, nil, fmt.Errorf("creating the leader-election lock: %w", err)
+	}
+	return types.NamespacedName{Namespace: ns, Name: LeaderElectionID}, lock, nil
+}
+
+// inClusterNamespaceFile holds the namespace of the pod the process runs in.
+const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// leaderRenewDeadline is controller-runtime's default renew deadline; the lock's client times
+// out at half of it.
+const leaderRenewDeadline = 10 * time.Second

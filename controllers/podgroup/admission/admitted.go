@@ -38,6 +38,9 @@ func (r *Reconciler) commit(ctx context.Context, cy *cycle, gv gangView, members
 		claims = r.nodeClaimsOf(ctx, cy.snap, nodes)
 	}
 	msg := fmt.Sprintf("%d members placed on %d node(s)%s", len(assignments), len(nodes), domainNote(g, res))
+	if err := r.fence(ctx); err != nil {
+		return fmt.Errorf("not recording admission: %w", err)
+	}
 	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
 		st.Assignments, st.AdmittedAt, st.Nodes = assignments, &now, nodes
 		st.WaitingSince, st.ScheduleRetryAt, st.ScheduleTimeouts = nil, nil, 0

@@ -59,6 +59,9 @@ type Options struct {
 	// NodeReadyBudget is how long a new node that is not Ready yet counts as capacity on its
 	// way; DefaultNodeReadyBudget when zero.
 	NodeReadyBudget time.Duration
+	// Fence, when set, is checked before every promise and release (replicas under leader
+	// election: LeaseFence).
+	Fence Fence
 }
 
 // Reconciler runs gang admission cycles. Build it with New.

@@ -62,6 +62,10 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "seats_created_total",
 		Help: "Seat pods created to hold capacity for gang members.",
 	})
+	fenced = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "fenced_total",
+		Help: "Promises and releases this replica did not make because it no longer held the leader Lease for long enough (see LeaseFence).",
+	})
 	cycleDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "admission_cycle_duration_seconds",
 		Help:    "Seconds one gang admission cycle takes (snapshot, placement and releases).",
@@ -171,5 +175,5 @@ func recordGangHealth(gs []*berthv1alpha1.PodGroup, members map[string][]*corev1
 // Collectors are the package's metrics, as registered with controller-runtime's registry
 // (docs/metrics.md is generated from them).
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning, generations, strandedMembers}
+	return []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning, generations, strandedMembers, fenced}
 }

@@ -137,6 +137,11 @@ func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, mem
 			}
 		}
 	}
+	if len(gated) > 0 {
+		if err := r.fence(ctx); err != nil {
+			return fmt.Errorf("not releasing: %w", err)
+		}
+	}
 	if faultArmed("mid-release") {
 		// For the restart tests: half of the members released, then the process dies.
 		for _, m := range gated[:(len(gated)+1)/2] {
