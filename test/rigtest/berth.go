@@ -48,25 +48,48 @@ func NewBerthProcess(ctx context.Context, r *rig.Rig) (*BerthProcess, error) {
 // Start runs a new controller process (named berth-controller-<n>) with env added, and waits
 // until it is ready. The caller stops the previous one first.
 func (b *BerthProcess) Start(ctx context.Context, env ...string) error {
-	b.starts++
-	name := fmt.Sprintf("berth-controller-%d", b.starts)
-	health, err := rig.FreePort()
-	if err != nil {
-		return err
-	}
-	err = b.r.StartComponent(ctx, name, b.bin, append([]string{
-		"controller", "--kubeconfig=" + b.r.Kubeconfig, "--leader-elect=false", "--metrics-bind-address=0",
-		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
-		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(b.webhookPort), "--webhook-hosts=127.0.0.1",
-		"--webhook-cert-dir=" + filepath.Join(b.r.WorkDir(), name+"-certs"), "--webhook-secret-namespace=" + rig.BerthNamespace,
-		"--seat-namespace=" + rig.BerthNamespace,
-		"--admission-resync=" + AdmissionResync.String(),
-	}, b.Args...), env, fmt.Sprintf("http://127.0.0.1:%d/readyz", health))
+	name, err := b.start(ctx, false, true, env)
 	if err != nil {
 		return err
 	}
 	b.Running = name
 	return nil
+}
+
+// StartReplica runs one more controller process under leader election (the Lease in the rig's
+// berth namespace), serving the pod-gate webhook when webhook is set (one replica at a time
+// can: they share its port), and returns its component name once it is ready. Running is not
+// changed: replicas are stopped with Rig.StopComponent or signalled through their PID.
+func (b *BerthProcess) StartReplica(ctx context.Context, webhook bool, env ...string) (string, error) {
+	return b.start(ctx, true, webhook, env)
+}
+
+func (b *BerthProcess) start(ctx context.Context, leaderElect, webhook bool, env []string) (string, error) {
+	b.starts++
+	name := fmt.Sprintf("berth-controller-%d", b.starts)
+	health, err := rig.FreePort()
+	if err != nil {
+		return "", err
+	}
+	port := 0
+	if webhook {
+		port = b.webhookPort
+	}
+	args := []string{
+		"controller", "--kubeconfig=" + b.r.Kubeconfig, "--leader-elect=" + strconv.FormatBool(leaderElect), "--metrics-bind-address=0",
+		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
+		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--webhook-hosts=127.0.0.1",
+		"--webhook-cert-dir=" + filepath.Join(b.r.WorkDir(), name+"-certs"), "--webhook-secret-namespace=" + rig.BerthNamespace,
+		"--seat-namespace=" + rig.BerthNamespace,
+		"--admission-resync=" + AdmissionResync.String(),
+	}
+	if leaderElect {
+		args = append(args, "--leader-election-namespace="+rig.BerthNamespace)
+	}
+	if err := b.r.StartComponent(ctx, name, b.bin, append(args, b.Args...), env, fmt.Sprintf("http://127.0.0.1:%d/readyz", health)); err != nil {
+		return "", err
+	}
+	return name, nil
 }
 
 // Stop stops the running controller process, if any.
