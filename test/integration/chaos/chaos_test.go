@@ -1,0 +1,272 @@
+// Package chaos_test kills berth's controller with SIGKILL at random moments while 100 gangs are
+// admitted, and checks what a restart must never leave behind: a gang with a member bound
+// before another's gate was removed (partly released), a gang never admitted, a release
+// barrier or reservation label on a node.
+package chaos_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/builders"
+	"github.com/berth-dev/berth/test/rigtest"
+)
+
+var berth *rigtest.BerthProcess
+
+func TestMain(m *testing.M) {
+	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
+		if err := rigtest.StartCluster(ctx, r, rig.KwokOptions{}); err != nil {
+			return err
+		}
+		var err error
+		berth, err = rigtest.NewBerthProcess(ctx, r)
+		return err
+	})
+}
+
+const (
+	chaosNodes = 32
+	chaosGangs = 100
+)
+
+// TestKilledAtRandomNoGangIsPartlyReleased: 100 gangs of 2 or 4 one-GPU members arrive over
+// about half a minute on 32 nodes of 8 GPUs (room for all of them); the controller is killed
+// with SIGKILL every 0.5–3 s and started again. Every gang ends bound whole, none ever had a
+// member bound before the last of its gates was removed (by the API server's own ordering of
+// writes), and no node keeps a release barrier or a reservation label.
+func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
+	ctx := context.Background()
+	r := rigtest.Current()
+	c := r.Client
+	ns := rigtest.Namespace(t, "chaos")
+	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
+	seed := rng.Int63()
+	rng = rand.New(rand.NewSource(seed))
+	t.Logf("seed %d", seed)
+	for i := range chaosNodes {
+		n := builders.Node(fmt.Sprintf("chaos-%02d", i)).GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
+		n.Annotations = map[string]string{berthv1alpha1.KwokNodeAnnotation: "fake"}
+		n.Status.Conditions = nil
+		if err := c.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := watchReleases(t, ns)
+	if err := berth.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = berth.Stop() })
+
+	// The killer: SIGKILL at random moments, then a new process, until the gangs are in.
+	done := make(chan struct{})
+	killerRng := rand.New(rand.NewSource(seed + 1))
+	kills := 0
+	var killerErr error
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Duration(500+killerRng.Intn(2500)) * time.Millisecond):
+			}
+			if err := killRunning(r); err != nil {
+				killerErr = err
+				return
+			}
+			kills++
+			if err := berth.Start(ctx); err != nil {
+				killerErr = err
+				return
+			}
+		}
+	}()
+	want := 0
+	sizes := make([]int, chaosGangs)
+	for i := range sizes {
+		sizes[i] = 2
+		if i%5 == 0 {
+			sizes[i] = 4 // 20 gangs of 4, 80 of 2: 240 GPUs of the 256 there are
+		}
+	}
+	for i, size := range sizes {
+		name := fmt.Sprintf("g%03d", i)
+		if err := c.Create(ctx, builders.PodGroup(name, ns).MinMember(int32(size)).Obj()); err != nil {
+			t.Fatal(err)
+		}
+		for j := range size {
+			if err := createRetrying(ctx, c, builders.Pod(fmt.Sprintf("%s-%d", name, j), ns).Member(name).GPU(1).Obj()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want += size
+		time.Sleep(time.Duration(rng.Intn(400)) * time.Millisecond)
+	}
+	close(done)
+	wg.Wait()
+	if killerErr != nil {
+		t.Fatal(killerErr)
+	}
+	if berth.Running == "" || berth.Exited(berth.Running) {
+		if err := berth.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d kills while %d gangs (%d members) were created", kills, chaosGangs, want)
+	if kills < 5 {
+		t.Errorf("only %d kills: the run did not exercise restarts", kills)
+	}
+
+	rigtest.Eventually(t, 3*time.Minute, time.Second, "every member bound", func(ctx context.Context) (bool, string, error) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+			return false, "", err
+		}
+		bound := 0
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		return bound == want, fmt.Sprintf("%d of %d bound", bound, want), nil
+	})
+	rec.check(t, sizes)
+	rigtest.Eventually(t, 30*time.Second, 500*time.Millisecond, "no barrier or reservation label left on a node", func(ctx context.Context) (bool, string, error) {
+		var nodes corev1.NodeList
+		if err := c.List(ctx, &nodes); err != nil {
+			return false, "", err
+		}
+		var left []string
+		for _, n := range nodes.Items {
+			for k := range n.Labels {
+				if strings.HasPrefix(k, berthv1alpha1.BarrierLabelPrefix) || strings.HasPrefix(k, berthv1alpha1.ReservationLabelPrefix) {
+					left = append(left, n.Name+":"+k)
+				}
+			}
+		}
+		return len(left) == 0, strings.Join(left, ", "), nil
+	})
+}
+
+// killRunning sends SIGKILL to the running controller process and waits until it is gone.
+func killRunning(r *rig.Rig) error {
+	name := berth.Running
+	for _, comp := range r.Components() {
+		if comp.Name == name && comp.Running {
+			if err := syscall.Kill(comp.PID, syscall.SIGKILL); err != nil {
+				return fmt.Errorf("killing %s: %w", name, err)
+			}
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !berth.Exited(name) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still running 10 s after SIGKILL", name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	berth.Running = ""
+	return nil
+}
+
+// createRetrying creates a pod, retrying while the pod-gate webhook is down (the controller
+// that serves it was just killed): with failurePolicy Fail nothing gets in ungated.
+func createRetrying(ctx context.Context, c client.Client, p *corev1.Pod) error {
+	var err error
+	for range 100 {
+		if err = c.Create(ctx, p.DeepCopy()); err == nil || !strings.Contains(err.Error(), "webhook") {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+// releases records, per member, the resourceVersion at which it was first seen without
+// berth's gate and first seen bound: the API server orders all writes, so a member bound at a
+// lower resourceVersion than another member's gate removal was bound while that one was gated.
+type releases struct {
+	mu      sync.Mutex
+	ungated map[string]int64
+	bound   map[string]int64
+}
+
+func watchReleases(t *testing.T, ns string) *releases {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(rigtest.Current().Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cs.CoreV1().Pods(ns).Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &releases{ungated: map[string]int64{}, bound: map[string]int64{}}
+	go func() {
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
+				continue
+			}
+			rv, _ := strconv.ParseInt(p.ResourceVersion, 10, 64)
+			gated := false
+			for _, g := range p.Spec.SchedulingGates {
+				gated = gated || g.Name == berthv1alpha1.SchedulingGate
+			}
+			rec.mu.Lock()
+			if _, seen := rec.ungated[p.Name]; !seen && !gated {
+				rec.ungated[p.Name] = rv
+			}
+			if _, seen := rec.bound[p.Name]; !seen && p.Spec.NodeName != "" {
+				rec.bound[p.Name] = rv
+			}
+			rec.mu.Unlock()
+		}
+	}()
+	t.Cleanup(w.Stop)
+	return rec
+}
+
+// check fails for every gang that had a member bound before its last gate was removed.
+func (r *releases) check(t *testing.T, sizes []int) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	partly := 0
+	for i, size := range sizes {
+		var lastUngate, firstBind int64 = 0, 1 << 62
+		for j := range size {
+			m := fmt.Sprintf("g%03d-%d", i, j)
+			u, okU := r.ungated[m]
+			b, okB := r.bound[m]
+			if !okU || !okB {
+				t.Errorf("member %s: ungating or binding not observed", m)
+				continue
+			}
+			lastUngate, firstBind = max(lastUngate, u), min(firstBind, b)
+		}
+		if firstBind <= lastUngate {
+			partly++
+			t.Errorf("gang g%03d partly released: a member bound at resourceVersion %d, the last gate removed at %d", i, firstBind, lastUngate)
+		}
+	}
+	t.Logf("%d of %d gangs partly released", partly, len(sizes))
+}
