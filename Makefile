@@ -16,7 +16,7 @@ TOOLS_DIR := $(shell hack/build-tools.sh --dir)
 export BERTH_TOOLS_DIR := $(TOOLS_DIR)
 GO_TEST_FLAGS ?= -race -shuffle=on -timeout=30m
 
-.PHONY: all build tools generate verify vet lint cross test test-rules test-unit demo bench clean help
+.PHONY: all build tools generate verify vet lint cross test test-rules test-unit demo bench fuzz clean help
 
 all: build
 
@@ -63,6 +63,10 @@ demo: build tools ## Start the local dev cluster (berth dev up) and run the demo
 	$(BERTH) dev up --tools-dir "$(TOOLS_DIR)"
 	$(BERTH) dev demo
 	@echo "The dev cluster keeps running: '$(BERTH) dev status' shows it, '$(BERTH) dev down' stops it."
+
+fuzz: ## Long fuzz runs, FUZZTIME each (default 5m): gang placement and the pod-gate webhook (short runs are in make test).
+	go test ./scheduling -run='^$$' -fuzz='^FuzzPlace$$' -fuzztime=$(or $(FUZZTIME),5m)
+	go test ./controllers/podgroup/gate -run='^$$' -fuzz='^FuzzGate$$' -fuzztime=$(or $(FUZZTIME),5m)
 
 bench: tools ## Benchmarks (results in docs/benchmarks.md).
 	go test -run='^$$' -bench=. -benchmem -timeout=60m ./...
