@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -24,20 +25,38 @@ import (
 	"github.com/berth-dev/berth/test/builders"
 )
 
-// writeCounter counts the writes a Reconciler makes, by kind of object.
-type writeCounter map[string]int
+// writeCounter counts the writes a Reconciler makes, by kind of object (releases write from
+// several goroutines).
+type writeCounter struct {
+	mu     sync.Mutex
+	byKind map[string]int
+}
 
-func (w writeCounter) total() int {
+func (w *writeCounter) add(kind string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.byKind[kind]++
+}
+
+func (w *writeCounter) total() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	n := 0
-	for _, v := range w {
+	for _, v := range w.byKind {
 		n += v
 	}
 	return n
 }
 
+func (w *writeCounter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return fmt.Sprint(w.byKind)
+}
+
 // budgetHarness is a Reconciler on a fake client that counts its writes; base writes without
 // counting (the test playing kube-scheduler).
-func budgetHarness(t *testing.T, objs ...client.Object) (r *Reconciler, base client.Client, writes writeCounter, clk *clocktesting.FakeClock, rec *events.FakeRecorder) {
+func budgetHarness(t *testing.T, objs ...client.Object) (r *Reconciler, base client.Client, writes *writeCounter, clk *clocktesting.FakeClock, rec *events.FakeRecorder) {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -53,9 +72,9 @@ func budgetHarness(t *testing.T, objs ...client.Object) (r *Reconciler, base cli
 		}
 	}
 	base = fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(groups...).Build()
-	writes = writeCounter{}
+	writes = &writeCounter{byKind: map[string]int{}}
 	count := func(obj client.Object, verb string) {
-		writes[fmt.Sprintf("%s %T", verb, obj)]++
+		writes.add(fmt.Sprintf("%s %T", verb, obj))
 	}
 	counted := interceptor.NewClient(base.(client.WithWatch), interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {

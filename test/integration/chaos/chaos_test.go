@@ -8,17 +8,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -67,7 +62,7 @@ func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rec := watchReleases(t, ns)
+	rec := rigtest.WatchReleases(t, ns)
 	if err := berth.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +83,7 @@ func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
 				return
 			case <-time.After(time.Duration(500+killerRng.Intn(2500)) * time.Millisecond):
 			}
-			if err := killRunning(r); err != nil {
+			if err := berth.Kill(); err != nil {
 				killerErr = err
 				return
 			}
@@ -113,7 +108,7 @@ func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
 			t.Fatal(err)
 		}
 		for j := range size {
-			if err := createRetrying(ctx, c, builders.Pod(fmt.Sprintf("%s-%d", name, j), ns).Member(name).GPU(1).Obj()); err != nil {
+			if err := rigtest.CreateRetrying(ctx, c, builders.Pod(fmt.Sprintf("%s-%d", name, j), ns).Member(name).GPU(1).Obj()); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -148,7 +143,13 @@ func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
 		}
 		return bound == want, fmt.Sprintf("%d of %d bound", bound, want), nil
 	})
-	rec.check(t, sizes)
+	gangs := map[string][]string{}
+	for i, size := range sizes {
+		for j := range size {
+			gangs[fmt.Sprintf("g%03d", i)] = append(gangs[fmt.Sprintf("g%03d", i)], fmt.Sprintf("g%03d-%d", i, j))
+		}
+	}
+	t.Logf("%d of %d gangs partly released", rec.CheckWhole(t, gangs), len(gangs))
 	rigtest.Eventually(t, 30*time.Second, 500*time.Millisecond, "no barrier or reservation label left on a node", func(ctx context.Context) (bool, string, error) {
 		var nodes corev1.NodeList
 		if err := c.List(ctx, &nodes); err != nil {
@@ -166,107 +167,3 @@ func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
 	})
 }
 
-// killRunning sends SIGKILL to the running controller process and waits until it is gone.
-func killRunning(r *rig.Rig) error {
-	name := berth.Running
-	for _, comp := range r.Components() {
-		if comp.Name == name && comp.Running {
-			if err := syscall.Kill(comp.PID, syscall.SIGKILL); err != nil {
-				return fmt.Errorf("killing %s: %w", name, err)
-			}
-		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !berth.Exited(name) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s still running 10 s after SIGKILL", name)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	berth.Running = ""
-	return nil
-}
-
-// createRetrying creates a pod, retrying while the pod-gate webhook is down (the controller
-// that serves it was just killed): with failurePolicy Fail nothing gets in ungated.
-func createRetrying(ctx context.Context, c client.Client, p *corev1.Pod) error {
-	var err error
-	for range 100 {
-		if err = c.Create(ctx, p.DeepCopy()); err == nil || !strings.Contains(err.Error(), "webhook") {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return err
-}
-
-// releases records, per member, the resourceVersion at which it was first seen without
-// berth's gate and first seen bound: the API server orders all writes, so a member bound at a
-// lower resourceVersion than another member's gate removal was bound while that one was gated.
-type releases struct {
-	mu      sync.Mutex
-	ungated map[string]int64
-	bound   map[string]int64
-}
-
-func watchReleases(t *testing.T, ns string) *releases {
-	t.Helper()
-	cs, err := kubernetes.NewForConfig(rigtest.Current().Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := cs.CoreV1().Pods(ns).Watch(context.Background(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := &releases{ungated: map[string]int64{}, bound: map[string]int64{}}
-	go func() {
-		for ev := range w.ResultChan() {
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) {
-				continue
-			}
-			rv, _ := strconv.ParseInt(p.ResourceVersion, 10, 64)
-			gated := false
-			for _, g := range p.Spec.SchedulingGates {
-				gated = gated || g.Name == berthv1alpha1.SchedulingGate
-			}
-			rec.mu.Lock()
-			if _, seen := rec.ungated[p.Name]; !seen && !gated {
-				rec.ungated[p.Name] = rv
-			}
-			if _, seen := rec.bound[p.Name]; !seen && p.Spec.NodeName != "" {
-				rec.bound[p.Name] = rv
-			}
-			rec.mu.Unlock()
-		}
-	}()
-	t.Cleanup(w.Stop)
-	return rec
-}
-
-// check fails for every gang that had a member bound before its last gate was removed.
-func (r *releases) check(t *testing.T, sizes []int) {
-	t.Helper()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	partly := 0
-	for i, size := range sizes {
-		var lastUngate, firstBind int64 = 0, 1 << 62
-		for j := range size {
-			m := fmt.Sprintf("g%03d-%d", i, j)
-			u, okU := r.ungated[m]
-			b, okB := r.bound[m]
-			if !okU || !okB {
-				t.Errorf("member %s: ungating or binding not observed", m)
-				continue
-			}
-			lastUngate, firstBind = max(lastUngate, u), min(firstBind, b)
-		}
-		if firstBind <= lastUngate {
-			partly++
-			t.Errorf("gang g%03d partly released: a member bound at resourceVersion %d, the last gate removed at %d", i, firstBind, lastUngate)
-		}
-	}
-	t.Logf("%d of %d gangs partly released", partly, len(sizes))
-}

@@ -1,0 +1,156 @@
+package gangs_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/builders"
+	"github.com/berth-dev/berth/test/rigtest"
+)
+
+// TestKilledAtRandomDuringProvisioning: four gangs of two 8-GPU members with no capacity of
+// their family get it through seats while the controller is SIGKILLed every 1–4 s and started
+// again. Every gang ends bound whole on the nodes Karpenter launched, none partly released, no
+// seat left behind, and no NodeClaim launched for nothing (a seat created twice would leave a
+// node no member uses).
+func TestKilledAtRandomDuringProvisioning(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	ns := namespace(t, "chaos")
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	rec := rigtest.WatchReleases(t, ns)
+	const gangs, size = 4, 2
+	all := map[string][]string{}
+	for i := range gangs {
+		name := fmt.Sprintf("g%d", i)
+		if err := c.Create(ctx, builders.PodGroup(name, ns).MinMember(size).Obj()); err != nil {
+			t.Fatal(err)
+		}
+		for j := range size {
+			p := builders.Pod(fmt.Sprintf("%s-%d", name, j), ns).Member(name).GPU(8).NodeSelector(awsv1.LabelInstanceFamily, "p5").Obj()
+			if err := rigtest.CreateRetrying(ctx, c, p); err != nil {
+				t.Fatal(err)
+			}
+			all[name] = append(all[name], p.Name)
+		}
+	}
+
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	var killErr error
+	kills := 0
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(time.Duration(1000+rng.Intn(3000)) * time.Millisecond):
+			}
+			if err := berth.Kill(); err != nil {
+				killErr = err
+				return
+			}
+			kills++
+			if err := berth.Start(ctx); err != nil {
+				killErr = err
+				return
+			}
+		}
+	}()
+	bound := func(ctx context.Context) (int, error) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, p := range pods.Items {
+			if p.Spec.NodeName != "" {
+				n++
+			}
+		}
+		return n, nil
+	}
+	deadline := time.Now().Add(4 * time.Minute)
+	for time.Now().Before(deadline) {
+		if n, err := bound(ctx); err == nil && n == gangs*size {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	close(done)
+	wg.Wait()
+	if killErr != nil {
+		t.Fatal(killErr)
+	}
+	if berth.Running == "" {
+		if err := berth.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("%d kills", kills)
+	if kills < 3 {
+		t.Errorf("only %d kills: the run did not exercise restarts", kills)
+	}
+	rigtest.Eventually(t, 2*time.Minute, time.Second, "every member bound", func(ctx context.Context) (bool, string, error) {
+		n, err := bound(ctx)
+		return n == gangs*size, fmt.Sprintf("%d of %d bound", n, gangs*size), err
+	})
+	if partly := rec.CheckWhole(t, all); partly > 0 {
+		t.Errorf("%d gangs partly released", partly)
+	}
+	rigtest.Eventually(t, 30*time.Second, 500*time.Millisecond, "no seat left", func(ctx context.Context) (bool, string, error) {
+		var left []string
+		for name := range all {
+			pg, err := getGroup(ctx, builders.PodGroup(name, ns).Obj())
+			if err != nil {
+				return false, "", err
+			}
+			seats, err := seatsOf(ctx, pg)
+			if err != nil {
+				return false, "", err
+			}
+			for _, s := range seats {
+				left = append(left, s.Name)
+			}
+		}
+		return len(left) == 0, strings.Join(left, ", "), nil
+	})
+	// Every NodeClaim of the family's pool carries a member: none was launched for a seat
+	// created twice.
+	var members corev1.PodList
+	if err := c.List(ctx, &members, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	used := map[string]bool{}
+	for _, p := range members.Items {
+		used[p.Spec.NodeName] = true
+	}
+	claims, err := nodeClaims(ctx, rig.GPUNodePoolName("h100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unused []string
+	for _, nc := range claims {
+		if !used[nc.Status.NodeName] {
+			unused = append(unused, fmt.Sprintf("%s (node %q)", nc.Name, nc.Status.NodeName))
+		}
+	}
+	if len(unused) > 0 {
+		t.Errorf("%d of %d NodeClaims carry no member: %v", len(unused), len(claims), unused)
+	}
+	t.Logf("%d NodeClaims for %d members", len(claims), gangs*size)
+}

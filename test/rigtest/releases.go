@@ -1,0 +1,129 @@
+package rigtest
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+)
+
+// Releases records, per gang member of a namespace, the resourceVersion at which it was first
+// seen without berth's gate and first seen bound. The API server orders all writes, so a member
+// bound at a lower resourceVersion than another member's gate removal was bound while that one
+// was still gated: its gang was partly released.
+type Releases struct {
+	mu      sync.Mutex
+	ungated map[string]int64
+	bound   map[string]int64
+}
+
+// WatchReleases starts recording the gang members of namespace ns; it stops with the test.
+func WatchReleases(t testing.TB, ns string) *Releases {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(Current().Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := cs.CoreV1().Pods(ns).Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &Releases{ungated: map[string]int64{}, bound: map[string]int64{}}
+	go func() {
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok || (ev.Type != watch.Added && ev.Type != watch.Modified) || p.Labels[berthv1alpha1.PodGroupLabel] == "" {
+				continue
+			}
+			rv, _ := strconv.ParseInt(p.ResourceVersion, 10, 64)
+			gated := false
+			for _, g := range p.Spec.SchedulingGates {
+				gated = gated || g.Name == berthv1alpha1.SchedulingGate
+			}
+			rec.mu.Lock()
+			if _, seen := rec.ungated[p.Name]; !seen && !gated {
+				rec.ungated[p.Name] = rv
+			}
+			if _, seen := rec.bound[p.Name]; !seen && p.Spec.NodeName != "" {
+				rec.bound[p.Name] = rv
+			}
+			rec.mu.Unlock()
+		}
+	}()
+	t.Cleanup(w.Stop)
+	return rec
+}
+
+// CheckWhole fails for every gang (name → member names) that had a member bound before its
+// last gate was removed, or whose members were not all seen ungated and bound; it returns how
+// many gangs were partly released.
+func (r *Releases) CheckWhole(t testing.TB, gangs map[string][]string) int {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	partly := 0
+	for gang, members := range gangs {
+		var lastUngate, firstBind int64 = 0, 1 << 62
+		for _, m := range members {
+			u, okU := r.ungated[m]
+			b, okB := r.bound[m]
+			if !okU || !okB {
+				t.Errorf("gang %s, member %s: ungating or binding not observed", gang, m)
+				continue
+			}
+			lastUngate, firstBind = max(lastUngate, u), min(firstBind, b)
+		}
+		if firstBind <= lastUngate {
+			partly++
+			t.Errorf("gang %s partly released: a member bound at resourceVersion %d, the last gate removed at %d", gang, firstBind, lastUngate)
+		}
+	}
+	return partly
+}
+
+// Kill sends SIGKILL to the running controller process, waits until it is gone, and leaves
+// none running.
+func (b *BerthProcess) Kill() error {
+	name := b.Running
+	for _, comp := range b.r.Components() {
+		if comp.Name == name && comp.Running {
+			if err := syscall.Kill(comp.PID, syscall.SIGKILL); err != nil {
+				return fmt.Errorf("killing %s: %w", name, err)
+			}
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !b.Exited(name) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still running 10 s after SIGKILL", name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.Running = ""
+	return nil
+}
+
+// CreateRetrying creates obj, retrying for up to 10 s while the pod-gate webhook is down (its
+// controller was just killed): with failurePolicy Fail nothing gets in ungated.
+func CreateRetrying(ctx context.Context, c client.Client, obj client.Object) error {
+	var err error
+	for range 100 {
+		if err = c.Create(ctx, obj.DeepCopyObject().(client.Object)); err == nil || !strings.Contains(err.Error(), "webhook") {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
