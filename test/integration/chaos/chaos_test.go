@@ -166,4 +166,3 @@ func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
 		return len(left) == 0, strings.Join(left, ", "), nil
 	})
 }
-
