@@ -75,6 +75,11 @@ type Rig struct {
 	pki  *rigPKI
 	pods podRange
 
+	// apiArgs are kube-apiserver's flags, apiName the component running it now (RestartAPIServer).
+	apiArgs  []string
+	apiName  string
+	restarts int
+
 	mu      sync.Mutex
 	procs   []*process
 	stopped bool
@@ -276,7 +281,8 @@ func (r *Rig) startControlPlane(ctx context.Context) error {
 	// (KEDA's external metrics) can be served.
 	p := r.pki.path
 	r.APIServerURL = "https://127.0.0.1:" + strconv.Itoa(apiPort)
-	api, err := r.start(BinKubeAPIServer, r.bin(BinKubeAPIServer), []string{
+	r.apiName = BinKubeAPIServer
+	r.apiArgs = []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", "--secure-port=" + strconv.Itoa(apiPort),
 		"--tls-cert-file=" + p("apiserver.crt"), "--tls-private-key-file=" + p("apiserver.key"),
@@ -297,7 +303,8 @@ func (r *Rig) startControlPlane(ctx context.Context) error {
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
 		"--proxy-client-cert-file=" + p("front-proxy-client.crt"), "--proxy-client-key-file=" + p("front-proxy-client.key"),
 		"--profiling=false", "--v=1",
-	}, nil)
+	}
+	api, err := r.start(r.apiName, r.bin(BinKubeAPIServer), r.apiArgs, nil)
 	if err != nil {
 		return fmt.Errorf("rig: %w", err)
 	}
@@ -323,6 +330,38 @@ func (r *Rig) startControlPlane(ctx context.Context) error {
 		return fmt.Errorf("rig: %w", err)
 	}
 	r.opts.Logf("rig: kube-apiserver ready at %s", r.APIServerURL)
+	return nil
+}
+
+// RestartAPIServer stops kube-apiserver (SIGTERM, SIGKILL after 10 s), leaves it down for
+// down, and starts it again with the same flags, port and etcd, returning once it is ready: what
+// a control-plane upgrade or an apiserver crash looks like to every client. Each restart is a
+// component of its own (kube-apiserver-1, -2, …).
+func (r *Rig) RestartAPIServer(ctx context.Context, down time.Duration) error {
+	if err := r.StopComponent(r.apiName, 10*time.Second); err != nil {
+		return fmt.Errorf("rig: stopping kube-apiserver: %w", err)
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(down):
+	}
+	r.restarts++
+	r.apiName = fmt.Sprintf("%s-%d", BinKubeAPIServer, r.restarts)
+	api, err := r.start(r.apiName, r.bin(BinKubeAPIServer), r.apiArgs, nil)
+	if err != nil {
+		return fmt.Errorf("rig: restarting kube-apiserver: %w", err)
+	}
+	httpc, err := rest.HTTPClientFor(r.Config)
+	if err != nil {
+		return fmt.Errorf("rig: admin http client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, r.opts.StartTimeout)
+	defer cancel()
+	if err := api.waitFor(ctx, "ready", httpOK(httpc, r.APIServerURL+"/readyz")); err != nil {
+		return fmt.Errorf("rig: restarted kube-apiserver: %w", err)
+	}
+	r.opts.Logf("rig: kube-apiserver restarted (%s)", r.apiName)
 	return nil
 }
 

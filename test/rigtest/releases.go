@@ -14,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -36,7 +38,17 @@ func WatchReleases(t testing.TB, ns string) *Releases {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := cs.CoreV1().Pods(ns).Watch(context.Background(), metav1.ListOptions{})
+	// A retry watcher resumes from the last resourceVersion it saw when the watch breaks (the
+	// API server restarted), so no transition is missed.
+	list, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(context.Background(), list.ResourceVersion, &toolscache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cs.CoreV1().Pods(ns).Watch(ctx, o)
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
