@@ -106,6 +106,7 @@ func hasInterPodRules(p *corev1.Pod) bool {
 // antiPod is a pod in the snapshot with required anti-affinity terms, compiled once: the pods
 // whose rules can repel a new member (kube-scheduler's PodsWithRequiredAntiAffinity).
 type antiPod struct {
+	pod   *corev1.Pod
 	node  int
 	terms []compiledTerm
 }

@@ -531,11 +531,14 @@ func (a *attempt) placeOneByOne(g Gang, c *class, cands []*NodeState, ip *interP
 			break
 		}
 		k := ip.seedKey(seed)
-		if tried[k] || a.capacity(seed, c) == 0 || !ip.allows(seed) {
+		if tried[k] || !ip.allows(seed) {
+			continue
+		}
+		a.restore(saved)
+		if a.capacity(seed, c) == 0 {
 			continue
 		}
 		tried[k] = true
-		a.restore(saved)
 		if a.greedy(g, c, cands, seed, ip.clone()) {
 			return true
 		}

@@ -1,6 +1,7 @@
 package scheduling
 
 import (
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -156,5 +157,6 @@ func (s *Snapshot) Without(pods []*corev1.Pod) *Snapshot {
 		}
 		n.pods = kept
 	}
+	c.antiPods = slices.DeleteFunc(c.antiPods, func(ap antiPod) bool { return drop[ap.pod] })
 	return c
 }

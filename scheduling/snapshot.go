@@ -103,7 +103,7 @@ func (s *Snapshot) add(ns *NodeState, p *corev1.Pod, req vec) {
 	}
 	ns.pods = append(ns.pods, p)
 	if terms := compileAnti(p); len(terms) > 0 {
-		s.antiPods = append(s.antiPods, antiPod{node: ns.idx, terms: terms})
+		s.antiPods = append(s.antiPods, antiPod{pod: p, node: ns.idx, terms: terms})
 	}
 }
 

@@ -275,8 +275,8 @@ func truncate(s string, n int) string {
 func (r *Reconciler) setProvisioned(ctx context.Context, g *berthv1alpha1.PodGroup, status metav1.ConditionStatus, reason, msg string, next *berthv1alpha1.ProvisioningStatus) error {
 	cur := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
 	if next == nil && cur != nil && cur.Status == status && cur.Reason == reason && cur.ObservedGeneration == g.Generation &&
-		cur.Message != msg && !r.refreshDue(g, berthv1alpha1.ConditionCapacityProvisioned) {
-		return nil
+		(cur.Message == msg || !r.refreshDue(g, berthv1alpha1.ConditionCapacityProvisioned)) {
+		return nil // nothing new, or only a new message that waits for its refresh
 	}
 	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
 		if next != nil {

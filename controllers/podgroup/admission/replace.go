@@ -41,8 +41,10 @@ func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangVi
 			r.recorder.Warning(g, events.ReasonLateMemberWaiting, fmt.Sprintf("member %s, created after admission, does not fit yet: %s", p.Name, res.Reason))
 			continue
 		}
-		if err := free.Assume([]*corev1.Pod{candidate}, res); err != nil {
-			return 0, err
+		if free != cy.snap { // a copy without the seats: it counts the member too
+			if err := free.Assume([]*corev1.Pod{candidate}, res); err != nil {
+				return 0, err
+			}
 		}
 		if err := cy.snap.Assume([]*corev1.Pod{candidate}, res); err != nil {
 			return 0, err
@@ -64,6 +66,9 @@ func (r *Reconciler) commitOne(ctx context.Context, cy *cycle, gv gangView, p *c
 	var claims []string
 	if g.Status.Provisioning.Active() {
 		claims = r.nodeClaimsOf(ctx, cy.snap, []string{node})
+	}
+	if err := r.fence(ctx); err != nil {
+		return fmt.Errorf("not recording member %s: %w", p.Name, err)
 	}
 	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
 		st.Assignments = append(assignmentsWithout(st.Assignments, p.Name), berthv1alpha1.MemberAssignment{Pod: p.Name, UID: p.UID, Node: node})

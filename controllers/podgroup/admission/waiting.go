@@ -83,8 +83,14 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 		// Timed out and retrying later: it holds nothing and asks for nothing until then.
 		return wait, nil
 	}
-	// Keep the room the gang can already use from gangs after it in this cycle.
-	cy.snap.ReservePlaced(gang, res)
+	// Keep the room the gang can already use from gangs after it in this cycle. Without seats,
+	// from the placement just made; with seats, placed again where they count (the placement was
+	// made without them: reserving it here would count a member and its seat on one node).
+	if len(gv.seats) == 0 {
+		cy.snap.ReservePlaced(gang, res)
+	} else {
+		cy.snap.ReservePartial(gang)
+	}
 	if reason == berthv1alpha1.ReasonUnschedulable && r.opts.Provisioning.Enabled {
 		if err := r.setScheduled(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForCapacity,
 			"the gang does not fit existing nodes; capacity for the members without a place is requested from Karpenter (see condition CapacityProvisioned)"); err != nil {
