@@ -119,69 +119,76 @@ func (o *observation) seatsUsableAt() time.Time {
 // observe polls a gang's members and seats until the returned stop is called.
 func observe(pg *berthv1alpha1.PodGroup) (*observation, func() *observation) {
 	o := &observation{boundAt: map[string]time.Time{}, seatNodes: map[string]bool{}, usableAt: map[string]time.Time{}}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx := context.Background()
+	once := func() {
+		ms, err := members(ctx, pg.Namespace, pg.Name)
+		seats, err2 := seatsOf(ctx, pg)
+		usable, err3 := usableNodes(ctx)
+		now := time.Now()
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if err != nil || err2 != nil || err3 != nil {
+			o.errs = append(o.errs, errors.Join(err, err2, err3))
+			return
+		}
+		anyGated := false
+		for i := range ms {
+			anyGated = anyGated || gated(&ms[i])
+		}
+		for i := range ms {
+			m := &ms[i]
+			if m.Spec.NodeName == "" {
+				continue
+			}
+			if _, seen := o.boundAt[m.Name]; !seen {
+				o.boundAt[m.Name] = now
+				if anyGated {
+					o.earlyBinds = append(o.earlyBinds, m.Name)
+				}
+			}
+		}
+		o.maxSeats = max(o.maxSeats, len(seats))
+		ready := 0
+		for _, s := range seats {
+			if usable[s.Spec.NodeName] {
+				ready++
+			}
+			if s.Spec.NodeName != "" {
+				o.seatNodes[s.Spec.NodeName] = true
+			}
+		}
+		for n, ok := range usable {
+			if _, seen := o.usableAt[n]; ok && !seen {
+				o.usableAt[n] = now
+			}
+		}
+		if len(seats) > 0 && ready == len(seats) && o.seatsReadyAt.IsZero() {
+			o.seatsReadyAt = now
+		}
+		if len(ms) > 0 && !anyGated && o.ungatedAt.IsZero() {
+			o.ungatedAt = now
+		}
+	}
+	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(25 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			ms, err := members(ctx, pg.Namespace, pg.Name)
-			seats, err2 := seatsOf(ctx, pg)
-			usable, err3 := usableNodes(ctx)
-			now := time.Now()
-			o.mu.Lock()
-			if err == nil && err2 == nil && err3 == nil {
-				anyGated := false
-				for i := range ms {
-					anyGated = anyGated || gated(&ms[i])
-				}
-				for i := range ms {
-					m := &ms[i]
-					if m.Spec.NodeName == "" {
-						continue
-					}
-					if _, seen := o.boundAt[m.Name]; !seen {
-						o.boundAt[m.Name] = now
-						if anyGated {
-							o.earlyBinds = append(o.earlyBinds, m.Name)
-						}
-					}
-				}
-				o.maxSeats = max(o.maxSeats, len(seats))
-				ready := 0
-				for _, s := range seats {
-					if usable[s.Spec.NodeName] {
-						ready++
-					}
-					if s.Spec.NodeName != "" {
-						o.seatNodes[s.Spec.NodeName] = true
-					}
-				}
-				for n, ok := range usable {
-					if _, seen := o.usableAt[n]; ok && !seen {
-						o.usableAt[n] = now
-					}
-				}
-				if len(seats) > 0 && ready == len(seats) && o.seatsReadyAt.IsZero() {
-					o.seatsReadyAt = now
-				}
-				if len(ms) > 0 && !anyGated && o.ungatedAt.IsZero() {
-					o.ungatedAt = now
-				}
-			} else if ctx.Err() == nil {
-				o.errs = append(o.errs, errors.Join(err, err2, err3))
-			}
-			o.mu.Unlock()
+			once()
 			select {
-			case <-ctx.Done():
+			case <-stop:
+				// One last look: on a loaded machine the last members may have been bound
+				// after the previous one, while the caller already saw them running.
+				once()
 				return
 			case <-tick.C:
 			}
 		}
 	}()
 	return o, func() *observation {
-		cancel()
+		close(stop)
 		<-done
 		return o
 	}
