@@ -3,6 +3,7 @@ package rigtest
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,4 +139,41 @@ func CreateRetrying(ctx context.Context, c client.Client, obj client.Object) err
 		time.Sleep(100 * time.Millisecond)
 	}
 	return err
+}
+
+// KillAtRandom SIGKILLs the running controller after a random pause between least and most and
+// starts a new one, again and again, until the returned stop is called; stop returns how many
+// kills there were and the first error (the loop ends at it). A controller is running after stop.
+func (b *BerthProcess) KillAtRandom(ctx context.Context, seed int64, least, most time.Duration) (stop func() (int, error)) {
+	rng := rand.New(rand.NewSource(seed))
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	kills := 0
+	var err error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(least + time.Duration(rng.Int63n(int64(most-least)))):
+			}
+			if err = b.Kill(); err != nil {
+				return
+			}
+			kills++
+			if err = b.Start(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	return func() (int, error) {
+		close(done)
+		wg.Wait()
+		if err == nil && b.Running == "" {
+			err = b.Start(ctx)
+		}
+		return kills, err
+	}
 }

@@ -3,9 +3,7 @@ package gangs_test
 import (
 	"context"
 	"fmt"
-	"math/rand"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,7 +29,6 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 	started := metav1.Now()
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewSource(seed))
 	rec := rigtest.WatchReleases(t, ns)
 	const gangs, size = 4, 2
 	all := map[string][]string{}
@@ -49,30 +46,7 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 		}
 	}
 
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	var killErr error
-	kills := 0
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Duration(500+rng.Intn(1500)) * time.Millisecond):
-			}
-			if err := berth.Kill(); err != nil {
-				killErr = err
-				return
-			}
-			kills++
-			if err := berth.Start(ctx); err != nil {
-				killErr = err
-				return
-			}
-		}
-	}()
+	stopKilling := berth.KillAtRandom(ctx, seed, 500*time.Millisecond, 2*time.Second)
 	bound := func(ctx context.Context) (int, error) {
 		var pods corev1.PodList
 		if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
@@ -93,15 +67,9 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	close(done)
-	wg.Wait()
+	kills, killErr := stopKilling()
 	if killErr != nil {
 		t.Fatal(killErr)
-	}
-	if berth.Running == "" {
-		if err := berth.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
 	}
 	t.Logf("%d kills", kills)
 	if kills < 2 {

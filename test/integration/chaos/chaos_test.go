@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"math/rand"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -69,31 +68,7 @@ func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
 	t.Cleanup(func() { _ = berth.Stop() })
 
 	// The killer: SIGKILL at random moments, then a new process, until the gangs are in.
-	done := make(chan struct{})
-	killerRng := rand.New(rand.NewSource(seed + 1))
-	kills := 0
-	var killerErr error
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Duration(500+killerRng.Intn(2500)) * time.Millisecond):
-			}
-			if err := berth.Kill(); err != nil {
-				killerErr = err
-				return
-			}
-			kills++
-			if err := berth.Start(ctx); err != nil {
-				killerErr = err
-				return
-			}
-		}
-	}()
+	stopKilling := berth.KillAtRandom(ctx, seed+1, 500*time.Millisecond, 3*time.Second)
 	want := 0
 	sizes := make([]int, chaosGangs)
 	for i := range sizes {
@@ -115,15 +90,9 @@ func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
 		want += size
 		time.Sleep(time.Duration(rng.Intn(400)) * time.Millisecond)
 	}
-	close(done)
-	wg.Wait()
-	if killerErr != nil {
-		t.Fatal(killerErr)
-	}
-	if berth.Running == "" || berth.Exited(berth.Running) {
-		if err := berth.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
+	kills, killErr := stopKilling()
+	if killErr != nil {
+		t.Fatal(killErr)
 	}
 	t.Logf("%d kills while %d gangs (%d members) were created", kills, chaosGangs, want)
 	if kills < 5 {
