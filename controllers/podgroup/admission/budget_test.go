@@ -56,7 +56,7 @@ func (w *writeCounter) String() string {
 
 // budgetHarness is a Reconciler on a fake client that counts its writes; base writes without
 // counting (the test playing kube-scheduler).
-func budgetHarness(t *testing.T, objs ...client.Object) (r *Reconciler, base client.Client, writes *writeCounter, clk *clocktesting.FakeClock, rec *events.FakeRecorder) {
+func budgetHarness(t testing.TB, objs ...client.Object) (r *Reconciler, base client.Client, writes *writeCounter, clk *clocktesting.FakeClock, rec *events.FakeRecorder) {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -103,7 +103,7 @@ func budgetHarness(t *testing.T, objs ...client.Object) (r *Reconciler, base cli
 		},
 	})
 	clk = clocktesting.NewFakeClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	rec = events.NewFakeRecorder(100)
+	rec = events.NewFakeRecorder(10000)
 	return New(counted, counted, clk, bevents.NewRecorder(rec), Options{}), base, writes, clk, rec
 }
 

@@ -8,17 +8,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/events"
-	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	bevents "github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/test/builders"
 )
 
@@ -30,13 +23,6 @@ import (
 //
 //	go test ./controllers/podgroup/admission -run '^$' -bench Cycle -cpu 1
 func BenchmarkCycle(b *testing.B) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		b.Fatal(err)
-	}
-	if err := berthv1alpha1.AddToScheme(scheme); err != nil {
-		b.Fatal(err)
-	}
 	var objs []client.Object
 	for i := range 1000 {
 		name := fmt.Sprintf("node-%04d", i)
@@ -45,53 +31,19 @@ func BenchmarkCycle(b *testing.B) {
 			objs = append(objs, builders.Pod(fmt.Sprintf("%s-w%d", name, j), fmt.Sprintf("team-%d", i%10)).GPU(1).Node(name).Phase(corev1.PodRunning).Obj())
 		}
 	}
-	var groups []client.Object
 	for i := range 500 {
 		g := fmt.Sprintf("g%03d", i)
-		pg := builders.PodGroup(g, "ml").MinMember(4).Obj()
-		groups = append(groups, pg)
-		objs = append(objs, pg)
+		objs = append(objs, builders.PodGroup(g, "ml").MinMember(4).Obj())
 		for j := range 4 {
 			objs = append(objs, builders.Pod(fmt.Sprintf("%s-%d", g, j), "ml").Member(g).Gated().GPU(1).Obj())
 		}
 	}
-	writes := 0
-	count := func() { writes++ }
-	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(groups...).
-		WithInterceptorFuncs(interceptor.Funcs{
-			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-				count()
-				return c.Create(ctx, obj, opts...)
-			},
-			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-				count()
-				return c.Update(ctx, obj, opts...)
-			},
-			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-				count()
-				return c.Patch(ctx, obj, patch, opts...)
-			},
-			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-				count()
-				return c.Delete(ctx, obj, opts...)
-			},
-			SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-				count()
-				return c.SubResource(sub).Update(ctx, obj, opts...)
-			},
-			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-				count()
-				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-			},
-		}).Build()
-	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	r := New(c, c, clk, bevents.NewRecorder(events.NewFakeRecorder(100000)), Options{})
+	r, c, writes, clk, _ := budgetHarness(b, objs...)
 	ctx := context.Background()
 	if _, err := r.Reconcile(ctx, cycleKey); err != nil {
 		b.Fatal(err)
 	}
-	settle := writes
-	writes = 0
+	settle := writes.total()
 	r.reader = storesOf(b, c)
 	if cy, err := r.newCycle(ctx); err != nil || len(cy.groups) != 500 || len(cy.members) != 500 {
 		b.Fatalf("the stores hold %d PodGroups and %d gangs' members (%v), want 500 and 500", len(cy.groups), len(cy.members), err)
@@ -111,7 +63,7 @@ func BenchmarkCycle(b *testing.B) {
 	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1e3, "p50-ms")
 	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1e3, "p99-ms")
 	b.ReportMetric(float64(settle), "settling-writes")
-	b.ReportMetric(float64(writes)/float64(len(took)), "writes/cycle")
+	b.ReportMetric(float64(writes.total()-settle)/float64(len(took)), "writes/cycle")
 }
 
 // storesOf fills admission stores with c's PodGroups, pods and nodes, as informer events would.
