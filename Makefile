@@ -16,7 +16,7 @@ TOOLS_DIR := $(shell hack/build-tools.sh --dir)
 export BERTH_TOOLS_DIR := $(TOOLS_DIR)
 GO_TEST_FLAGS ?= -race -shuffle=on -timeout=30m
 
-.PHONY: all build tools generate verify vet lint cross test test-rules test-unit demo bench fuzz clean help
+.PHONY: all build image tools generate verify vet lint cross test test-rules test-image test-unit demo bench fuzz clean help
 
 all: build
 
@@ -26,6 +26,9 @@ help: ## Show the targets.
 build: ## Build bin/berth.
 	go build -ldflags "$(LDFLAGS)" -o $(BERTH) ./cmd/berth
 
+image: ## Build the berth and berth-agent image archives into bin/images without Docker (hack/image; load or push them, see docs/quickstart.md).
+	go -C hack/image run . -root ../.. -out bin/images -version $(VERSION) -commit $(COMMIT)
+
 tools: ## Build (or reuse) the rig's binaries, controller-gen and golangci-lint (hack/build-tools.sh).
 	@hack/build-tools.sh >/dev/null
 
@@ -34,11 +37,13 @@ generate: ## Regenerate deepcopy, CRDs, RBAC, instance types, references, chart 
 
 vet: ## go vet and gofmt.
 	go vet ./...
+	go -C hack/image vet ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^hack/tools/')); \
 		if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 lint: ## golangci-lint (.golangci.yml: layering, import aliases, function length…) and the one-vocabulary check.
 	"$$(hack/build-tools.sh golangci-lint)/bin/golangci-lint" run ./...
+	cd hack/image && "$$(../build-tools.sh golangci-lint)/bin/golangci-lint" run --config ../../.golangci.yml ./...
 	go run ./hack/check-vocabulary
 
 cross: ## berth builds for macOS and Linux on arm64 without cgo (agent and dev say where they cannot run).
@@ -53,7 +58,10 @@ test-rules: ## Check and unit-test the Prometheus alert rules with promtool (ins
 		$$promtool check rules config/prometheus/rules.yaml && \
 		cd config/prometheus && $$promtool test rules rules_test.yaml
 
-test: verify test-rules tools ## Everything CI runs: verify, unit tests and rig tests (real apiserver, scheduler, kcm, kwok, Karpenter, KEDA).
+test-image: ## Build both image archives and check them: entrypoint, the binary from the layers runs, berth static, every library the agent links inside its image.
+	go -C hack/image test -count=1 -timeout=30m ./...
+
+test: verify test-rules test-image tools ## Everything CI runs: verify, unit tests and rig tests (real apiserver, scheduler, kcm, kwok, Karpenter, KEDA).
 	BERTH_REQUIRE_RIG=1 go test $(GO_TEST_FLAGS) ./...
 
 test-unit: ## Unit tests only (no rig).

@@ -14,8 +14,22 @@ app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end }}
 
+{{/* An image reference: (dict "image" .Values.image "ctx" $): repository@digest when a digest
+is set, repository:tag otherwise (tag defaults to the chart's appVersion). */}}
+{{- define "berth.imageRef" -}}
+{{- if .image.digest -}}
+{{ .image.repository }}@{{ .image.digest }}
+{{- else -}}
+{{ .image.repository }}:{{ .image.tag | default .ctx.Chart.AppVersion }}
+{{- end }}
+{{- end }}
+
 {{- define "berth.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ include "berth.imageRef" (dict "image" .Values.image "ctx" .) }}
+{{- end }}
+
+{{- define "berth.agentImage" -}}
+{{ include "berth.imageRef" (dict "image" .Values.agent.image "ctx" .) }}
 {{- end }}
 
 {{/* Restricted pod security (Pod Security Standards "restricted"). */}}
