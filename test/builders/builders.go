@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -93,6 +94,15 @@ func (b *PodBuilder) Member(group string) *PodBuilder {
 
 // Label sets a label.
 func (b *PodBuilder) Label(k, v string) *PodBuilder { b.p.Labels[k] = v; return b }
+
+// ControlledBy makes the pod's controller the named object (a Job: "batch/v1", "Job").
+func (b *PodBuilder) ControlledBy(apiVersion, kind, name string) *PodBuilder {
+	yes := true
+	b.p.OwnerReferences = append(b.p.OwnerReferences, metav1.OwnerReference{
+		APIVersion: apiVersion, Kind: kind, Name: name, UID: types.UID("uid-" + name), Controller: &yes, BlockOwnerDeletion: &yes,
+	})
+	return b
+}
 
 // Request sets a resource request on the first container (and the limit, for extended resources).
 func (b *PodBuilder) Request(name corev1.ResourceName, q string) *PodBuilder {

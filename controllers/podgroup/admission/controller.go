@@ -92,6 +92,8 @@ type Reconciler struct {
 	// messages at most once per messageRefresh; refreshAt the soonest refresh a cycle put off.
 	lastWritten map[refreshKey]time.Time
 	refreshAt   time.Time
+	// jobs are members' Jobs read around the cache, each reused for a second (jobs.go).
+	jobs jobReads
 }
 
 // New builds the admission controller.
@@ -159,6 +161,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	r.forgetJobs(cy.now)
 	recordPhases(cy.groups)
 	r.reportOrphans(cy)
 	recordGangHealth(cy.groups, cy.members, cy.now)

@@ -48,7 +48,7 @@ var (
 	}, []string{bmetrics.LabelPhase})
 	partiallyRunning = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "partially_running_gangs",
-		Help: "Gangs with some but fewer than minMember members running, admitted more than " + partialGrace.String() + " ago: GPUs held by members that wait for their peers.",
+		Help: "Gangs whose admitted generation runs in part (some members running, others of it neither running nor succeeded), admitted more than " + partialGrace.String() + " ago: GPUs held by members that wait for their peers.",
 	})
 	generations = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "generations_total",
@@ -156,13 +156,17 @@ func recordGangHealth(gs []*berthv1alpha1.PodGroup, members map[string][]*corev1
 			g.Status.AdmittedAt == nil || now.Sub(g.Status.AdmittedAt.Time) < partialGrace {
 			continue
 		}
-		running := int32(0)
-		for _, m := range members[g.Namespace+"/"+g.Name] {
+		// Partial: some of the admitted generation run while others of it neither run nor
+		// finished well (lost, or not started). A Job's members that succeeded, and a last wave
+		// smaller than minMember, are not partial.
+		gen := classify(members[g.Namespace+"/"+g.Name], g.Status.Assignments)
+		running := 0
+		for _, m := range gen.live {
 			if m.Status.Phase == corev1.PodRunning {
 				running++
 			}
 		}
-		if running > 0 && running < g.Spec.MinMember {
+		if running > 0 && running+gen.succeeded < len(gen.assigned) {
 			partial++
 		}
 	}

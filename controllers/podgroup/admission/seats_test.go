@@ -242,15 +242,20 @@ func TestWithoutBooting(t *testing.T) {
 
 func TestRecordGangHealth(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	gang := func(name string, phase berthv1alpha1.PodGroupPhase, age, admitted time.Duration) *berthv1alpha1.PodGroup {
+	gang := func(name string, phase berthv1alpha1.PodGroupPhase, age, admitted time.Duration, assigned ...string) *berthv1alpha1.PodGroup {
 		g := builders.PodGroup(name, "ml").MinMember(2).Obj()
 		g.CreationTimestamp = metav1.NewTime(now.Add(-age))
 		g.Status.Phase = phase
 		if admitted > 0 {
 			g.Status.AdmittedAt = &metav1.Time{Time: now.Add(-admitted)}
 		}
+		for _, p := range assigned {
+			g.Status.Assignments = append(g.Status.Assignments, berthv1alpha1.MemberAssignment{Pod: p, Node: "n"})
+		}
 		return g
 	}
+	lastWave := gang("last", berthv1alpha1.PodGroupRunning, time.Hour, 10*time.Minute, "l4", "l5")
+	lastWave.Spec.MinMember = 4
 	running := func(name, group string) *corev1.Pod {
 		return builders.Pod(name, "ml").Member(group).Phase(corev1.PodRunning).Obj()
 	}
@@ -258,14 +263,20 @@ func TestRecordGangHealth(t *testing.T) {
 		gang("old", berthv1alpha1.PodGroupPending, 20*time.Minute, 0),
 		gang("new", "", time.Minute, 0),
 		gang("prov", berthv1alpha1.PodGroupProvisioning, 5*time.Minute, 0),
-		gang("half", berthv1alpha1.PodGroupAdmitted, time.Hour, 10*time.Minute),
-		gang("starting", berthv1alpha1.PodGroupAdmitted, time.Hour, 30*time.Second),
-		gang("whole", berthv1alpha1.PodGroupRunning, time.Hour, time.Hour),
+		gang("half", berthv1alpha1.PodGroupAdmitted, time.Hour, 10*time.Minute, "h0", "h1"),
+		gang("starting", berthv1alpha1.PodGroupAdmitted, time.Hour, 30*time.Second, "s0", "s1"),
+		gang("whole", berthv1alpha1.PodGroupRunning, time.Hour, time.Hour, "w0", "w1"),
+		// A Job's wave where one member finished and the other still runs: not partial.
+		gang("finishing", berthv1alpha1.PodGroupRunning, time.Hour, time.Hour, "f0", "f1"),
+		// A Job's last wave, smaller than minMember, running whole: not partial.
+		lastWave,
 	}
 	members := map[string][]*corev1.Pod{
-		"ml/half":     {running("h0", "half"), builders.Pod("h1", "ml").Member("half").Obj()},
-		"ml/starting": {running("s0", "starting")},
-		"ml/whole":    {running("w0", "whole"), running("w1", "whole")},
+		"ml/half":      {running("h0", "half"), builders.Pod("h1", "ml").Member("half").Obj()},
+		"ml/starting":  {running("s0", "starting")},
+		"ml/whole":     {running("w0", "whole"), running("w1", "whole")},
+		"ml/finishing": {running("f0", "finishing"), builders.Pod("f1", "ml").Member("finishing").Phase(corev1.PodSucceeded).Obj()},
+		"ml/last":      {builders.Pod("l0", "ml").Member("last").Phase(corev1.PodSucceeded).Obj(), running("l4", "last"), running("l5", "last")},
 	}
 	recordGangHealth(gs, members, now)
 	if got := testGauge(t, oldestWaiting.WithLabelValues("Pending")); got != 1200 {
@@ -275,7 +286,7 @@ func TestRecordGangHealth(t *testing.T) {
 		t.Errorf("oldest Provisioning = %v, want 300", got)
 	}
 	if got := testGauge(t, partiallyRunning); got != 1 {
-		t.Errorf("partially running = %v, want 1 (half; starting is within the grace)", got)
+		t.Errorf("partially running = %v, want 1 (half; starting is within the grace; finishing and last are whole)", got)
 	}
 }
 

@@ -37,9 +37,15 @@ func scheduleBackoff(n int32) time.Duration {
 // wants another look.
 func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen generation) (time.Duration, error) {
 	g := gv.group
-	need := int(g.Spec.MinMember)
+	need, byJobs, err := r.waveNeed(ctx, gv, gen)
+	if err != nil {
+		return 0, err
+	}
 	if len(gen.fresh) < need {
-		return 0, r.waitForMembers(ctx, gv, gen)
+		if byJobs {
+			return jobRecheck, r.waitForMembers(ctx, gv, gen, need)
+		}
+		return 0, r.waitForMembers(ctx, gv, gen, need)
 	}
 	gang := scheduling.Gang{Members: gen.fresh}
 	if g.Spec.Topology != nil {
@@ -107,9 +113,8 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 
 // waitForMembers says what a gang without enough placeable members waits for, and stops its
 // wait clock: time before every member exists, or while a queue holds some, does not count.
-func (r *Reconciler) waitForMembers(ctx context.Context, gv gangView, gen generation) error {
+func (r *Reconciler) waitForMembers(ctx context.Context, gv gangView, gen generation, need int) error {
 	g := gv.group
-	need := int(g.Spec.MinMember)
 	if g.Status.WaitingSince != nil || g.Status.ScheduleRetryAt != nil {
 		if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
 			st.WaitingSince, st.ScheduleRetryAt, st.ScheduleTimeouts = nil, nil, 0

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -195,35 +196,103 @@ func watchProtection(ns, group string, names []string) func() []string {
 
 // TestWavesAsGangs: an Indexed Job with completions 8 and parallelism 4 runs two waves of four;
 // each wave is admitted as a gang (never a member bound while another of its wave is gated),
-// the second only once the first has finished, and the PodGroup succeeds with the Job.
+// the second only once the first has finished (no second-wave index bound while a first-wave
+// one is live), and the PodGroup succeeds with the Job after exactly one new generation. With
+// completions 6 the last wave has 2 members, fewer than minMember 4: it is admitted at its own
+// size instead of waiting forever.
 func TestWavesAsGangs(t *testing.T) {
-	ns := namespace(t, "waves")
-	create(t, builders.PodGroup("waves", ns).MinMember(4).Obj(),
-		indexedJob(ns, "waves", 8, 4, 0, podTemplate("waves", "g6e", "5s", container(1, nil))))
-	stop := observe(ns, "waves")
-	defer func() { stop().check(t) }()
-	rigtest.Eventually(t, 4*time.Minute, 200*time.Millisecond, "the Job completes", func(ctx context.Context) (bool, string, error) {
-		var job batchv1.Job
-		if err := rigtest.Current().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "waves"}, &job); err != nil {
-			return false, "", err
+	for _, tc := range []struct {
+		name                     string
+		completions, parallelism int32
+	}{
+		// Two waves of 4.
+		{"even", 8, 4},
+		// A wave of 4, then a last wave of 2: smaller than minMember, admitted at its own size.
+		{"last wave smaller than minMember", 6, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := namespace(t, "waves")
+			create(t, builders.PodGroup("waves", ns).MinMember(4).Obj(),
+				indexedJob(ns, "waves", tc.completions, tc.parallelism, 0, podTemplate("waves", "g6e", "5s", container(1, nil))))
+			stop := observe(ns, "waves")
+			defer func() { stop().check(t) }()
+			stopWaves := watchWaves(ns, "waves", int(tc.parallelism))
+			defer func() {
+				for _, v := range stopWaves() {
+					t.Errorf("waves overlap: %s", v)
+				}
+			}()
+			rigtest.Eventually(t, 4*time.Minute, 200*time.Millisecond, "the Job completes", func(ctx context.Context) (bool, string, error) {
+				var job batchv1.Job
+				if err := rigtest.Current().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "waves"}, &job); err != nil {
+					return false, "", err
+				}
+				ms, err := members(ctx, ns, "waves")
+				if err != nil {
+					return false, "", err
+				}
+				_, detail := running(ms)
+				if job.Status.Failed > 0 {
+					return false, "", fmt.Errorf("the Job has %d failed pods, conditions %v; %s", job.Status.Failed, job.Status.Conditions, detail)
+				}
+				pg, err := getGroup(ctx, ns, "waves")
+				if err != nil {
+					return false, "", err
+				}
+				return job.Status.Succeeded == tc.completions, fmt.Sprintf("succeeded %d, active %d; %s; PodGroup %v", job.Status.Succeeded, job.Status.Active, detail, conditionSummary(pg)), nil
+			})
+			rigtest.Eventually(t, 20*time.Second, 200*time.Millisecond, "PodGroup Succeeded after exactly two generations", func(ctx context.Context) (bool, string, error) {
+				pg, err := getGroup(ctx, ns, "waves")
+				if err != nil {
+					return false, "", err
+				}
+				if pg.Status.Restarts > 1 {
+					return false, "", fmt.Errorf("%d generations after the first; two waves make one", pg.Status.Restarts)
+				}
+				return pg.Status.Phase == berthv1alpha1.PodGroupSucceeded && pg.Status.Restarts == 1,
+					fmt.Sprintf("phase %s, restarts %d %v", pg.Status.Phase, pg.Status.Restarts, conditionSummary(pg)), nil
+			})
+		})
+	}
+}
+
+// watchWaves polls the gang every 20 ms for a pod of a later wave (completion index ≥
+// parallelism) bound while a pod of the first wave is neither finished nor gone.
+func watchWaves(ns, group string, parallelism int) func() []string {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	var violations []string
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			ms, err := members(ctx, ns, group)
+			if err == nil {
+				var live, bound []string
+				for _, m := range ms {
+					idx, err := strconv.Atoi(m.Annotations[batchv1.JobCompletionIndexAnnotation])
+					if err != nil {
+						continue
+					}
+					finished := m.Status.Phase == corev1.PodSucceeded || m.Status.Phase == corev1.PodFailed
+					if idx < parallelism && !finished {
+						live = append(live, m.Name)
+					}
+					if idx >= parallelism && m.Spec.NodeName != "" {
+						bound = append(bound, m.Name)
+					}
+				}
+				if len(live) > 0 && len(bound) > 0 && len(violations) < 5 {
+					violations = append(violations, fmt.Sprintf("%v bound while %v of the first wave live", bound, live))
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		ms, err := members(ctx, ns, "waves")
-		if err != nil {
-			return false, "", err
-		}
-		_, detail := running(ms)
-		if job.Status.Failed > 0 {
-			return false, "", fmt.Errorf("the Job has %d failed pods, conditions %v; %s", job.Status.Failed, job.Status.Conditions, detail)
-		}
-		return job.Status.Succeeded == 8, fmt.Sprintf("succeeded %d, active %d; %s", job.Status.Succeeded, job.Status.Active, detail), nil
-	})
-	rigtest.Eventually(t, 20*time.Second, 200*time.Millisecond, "PodGroup Succeeded", func(ctx context.Context) (bool, string, error) {
-		pg, err := getGroup(ctx, ns, "waves")
-		if err != nil {
-			return false, "", err
-		}
-		return pg.Status.Phase == berthv1alpha1.PodGroupSucceeded, fmt.Sprintf("phase %s %v", pg.Status.Phase, conditionSummary(pg)), nil
-	})
+	}()
+	return func() []string {
+		cancel()
+		<-done
+		return violations
+	}
 }
 
 // TestLostRankGetsCapacityInTheGangsZone: a 2-rank × 8-GPU Indexed Job placed in one zone loses
