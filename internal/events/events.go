@@ -6,16 +6,20 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/events"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 // Event reasons. Each is CamelCase and names what happened, as `kubectl describe` shows it.
 const (
 	// ReasonGangRunning: at least minMember members of a PodGroup are running.
 	ReasonGangRunning = "GangRunning"
-	// ReasonGangSucceeded: at least minMember members of a PodGroup completed successfully.
-	ReasonGangSucceeded = "GangSucceeded"
-	// ReasonGangFailed: a PodGroup can no longer reach minMember.
-	ReasonGangFailed = "GangFailed"
+	// ReasonGangSucceeded: at least minMember members of a PodGroup completed successfully
+	// (the same word as the Ready condition's reason).
+	ReasonGangSucceeded = berthv1alpha1.ReasonGangSucceeded
+	// ReasonGangFailed: a PodGroup can no longer reach minMember (the same word as the Ready
+	// condition's reason).
+	ReasonGangFailed = berthv1alpha1.ReasonGangFailed
 	// ReasonGangAdmitted: every member was placed and released together.
 	ReasonGangAdmitted = "GangAdmitted"
 	// ReasonGangUnschedulable: the gang does not fit yet; the note says why.

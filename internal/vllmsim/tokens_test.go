@@ -100,10 +100,12 @@ func TestTokenModelPreemptsAndStillFinishes(t *testing.T) {
 		}
 	}
 	s := r.Snapshot()[0]
-	if s.Preemptions == 0 {
-		t.Error("no preemption although the cache holds four of the eight contexts")
+	// Deterministic (no randomness in this setup): 4 preemptions with this cache, and tokens
+	// recomputed after a preemption are not counted as generated twice.
+	if s.Preemptions != 4 {
+		t.Errorf("%d preemptions, want 4: the cache holds four of the eight contexts", s.Preemptions)
 	}
-	if s.RequestSuccess != 8 || s.TTFT.Count != 8 || s.GenerationTokens < 8*192 {
+	if s.RequestSuccess != 8 || s.TTFT.Count != 8 || s.GenerationTokens != 8*192 {
 		t.Errorf("finished %d (TTFT %d, tokens %d); want all 8 with 192 tokens each, one first token each", s.RequestSuccess, s.TTFT.Count, s.GenerationTokens)
 	}
 	if s.KVBlocksUsed != 0 {

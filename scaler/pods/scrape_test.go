@@ -268,8 +268,10 @@ func TestPreemptionRate(t *testing.T) {
 	}
 	clk.Step(30 * time.Second)
 	total.Store(2) // the server restarted
-	if o, _ := s.Observe(context.Background(), tr, pods, 0); o.PreemptionsPerMinute < 0 || isNaN(o.PreemptionsPerMinute) {
-		t.Fatalf("after a counter reset: %v/min", o.PreemptionsPerMinute)
+	// The window's baseline is the first page (500); the counter went down, so it counts from
+	// zero: 2 over the 60 s since that page.
+	if o, _ := s.Observe(context.Background(), tr, pods, 0); o.PreemptionsPerMinute != 2 {
+		t.Fatalf("after a counter reset: %v/min, want 2", o.PreemptionsPerMinute)
 	}
 }
 
@@ -300,12 +302,25 @@ func TestPreemptionsFromTheEmulator(t *testing.T) {
 			fleet.Step(clk.Now())
 		}
 	}
+	rep, ok := fleet.Replica("127.0.0.1:0")
+	if !ok {
+		t.Fatal("no replica")
+	}
+	preempted := func() float64 {
+		n := 0.0
+		for _, e := range rep.Snapshot() {
+			n += float64(e.Preemptions)
+		}
+		return n
+	}
 	step(10 * time.Second)
 	s.Observe(context.Background(), tr, pods, 0)
+	before := preempted()
 	step(30 * time.Second) // 8/s against a cache that fits 10 grown sequences: preemptions
 	o, res := s.Observe(context.Background(), tr, pods, 0)
-	if res[0].Err != nil || isNaN(o.PreemptionsPerMinute) || o.PreemptionsPerMinute <= 0 {
-		t.Fatalf("preemptions per minute %v (err %v); want a positive rate", o.PreemptionsPerMinute, res[0].Err)
+	want := (preempted() - before) * 2 // over 30 s, per minute
+	if res[0].Err != nil || want == 0 || o.PreemptionsPerMinute != want {
+		t.Fatalf("preemptions per minute %v (err %v); want %v, the emulator's own count over the 30 s", o.PreemptionsPerMinute, res[0].Err, want)
 	}
 }
 

@@ -108,11 +108,11 @@ func (r *Reconciler) tendAdmitted(ctx context.Context, cy *cycle, gv gangView, g
 		return wait, errors.Join(append(errs, r.restartGang(ctx, gv, gen))...)
 	}
 	repl, prevNode, rest := gen.replacements(g.Spec.MinMember)
-	next, err := r.admitIndividually(ctx, cy, gv, gen, repl, prevNode, true)
+	next, err := r.admitIndividually(ctx, cy, gv, gen, joiners{pods: repl, prevNode: prevNode, withSeats: true})
 	errs = append(errs, err)
 	wait = minPositive(wait, next)
 	if gen.succeeded == 0 {
-		_, err := r.admitIndividually(ctx, cy, gv, gen, rest, nil, false)
+		_, err := r.admitIndividually(ctx, cy, gv, gen, joiners{pods: rest})
 		errs = append(errs, err)
 	}
 	return wait, errors.Join(errs...)

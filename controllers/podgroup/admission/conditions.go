@@ -48,10 +48,10 @@ func (r *Reconciler) setCondition(st *berthv1alpha1.PodGroupStatus, g *berthv1al
 // that cannot go ahead gets a new reason (waiting for members is no warning). A new message
 // under the same status and reason (counts that changed) is written at most once per
 // messageRefresh.
-func (r *Reconciler) setScheduled(ctx context.Context, g *berthv1alpha1.PodGroup, status metav1.ConditionStatus, reason, msg string) error {
+func (r *Reconciler) setScheduled(ctx context.Context, cy *cycle, g *berthv1alpha1.PodGroup, status metav1.ConditionStatus, reason, msg string) error {
 	cur := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionScheduled)
 	sameReason := cur != nil && cur.Status == status && cur.Reason == reason && cur.ObservedGeneration == g.Generation
-	if sameReason && (cur.Message == msg || !r.refreshDue(g, berthv1alpha1.ConditionScheduled)) {
+	if sameReason && (cur.Message == msg || !r.refreshDue(cy, g, berthv1alpha1.ConditionScheduled)) {
 		return nil
 	}
 	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
@@ -81,21 +81,21 @@ type refreshKey struct {
 	typ string
 }
 
-// refreshDue reports whether a message-only change of condition typ of g may be written now;
-// when not, it asks the cycle to come back when it may.
-func (r *Reconciler) refreshDue(g *berthv1alpha1.PodGroup, typ string) bool {
+// refreshDue reports whether a message-only change of condition typ of g may be written in
+// cycle cy; when not, it asks the cycle to come back when it may (cy.refreshAt).
+func (r *Reconciler) refreshDue(cy *cycle, g *berthv1alpha1.PodGroup, typ string) bool {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	last, ok := r.lastWritten[refreshKey{g.UID, typ}]
+	r.mu.Unlock()
 	if !ok {
 		return true // not written by this process yet
 	}
 	due := last.Add(messageRefresh)
-	if !r.clock.Now().Before(due) {
+	if !cy.now.Before(due) {
 		return true
 	}
-	if r.refreshAt.IsZero() || due.Before(r.refreshAt) {
-		r.refreshAt = due
+	if cy.refreshAt.IsZero() || due.Before(cy.refreshAt) {
+		cy.refreshAt = due
 	}
 	return false
 }
@@ -107,13 +107,13 @@ func (r *Reconciler) refreshed(g *berthv1alpha1.PodGroup, typ string) {
 	r.lastWritten[refreshKey{g.UID, typ}] = r.clock.Now()
 }
 
-// takeRefreshAt returns how long until the soonest message refresh a cycle put off (0: none)
-// and clears it, forgetting gangs that are gone.
-func (r *Reconciler) takeRefreshAt(live []*berthv1alpha1.PodGroup) time.Duration {
+// refreshWait returns how long until the soonest message refresh cycle cy put off (0: none),
+// forgetting gangs that are gone.
+func (r *Reconciler) refreshWait(cy *cycle) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	uids := make(map[types.UID]bool, len(live))
-	for _, g := range live {
+	uids := make(map[types.UID]bool, len(cy.groups))
+	for _, g := range cy.groups {
 		uids[g.UID] = true
 	}
 	for k := range r.lastWritten {
@@ -121,12 +121,10 @@ func (r *Reconciler) takeRefreshAt(live []*berthv1alpha1.PodGroup) time.Duration
 			delete(r.lastWritten, k)
 		}
 	}
-	at := r.refreshAt
-	r.refreshAt = time.Time{}
-	if at.IsZero() {
+	if cy.refreshAt.IsZero() {
 		return 0
 	}
-	return max(time.Second, at.Sub(r.clock.Now()))
+	return max(time.Second, cy.refreshAt.Sub(r.clock.Now()))
 }
 
 // tendGPUHealth keeps the GPUHealthy condition of an admitted gang: False, naming the nodes,

@@ -89,9 +89,8 @@ type Reconciler struct {
 	// a manager, the client otherwise.
 	reader clusterReader
 	// lastWritten is when this process last wrote each gang's conditions that refresh their
-	// messages at most once per messageRefresh; refreshAt the soonest refresh a cycle put off.
+	// messages at most once per messageRefresh.
 	lastWritten map[refreshKey]time.Time
-	refreshAt   time.Time
 	// jobs are members' Jobs read around the cache, each reused for a second (jobs.go).
 	jobs jobReads
 }
@@ -182,7 +181,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 			next = wait
 		}
 	}
-	if wait := r.takeRefreshAt(cy.groups); wait > 0 && wait < next {
+	if wait := r.refreshWait(cy); wait > 0 && wait < next {
 		next = wait
 	}
 	errs = append(errs, cy.volumeErr, r.sweepSeats(ctx, cy), r.sweepReservations(ctx, cy), r.sweepBarriers(ctx, cy))

@@ -36,6 +36,8 @@ type cycle struct {
 	volumeErr error
 	// requests looks up pods' requests kept across cycles (the Reconciler's requestCache).
 	requests scheduling.RequestLookup
+	// refreshAt is the soonest condition-message refresh this cycle put off (conditions.go).
+	refreshAt time.Time
 
 	// What the booting snapshot is built from, on first use.
 	volumes     map[string]scheduling.VolumeTopology

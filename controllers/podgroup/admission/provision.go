@@ -93,7 +93,7 @@ func (r *Reconciler) provision(ctx context.Context, cy *cycle, gv gangView, gang
 	p := gv.group.Status.Provisioning
 	switch {
 	case p.Active() && now.Sub(p.StartedAt.Time) >= provisioningTimeoutOf(gv.group):
-		return r.withdraw(ctx, gv, placeReason)
+		return r.withdraw(ctx, cy, gv, placeReason)
 	case p.Active():
 		return r.keepAttempt(ctx, cy, gv, gang, placeReason)
 	case p != nil && p.RetryAt != nil && now.Before(p.RetryAt.Time):
@@ -131,7 +131,7 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 		}
 	}
 	msg := fmt.Sprintf("attempt %d: %d of %d seats on Ready nodes (%s); waiting up to %s", p.Attempt, onReady, want, placeReason, timeout)
-	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, nil); err != nil {
+	if err := r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, nil); err != nil {
 		return 0, err
 	}
 	return max(time.Second, timeout-r.clock.Since(p.StartedAt.Time)), nil
@@ -162,7 +162,7 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 		next.LastFailure = p.LastFailure
 	}
 	msg := fmt.Sprintf("attempt %d: requested capacity for %d member(s) with no place (%s)", attempt, len(sf.Missing), placeReason)
-	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, next); err != nil {
+	if err := r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, next); err != nil {
 		return 0, err
 	}
 	provisioningAttempts.WithLabelValues(ProvisioningStarted).Inc()
@@ -177,7 +177,7 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 // withdraw ends a provisioning attempt that ran out of time: every seat goes (the nodes that
 // came up stay empty and Karpenter reclaims them), the gang returns to Pending with the reason,
 // and the next attempt waits for the backoff.
-func (r *Reconciler) withdraw(ctx context.Context, gv gangView, placeReason string) (time.Duration, error) {
+func (r *Reconciler) withdraw(ctx context.Context, cy *cycle, gv gangView, placeReason string) (time.Duration, error) {
 	g, p, timeout := gv.group, gv.group.Status.Provisioning, provisioningTimeoutOf(gv.group)
 	why := r.seatTrouble(ctx, gv.seats, placeReason)
 	if err := r.deleteSeats(ctx, gv.seats); err != nil {
@@ -190,7 +190,7 @@ func (r *Reconciler) withdraw(ctx context.Context, gv gangView, placeReason stri
 	next.FinishedAt, next.RetryAt = &now, &retry
 	next.LastFailure = truncate(fmt.Sprintf("capacity for %d member(s) was not Ready within %s: %s", p.Seats, timeout, why), 1024)
 	msg := fmt.Sprintf("attempt %d failed: %s; seats withdrawn, retrying in %s", p.Attempt, next.LastFailure, backoff)
-	if err := r.setProvisioned(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioningFailed, msg, next); err != nil {
+	if err := r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioningFailed, msg, next); err != nil {
 		return 0, err
 	}
 	provisioningAttempts.WithLabelValues(ProvisioningTimeout).Inc()
@@ -272,10 +272,10 @@ func truncate(s string, n int) string {
 // setProvisioned writes the CapacityProvisioned condition and, when next is not nil, the
 // provisioning status. A new message alone (seats that became Ready, a new placement reason) is
 // written at most once per messageRefresh.
-func (r *Reconciler) setProvisioned(ctx context.Context, g *berthv1alpha1.PodGroup, status metav1.ConditionStatus, reason, msg string, next *berthv1alpha1.ProvisioningStatus) error {
+func (r *Reconciler) setProvisioned(ctx context.Context, cy *cycle, g *berthv1alpha1.PodGroup, status metav1.ConditionStatus, reason, msg string, next *berthv1alpha1.ProvisioningStatus) error {
 	cur := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
 	if next == nil && cur != nil && cur.Status == status && cur.Reason == reason && cur.ObservedGeneration == g.Generation &&
-		(cur.Message == msg || !r.refreshDue(g, berthv1alpha1.ConditionCapacityProvisioned)) {
+		(cur.Message == msg || !r.refreshDue(cy, g, berthv1alpha1.ConditionCapacityProvisioned)) {
 		return nil // nothing new, or only a new message that waits for its refresh
 	}
 	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {

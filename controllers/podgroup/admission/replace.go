@@ -19,11 +19,24 @@ import (
 // Members that join an admitted generation one by one: replacements of lost members, and the
 // extra members of an elastic gang.
 
+// joiners are members that join an admitted generation one by one.
+type joiners struct {
+	// pods join in this order.
+	pods []*corev1.Pod
+	// prevNode is the node each replacement's predecessor had, by pod name ("" or absent:
+	// none known).
+	prevNode map[string]string
+	// withSeats: what does not fit gets capacity from Karpenter (replacements); without, it
+	// waits until it fits (an elastic gang's extra members).
+	withSeats bool
+}
+
 // admitIndividually places members of a running gang one by one, each in the gang's topology
 // domain and, for a replacement, on its predecessor's node when it fits there. Each is recorded
 // in the assignments before it is released. A replacement that does not fit gets capacity from
-// Karpenter (seats) when withSeats and provisioning is on; an extra member waits until it fits.
-func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangView, gen generation, pods []*corev1.Pod, prevNode map[string]string, withSeats bool) (time.Duration, error) {
+// Karpenter (seats) when j.withSeats and provisioning is on; an extra member waits until it fits.
+func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangView, gen generation, j joiners) (time.Duration, error) {
+	pods, prevNode, withSeats := j.pods, j.prevNode, j.withSeats
 	if len(pods) == 0 {
 		return 0, nil
 	}

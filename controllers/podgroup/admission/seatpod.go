@@ -26,12 +26,18 @@ func seatName(g *berthv1alpha1.PodGroup, attempt int32, i int) string {
 	return fmt.Sprintf("%s-seat-%d-%d", base, attempt, i)
 }
 
-// seatPod is the seat that holds capacity for member m of gang g, in namespace ns (berth's own,
+// seatIdentity is a seat pod's name, its namespace (berth's own) and the image it runs.
+type seatIdentity struct {
+	namespace, name, image string
+}
+
+// seatPod is the seat that holds capacity for member m of gang g, in id.namespace (berth's own,
 // so no ownerReference: sweepSeats deletes seats whose gang is gone). sf.Domain, when set,
 // confines it to the topology domain where the gang's other members have room; nodes carrying
 // the gang's reservation label (sf.Nodes, see reserve) are off limits, as their room is
 // promised to those members.
-func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, vt scheduling.VolumeTopology, ns, name, image string, sf scheduling.Shortfall) *corev1.Pod {
+func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, vt scheduling.VolumeTopology, id seatIdentity, sf scheduling.Shortfall) *corev1.Pod {
+	ns, name, image := id.namespace, id.name, id.image
 	req := resourcehelper.PodRequests(m, resourcehelper.PodResourcesOptions{})
 	seat := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{

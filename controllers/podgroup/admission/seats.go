@@ -64,7 +64,7 @@ func (r *Reconciler) ensureSeats(ctx context.Context, gv gangView, attempt int32
 			if i < len(sf.Volumes) {
 				vt = sf.Volumes[i]
 			}
-			create = append(create, seatPod(g, sf.Missing[i], vt, r.opts.Provisioning.seatNamespace(), name, image, sf))
+			create = append(create, seatPod(g, sf.Missing[i], vt, seatIdentity{namespace: r.opts.Provisioning.seatNamespace(), name: name, image: image}, sf))
 		}
 	}
 	if faultArmed("mid-seats") && len(create) > 1 {

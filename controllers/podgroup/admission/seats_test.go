@@ -171,7 +171,7 @@ func TestSeatPod(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := tt.group()
-			seat := seatPod(g, tt.member, tt.volumes, "berth-system", seatName(g, 1, 0), DefaultSeatImage, tt.sf)
+			seat := seatPod(g, tt.member, tt.volumes, seatIdentity{namespace: "berth-system", name: seatName(g, 1, 0), image: DefaultSeatImage}, tt.sf)
 			if seat.Name != "ddp-seat-1-0" || seat.Namespace != "berth-system" {
 				t.Errorf("seat %s/%s", seat.Namespace, seat.Name)
 			}

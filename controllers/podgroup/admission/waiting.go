@@ -43,9 +43,9 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 	}
 	if len(gen.fresh) < need {
 		if byJobs {
-			return jobRecheck, r.waitForMembers(ctx, gv, gen, need)
+			return jobRecheck, r.waitForMembers(ctx, cy, gv, gen, need)
 		}
-		return 0, r.waitForMembers(ctx, gv, gen, need)
+		return 0, r.waitForMembers(ctx, cy, gv, gen, need)
 	}
 	gang := scheduling.Gang{Members: gen.fresh}
 	if g.Spec.Topology != nil {
@@ -98,7 +98,7 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 		cy.snap.ReservePartial(gang)
 	}
 	if reason == berthv1alpha1.ReasonUnschedulable && r.opts.Provisioning.Enabled {
-		if err := r.setScheduled(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForCapacity,
+		if err := r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForCapacity,
 			"the gang does not fit existing nodes; capacity for the members without a place is requested from Karpenter (see condition CapacityProvisioned)"); err != nil {
 			return 0, err
 		}
@@ -108,12 +108,12 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 		}
 		return minPositive(wait, next), nil
 	}
-	return wait, r.setScheduled(ctx, g, metav1.ConditionFalse, reason, res.Reason)
+	return wait, r.setScheduled(ctx, cy, g, metav1.ConditionFalse, reason, res.Reason)
 }
 
 // waitForMembers says what a gang without enough placeable members waits for, and stops its
 // wait clock: time before every member exists, or while a queue holds some, does not count.
-func (r *Reconciler) waitForMembers(ctx context.Context, gv gangView, gen generation, need int) error {
+func (r *Reconciler) waitForMembers(ctx context.Context, cy *cycle, gv gangView, gen generation, need int) error {
 	g := gv.group
 	if g.Status.WaitingSince != nil || g.Status.ScheduleRetryAt != nil {
 		if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
@@ -124,16 +124,16 @@ func (r *Reconciler) waitForMembers(ctx context.Context, gv gangView, gen genera
 	}
 	switch {
 	case len(gen.fresh)+len(gen.held) >= need:
-		return r.setScheduled(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonHeldByOtherScheduler,
+		return r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonHeldByOtherScheduler,
 			fmt.Sprintf("%d of %d members are held by another scheduler's gate (%s); the gang waits for them, and its schedule timeout has not started",
 				len(gen.held), len(gen.fresh)+len(gen.held), strings.Join(otherGates(gen.held), ", ")))
 	case len(gv.members) >= need && len(gen.fresh) == 0 && len(gen.held) == 0 && !gen.admitted():
 		// Members exist but none carries the gate: created before berth's webhook was installed,
 		// or past it. berth cannot hold them; say so instead of claiming admission.
-		return r.setScheduled(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonMembersNotGated,
+		return r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonMembersNotGated,
 			fmt.Sprintf("none of the %d members carries the %s scheduling gate (created before berth's webhook was installed?); kube-scheduler places them one by one", len(gv.members), berthv1alpha1.SchedulingGate))
 	}
-	return r.setScheduled(ctx, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForMembers,
+	return r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForMembers,
 		fmt.Sprintf("%d of %d members exist", len(gen.fresh)+len(gen.held), need))
 }
 
