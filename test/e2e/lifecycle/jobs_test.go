@@ -10,11 +10,13 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -24,11 +26,10 @@ import (
 //  1. One rank's pod fails once: the Job controller retries the rank, berth admits the retry
 //     into the gang's placement (the node its predecessor ran on), the other ranks keep their
 //     do-not-disrupt protection the whole time, and the PodGroup never goes final.
-//  2. Every pod is lost at once (evicted, as a node drain or a spot reclaim does): the Job
-//     controller recreates all four, and berth admits the new generation whole — no member binds
-//     while another is still gated.
+//  2. Every pod is lost at once — evicted (as a node drain or a spot reclaim does), then
+//     deleted (as a user or a script does): each time the Job controller recreates all four, and
+//     berth admits the new generation whole — no member binds while another is still gated.
 func TestIndexedJobLifecycle(t *testing.T) {
-	ctx := context.Background()
 	ns := namespace(t, "ranks")
 	create(t, builders.PodGroup("ddp", ns).MinMember(4).Obj(),
 		indexedJob(ns, "ddp", 4, 4, 6, podTemplate("ddp", "g6e", "1h", container(2, nil))))
@@ -102,60 +103,87 @@ func TestIndexedJobLifecycle(t *testing.T) {
 		waitRunning(t, ns, "ddp", 4, 10*time.Second)
 	})
 
-	t.Run("every pod lost at once: the new generation is admitted whole", func(t *testing.T) {
+	for _, loss := range []struct {
+		how  string
+		lose func(t *testing.T, pods []corev1.Pod)
+	}{
+		{"evicted", evict},
+		{"deleted", deletePods},
+	} {
+		t.Run("every pod "+loss.how+" at once: the new generation is admitted whole", func(t *testing.T) {
+			lossOfEveryRank(t, ns, loss.how, loss.lose)
+		})
+	}
+}
+
+// lossOfEveryRank loses every live rank of the ddp gang at once (lose) and checks that the
+// ranks the Job recreates are admitted whole as one new generation.
+func lossOfEveryRank(t *testing.T, ns, how string, lose func(*testing.T, []corev1.Pod)) {
+	t.Helper()
+	ctx := context.Background()
+	pg, err := getGroup(ctx, ns, "ddp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarts := pg.Status.Restarts
+	stop := observe(ns, "ddp")
+	lost := liveOnly(mustMembers(t, ns, "ddp"))
+	evictedAt := time.Now()
+	lose(t, lost)
+	again := waitRunningOr(t, ns, "ddp", 4, 2*time.Minute, func(ctx context.Context) string {
+		var job batchv1.Job
+		if err := rigtest.Current().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ddp"}, &job); err != nil {
+			return err.Error()
+		}
+		var all corev1.PodList
+		if err := rigtest.Current().Client.List(ctx, &all, client.InNamespace(ns)); err != nil {
+			return err.Error()
+		}
+		var pods []string
+		for _, p := range all.Items {
+			pods = append(pods, fmt.Sprintf("%s %s deleting=%v finalizers=%v", p.Name, p.Status.Phase, p.DeletionTimestamp != nil, p.Finalizers))
+		}
+		var evs corev1.EventList
+		if err := rigtest.Current().Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
+			return err.Error()
+		}
+		var said []string
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Kind == "Job" {
+				said = append(said, e.Reason+": "+e.Message)
+			}
+		}
+		return fmt.Sprintf("Job: active %d, failed %d, terminating %v, conditions %v; pods %v; Job events %v",
+			job.Status.Active, job.Status.Failed, ptr.Deref(job.Status.Terminating, -1), job.Status.Conditions, pods, said)
+	})
+	stop().check(t)
+	var lastCreated time.Time
+	for _, m := range again {
+		if m.CreationTimestamp.After(lastCreated) {
+			lastCreated = m.CreationTimestamp.Time
+		}
+	}
+	t.Logf("all 4 ranks %s; the Job controller recreated them within %s; all 4 ran %s after the last was created",
+		how, lastCreated.Sub(evictedAt).Round(time.Millisecond), time.Since(lastCreated).Round(time.Millisecond))
+	rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, "the restart counted", func(ctx context.Context) (bool, string, error) {
 		pg, err := getGroup(ctx, ns, "ddp")
 		if err != nil {
+			return false, "", err
+		}
+		return pg.Status.Restarts == restarts+1 && pg.Status.Phase == berthv1alpha1.PodGroupRunning,
+			fmt.Sprintf("restarts %d (was %d), phase %s", pg.Status.Restarts, restarts, pg.Status.Phase), nil
+	})
+}
+
+// deletePods deletes pods through the API, as a user or a script does (no eviction: the Job
+// counts them as failed).
+func deletePods(t *testing.T, pods []corev1.Pod) {
+	t.Helper()
+	for i := range pods {
+		if err := rigtest.Current().Client.Delete(context.Background(), &pods[i]); client.IgnoreNotFound(err) != nil {
 			t.Fatal(err)
 		}
-		restarts := pg.Status.Restarts
-		stop := observe(ns, "ddp")
-		lost := liveOnly(mustMembers(t, ns, "ddp"))
-		evictedAt := time.Now()
-		evict(t, lost)
-		again := waitRunningOr(t, ns, "ddp", 4, 2*time.Minute, func(ctx context.Context) string {
-			var job batchv1.Job
-			if err := rigtest.Current().Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "ddp"}, &job); err != nil {
-				return err.Error()
-			}
-			var all corev1.PodList
-			if err := rigtest.Current().Client.List(ctx, &all, client.InNamespace(ns)); err != nil {
-				return err.Error()
-			}
-			var pods []string
-			for _, p := range all.Items {
-				pods = append(pods, fmt.Sprintf("%s %s deleting=%v finalizers=%v", p.Name, p.Status.Phase, p.DeletionTimestamp != nil, p.Finalizers))
-			}
-			var evs corev1.EventList
-			if err := rigtest.Current().Client.List(ctx, &evs, client.InNamespace(ns)); err != nil {
-				return err.Error()
-			}
-			var said []string
-			for _, e := range evs.Items {
-				if e.InvolvedObject.Kind == "Job" {
-					said = append(said, e.Reason+": "+e.Message)
-				}
-			}
-			return fmt.Sprintf("Job: active %d, failed %d, terminating %v, conditions %v; pods %v; Job events %v",
-				job.Status.Active, job.Status.Failed, ptr.Deref(job.Status.Terminating, -1), job.Status.Conditions, pods, said)
-		})
-		stop().check(t)
-		var lastCreated time.Time
-		for _, m := range again {
-			if m.CreationTimestamp.After(lastCreated) {
-				lastCreated = m.CreationTimestamp.Time
-			}
-		}
-		t.Logf("all 4 ranks evicted; the Job controller recreated them within %s; all 4 ran %s after the last was created",
-			lastCreated.Sub(evictedAt).Round(time.Millisecond), time.Since(lastCreated).Round(time.Millisecond))
-		rigtest.Eventually(t, 10*time.Second, 100*time.Millisecond, "the restart counted", func(ctx context.Context) (bool, string, error) {
-			pg, err := getGroup(ctx, ns, "ddp")
-			if err != nil {
-				return false, "", err
-			}
-			return pg.Status.Restarts == restarts+1 && pg.Status.Phase == berthv1alpha1.PodGroupRunning,
-				fmt.Sprintf("restarts %d (was %d), phase %s", pg.Status.Restarts, restarts, pg.Status.Phase), nil
-		})
-	})
+	}
 }
 
 func mustMembers(t *testing.T, ns, group string) []corev1.Pod {
@@ -361,5 +389,60 @@ func TestLostRankGetsCapacityInTheGangsZone(t *testing.T) {
 	var s corev1.Pod
 	if err := c.Get(ctx, client.ObjectKeyFromObject(&survivor), &s); err != nil || s.UID != survivor.UID || s.Status.Phase != corev1.PodRunning {
 		t.Errorf("the surviving rank did not keep running: %s %v", s.Status.Phase, err)
+	}
+}
+
+// TestRestartGang: with onMemberLoss RestartGang, one failed rank of a running 2-rank Indexed
+// Job makes berth delete the surviving rank (a framework whose ranks cannot rejoin a running
+// job); the Job recreates both and they are admitted whole as the next generation — no rank of
+// the old generation left running beside the new one, no member bound while another is gated.
+func TestRestartGang(t *testing.T) {
+	ns := namespace(t, "restartgang")
+	create(t, builders.PodGroup("rg", ns).MinMember(2).OnMemberLoss(berthv1alpha1.MemberLossRestartGang).Obj(),
+		indexedJob(ns, "rg", 2, 2, 3, podTemplate("rg", "g6e", "1h", container(1, nil))))
+	ranks := waitRunning(t, ns, "rg", 2, 3*time.Minute)
+	old := map[types.UID]bool{ranks[0].UID: true, ranks[1].UID: true}
+	stop := observe(ns, "rg")
+	defer func() { stop().check(t) }()
+	failedAt := failPod(t, &ranks[0])
+	rigtest.Eventually(t, 2*time.Minute, 100*time.Millisecond, "both ranks recreated and running as a new generation", func(ctx context.Context) (bool, string, error) {
+		ms, err := members(ctx, ns, "rg")
+		if err != nil {
+			return false, "", err
+		}
+		fresh, survivors := 0, 0
+		var detail []string
+		for _, m := range ms {
+			detail = append(detail, fmt.Sprintf("%s %s", m.Name, m.Status.Phase))
+			switch {
+			case old[m.UID] && m.Status.Phase == corev1.PodRunning && m.DeletionTimestamp == nil:
+				survivors++
+			case !old[m.UID] && m.Status.Phase == corev1.PodRunning:
+				fresh++
+			}
+		}
+		pg, err := getGroup(ctx, ns, "rg")
+		if err != nil {
+			return false, "", err
+		}
+		if survivors > 0 && fresh > 0 {
+			return false, "", fmt.Errorf("an old rank runs beside a new one: %v", detail)
+		}
+		return fresh == 2 && survivors == 0 && pg.Status.Restarts == 1 && pg.Status.Phase == berthv1alpha1.PodGroupRunning,
+			fmt.Sprintf("members %v; restarts %d, phase %s %v", detail, pg.Status.Restarts, pg.Status.Phase, conditionSummary(pg)), nil
+	})
+	t.Logf("rank 0 failed; both ranks of the new generation ran %s later", time.Since(failedAt).Round(time.Millisecond))
+	var evs corev1.EventList
+	if err := rigtest.Current().Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	restarting := 0
+	for _, e := range evs.Items {
+		if e.Reason == events.ReasonGangRestarting && e.InvolvedObject.Name == "rg" {
+			restarting++
+		}
+	}
+	if restarting != 1 {
+		t.Errorf("%d GangRestarting Events, want 1", restarting)
 	}
 }
