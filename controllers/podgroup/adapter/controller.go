@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +33,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/podgroup/gate"
+	"github.com/berth-dev/berth/controllers/podgroup/owners"
 	"github.com/berth-dev/berth/internal/events"
 )
 
@@ -53,6 +55,9 @@ type Reconciler struct {
 	Client   client.Client
 	Reader   client.Reader
 	Recorder *events.Recorder
+
+	topsOnce sync.Once
+	tops     *owners.Tops
 }
 
 // +kubebuilder:rbac:groups=scheduling.berth.dev,resources=podgroups,verbs=create;patch;delete
@@ -92,10 +97,14 @@ func (r *Reconciler) create(ctx context.Context, pod *corev1.Pod, source, group 
 			"pod is in %s gang %q but its size is unknown (no %s annotation and no %s PodGroup); create a berth PodGroup %q to admit it", source, group, berthv1alpha1.MinMemberAnnotation, source, group))
 		return nil
 	}
+	owner, err := r.ownerOf(ctx, pod)
+	if err != nil {
+		return err
+	}
 	pg := &berthv1alpha1.PodGroup{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: group, Namespace: pod.Namespace, Labels: map[string]string{berthv1alpha1.AdaptedFromLabel: source},
-			OwnerReferences: []metav1.OwnerReference{ownerOf(pod)},
+			OwnerReferences: []metav1.OwnerReference{owner},
 		},
 		Spec: berthv1alpha1.PodGroupSpec{MinMember: minMember},
 	}
@@ -110,13 +119,21 @@ func (r *Reconciler) create(ctx context.Context, pod *corev1.Pod, source, group 
 	return nil
 }
 
-// ownerOf is what an adapted PodGroup for the pod's gang is owned by: the pod's controller, or
-// the pod itself when it has none (more members are added as owners as they come).
-func ownerOf(pod *corev1.Pod) metav1.OwnerReference {
-	if c := metav1.GetControllerOf(pod); c != nil {
-		return metav1.OwnerReference{APIVersion: c.APIVersion, Kind: c.Kind, Name: c.Name, UID: c.UID}
+// ownerOf is what an adapted PodGroup for the pod's gang is owned by: the pod's topmost
+// controller (the JobSet of a JobSet's Jobs, so every Job of it shares the gang and the
+// PodGroup lives as long as the JobSet), or the pod itself when it has none (more members are
+// added as owners as they come).
+func (r *Reconciler) ownerOf(ctx context.Context, pod *corev1.Pod) (metav1.OwnerReference, error) {
+	c := metav1.GetControllerOf(pod)
+	if c == nil {
+		return metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}, nil
 	}
-	return metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}
+	r.topsOnce.Do(func() { r.tops = owners.NewTops(r.Reader) })
+	top, err := r.tops.Of(ctx, pod.Namespace, *c)
+	if err != nil {
+		return metav1.OwnerReference{}, fmt.Errorf("resolving the workload of pod %s: %w", pod.Name, err)
+	}
+	return metav1.OwnerReference{APIVersion: top.APIVersion, Kind: top.Kind, Name: top.Name, UID: top.UID}, nil
 }
 
 // keep decides about a PodGroup that already has the gang's name. A user's PodGroup is theirs.
@@ -132,7 +149,10 @@ func (r *Reconciler) keep(ctx context.Context, pod *corev1.Pod, pg *berthv1alpha
 	if pg.DeletionTimestamp != nil {
 		return reconcile.Result{RequeueAfter: staleRetry}, nil
 	}
-	owner := ownerOf(pod)
+	owner, err := r.ownerOf(ctx, pod)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
 	if ownedBy(pg, owner.UID) {
 		return reconcile.Result{}, nil
 	}
