@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/berth-dev/berth/internal/certs"
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/pods"
 	"github.com/berth-dev/berth/scaler/promsource"
@@ -29,7 +30,7 @@ import (
 
 type scalerFlags struct {
 	grpcAddress, metricsAddress, kubeconfig, namespace string
-	tls                                                server.TLSFiles
+	tls                                                certs.ServingFiles
 	scrapeTimeout, freshFor, maxSampleAge, ttftWindow  time.Duration
 	streamInterval, shutdownGrace                      time.Duration
 	headroom                                           float64

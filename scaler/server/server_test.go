@@ -393,7 +393,7 @@ func kedaTLS(t *testing.T, caFile, certFile, keyFile string) grpc.DialOption {
 
 func TestTLS(t *testing.T) {
 	f := writePKI(t)
-	cfg, err := TLSFiles{CertFile: f.serverCert, KeyFile: f.serverKey}.Config()
+	cfg, err := certs.ServingFiles{CertFile: f.serverCert, KeyFile: f.serverKey}.Config()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -413,7 +413,7 @@ func TestTLS(t *testing.T) {
 
 func TestMutualTLS(t *testing.T) {
 	f := writePKI(t)
-	cfg, err := TLSFiles{CertFile: f.serverCert, KeyFile: f.serverKey, ClientCAFile: f.caFile}.Config()
+	cfg, err := certs.ServingFiles{CertFile: f.serverCert, KeyFile: f.serverKey, ClientCAFile: f.caFile}.Config()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func TestMutualTLS(t *testing.T) {
 	if _, err := pb.NewExternalScalerClient(noCert).GetMetricSpec(ctx(t), h.ref(map[string]string{"targetQueueDepth": "4"})); err == nil {
 		t.Fatal("a client without a certificate got through mutual TLS")
 	}
-	if _, err := (TLSFiles{CertFile: f.serverCert, KeyFile: f.serverKey, ClientCAFile: f.serverKey}).Config(); err == nil {
+	if _, err := (certs.ServingFiles{CertFile: f.serverCert, KeyFile: f.serverKey, ClientCAFile: f.serverKey}).Config(); err == nil {
 		t.Fatal("a client CA file without a certificate was accepted")
 	}
 }

@@ -1,4 +1,4 @@
-package server
+package certs
 
 import (
 	"crypto/tls"
@@ -8,22 +8,27 @@ import (
 	"os"
 	"sync"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// TLSFiles are the scaler's serving certificate and, for mutual TLS, the CA that signs KEDA's
-// client certificates (the TriggerAuthentication's tlsClientCert).
-type TLSFiles struct {
+// ServingFiles are a server's certificate files on disk (the scaler's: its serving certificate
+// and, for mutual TLS, the CA that signs KEDA's client certificates, the TriggerAuthentication's
+// tlsClientCert), re-read when they change.
+type ServingFiles struct {
 	CertFile, KeyFile string
 	// ClientCAFile, when set, makes the server require and verify client certificates.
 	ClientCAFile string
 }
 
 // Enabled says whether TLS is configured.
-func (f TLSFiles) Enabled() bool { return f.CertFile != "" || f.KeyFile != "" || f.ClientCAFile != "" }
+func (f ServingFiles) Enabled() bool {
+	return f.CertFile != "" || f.KeyFile != "" || f.ClientCAFile != ""
+}
 
 // Config builds a TLS config that re-reads the files when they change on disk (a rotated
 // Secret or cert-manager renewal takes effect at the next handshake, no restart).
-func (f TLSFiles) Config() (*tls.Config, error) {
+func (f ServingFiles) Config() (*tls.Config, error) {
 	if f.CertFile == "" || f.KeyFile == "" {
 		return nil, errors.New("TLS needs both --tls-cert-file and --tls-key-file")
 	}
@@ -48,8 +53,9 @@ func (f TLSFiles) Config() (*tls.Config, error) {
 	return base, nil
 }
 
+// reloader holds the certificate and client CAs loaded last, and when the files were checked.
 type reloader struct {
-	files     TLSFiles
+	files     ServingFiles
 	mu        sync.Mutex
 	cert      tls.Certificate
 	clientCAs *x509.CertPool
@@ -57,6 +63,7 @@ type reloader struct {
 	checked   time.Time
 }
 
+// fingerprint is the files' paths, modification times and sizes.
 func (r *reloader) fingerprint() string {
 	s := ""
 	for _, p := range []string{r.files.CertFile, r.files.KeyFile, r.files.ClientCAFile} {
@@ -70,6 +77,7 @@ func (r *reloader) fingerprint() string {
 	return s
 }
 
+// load reads the files.
 func (r *reloader) load() error {
 	cert, err := tls.LoadX509KeyPair(r.files.CertFile, r.files.KeyFile)
 	if err != nil {
@@ -104,7 +112,11 @@ func (r *reloader) maybeReload() error {
 	changed := r.fingerprint() != r.stamp
 	r.mu.Unlock()
 	if changed {
-		_ = r.load()
+		if err := r.load(); err != nil {
+			// Mid-rotation (one file written, not the other) or broken: keep serving the
+			// certificate loaded last, and say why.
+			log.Log.WithName("certs").Error(err, "reloading the serving certificate failed; serving the previous one", "certFile", r.files.CertFile)
+		}
 	}
 	return nil
 }
