@@ -44,7 +44,32 @@ func hpaDesired(usageMilli, targetMilli int64, current int32, tolerance float64)
 }
 
 // contractTargets are targets as ParseTrigger keeps them (thousandths), common and awkward.
-var contractTargets = []float64{0.001, 0.003, 0.07, 0.125, 0.29, 0.333, 0.57, 0.8, 0.813, 0.999, 1, 2.5, 3.3, 4, 7.777, 10, 64, 1000, 123456.789}
+// 1.001, 2.01, 4.02, 8.03, 32.3 and 64.1 are below their milli count in binary: truncating
+// them·1000 gives one milli less.
+var contractTargets = []float64{0.001, 0.003, 0.07, 0.125, 0.29, 0.333, 0.57, 0.8, 0.813, 0.999, 1, 1.001, 2.01, 2.5, 3.3, 4, 4.02, 7.777, 8.03, 10, 32.3, 64, 64.1, 1000, 123456.789}
+
+// TestWireTargetEveryMilli: every target ParseTrigger can keep, from 0.001 to 1,000 in
+// thousandths, reaches the HPA as exactly its milli count under both KEDA conversions (the bare
+// target truncated one milli short for 5,907 of the first million).
+func TestWireTargetEveryMilli(t *testing.T) {
+	short := 0
+	for m := int64(1); m <= 1_000_000; m++ {
+		target := float64(m) / 1000
+		if legacyKEDAMilli(target) != m {
+			short++
+		}
+		w := WireTarget(target)
+		if got := kedaMilli(w); got != m {
+			t.Fatalf("target %v: KEDA v2.21 makes %d milli of %v, want %d", target, got, w, m)
+		}
+		if got := legacyKEDAMilli(w); got != m {
+			t.Fatalf("target %v: KEDA before v2.20 makes %d milli of %v, want %d", target, got, w, m)
+		}
+	}
+	if short == 0 {
+		t.Error("no bare target truncates short; the legacy conversion is no longer modelled")
+	}
+}
 
 // TestKEDAContractExactReplicas: for every target, every replica count berth can decide (0 to
 // 1,000) and every current replica count, the value berth sends makes the HPA of KEDA v2.21.0
@@ -58,9 +83,9 @@ func TestKEDAContractExactReplicas(t *testing.T) {
 	}{{"keda-v2.21", kedaMilli}, {"keda-before-v2.20", legacyKEDAMilli}}
 	for _, conv := range conversions {
 		for _, target := range contractTargets {
-			tm := conv.milli(target)
-			if want := int64(targetMilli(target)); kedaMilli(target) != want {
-				t.Fatalf("target %v: KEDA sends %d milli, berth assumes %d", target, kedaMilli(target), want)
+			tm := conv.milli(WireTarget(target))
+			if want := int64(targetMilli(target)); tm != want {
+				t.Fatalf("%s target %v: KEDA sends %d milli, berth assumes %d", conv.name, target, tm, want)
 			}
 			for n := 0; n <= 1000; n++ {
 				v := metricValue(n, target)

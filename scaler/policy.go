@@ -269,3 +269,12 @@ func metricValue(replicas int, target float64) float64 {
 func targetMilli(target float64) float64 {
 	return math.Round(target * 1000)
 }
+
+// WireTarget is the target as GetMetricSpec sends it (targetSizeFloat): the target's exact
+// milli count plus a quarter of a milli, so that KEDA's conversion into the HPA's target lands
+// on targetMilli both ways — %.3f rounds the quarter away, and the truncation of KEDA before
+// v2.20 does too, where the bare target would truncate one milli short for targets such as
+// 2.01 (2.01·1000 is 2009.999… in binary: 2009 milli, and every replica count one too many).
+func WireTarget(target float64) float64 {
+	return (targetMilli(target) + 0.25) / 1000
+}

@@ -131,7 +131,7 @@ func (s *Server) GetMetricSpec(_ context.Context, ref *pb.ScaledObjectRef) (*pb.
 		out.MetricSpecs = append(out.MetricSpecs, &pb.MetricSpec{
 			MetricName:      sig.MetricName(),
 			TargetSize:      int64(max(1, target)),
-			TargetSizeFloat: target,
+			TargetSizeFloat: scaler.WireTarget(target),
 		})
 	}
 	return out, nil
