@@ -232,7 +232,6 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 	o.Starting, o.Stalled = split.Starting, split.Stalled
 	o.Ready = len(ready)
 	results := make([]Result, len(ready))
-	sem := make(chan struct{}, s.opts.Parallel)
 	var wg sync.WaitGroup
 	for i, p := range ready {
 		if s.inMemory(t, p) { // answered from memory: no goroutine, no wait
@@ -242,8 +241,15 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
+			// The scraper's one limit, shared with the background loop and every other call:
+			// Parallel scrapes at once over the whole process, first reads included.
+			select {
+			case s.sem <- struct{}{}:
+			case <-ctx.Done():
+				results[i] = Result{Pod: p.Name, Err: ctx.Err()}
+				return
+			}
+			defer func() { <-s.sem }()
 			results[i] = s.replica(ctx, t, p, every)
 		}()
 	}

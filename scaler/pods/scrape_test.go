@@ -353,3 +353,51 @@ func TestTokenRate(t *testing.T) {
 		t.Fatalf("5,000 tokens in 10 s: %v tokens/s over %d replicas, want 500 over 1", o.TokensPerSecond, o.TokensSampled)
 	}
 }
+
+// TestParallelIsOneLimit: Parallel bounds the scrapes of the whole scraper, not of each call —
+// three calls at once over 12 never-read replicas never have more than Parallel scrapes in
+// flight, and every replica is still read.
+func TestParallelIsOneLimit(t *testing.T) {
+	reps, tr, pods := fleet(t, 12)
+	var inflight, peak atomic.Int32
+	release := make(chan struct{})
+	for _, r := range reps {
+		r.Set(func(w http.ResponseWriter, _ *http.Request) {
+			n := inflight.Add(1)
+			defer inflight.Add(-1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			<-release
+			fmt.Fprint(w, "vllm:num_requests_waiting 1\nvllm:num_requests_running 1\n")
+		})
+	}
+	s := New(Options{Parallel: 3})
+	var wg sync.WaitGroup
+	sampled := make([]int, 3)
+	for c := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o, _ := s.Observe(context.Background(), tr, pods[c*4:(c+1)*4], 0)
+			sampled[c] = o.Sampled
+		}()
+	}
+	// Let the scrapes pile up against the limit, then let them through.
+	deadline := time.Now().Add(5 * time.Second)
+	for inflight.Load() < 3 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	close(release)
+	wg.Wait()
+	if got := peak.Load(); got != 3 {
+		t.Errorf("at most %d scrapes were in flight at once, want exactly Parallel = 3", got)
+	}
+	if fmt.Sprint(sampled) != "[4 4 4]" {
+		t.Errorf("replicas sampled per call = %v, want every one read", sampled)
+	}
+}
