@@ -22,6 +22,7 @@ type agentFlags struct {
 	jsonOutput      bool
 	exitWithoutNVML bool
 	metricsAddress  string
+	log             logFlags
 }
 
 func newAgentCommand() *cobra.Command {
@@ -54,6 +55,7 @@ other builds of berth say so and exit.`,
 	fl.BoolVar(&f.jsonOutput, "json", false, "with --once: print JSON")
 	fl.BoolVar(&f.exitWithoutNVML, "exit-without-nvml", false, "exit with an error when NVML is absent instead of reporting NVMLUnavailable and idling")
 	fl.StringVar(&f.metricsAddress, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; 0 disables it")
+	f.log.bind(fl)
 	return cmd
 }
 

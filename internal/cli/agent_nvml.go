@@ -13,7 +13,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/berth-dev/berth/agent"
 )
@@ -27,7 +26,9 @@ func runAgent(cmd *cobra.Command, f agentFlags) error {
 		}
 		return rep.Print(cmd.OutOrStdout(), f.jsonOutput)
 	}
-	ctrl.SetLogger(zap.New())
+	if err := f.log.setup(); err != nil {
+		return err
+	}
 	if f.nodeName == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required")
 	}

@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/berth-dev/berth/controllers"
 	"github.com/berth-dev/berth/controllers/nodepool/guard"
@@ -25,7 +24,7 @@ type controllerFlags struct {
 	healthProbeAddress string
 	leaderElect        bool
 	leaderElectionNS   string
-	development        bool
+	log                logFlags
 	webhookHost        string
 	webhookPort        int
 	webhookCertDir     string
@@ -64,7 +63,7 @@ Events current, and by default issues and rotates its own webhook certificate.`,
 	fl.StringVar(&f.healthProbeAddress, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	fl.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles at a time")
 	fl.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease; empty uses the pod's namespace")
-	fl.BoolVar(&f.development, "development", false, "human-readable console logs instead of JSON")
+	f.log.bind(fl)
 	fl.StringVar(&f.webhookHost, "webhook-host", "", "address the pod-gate webhook listens on (all when empty)")
 	fl.IntVar(&f.webhookPort, "webhook-port", 9443, "port of the pod-gate webhook; 0 disables it (gang members are then not gated)")
 	fl.StringVar(&f.webhookCertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "berth-webhook-certs"), "folder with the webhook's tls.crt and tls.key")
@@ -123,7 +122,9 @@ func loadConfig(kubeconfig string) (*rest.Config, error) {
 }
 
 func runController(cmd *cobra.Command, f controllerFlags) error {
-	ctrl.SetLogger(zap.New(zap.UseDevMode(f.development)))
+	if err := f.log.setup(); err != nil {
+		return err
+	}
 	cfg, err := loadConfig(f.kubeconfig)
 	if err != nil {
 		return err

@@ -18,7 +18,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/berth-dev/berth/internal/certs"
 	"github.com/berth-dev/berth/scaler"
@@ -34,6 +33,7 @@ type scalerFlags struct {
 	scrapeTimeout, freshFor, maxSampleAge, ttftWindow  time.Duration
 	streamInterval, shutdownGrace                      time.Duration
 	headroom                                           float64
+	log                                                logFlags
 }
 
 func newScalerCommand() *cobra.Command {
@@ -53,6 +53,7 @@ math: docs/scaler.md.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runScaler(cmd.Context(), f) },
 	}
 	fl := cmd.Flags()
+	f.log.bind(fl)
 	fl.StringVar(&f.grpcAddress, "grpc-address", ":9090", "address of the gRPC ExternalScaler and health services")
 	fl.StringVar(&f.metricsAddress, "metrics-address", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG or in-cluster config")
@@ -122,7 +123,9 @@ func newScalerEngine(ctx context.Context, cfg *rest.Config, f scalerFlags) (*ser
 }
 
 func runScaler(ctx context.Context, f scalerFlags) error {
-	ctrl.SetLogger(zap.New())
+	if err := f.log.setup(); err != nil {
+		return err
+	}
 	log := ctrl.Log.WithName("scaler")
 	if f.headroom <= 0 || f.headroom > 1 {
 		return fmt.Errorf("--scale-down-headroom %v: want a fraction in (0, 1]", f.headroom)
