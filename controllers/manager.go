@@ -109,6 +109,14 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		if err := mgr.AddReadyzCheck("ping", healthz.Ping); err != nil {
 			return nil, fmt.Errorf("adding readiness check: %w", err)
 		}
+		if o.Webhook.Port != 0 {
+			// Ready only once the webhook server serves (with its certificate loaded): the
+			// Service sends the API server's calls to ready pods only, and with failurePolicy
+			// Fail a replica that is up but not serving would refuse gang members.
+			if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
+				return nil, fmt.Errorf("adding the webhook readiness check: %w", err)
+			}
+		}
 	}
 	return mgr, nil
 }

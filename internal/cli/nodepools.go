@@ -18,6 +18,7 @@ type nodePoolsRenderFlags struct {
 	clusterName   string
 	gpuLimit      int64
 	output        string
+	amiAlias      string
 }
 
 func newNodePoolsCommand() *cobra.Command {
@@ -53,6 +54,7 @@ l40s (g6e), a10g (g5), l4 (g6), or all. See docs/nodepools.md for the defaults a
 	fl.StringSliceVar(&f.capacityTypes, "capacity-type", nil, "capacity types, comma-separated: spot, on-demand (default: on-demand for inference, spot,on-demand for training)")
 	fl.StringVar(&f.provider, "provider", string(nodepools.ProviderAWS), "Karpenter provider: aws or kwok")
 	fl.StringVar(&f.clusterName, "cluster-name", "", "EKS cluster name (aws): node role KarpenterNodeRole-<name>, discovery tag karpenter.sh/discovery=<name>")
+	fl.StringVar(&f.amiAlias, "ami-alias", nodepools.DefaultAMIAlias, "EC2NodeClass AMI alias (aws); pin a release in production, e.g. al2023@v20251117")
 	fl.Int64Var(&f.gpuLimit, "gpu-limit", 0, "nvidia.com/gpu limit of each NodePool (default 64 for inference, 128 for training)")
 	fl.StringVarP(&f.output, "output", "o", nodepools.FormatYAML, "output format: yaml or json")
 	return cmd
@@ -69,6 +71,7 @@ func runNodePoolsRender(cmd *cobra.Command, f nodePoolsRenderFlags) error {
 		Provider:      nodepools.Provider(f.provider),
 		ClusterName:   f.clusterName,
 		GPULimit:      f.gpuLimit,
+		AMIAlias:      f.amiAlias,
 	})
 	if err != nil {
 		return fmt.Errorf("nodepools render: %w", err)

@@ -66,7 +66,17 @@ type Options struct {
 	// GPULimit caps the nvidia.com/gpu of each NodePool; default 64 (inference) or 128
 	// (training).
 	GPULimit int64
+	// AMIAlias is the EC2NodeClass's AMI alias (aws); default DefaultAMIAlias. Production pins a
+	// version (al2023@v20251117) and rolls it deliberately: @latest drifts every node onto each
+	// new AMI release.
+	AMIAlias string
 }
+
+// DefaultAMIAlias follows the newest AL2023 EKS AMI.
+const DefaultAMIAlias = "al2023@latest"
+
+// amiAliasRE is Karpenter's alias form: family@version, where version is latest or a release.
+var amiAliasRE = regexp.MustCompile(`^(al2023|al2|bottlerocket)@(latest|v[0-9]{8}|v?[0-9]+(\.[0-9]+)*)$`)
 
 // capacityTypes are the capacity types a NodePool may request. "reserved" is left out: it
 // needs capacityReservationSelectorTerms on the EC2NodeClass, which these templates do not set.
@@ -98,6 +108,9 @@ func (o Options) Validate() error {
 			return fmt.Errorf("unknown capacity type %q (accepted: %s)", ct, strings.Join(capacityTypes, ", "))
 		}
 	}
+	if !amiAliasRE.MatchString(o.AMIAlias) {
+		return fmt.Errorf("invalid AMI alias %q: want family@version, e.g. al2023@v20251117 or al2023@latest", o.AMIAlias)
+	}
 	if o.GPULimit < 0 {
 		return fmt.Errorf("GPU limit %d is negative (0 takes the role's default)", o.GPULimit)
 	}
@@ -121,6 +134,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.Provider == "" {
 		o.Provider = ProviderAWS
+	}
+	if o.AMIAlias == "" {
+		o.AMIAlias = DefaultAMIAlias
 	}
 	if len(o.CapacityTypes) == 0 {
 		if o.Role == RoleTraining {

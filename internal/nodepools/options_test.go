@@ -32,6 +32,9 @@ func TestValidate(t *testing.T) {
 		{name: "negative GPU limit", opts: Options{Families: []string{"h100"}, GPULimit: -1, ClusterName: "prod"}, wantErr: []string{"GPU limit -1"}},
 		{name: "aws without cluster", opts: Options{Families: []string{"h100"}}, wantErr: []string{"needs a cluster name"}},
 		{name: "bad cluster name", opts: Options{Families: []string{"h100"}, ClusterName: "my cluster"}, wantErr: []string{`invalid cluster name "my cluster"`}},
+		{name: "pinned AMI", opts: Options{Families: []string{"h100"}, ClusterName: "prod", AMIAlias: "al2023@v20251117"}},
+		{name: "bad AMI alias", opts: Options{Families: []string{"h100"}, ClusterName: "prod", AMIAlias: "ami-0123456789abcdef0"},
+			wantErr: []string{`invalid AMI alias "ami-0123456789abcdef0"`, "al2023@v20251117"}},
 		{name: "cluster name too long", opts: Options{Families: []string{"h100"}, ClusterName: strings.Repeat("c", 47)}, wantErr: []string{"too long"}},
 	}
 	for _, c := range cases {

@@ -181,8 +181,8 @@ func ec2NodeClass(f gpu.Family, o Options) (*awsv1.EC2NodeClass, error) {
 			// For GPU instance types Karpenter picks the NVIDIA-accelerated variant of the
 			// AL2023 EKS AMI (driver, container toolkit and device plugin prerequisites).
 			// @latest follows new releases and drifts nodes onto them; production should pin a
-			// version (al2023@v20250101) and roll it deliberately.
-			AMISelectorTerms:           []awsv1.AMISelectorTerm{{Alias: "al2023@latest"}},
+			// version (Options.AMIAlias: al2023@v20251117) and roll it deliberately.
+			AMISelectorTerms:           []awsv1.AMISelectorTerm{{Alias: o.AMIAlias}},
 			Role:                       nodeRolePrefix + o.ClusterName,
 			SubnetSelectorTerms:        []awsv1.SubnetSelectorTerm{{Tags: discovery}},
 			SecurityGroupSelectorTerms: []awsv1.SecurityGroupSelectorTerm{{Tags: discovery}},

@@ -57,7 +57,7 @@ func TestNodePoolTemplatesMatchRenderer(t *testing.T) {
 			pools := map[string]map[string]any{}
 			for k, v := range got {
 				if strings.HasPrefix(k, "NodePool/") || strings.HasPrefix(k, "EC2NodeClass/") {
-					pools[k] = v
+					pools[k] = withoutKeep(t, v)
 				}
 			}
 			if diff := cmp.Diff(want, pools); diff != "" {
@@ -69,13 +69,13 @@ func TestNodePoolTemplatesMatchRenderer(t *testing.T) {
 
 // TestNodePoolValueOverrides: capacity types and the GPU limit can be set per family.
 func TestNodePoolValueOverrides(t *testing.T) {
-	got, err := render(t, map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{
+	got, err := render(t, map[string]any{"nodePools": map[string]any{"clusterName": "prod", "amiAlias": "al2023@v20251117", "families": map[string]any{
 		"h100": map[string]any{"enabled": true, "role": "training", "capacityTypes": []any{"on-demand"}, "gpuLimit": 32},
 	}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := nodepools.Render(nodepools.Options{Families: []string{"h100"}, Role: nodepools.RoleTraining, ClusterName: "prod", CapacityTypes: []string{"on-demand"}, GPULimit: 32})
+	objs, err := nodepools.Render(nodepools.Options{Families: []string{"h100"}, Role: nodepools.RoleTraining, ClusterName: "prod", CapacityTypes: []string{"on-demand"}, GPULimit: 32, AMIAlias: "al2023@v20251117"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,13 +83,62 @@ func TestNodePoolValueOverrides(t *testing.T) {
 	if err := nodepools.Encode(&buf, objs, "yaml"); err != nil {
 		t.Fatal(err)
 	}
-	var want map[string]any
+	var want, wantClass map[string]any
 	docs := splitDocs(buf.String())
 	if err := yaml.Unmarshal([]byte(docs[len(docs)-1]), &want); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, got["NodePool/gpu-h100-training"]); diff != "" {
+	if err := yaml.Unmarshal([]byte(docs[0]), &wantClass); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, withoutKeep(t, got["NodePool/gpu-h100-training"])); diff != "" {
 		t.Errorf("NodePool (-render +chart):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantClass, withoutKeep(t, got["EC2NodeClass/gpu-h100-training"])); diff != "" {
+		t.Errorf("EC2NodeClass with a pinned AMI (-render +chart):\n%s", diff)
+	}
+}
+
+// withoutKeep is a chart-rendered object without the helm.sh/resource-policy annotation (the
+// one thing the chart adds to what berth nodepools render prints), checking it is there.
+func withoutKeep(t *testing.T, obj map[string]any) map[string]any {
+	t.Helper()
+	data, err := yaml.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]any
+	if err := yaml.Unmarshal(data, &out); err != nil {
+		t.Fatal(err)
+	}
+	meta, _ := out["metadata"].(map[string]any)
+	ann, _ := meta["annotations"].(map[string]any)
+	if ann["helm.sh/resource-policy"] != "keep" {
+		t.Errorf("%v %v is not kept on uninstall: annotations %v", out["kind"], meta["name"], ann)
+	}
+	delete(ann, "helm.sh/resource-policy")
+	if len(ann) == 0 {
+		delete(meta, "annotations")
+	}
+	return out
+}
+
+// TestNodePoolsKeptOnUninstall: by default helm uninstall (or renaming a family) leaves the
+// NodePools and EC2NodeClasses in place — deleting a NodePool drains every node it launched;
+// keepOnUninstall: false lets Helm delete them.
+func TestNodePoolsKeptOnUninstall(t *testing.T) {
+	fams := map[string]any{"l4": map[string]any{"enabled": true}}
+	for _, keep := range []bool{true, false} {
+		got, err := render(t, map[string]any{"nodePools": map[string]any{"clusterName": "prod", "keepOnUninstall": keep, "families": fams}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"NodePool/gpu-l4-inference", "EC2NodeClass/gpu-l4-inference"} {
+			ann, _ := dig(got[key], "metadata", "annotations").(map[string]any)
+			if kept := ann["helm.sh/resource-policy"] == "keep"; kept != keep {
+				t.Errorf("keepOnUninstall %v: %s annotations %v", keep, key, ann)
+			}
+		}
 	}
 }
 
@@ -104,6 +153,7 @@ func TestNodePoolBadValues(t *testing.T) {
 		{"bad role", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "role": "batch"}}}}, "role"},
 		{"unknown product", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"t4": map[string]any{"enabled": true}}}}, "t4"},
 		{"bad capacity type", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "capacityTypes": []any{"reserved"}}}}}, "capacityTypes"},
+		{"AMI not an alias", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "amiAlias": "ami-0123456789abcdef0"}}, "amiAlias"},
 		{"gpuLimit not a number", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "gpuLimit": "lots"}}}}, "gpuLimit"},
 	}
 	for _, tt := range tests {

@@ -3,6 +3,8 @@ package rigtest
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -21,6 +23,8 @@ type BerthProcess struct {
 	bin         string
 	webhookPort int
 	starts      int
+	// health is each process's /healthz and /readyz port, by component name.
+	health map[string]int
 	// Running names the rig component of the controller that runs now ("" when none).
 	Running string
 	// Args are flags added to every start (after the rig's own).
@@ -42,7 +46,7 @@ func NewBerthProcess(ctx context.Context, r *rig.Rig) (*BerthProcess, error) {
 	if err := r.Client.Create(ctx, gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, nil)); err != nil {
 		return nil, fmt.Errorf("creating webhook configuration: %w", err)
 	}
-	return &BerthProcess{r: r, bin: bin, webhookPort: port}, nil
+	return &BerthProcess{r: r, bin: bin, webhookPort: port, health: map[string]int{}}, nil
 }
 
 // Start runs a new controller process (named berth-controller-<n>) with env added, and waits
@@ -89,7 +93,31 @@ func (b *BerthProcess) start(ctx context.Context, leaderElect, webhook bool, env
 	if err := b.r.StartComponent(ctx, name, b.bin, append(args, b.Args...), env, fmt.Sprintf("http://127.0.0.1:%d/readyz", health)); err != nil {
 		return "", err
 	}
+	b.health[name] = health
 	return name, nil
+}
+
+// Readyz is the named process's verbose readiness report (GET /readyz?verbose): one
+// "[+]<check> ok" line per check that passes.
+func (b *BerthProcess) Readyz(ctx context.Context, name string) (string, error) {
+	port, ok := b.health[name]
+	if !ok {
+		return "", fmt.Errorf("no berth process %s", name)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/readyz?verbose", port), nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("reading %s's readiness: %w", name, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", fmt.Errorf("reading %s's readiness: %w", name, err)
+	}
+	return fmt.Sprintf("HTTP %d\n%s", resp.StatusCode, body), nil
 }
 
 // Stop stops the running controller process, if any.

@@ -1,6 +1,16 @@
+{{/* The prefix of every object's name: fullnameOverride, or the release's name. */}}
+{{- define "berth.fullname" -}}
+{{- default .Release.Name .Values.fullnameOverride | trunc 40 | trimSuffix "-" -}}
+{{- end }}
+
+{{/* The app.kubernetes.io/name label: nameOverride, or berth. */}}
+{{- define "berth.name" -}}
+{{- default "berth" .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end }}
+
 {{/* Common labels of every object. */}}
 {{- define "berth.labels" -}}
-app.kubernetes.io/name: berth
+app.kubernetes.io/name: {{ include "berth.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
@@ -9,7 +19,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* Selector labels of one component: (dict "ctx" $ "component" "controller"). */}}
 {{- define "berth.selector" -}}
-app.kubernetes.io/name: berth
+app.kubernetes.io/name: {{ include "berth.name" .ctx }}
 app.kubernetes.io/instance: {{ .ctx.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
 {{- end }}
@@ -52,5 +62,43 @@ seccompProfile:
 {{- end }}
 
 {{- define "berth.webhookService" -}}
-{{ .Release.Name }}-webhook
+{{ include "berth.fullname" . }}-webhook
+{{- end }}
+
+{{/* A component's ServiceAccount name: (dict "ctx" $ "component" "controller" "sa" .Values.controller.serviceAccount). */}}
+{{- define "berth.serviceAccountName" -}}
+{{- if .sa.create -}}
+{{ default (printf "%s-%s" (include "berth.fullname" .ctx) .component) .sa.name }}
+{{- else -}}
+{{ required (printf "%s.serviceAccount.name is required when %s.serviceAccount.create is false" .component .component) .sa.name }}
+{{- end -}}
+{{- end }}
+
+{{/* A component's extra pod labels and annotations: (dict "ctx" $ "c" .Values.controller). Goes
+under the pod template's metadata, after its labels. */}}
+{{- define "berth.podMetadata" -}}
+labels:
+  {{- include "berth.labels" .ctx | nindent 2 }}
+  app.kubernetes.io/component: {{ .component }}
+  {{- with .c.podLabels }}{{ toYaml . | nindent 2 }}{{ end }}
+{{- with .c.podAnnotations }}
+annotations: {{ toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/* A component's --log-level and extra arguments: (dict "c" .Values.controller). */}}
+{{- define "berth.extraArgs" -}}
+- --log-level={{ .c.logLevel }}
+{{- range .c.extraArgs }}
+- {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/* NodePools and EC2NodeClasses outlive the release (helm uninstall, a family renamed):
+deleting a NodePool makes Karpenter drain every node it launched. */}}
+{{- define "berth.keepOnUninstall" -}}
+{{- if .Values.nodePools.keepOnUninstall -}}
+annotations:
+  helm.sh/resource-policy: keep
+{{- end -}}
 {{- end }}

@@ -165,3 +165,35 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// TestReadyOnlyWithTheWebhook: a controller serving the pod-gate webhook reports ready only with
+// its webhook server started (the Service routes the API server's calls to ready pods only); one
+// without a webhook has no such check.
+func TestReadyOnlyWithTheWebhook(t *testing.T) {
+	ctx := context.Background()
+	if err := berth.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := berth.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := berth.Readyz(ctx, berth.Running)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "HTTP 200") || !strings.Contains(got, "[+]webhook ok") || !strings.Contains(got, "[+]ping ok") {
+		t.Errorf("readiness of a controller with the webhook:\n%s\nwant HTTP 200 with [+]webhook ok and [+]ping ok", got)
+	}
+	name, err := berth.StartReplica(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = rigtest.Current().StopComponent(name, 5*time.Second) }()
+	got, err = berth.Readyz(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, "HTTP 200") || strings.Contains(got, "webhook") {
+		t.Errorf("readiness of a controller without the webhook:\n%s\nwant HTTP 200 and no webhook check", got)
+	}
+}

@@ -1,0 +1,187 @@
+package chart_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/berth-dev/berth/test/chart"
+)
+
+// podSpec is a workload's pod spec.
+func podSpec(obj map[string]any) map[string]any {
+	s, _ := dig(obj, "spec", "template", "spec").(map[string]any)
+	return s
+}
+
+// container is a workload's first container.
+func container(obj map[string]any) map[string]any {
+	cs, _ := podSpec(obj)["containers"].([]any)
+	if len(cs) == 0 {
+		return nil
+	}
+	return cs[0].(map[string]any)
+}
+
+var workloads = []string{"Deployment/berth-controller", "Deployment/berth-scaler", "DaemonSet/berth-agent"}
+
+// TestSafeDefaults: what the chart does with no values reaches no further than it must.
+func TestSafeDefaults(t *testing.T) {
+	got := mustRender(t, nil)
+	for _, key := range []string{"PodDisruptionBudget/berth-controller", "PodDisruptionBudget/berth-scaler"} {
+		spec, _ := dig(got[key], "spec").(map[string]any)
+		if spec["maxUnavailable"] != float64(1) || spec["minAvailable"] != nil {
+			t.Errorf("%s: %v; want maxUnavailable 1 (minAvailable 1 with one replica blocks every drain)", key, spec)
+		}
+	}
+	for key, want := range map[string]any{
+		"Deployment/berth-controller": "system-cluster-critical", // a Fail webhook
+		"DaemonSet/berth-agent":       "system-node-critical",
+		"Deployment/berth-scaler":     nil,
+	} {
+		if pc := podSpec(got[key])["priorityClassName"]; pc != want {
+			t.Errorf("%s priorityClassName %v, want %v", key, pc, want)
+		}
+	}
+	for _, key := range workloads {
+		if args := asStrings(container(got[key])["args"]); !slices.Contains(args, "--log-level=info") {
+			t.Errorf("%s args %v lack --log-level=info", key, args)
+		}
+		if podSpec(got[key])["hostNetwork"] != nil {
+			t.Errorf("%s on the host network by default", key)
+		}
+	}
+	hooks, _ := dig(got["MutatingWebhookConfiguration/berth-pod-gate"], "webhooks").([]any)
+	if len(hooks) != 1 {
+		t.Fatalf("%d webhooks by default, want berth's own only (adapters are off unless listed)", len(hooks))
+	}
+	if fp := hooks[0].(map[string]any)["failurePolicy"]; fp != "Fail" {
+		t.Errorf("failurePolicy %v, want Fail", fp)
+	}
+	full := mustRender(t, full)
+	for _, key := range []string{"ServiceMonitor/berth-controller", "ServiceMonitor/berth-scaler"} {
+		eps, _ := dig(full[key], "spec", "endpoints").([]any)
+		if len(eps) != 1 || eps[0].(map[string]any)["honorLabels"] != true {
+			t.Errorf("%s endpoints %v: want honorLabels (the scaler's namespace label is the ScaledObject's, not the target's)", key, eps)
+		}
+	}
+	if _, err := chart.Render(map[string]any{"global": map[string]any{"imageRegistry": "mirror.example.com"}}); err != nil {
+		t.Errorf("a parent chart's global values fail the install: %v", err)
+	}
+}
+
+// TestPodValues: every component takes the values the Karpenter and KEDA charts take.
+func TestPodValues(t *testing.T) {
+	perComponent := func(c string) map[string]any {
+		return map[string]any{
+			"serviceAccount":            map[string]any{"create": false, "name": "team-" + c},
+			"podAnnotations":            map[string]any{"example.com/owner": "platform"},
+			"podLabels":                 map[string]any{"team": "ml-platform"},
+			"priorityClassName":         "berth-critical",
+			"topologySpreadConstraints": []any{map[string]any{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}},
+			"logLevel":                  "debug",
+			"extraArgs":                 []any{"--kube-api-qps=50"},
+			"extraEnv":                  []any{map[string]any{"name": "GOMEMLIMIT", "value": "900MiB"}},
+		}
+	}
+	values := map[string]any{"fullnameOverride": "gpu", "nameOverride": "gpu-berth",
+		"controller": perComponent("controller"), "scaler": perComponent("scaler"), "agent": perComponent("agent"),
+		"webhook": map[string]any{"failurePolicy": "Ignore"}}
+	got := mustRender(t, values)
+	for _, c := range []string{"controller", "scaler", "agent"} {
+		key := "Deployment/gpu-" + c
+		if c == "agent" {
+			key = "DaemonSet/gpu-agent"
+		}
+		obj := got[key]
+		if obj == nil {
+			t.Fatalf("no %s (fullnameOverride): %v", key, keys(got))
+		}
+		spec := podSpec(obj)
+		if spec["serviceAccountName"] != "team-"+c || spec["priorityClassName"] != "berth-critical" || spec["topologySpreadConstraints"] == nil {
+			t.Errorf("%s pod spec: serviceAccountName %v, priorityClassName %v, spread %v", key, spec["serviceAccountName"], spec["priorityClassName"], spec["topologySpreadConstraints"])
+		}
+		meta, _ := dig(obj, "spec", "template", "metadata").(map[string]any)
+		labels, _ := meta["labels"].(map[string]any)
+		ann, _ := meta["annotations"].(map[string]any)
+		if labels["team"] != "ml-platform" || labels["app.kubernetes.io/name"] != "gpu-berth" || ann["example.com/owner"] != "platform" {
+			t.Errorf("%s pod metadata %v", key, meta)
+		}
+		ct := container(obj)
+		args := asStrings(ct["args"])
+		if !slices.Contains(args, "--log-level=debug") || !slices.Contains(args, "--kube-api-qps=50") {
+			t.Errorf("%s args %v", key, args)
+		}
+		if env := toYAML(t, ct["env"]); !strings.Contains(env, "GOMEMLIMIT") {
+			t.Errorf("%s env %s lacks the extra variable", key, env)
+		}
+		if _, ok := got["ServiceAccount/gpu-"+c]; ok {
+			t.Errorf("serviceAccount.create false still creates ServiceAccount/gpu-%s", c)
+		}
+		subjects, _ := dig(got["ClusterRoleBinding/gpu-"+c], "subjects").([]any)
+		if len(subjects) != 1 || subjects[0].(map[string]any)["name"] != "team-"+c {
+			t.Errorf("ClusterRoleBinding/gpu-%s subjects %v, want the existing ServiceAccount team-%s", c, subjects, c)
+		}
+	}
+	hooks, _ := dig(got["MutatingWebhookConfiguration/berth-pod-gate"], "webhooks").([]any)
+	if fp := hooks[0].(map[string]any)["failurePolicy"]; fp != "Ignore" {
+		t.Errorf("failurePolicy %v, want Ignore", fp)
+	}
+	svc, _ := dig(hooks[0], "clientConfig", "service").(map[string]any)
+	if svc["name"] != "gpu-webhook" {
+		t.Errorf("webhook service %v, want gpu-webhook", svc["name"])
+	}
+
+	// A created ServiceAccount carries its annotations (IRSA, workload identity).
+	got = mustRender(t, map[string]any{"controller": map[string]any{"serviceAccount": map[string]any{"annotations": map[string]any{"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/berth"}}}})
+	if ann, _ := dig(got["ServiceAccount/berth-controller"], "metadata", "annotations").(map[string]any); ann["eks.amazonaws.com/role-arn"] == nil {
+		t.Errorf("ServiceAccount annotations %v", ann)
+	}
+}
+
+// TestHostNetworkWebhook: on overlay CNIs the controller runs on the node's network, with the
+// webhook, metrics and health ports it is told (free on every node).
+func TestHostNetworkWebhook(t *testing.T) {
+	got := mustRender(t, map[string]any{
+		"controller": map[string]any{"hostNetwork": true, "metricsPort": 18080, "healthPort": 18081},
+		"webhook":    map[string]any{"port": 19443},
+	})
+	dep := got["Deployment/berth-controller"]
+	spec := podSpec(dep)
+	if spec["hostNetwork"] != true || spec["dnsPolicy"] != "ClusterFirstWithHostNet" {
+		t.Errorf("hostNetwork %v, dnsPolicy %v", spec["hostNetwork"], spec["dnsPolicy"])
+	}
+	args := asStrings(container(dep)["args"])
+	for _, want := range []string{"--webhook-port=19443", "--metrics-bind-address=:18080", "--health-probe-bind-address=:18081"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("args %v lack %s", args, want)
+		}
+	}
+	if ports := toYAML(t, container(dep)["ports"]); !strings.Contains(ports, "19443") || !strings.Contains(ports, "18080") || !strings.Contains(ports, "18081") {
+		t.Errorf("container ports %s", ports)
+	}
+}
+
+// TestBadPodValues: the new values are checked like the others.
+func TestBadPodValues(t *testing.T) {
+	tests := []struct {
+		name   string
+		values map[string]any
+		want   string
+	}{
+		{"existing ServiceAccount without a name", map[string]any{"scaler": map[string]any{"serviceAccount": map[string]any{"create": false}}}, "scaler.serviceAccount.name is required"},
+		{"log level", map[string]any{"controller": map[string]any{"logLevel": "verbose"}}, "logLevel"},
+		{"extra arg not a flag", map[string]any{"agent": map[string]any{"extraArgs": []any{"agent"}}}, "extraArgs"},
+		{"failure policy", map[string]any{"webhook": map[string]any{"failurePolicy": "Sometimes"}}, "failurePolicy"},
+		{"old PDB field", map[string]any{"controller": map[string]any{"podDisruptionBudget": map[string]any{"minAvailable": 1}}}, "minAvailable"},
+		{"fullnameOverride not a name", map[string]any{"fullnameOverride": "GPU_Berth"}, "fullnameOverride"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := chart.Render(tt.values)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("error = %v, want one naming %q", err, tt.want)
+			}
+		})
+	}
+}
