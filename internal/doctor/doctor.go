@@ -8,6 +8,7 @@ package doctor
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -31,6 +32,33 @@ type Snapshot struct {
 	// GangJobs are JobSets and PyTorchJobs (unstructured; their GPU pod templates are read).
 	GangJobs    []unstructured.Unstructured
 	Deployments []appsv1.Deployment
+	// Unread are the kinds berth may not list (Kind → why): the checks that need them are
+	// skipped.
+	Unread map[string]string
+}
+
+// Kinds a check reads (Snapshot.Unread's keys).
+const (
+	KindHPA          = "HorizontalPodAutoscaler"
+	KindJob          = "Job"
+	KindDeployment   = "Deployment"
+	KindNodePool     = "NodePool"
+	KindScaledObject = "ScaledObject"
+)
+
+// Skipped is a check that did not run, and why.
+type Skipped struct {
+	Check  string `json:"check"`
+	Reason string `json:"reason"`
+}
+
+// Report is what Run found: the findings, and the checks that did not run.
+type Report struct {
+	Findings []Finding `json:"findings"`
+	Skipped  []Skipped `json:"skipped"`
+	// Incomplete: some check did not run because berth may not read what it needs (a check
+	// skipped on request does not count).
+	Incomplete bool `json:"incomplete"`
 }
 
 // Finding is one problem, with the object it is about and how to fix it.
@@ -54,21 +82,61 @@ const (
 	CheckUnaggregatedQuery = "unaggregated-vllm-query"
 )
 
-// Run applies every check and returns the findings, sorted by check and object.
-func Run(s Snapshot) []Finding {
-	var out []Finding
-	out = append(out, gpuUtilScaling(s)...)
-	out = append(out, unsafeNodePools(s)...)
-	out = append(out, jobsWithoutGang(s)...)
-	out = append(out, vllmWithoutScaler(s)...)
-	out = append(out, unaggregatedQueries(s)...)
+// check is one check: its name, the kinds it reads, and the pure function.
+type check struct {
+	name  string
+	needs []string
+	run   func(Snapshot) []Finding
+}
+
+// checks are every check, in the order they run.
+var checks = []check{
+	{CheckGPUUtilScaling, []string{KindHPA, KindScaledObject}, gpuUtilScaling},
+	{CheckUnsafeNodePool, []string{KindNodePool}, unsafeNodePools},
+	{CheckJobWithoutGang, []string{KindJob, "JobSet", "PyTorchJob"}, jobsWithoutGang},
+	{CheckVLLMWithoutScaler, []string{KindDeployment, KindHPA, KindScaledObject}, vllmWithoutScaler},
+	{CheckUnaggregatedQuery, []string{KindScaledObject}, unaggregatedQueries},
+}
+
+// Checks are the names of every check (what --skip takes).
+func Checks() []string {
+	out := make([]string, len(checks))
+	for i, c := range checks {
+		out[i] = c.name
+	}
+	return out
+}
+
+// Run applies every check not in skip to s. A check that needs a kind berth could not list is
+// skipped, and the report is incomplete. Findings are sorted by check and object.
+func Run(s Snapshot, skip ...string) Report {
+	var r Report
+	for _, c := range checks {
+		if slices.Contains(skip, c.name) {
+			r.Skipped = append(r.Skipped, Skipped{Check: c.name, Reason: "skipped on request (--skip)"})
+			continue
+		}
+		var unread []string
+		for _, k := range c.needs {
+			if why, ok := s.Unread[k]; ok {
+				unread = append(unread, k+" ("+why+")")
+			}
+		}
+		if len(unread) > 0 {
+			r.Skipped = append(r.Skipped, Skipped{Check: c.name, Reason: "cannot list " + strings.Join(unread, ", ")})
+			r.Incomplete = true
+			continue
+		}
+		r.Findings = append(r.Findings, c.run(s)...)
+	}
+	out := r.Findings
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Check != out[j].Check {
 			return out[i].Check < out[j].Check
 		}
 		return out[i].Object < out[j].Object
 	})
-	return out
+	return r
 }
 
 // gpuUtilMetric matches DCGM duty-cycle and GPU-memory metrics.

@@ -112,7 +112,7 @@ func TestChecks(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var got []string
-			for _, f := range Run(tt.snap) {
+			for _, f := range Run(tt.snap).Findings {
 				if f.Problem == "" || f.Fix == "" {
 					t.Errorf("finding without problem or fix: %+v", f)
 				}
@@ -151,4 +151,29 @@ func deployment(name, image string) appsv1.Deployment {
 		tmpl = corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}}}
 	}
 	return appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"}, Spec: appsv1.DeploymentSpec{Template: tmpl}}
+}
+
+// TestSkips: a check is skipped on request, or when berth may not list a kind it needs — then
+// the report says so and is incomplete; checks that can run still do.
+func TestSkips(t *testing.T) {
+	s := Snapshot{Unread: map[string]string{KindHPA: "forbidden"}}
+	r := Run(s, CheckUnaggregatedQuery)
+	got := map[string]string{}
+	for _, sk := range r.Skipped {
+		got[sk.Check] = sk.Reason
+	}
+	want := map[string]string{
+		CheckUnaggregatedQuery: "skipped on request (--skip)",
+		CheckGPUUtilScaling:    "cannot list HorizontalPodAutoscaler (forbidden)",
+		CheckVLLMWithoutScaler: "cannot list HorizontalPodAutoscaler (forbidden)",
+	}
+	if !cmp.Equal(want, got) || !r.Incomplete {
+		t.Errorf("skipped %v, incomplete %v; want %v, incomplete", got, r.Incomplete, want)
+	}
+	if r := Run(Snapshot{}, CheckUnaggregatedQuery); r.Incomplete || len(r.Skipped) != 1 {
+		t.Errorf("a check skipped on request: %+v; want complete, one skip", r)
+	}
+	if names := Checks(); len(names) != 5 || names[0] != CheckGPUUtilScaling {
+		t.Errorf("Checks() = %v", names)
+	}
 }

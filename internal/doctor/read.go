@@ -2,11 +2,13 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -27,62 +29,71 @@ var (
 )
 
 // Read lists what the checks need from the cluster c (namespace "" = all namespaces). Kinds
-// the cluster does not serve (KEDA, Karpenter, JobSet, Kubeflow) are skipped.
+// the cluster does not serve (KEDA, Karpenter, JobSet, Kubeflow) are left empty; kinds the
+// caller may not list are recorded in Snapshot.Unread, and the checks that need them are
+// skipped with a note. Any other failure to read is an error: nothing was checked.
 func Read(ctx context.Context, c client.Client, namespace string) (Snapshot, error) {
-	var s Snapshot
+	s := Snapshot{Unread: map[string]string{}}
 	in := []client.ListOption{client.InNamespace(namespace)}
+	var errs []error
+	// list reads one kind; a Forbidden list marks it unread.
+	list := func(kind string, l client.ObjectList, opts ...client.ListOption) bool {
+		err := c.List(ctx, l, opts...)
+		switch {
+		case err == nil:
+			return true
+		case apierrors.IsForbidden(err):
+			s.Unread[kind] = "forbidden"
+		case meta.IsNoMatchError(err):
+		default:
+			errs = append(errs, fmt.Errorf("listing %s: %w", kind, err))
+		}
+		return false
+	}
 	var hpas autoscalingv2.HorizontalPodAutoscalerList
-	if err := c.List(ctx, &hpas, in...); err != nil {
-		return s, fmt.Errorf("listing HorizontalPodAutoscalers: %w", err)
+	if list(KindHPA, &hpas, in...) {
+		s.HPAs = hpas.Items
 	}
-	s.HPAs = hpas.Items
 	var jobs batchv1.JobList
-	if err := c.List(ctx, &jobs, in...); err != nil {
-		return s, fmt.Errorf("listing Jobs: %w", err)
+	if list(KindJob, &jobs, in...) {
+		s.Jobs = jobs.Items
 	}
-	s.Jobs = jobs.Items
 	var deps appsv1.DeploymentList
-	if err := c.List(ctx, &deps, in...); err != nil {
-		return s, fmt.Errorf("listing Deployments: %w", err)
+	if list(KindDeployment, &deps, in...) {
+		s.Deployments = deps.Items
 	}
-	s.Deployments = deps.Items
 	if served(c, nodePoolGVK) {
 		var nps karpv1.NodePoolList
-		if err := c.List(ctx, &nps); err != nil {
-			return s, fmt.Errorf("listing NodePools: %w", err)
+		if list(KindNodePool, &nps) {
+			s.NodePools = nps.Items
 		}
-		s.NodePools = nps.Items
 	}
-	var err error
-	if s.ScaledObjects, err = listOptional(ctx, c, scaledObjectGVK, in); err != nil {
-		return s, err
+	if served(c, scaledObjectGVK) {
+		l := unstructuredList(scaledObjectGVK)
+		if list(KindScaledObject, l, in...) {
+			s.ScaledObjects = l.Items
+		}
 	}
 	for _, gvk := range gangJobGVKs {
-		items, err := listOptional(ctx, c, gvk, in)
-		if err != nil {
-			return s, err
+		if !served(c, gvk) {
+			continue
 		}
-		s.GangJobs = append(s.GangJobs, items...)
+		l := unstructuredList(gvk)
+		if list(gvk.Kind, l, in...) {
+			s.GangJobs = append(s.GangJobs, l.Items...)
+		}
 	}
-	return s, nil
+	return s, errors.Join(errs...)
+}
+
+// unstructuredList is an empty list of gvk's objects.
+func unstructuredList(gvk schema.GroupVersionKind) *unstructured.UnstructuredList {
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+	return l
 }
 
 func served(c client.Client, gvk schema.GroupVersionKind) bool {
 	_, err := c.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
 	return err == nil
-}
-
-func listOptional(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, opts []client.ListOption) ([]unstructured.Unstructured, error) {
-	if !served(c, gvk) {
-		return nil, nil
-	}
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	if err := c.List(ctx, list, opts...); err != nil {
-		if meta.IsNoMatchError(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("listing %s: %w", gvk.Kind, err)
-	}
-	return list.Items, nil
 }
