@@ -297,13 +297,18 @@ type MemberCounts struct {
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:shortName=pg;pgs,categories=berth
+// Short names are berth's own: "pg" and "pgs" are Volcano's and scheduler-plugins' PodGroups
+// too, and "podgroup" names the native scheduling.k8s.io one — use bpg, or the full name
+// podgroups.scheduling.berth.dev.
+// +kubebuilder:resource:shortName=bpg;bpgs,categories=berth
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Scheduled")].reason`
 // +kubebuilder:printcolumn:name="Min",type=integer,JSONPath=`.spec.minMember`
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.members.total`
+// +kubebuilder:printcolumn:name="Gated",type=integer,JSONPath=`.status.members.gated`
 // +kubebuilder:printcolumn:name="Running",type=integer,JSONPath=`.status.members.running`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`,priority=1
 // +kubebuilder:printcolumn:name="NodePool",type=string,JSONPath=`.spec.nodePool`,priority=1
-// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Scheduled")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type PodGroup struct {
 	metav1.TypeMeta   `json:",inline"`

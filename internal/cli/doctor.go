@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-dev/berth/controllers"
@@ -47,6 +48,7 @@ func couldNotCheck(err error) error {
 func newDoctorCommand() *cobra.Command {
 	var kubeconfig, namespace, output string
 	var skip []string
+	var install bool
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Find GPU autoscaling set-ups that misbehave, with a fix for each",
@@ -56,6 +58,11 @@ WhenEmptyOrUnderutilized without an Underutilized budget; multi-pod GPU Jobs, Jo
 PyTorchJobs without a gang; vLLM Deployments without a queue- or KV-cache-based scaler;
 Prometheus triggers on vLLM metrics without aggregation.
 
+With --install it checks berth's own install instead: the PodGroup CRD serves the version
+this berth speaks, and the pod-gate webhook answers the API server with a certificate its CA
+bundle trusts (a gang member's server-side dry run in -n NAMESPACE must come back gated; nothing
+is created). helm test runs it.
+
 A check that needs objects you may not list is skipped, and the report says which and why.
 Exit status: 0 nothing found, 1 problems found, 2 could not check (an error, or a check
 skipped for lack of access with nothing found).`,
@@ -63,19 +70,28 @@ skipped for lack of access with nothing found).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return couldNotCheck(runDoctor(cmd, kubeconfig, namespace, output, skip))
+			return couldNotCheck(runDoctor(cmd, doctorFlags{kubeconfig, namespace, output, skip, install}))
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, in-cluster config or ~/.kube/config")
 	fl.StringVarP(&namespace, "namespace", "n", "", "namespace to check (NodePools are cluster-wide); empty checks all")
 	fl.StringVarP(&output, "output", "o", "text", "output format: text or json")
+	fl.BoolVar(&install, "install", false, "check berth's own install (CRD, webhook reachable and trusted) instead of the workloads; the dry-run member goes in -n (default \"default\")")
 	fl.StringSliceVar(&skip, "skip", nil, "checks not to run, comma-separated: "+strings.Join(doctor.Checks(), ", "))
 	return cmd
 }
 
+// doctorFlags are berth doctor's flags.
+type doctorFlags struct {
+	kubeconfig, namespace, output string
+	skip                          []string
+	install                       bool
+}
+
 // runDoctor reads, checks and prints; ErrFindings or ErrIncomplete say what it found.
-func runDoctor(cmd *cobra.Command, kubeconfig, namespace, output string, skip []string) error {
+func runDoctor(cmd *cobra.Command, f doctorFlags) error {
+	kubeconfig, output, skip := f.kubeconfig, f.output, f.skip
 	if output != "text" && output != "json" {
 		return fmt.Errorf("-o: %q is not a format (text, json)", output)
 	}
@@ -92,15 +108,17 @@ func runDoctor(cmd *cobra.Command, kubeconfig, namespace, output string, skip []
 	if err != nil {
 		return err
 	}
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("adding CRD types: %w", err)
+	}
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		return fmt.Errorf("creating client: %w", err)
 	}
-	snap, err := doctor.Read(cmd.Context(), c, namespace)
+	report, err := doctorReport(cmd, c, f)
 	if err != nil {
 		return err
 	}
-	report := doctor.Run(snap, skip...)
 	if err := printReport(cmd.OutOrStdout(), report, output); err != nil {
 		return err
 	}
@@ -111,6 +129,22 @@ func runDoctor(cmd *cobra.Command, kubeconfig, namespace, output string, skip []
 		return ErrIncomplete
 	}
 	return nil
+}
+
+// doctorReport runs the install checks (--install) or reads the workloads and checks them.
+func doctorReport(cmd *cobra.Command, c client.Client, f doctorFlags) (doctor.Report, error) {
+	if f.install {
+		ns := f.namespace
+		if ns == "" {
+			ns = "default"
+		}
+		return doctor.Install(cmd.Context(), c, ns)
+	}
+	snap, err := doctor.Read(cmd.Context(), c, f.namespace)
+	if err != nil {
+		return doctor.Report{}, err
+	}
+	return doctor.Run(snap, f.skip...), nil
 }
 
 func printReport(w io.Writer, r doctor.Report, format string) error {

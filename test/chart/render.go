@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"helm.sh/helm/v3/pkg/chart"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
@@ -40,34 +41,52 @@ func Render(values map[string]any) (map[string]map[string]any, error) {
 	return out, nil
 }
 
-// RenderList is Render as a list, in template-file order, CRDs (the chart's crds/) first.
+// RenderList is Render as a list, in template-file order, CRDs (the chart's crds/) first; hooks
+// and NOTES.txt are left out, as helm install leaves them out of the release's objects.
 func RenderList(values map[string]any) ([]map[string]any, error) {
+	return renderObjects(values, false)
+}
+
+// renderFiles renders every template with values merged over values.yaml and validated against
+// values.schema.json, as helm install does.
+func renderFiles(values map[string]any) (map[string]string, *chart.Chart, error) {
 	ch, err := loader.Load(Dir())
 	if err != nil {
-		return nil, fmt.Errorf("loading chart: %w", err)
+		return nil, nil, fmt.Errorf("loading chart: %w", err)
 	}
 	merged, err := mergedValues(ch.Values, values)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := chartutil.ValidateAgainstSchema(ch, merged); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	vals, err := chartutil.ToRenderValues(ch, values, Release, chartutil.DefaultCapabilities)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	files, err := engine.Render(ch, vals)
+	if err != nil {
+		return nil, nil, err
+	}
+	return files, ch, nil
+}
+
+// renderObjects renders the release's objects (hooks false, CRDs first) or its hooks.
+func renderObjects(values map[string]any, hooks bool) ([]map[string]any, error) {
+	files, ch, err := renderFiles(values)
 	if err != nil {
 		return nil, err
 	}
 	var out []map[string]any
-	for _, crd := range ch.CRDObjects() {
-		docs, err := parse(crd.Filename, string(crd.File.Data))
-		if err != nil {
-			return nil, err
+	if !hooks {
+		for _, crd := range ch.CRDObjects() {
+			docs, err := parse(crd.Filename, string(crd.File.Data))
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, docs...)
 		}
-		out = append(out, docs...)
 	}
 	var names []string
 	for n := range files {
@@ -75,13 +94,49 @@ func RenderList(values map[string]any) ([]map[string]any, error) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
+		if strings.HasSuffix(n, "NOTES.txt") {
+			continue // printed after install, not applied
+		}
 		docs, err := parse(n, files[n])
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, docs...)
+		for _, d := range docs {
+			if isHook(d) != hooks {
+				continue
+			}
+			out = append(out, d)
+		}
 	}
 	return out, nil
+}
+
+// isHook reports whether obj is a Helm hook (helm test's pods): run by Helm at its hook, not
+// installed with the release.
+func isHook(obj map[string]any) bool {
+	meta, _ := obj["metadata"].(map[string]any)
+	ann, _ := meta["annotations"].(map[string]any)
+	_, ok := ann["helm.sh/hook"]
+	return ok
+}
+
+// Hooks renders the chart's hooks (helm test's objects) with values.
+func Hooks(values map[string]any) ([]map[string]any, error) {
+	return renderObjects(values, true)
+}
+
+// Notes renders NOTES.txt, what helm install prints, with values.
+func Notes(values map[string]any) (string, error) {
+	files, _, err := renderFiles(values)
+	if err != nil {
+		return "", err
+	}
+	for n, text := range files {
+		if strings.HasSuffix(n, "NOTES.txt") {
+			return text, nil
+		}
+	}
+	return "", fmt.Errorf("the chart has no NOTES.txt")
 }
 
 func parse(name, text string) ([]map[string]any, error) {

@@ -185,3 +185,74 @@ func TestBadPodValues(t *testing.T) {
 		})
 	}
 }
+
+// TestHelmTest: helm test runs `berth doctor --install` in the release namespace with a
+// ServiceAccount of its own that may do exactly what the check needs; none of it is installed
+// with the release.
+func TestHelmTest(t *testing.T) {
+	hooks, err := chart.Hooks(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byKey := map[string]map[string]any{}
+	for _, h := range hooks {
+		if ann, _ := dig(h, "metadata", "annotations").(map[string]any); ann["helm.sh/hook"] != "test" {
+			t.Errorf("%v %v is a hook but not a test hook: %v", h["kind"], dig(h, "metadata", "name"), ann)
+		}
+		byKey[h["kind"].(string)+"/"+dig(h, "metadata", "name").(string)] = h
+	}
+	pod := byKey["Pod/berth-test"]
+	if pod == nil {
+		t.Fatalf("no test pod among %v", hooks)
+	}
+	cs, _ := dig(pod, "spec", "containers").([]any)
+	if args := asStrings(cs[0].(map[string]any)["args"]); strings.Join(args, " ") != "doctor --install -n berth-system" {
+		t.Errorf("test pod args %v", args)
+	}
+	if sa := dig(pod, "spec", "serviceAccountName"); sa != "berth-test" {
+		t.Errorf("test pod runs as %v", sa)
+	}
+	rules := toYAML(t, dig(byKey["Role/berth-test"], "rules")) + toYAML(t, dig(byKey["ClusterRole/berth-test"], "rules"))
+	for _, want := range []string{"create", "customresourcedefinitions", "podgroups.scheduling.berth.dev", "mutatingwebhookconfigurations", "berth-pod-gate"} {
+		if !strings.Contains(rules, want) {
+			t.Errorf("test RBAC lacks %q:\n%s", want, rules)
+		}
+	}
+	for _, forbidden := range []string{"'*'", "list", "delete", "secrets"} {
+		if strings.Contains(rules, forbidden) {
+			t.Errorf("test RBAC grants %s:\n%s", forbidden, rules)
+		}
+	}
+	for key := range mustRender(t, nil) {
+		if strings.Contains(key, "berth-test") {
+			t.Errorf("%s is installed with the release; it is a test hook", key)
+		}
+	}
+}
+
+// TestNotes: what helm install prints names the fully qualified PodGroup resource and helm test,
+// and warns about an unpinned AMI and an Ignore failure policy only when they apply.
+func TestNotes(t *testing.T) {
+	notes, err := chart.Notes(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"podgroups.scheduling.berth.dev", "helm test berth -n berth-system", "docs/runbooks/emergency.md"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("NOTES lack %q:\n%s", want, notes)
+		}
+	}
+	if strings.Contains(notes, "WARNING") {
+		t.Errorf("default NOTES warn:\n%s", notes)
+	}
+	notes, err = chart.Notes(map[string]any{"webhook": map[string]any{"failurePolicy": "Ignore"},
+		"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"failurePolicy is Ignore", "amiAlias is al2023@latest", "NodePools for h100 are installed and kept"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("NOTES lack %q:\n%s", want, notes)
+		}
+	}
+}

@@ -60,6 +60,12 @@ func TestChartObjectsAcceptedByAPIServer(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			// helm test's objects too: the API must take them when helm test creates them.
+			hooks, err := chart.Hooks(values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs = append(objs, hooks...)
 			checked := 0
 			for _, o := range objs {
 				u := &unstructured.Unstructured{Object: o}

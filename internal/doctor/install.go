@@ -1,0 +1,134 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers/podgroup/gate"
+)
+
+// Install check names.
+const (
+	CheckInstallCRD     = "berth-crd"
+	CheckInstallWebhook = "berth-webhook"
+)
+
+// podGroupCRD is the PodGroup CRD's name.
+const podGroupCRD = "podgroups." + "scheduling.berth.dev"
+
+// selfCheckGroup names the PodGroup the dry-run member claims (it need not exist: the webhook
+// gates by label).
+const selfCheckGroup = "berth-doctor-self-check"
+
+// Install checks berth's own install: the PodGroup CRD serves the version this berth speaks,
+// and the pod-gate webhook answers the API server with a certificate its CA bundle trusts —
+// proven by a server-side dry run of a gang member in namespace, which must come back gated.
+// Nothing is created. A check berth may not run (Forbidden) is skipped.
+func Install(ctx context.Context, c client.Client, namespace string) (Report, error) {
+	var r Report
+	var errs []error
+	add := func(name string, fs []Finding, skipped string, err error) {
+		switch {
+		case err != nil:
+			errs = append(errs, err)
+		case skipped != "":
+			r.Skipped = append(r.Skipped, Skipped{Check: name, Reason: skipped})
+			r.Incomplete = true
+		default:
+			r.Findings = append(r.Findings, fs...)
+		}
+	}
+	fs, skipped, err := crdCheck(ctx, c)
+	add(CheckInstallCRD, fs, skipped, err)
+	fs, skipped, err = webhookCheck(ctx, c, namespace)
+	add(CheckInstallWebhook, fs, skipped, err)
+	return r, errors.Join(errs...)
+}
+
+// crdCheck finds a missing PodGroup CRD, or one that does not serve v1alpha1.
+func crdCheck(ctx context.Context, c client.Client) ([]Finding, string, error) {
+	var crd apiextensionsv1.CustomResourceDefinition
+	err := c.Get(ctx, client.ObjectKey{Name: podGroupCRD}, &crd)
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil, "cannot get CustomResourceDefinitions (forbidden)", nil
+	case apierrors.IsNotFound(err):
+		return []Finding{{Check: CheckInstallCRD, Object: "CustomResourceDefinition " + podGroupCRD,
+			Problem: "the PodGroup CRD is not installed: no gang can be declared",
+			Fix:     "kubectl apply --server-side -f charts/berth/crds/ (helm install does it once; helm upgrade never does)"}}, "", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("reading the PodGroup CRD: %w", err)
+	}
+	served := slices.ContainsFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool {
+		return v.Name == berthv1alpha1.GroupVersion.Version && v.Served
+	})
+	if !served {
+		return []Finding{{Check: CheckInstallCRD, Object: "CustomResourceDefinition " + podGroupCRD,
+			Problem: fmt.Sprintf("the PodGroup CRD does not serve %s, the version this berth reads and writes", berthv1alpha1.GroupVersion.Version),
+			Fix:     "apply the CRD of this berth release before upgrading the controller: kubectl apply --server-side -f charts/berth/crds/"}}, "", nil
+	}
+	return nil, "", nil
+}
+
+// webhookCheck dry-runs a gang member: the API server calls berth's webhook (dry runs reach
+// webhooks without side effects), so an unreachable Service, a Service without endpoints or a
+// CA bundle that does not trust the serving certificate all come back as the error, and a
+// webhook that answered without gating is a finding too.
+func webhookCheck(ctx context.Context, c client.Client, namespace string) ([]Finding, string, error) {
+	obj := "MutatingWebhookConfiguration " + gate.ConfigurationName
+	var cfg admissionregistrationv1.MutatingWebhookConfiguration
+	switch err := c.Get(ctx, client.ObjectKey{Name: gate.ConfigurationName}, &cfg); {
+	case apierrors.IsNotFound(err):
+		return []Finding{{Check: CheckInstallWebhook, Object: obj,
+			Problem: "berth's pod-gate webhook is not registered: gang members are created without the gate and placed one by one",
+			Fix:     "install or upgrade the chart (helm upgrade restores it), or undo an emergency removal (docs/runbooks/emergency.md)"}}, "", nil
+	case err != nil && !apierrors.IsForbidden(err):
+		return nil, "", fmt.Errorf("reading %s: %w", obj, err)
+	case err == nil:
+		for _, w := range cfg.Webhooks {
+			if w.ClientConfig.Service != nil && len(w.ClientConfig.CABundle) == 0 {
+				return []Finding{{Check: CheckInstallWebhook, Object: obj,
+					Problem: fmt.Sprintf("webhook %s has no caBundle: the API server cannot trust berth's certificate", w.Name),
+					Fix:     "the controller injects it at start (or cert-manager's CA injector does); check the controller's logs and restart it"}}, "", nil
+			}
+		}
+	}
+	member := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "berth-doctor-", Namespace: namespace,
+			Labels: map[string]string{berthv1alpha1.PodGroupLabel: selfCheckGroup}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "check", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	err := c.Create(ctx, member, client.DryRunAll)
+	switch {
+	case apierrors.IsForbidden(err) && !isWebhookError(err):
+		return nil, fmt.Sprintf("cannot create pods in %s, even as a dry run (forbidden)", namespace), nil
+	case err != nil:
+		return []Finding{{Check: CheckInstallWebhook, Object: obj,
+			Problem: fmt.Sprintf("a gang member's dry run in %s failed at berth's webhook: %v", namespace, err),
+			Fix:     "check the controller pods are Ready and the webhook Service has endpoints (kubectl get endpointslices -l kubernetes.io/service-name=<release>-webhook); an x509 error means the caBundle does not match the serving certificate — restart the controller to re-issue and re-inject it"}}, "", nil
+	}
+	if !slices.ContainsFunc(member.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == berthv1alpha1.SchedulingGate }) {
+		return []Finding{{Check: CheckInstallWebhook, Object: obj,
+			Problem: fmt.Sprintf("a gang member's dry run in %s came back without berth's scheduling gate: the webhook did not gate it", namespace),
+			Fix:     "check the webhook's objectSelector and namespaceSelector (helm get manifest) and that the namespace is not excluded"}}, "", nil
+	}
+	return nil, "", nil
+}
+
+// isWebhookError reports whether err came from calling an admission webhook rather than from
+// the caller's own permissions.
+func isWebhookError(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "admission webhook") || strings.Contains(msg, "calling webhook")
+}
