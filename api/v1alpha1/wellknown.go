@@ -193,3 +193,16 @@ const (
 //     awsv1.LabelInstanceFamily, LabelInstanceSize, LabelInstanceCategory,
 //     LabelInstanceGPUCount, LabelInstanceGPUName, LabelInstanceGPUMemory,
 //     LabelInstanceGPUManufacturer (GPU pool detection, templates, doctor).
+
+// Keys GitOps tools leave on the objects they keep in sync. The consolidation guard reports
+// the NodePools that carry them instead of patching them (their self-heal would undo it).
+const (
+	// ArgoCDTrackingIDAnnotation is Argo CD's annotation-based resource tracking.
+	ArgoCDTrackingIDAnnotation = "argocd.argoproj.io/tracking-id"
+	// ArgoCDInstanceLabel is Argo CD's label-based resource tracking (when configured to it).
+	ArgoCDInstanceLabel = "argocd.argoproj.io/instance"
+	// FluxKustomizationLabel names the Flux Kustomization that applied an object.
+	FluxKustomizationLabel = "kustomize.toolkit.fluxcd.io/name"
+	// FluxHelmReleaseLabel names the Flux HelmRelease that applied an object.
+	FluxHelmReleaseLabel = "helm.toolkit.fluxcd.io/name"
+)

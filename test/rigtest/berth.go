@@ -79,8 +79,13 @@ func (b *BerthProcess) start(ctx context.Context, leaderElect, webhook bool, env
 	if webhook {
 		port = b.webhookPort
 	}
+	// As the chart runs it: its own ServiceAccount, exactly config/rbac's roles.
+	kubeconfig, err := ComponentKubeconfig(ctx, b.r, "controller")
+	if err != nil {
+		return "", err
+	}
 	args := []string{
-		"controller", "--kubeconfig=" + b.r.Kubeconfig, "--leader-elect=" + strconv.FormatBool(leaderElect), "--metrics-bind-address=0",
+		"controller", "--kubeconfig=" + kubeconfig, "--leader-elect=" + strconv.FormatBool(leaderElect), "--metrics-bind-address=0",
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
 		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--webhook-hosts=127.0.0.1",
 		"--webhook-cert-dir=" + filepath.Join(b.r.WorkDir(), name+"-certs"), "--webhook-secret-namespace=" + rig.BerthNamespace,

@@ -66,8 +66,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		def = ModeEnforce
 	}
 	mode, invalid := resolveMode(&np, def)
+	wanted := mode
+	mode, gitOps := gitOpsMode(&np, mode)
 	patched, status := plan(&np, mode)
-	status = withModeNote(status, invalid)
+	status = withGitOpsNote(withModeNote(status, invalid), gitOps, wanted)
 
 	stored := np.DeepCopy()
 	next := np.DeepCopy()

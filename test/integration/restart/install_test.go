@@ -41,7 +41,8 @@ func TestDoctorChecksTheInstall(t *testing.T) {
 		}
 		return rep, cli.Execute(args)
 	}
-	if berth.Running == "" {
+	wasRunning := berth.Running != ""
+	if !wasRunning {
 		if err := berth.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -58,8 +59,11 @@ func TestDoctorChecksTheInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := berth.Start(ctx); err != nil {
-			t.Error(err)
+		// Leave the controller as the test found it (the other tests start their own).
+		if wasRunning {
+			if err := berth.Start(ctx); err != nil {
+				t.Error(err)
+			}
 		}
 	}()
 	rep, code := run()

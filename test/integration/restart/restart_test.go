@@ -171,11 +171,16 @@ func lastLines(s string, n int) string {
 // without a webhook has no such check.
 func TestReadyOnlyWithTheWebhook(t *testing.T) {
 	ctx := context.Background()
+	wasRunning := berth.Running != ""
 	if err := berth.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	if err := berth.Start(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if !wasRunning {
+		// Leave the controller as the test found it (the other tests start their own).
+		defer func() { _ = berth.Stop() }()
 	}
 	got, err := berth.Readyz(ctx, berth.Running)
 	if err != nil {

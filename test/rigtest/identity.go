@@ -1,0 +1,128 @@
+package rigtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sync"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/berth-dev/berth/internal/rig"
+)
+
+// Components run on the rig as the chart runs them: as a ServiceAccount of their own, bound to
+// exactly the roles in config/rbac (the chart's files/rbac copies them), never with the rig's
+// admin kubeconfig — so a verb missing from the shipped RBAC fails a test instead of shipping.
+
+// rbacFiles are each component's RBAC file in config/rbac.
+var rbacFiles = map[string]string{"controller": "role.yaml", "scaler": "scaler.yaml", "agent": "agent.yaml"}
+
+var identities sync.Map // rig work dir + component → kubeconfig path
+
+// ComponentKubeconfig is a kubeconfig for berth's component (controller, scaler, agent) as the
+// chart deploys it: ServiceAccount berth-<component> in rig.BerthNamespace bound to the
+// ClusterRole (and, for the controller, the Role in its namespace) of config/rbac. Made once
+// per rig.
+func ComponentKubeconfig(ctx context.Context, r *rig.Rig, component string) (string, error) {
+	key := r.WorkDir() + "/" + component
+	if p, ok := identities.Load(key); ok {
+		return p.(string), nil
+	}
+	file, ok := rbacFiles[component]
+	if !ok {
+		return "", fmt.Errorf("no RBAC for component %q", component)
+	}
+	_, self, _, _ := runtime.Caller(0)
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "config", "rbac", file))
+	if err != nil {
+		return "", fmt.Errorf("reading berth's RBAC: %w", err)
+	}
+	name := "berth-" + component
+	c := r.Client
+	if err := createOrKeep(ctx, c, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: rig.BerthNamespace}}); err != nil {
+		return "", err
+	}
+	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: rig.BerthNamespace}}
+	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
+		var head struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &head); err != nil {
+			return "", fmt.Errorf("parsing %s: %w", file, err)
+		}
+		switch head.Kind {
+		case "ClusterRole":
+			var cr rbacv1.ClusterRole
+			if err := yaml.Unmarshal([]byte(doc), &cr); err != nil {
+				return "", fmt.Errorf("parsing %s: %w", file, err)
+			}
+			cr.Name = name
+			if err := createOrKeep(ctx, c, &cr); err != nil {
+				return "", err
+			}
+			if err := createOrKeep(ctx, c, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}, Subjects: subject}); err != nil {
+				return "", err
+			}
+		case "Role":
+			var role rbacv1.Role
+			if err := yaml.Unmarshal([]byte(doc), &role); err != nil {
+				return "", fmt.Errorf("parsing %s: %w", file, err)
+			}
+			role.Name, role.Namespace = name, rig.BerthNamespace
+			if err := createOrKeep(ctx, c, &role); err != nil {
+				return "", err
+			}
+			if err := createOrKeep(ctx, c, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: rig.BerthNamespace},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name}, Subjects: subject}); err != nil {
+				return "", err
+			}
+		}
+	}
+	cs, err := kubernetes.NewForConfig(r.Config)
+	if err != nil {
+		return "", err
+	}
+	tok, err := cs.CoreV1().ServiceAccounts(rig.BerthNamespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("a token for %s: %w", name, err)
+	}
+	admin, err := clientcmd.LoadFromFile(r.Kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["rig"] = admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster]
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: "rig", AuthInfo: name}
+	cfg.CurrentContext = name
+	path := filepath.Join(r.WorkDir(), name+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		return "", err
+	}
+	identities.Store(key, path)
+	return path, nil
+}
+
+// createOrKeep creates obj unless it exists.
+func createOrKeep(ctx context.Context, c client.Client, obj client.Object) error {
+	if err := c.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
+	}
+	return nil
+}
