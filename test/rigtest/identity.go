@@ -126,3 +126,17 @@ func createOrKeep(ctx context.Context, c client.Client, obj client.Object) error
 	}
 	return nil
 }
+
+// ComponentClient is a client acting as berth's component (ComponentKubeconfig), for tests
+// that run a component's code in the test process.
+func ComponentClient(ctx context.Context, r *rig.Rig, component string) (client.Client, error) {
+	path, err := ComponentKubeconfig(ctx, r, component)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, fmt.Errorf("loading %s: %w", path, err)
+	}
+	return client.New(cfg, client.Options{Scheme: r.Client.Scheme()})
+}

@@ -43,7 +43,12 @@ func StartScaler(ctx context.Context, r *rig.Rig, bin string, flags ...string) (
 		return nil, err
 	}
 	s := &Scaler{GRPCAddress: "127.0.0.1:" + strconv.Itoa(grpcPort), MetricsURL: "http://127.0.0.1:" + strconv.Itoa(metricsPort) + "/metrics"}
-	args := append([]string{"scaler", "--kubeconfig=" + r.Kubeconfig, "--grpc-address=" + s.GRPCAddress,
+	// As the chart runs it: its own ServiceAccount, exactly config/rbac/scaler.yaml.
+	kubeconfig, err := ComponentKubeconfig(ctx, r, "scaler")
+	if err != nil {
+		return nil, err
+	}
+	args := append([]string{"scaler", "--kubeconfig=" + kubeconfig, "--grpc-address=" + s.GRPCAddress,
 		"--metrics-address=127.0.0.1:" + strconv.Itoa(metricsPort)}, flags...)
 	if err := r.StartComponent(ctx, "berth-scaler", bin, args, nil, s.MetricsURL); err != nil {
 		return nil, err

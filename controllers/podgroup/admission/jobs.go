@@ -59,7 +59,7 @@ func waveOf(job *batchv1.Job) jobWave {
 // jobTTL.
 type jobReads struct {
 	mu   sync.Mutex
-	seen map[types.NamespacedName]jobRead
+	seen map[types.UID]jobRead
 }
 
 type jobRead struct {
@@ -70,47 +70,51 @@ type jobRead struct {
 }
 
 // waveNeed is how many fresh members a gang without an admitted generation waits for: its
-// minMember, or fewer when every member that could join belongs to a Job whose remaining
-// completions run fewer pods at once (the last wave). bounded says the Jobs set the number
-// (look again in jobRecheck: their status may trail their pods).
+// minMember, or fewer when the gang is one Job of its own (no workload above it: a JobSet's
+// Jobs start at different moments, so one Job's wave says nothing about the gang) whose
+// remaining completions run fewer pods at once (the last wave). bounded says the Job set the
+// number (look again in jobRecheck: its status may trail its pods).
 func (r *Reconciler) waveNeed(ctx context.Context, gv gangView, gen generation) (need int, bounded bool, err error) {
 	need = int(gv.group.Spec.MinMember)
 	if len(gen.fresh) == 0 || len(gen.fresh) >= need {
 		return need, false, nil
 	}
-	jobs := map[types.NamespacedName]bool{}
+	var job *metav1.OwnerReference
+	for _, p := range gv.members {
+		ref := metav1.GetControllerOf(p)
+		switch {
+		case ref == nil || ref.Kind != "Job" || ref.APIVersion != batchv1.SchemeGroupVersion.String():
+			// A member the Job does not account for: the gang needs minMember.
+			return need, false, nil
+		case job == nil:
+			job = ref
+		case job.UID != ref.UID:
+			return need, false, nil // several Jobs: a workload above them
+		}
+	}
 	for _, ps := range [][]*corev1.Pod{gen.fresh, gen.held} {
 		for _, p := range ps {
-			ref := metav1.GetControllerOf(p)
-			if ref == nil || ref.Kind != "Job" || ref.APIVersion != batchv1.SchemeGroupVersion.String() {
-				// A member the Jobs do not account for: the gang needs minMember.
+			if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != job.UID {
 				return need, false, nil
 			}
-			jobs[types.NamespacedName{Namespace: p.Namespace, Name: ref.Name}] = true
 		}
 	}
-	total := 0
-	for key := range jobs {
-		w, err := r.jobWave(ctx, key)
-		if err != nil {
-			return need, false, err
-		}
-		if !w.bounded {
-			return need, false, nil
-		}
-		total += w.running
+	w, err := r.jobWave(ctx, types.NamespacedName{Namespace: gv.group.Namespace, Name: job.Name}, job.UID)
+	if err != nil || !w.bounded {
+		return need, false, err
 	}
-	if total >= need {
+	if w.running >= need {
 		return need, true, nil
 	}
-	return max(1, total), true, nil
+	return max(1, w.running), true, nil
 }
 
-// jobWave reads a Job's wave (reused for jobTTL). A Job that is gone runs nothing more.
-func (r *Reconciler) jobWave(ctx context.Context, key types.NamespacedName) (jobWave, error) {
+// jobWave reads a Job's wave (reused for jobTTL). A Job that is gone (or replaced: another
+// UID) runs nothing more; a Job with a controller of its own (a JobSet's) is not bounded.
+func (r *Reconciler) jobWave(ctx context.Context, key types.NamespacedName, uid types.UID) (jobWave, error) {
 	now := r.clock.Now()
 	r.jobs.mu.Lock()
-	seen, ok := r.jobs.seen[key]
+	seen, ok := r.jobs.seen[uid]
 	r.jobs.mu.Unlock()
 	if ok && now.Sub(seen.at) < jobTTL {
 		return seen.wave, nil
@@ -118,18 +122,20 @@ func (r *Reconciler) jobWave(ctx context.Context, key types.NamespacedName) (job
 	var job batchv1.Job
 	read := jobRead{at: now}
 	switch err := r.apiReader.Get(ctx, key, &job); {
-	case apierrors.IsNotFound(err):
+	case apierrors.IsNotFound(err) || (err == nil && job.UID != uid):
 		read.gone, read.wave = true, jobWave{bounded: true}
 	case err != nil:
 		return jobWave{}, fmt.Errorf("reading Job %s: %w", key, err)
+	case metav1.GetControllerOf(&job) != nil:
+		read.wave = jobWave{} // part of a larger workload
 	default:
 		read.wave = waveOf(&job)
 	}
 	r.jobs.mu.Lock()
 	if r.jobs.seen == nil {
-		r.jobs.seen = map[types.NamespacedName]jobRead{}
+		r.jobs.seen = map[types.UID]jobRead{}
 	}
-	r.jobs.seen[key] = read
+	r.jobs.seen[uid] = read
 	r.jobs.mu.Unlock()
 	return read.wave, nil
 }

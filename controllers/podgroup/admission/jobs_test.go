@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -66,7 +67,7 @@ func TestLastWaveOfAJobIsAdmitted(t *testing.T) {
 	}
 	pg.Status.AdmittedAt = &metav1.Time{Time: time.Date(2026, 1, 1, 11, 0, 0, 0, time.UTC)}
 	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: "ml"},
+		ObjectMeta: metav1.ObjectMeta{Name: "w", Namespace: "ml", UID: "uid-w"},
 		Spec:       batchv1.JobSpec{Completions: ptr.To[int32](6), Parallelism: ptr.To[int32](4)},
 		// The Job controller has not counted the last success yet.
 		Status: batchv1.JobStatus{Succeeded: 3},
@@ -111,13 +112,21 @@ func TestLastWaveOfAJobIsAdmitted(t *testing.T) {
 	}
 }
 
-// TestWaveNeedKeepsMinMember: only members that all belong to Jobs with completions lower the
-// number a gang waits for; a pod without a Job, or a work-queue Job, keeps minMember.
+// TestWaveNeedKeepsMinMember: only a gang that is one Job of its own (no JobSet above it), with
+// completions, lowers the number it waits for; a pod without a Job, several Jobs, a JobSet's Job
+// or a work-queue Job keep minMember.
 func TestWaveNeedKeepsMinMember(t *testing.T) {
 	ctx := context.Background()
-	bounded := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: "ml"}, Spec: batchv1.JobSpec{Completions: ptr.To[int32](2), Parallelism: ptr.To[int32](4)}}
-	queue := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "q", Namespace: "ml"}, Spec: batchv1.JobSpec{Parallelism: ptr.To[int32](4)}}
-	r, _, _, _, _ := budgetHarness(t, bounded, queue)
+	job := func(name string, completions *int32, owner *metav1.OwnerReference) *batchv1.Job {
+		j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml", UID: types.UID("uid-" + name)},
+			Spec: batchv1.JobSpec{Completions: completions, Parallelism: ptr.To[int32](4)}}
+		if owner != nil {
+			j.OwnerReferences = []metav1.OwnerReference{*owner}
+		}
+		return j
+	}
+	inSet := &metav1.OwnerReference{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: "js", UID: "uid-js", Controller: ptr.To(true)}
+	r, _, _, _, _ := budgetHarness(t, job("b", ptr.To[int32](2), nil), job("q", nil, nil), job("s", ptr.To[int32](2), inSet))
 	pg := builders.PodGroup("g", "ml").MinMember(4).Obj()
 	pod := func(name, job string) *corev1.Pod {
 		b := builders.Pod(name, "ml").Member("g").Gated()
@@ -127,22 +136,23 @@ func TestWaveNeedKeepsMinMember(t *testing.T) {
 		return b.Obj()
 	}
 	tests := []struct {
-		name    string
-		fresh   []*corev1.Pod
-		need    int
-		byJobs  bool
-		wantErr bool
+		name   string
+		fresh  []*corev1.Pod
+		need   int
+		byJobs bool
 	}{
-		{"a Job with 2 completions runs 2", []*corev1.Pod{pod("a", "b")}, 2, true, false},
-		{"a pod without a Job", []*corev1.Pod{pod("a", "b"), pod("c", "")}, 4, false, false},
-		{"a work-queue Job", []*corev1.Pod{pod("a", "q")}, 4, false, false},
-		{"a Job that is gone runs nothing: at least one", []*corev1.Pod{pod("a", "gone")}, 1, true, false},
-		{"enough fresh members: no read", []*corev1.Pod{pod("a", "x"), pod("b", "x"), pod("c", "x"), pod("d", "x")}, 4, false, false},
+		{"a Job with 2 completions runs 2", []*corev1.Pod{pod("a", "b")}, 2, true},
+		{"a pod without a Job", []*corev1.Pod{pod("a", "b"), pod("c", "")}, 4, false},
+		{"two Jobs", []*corev1.Pod{pod("a", "b"), pod("c", "q")}, 4, false},
+		{"a JobSet's Job: its sibling may not have started", []*corev1.Pod{pod("a", "s")}, 4, false},
+		{"a work-queue Job", []*corev1.Pod{pod("a", "q")}, 4, false},
+		{"a Job that is gone runs nothing: at least one", []*corev1.Pod{pod("a", "gone")}, 1, true},
+		{"enough fresh members: no read", []*corev1.Pod{pod("a", "x"), pod("b", "x"), pod("c", "x"), pod("d", "x")}, 4, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			need, byJobs, err := r.waveNeed(ctx, gangView{group: pg}, generation{fresh: tt.fresh})
-			if (err != nil) != tt.wantErr || need != tt.need || byJobs != tt.byJobs {
+			need, byJobs, err := r.waveNeed(ctx, gangView{group: pg, members: tt.fresh}, generation{fresh: tt.fresh})
+			if err != nil || need != tt.need || byJobs != tt.byJobs {
 				t.Errorf("waveNeed = %d, %v, %v; want %d, %v", need, byJobs, err, tt.need, tt.byJobs)
 			}
 		})

@@ -61,8 +61,20 @@ func cond(n *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCondition {
 }
 
 // publisher publishes to node name at a fixed time.
-func publisher(name string, at time.Time) *agent.Publisher {
-	return &agent.Publisher{Client: rigtest.Current().Client, NodeName: name, Now: func() time.Time { return at }}
+func publisher(t *testing.T, name string, at time.Time) *agent.Publisher {
+	t.Helper()
+	return &agent.Publisher{Client: agentClient(t), NodeName: name, Now: func() time.Time { return at }}
+}
+
+// agentClient acts as the agent's ServiceAccount, bound to exactly config/rbac/agent.yaml: a
+// verb the agent needs and the chart does not grant fails here.
+func agentClient(t *testing.T) client.Client {
+	t.Helper()
+	c, err := rigtest.ComponentClient(context.Background(), rigtest.Current(), "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // publish reads the node and publishes the report for st.
@@ -95,7 +107,7 @@ func TestConditionAndLabelsLandAndRestartIsIdempotent(t *testing.T) {
 	node(t, "gpu-1", nil)
 	t0 := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	healthy := agent.Evaluate(agent.State{}, nil, t0, agent.DefaultHysteresis)
-	publish(t, publisher("gpu-1", t0), healthy, h100)
+	publish(t, publisher(t, "gpu-1", t0), healthy, h100)
 	n := get(t, "gpu-1")
 	c := cond(n, hardware)
 	if c == nil || c.Status != corev1.ConditionTrue || c.Reason != berthv1alpha1.ReasonGPUsHealthy {
@@ -112,7 +124,7 @@ func TestConditionAndLabelsLandAndRestartIsIdempotent(t *testing.T) {
 	}
 
 	// A restarted agent publishing the same verdict changes nothing but the heartbeat.
-	publish(t, publisher("gpu-1", t0.Add(time.Minute)), healthy, h100)
+	publish(t, publisher(t, "gpu-1", t0.Add(time.Minute)), healthy, h100)
 	n2 := get(t, "gpu-1")
 	c2 := cond(n2, hardware)
 	if len(n2.Status.Conditions) != 3 || !c2.LastTransitionTime.Equal(&c.LastTransitionTime) || c2.LastHeartbeatTime.Equal(&c.LastHeartbeatTime) {
@@ -127,13 +139,13 @@ func TestConditionAndLabelsLandAndRestartIsIdempotent(t *testing.T) {
 	// A fatal fault flips it with the reason Karpenter's repair policy matches; a later message
 	// change keeps lastTransitionTime (Karpenter's toleration counts from it).
 	faulty := agent.Evaluate(healthy, []agent.Fault{xid79}, t0.Add(2*time.Minute), agent.DefaultHysteresis)
-	publish(t, publisher("gpu-1", t0.Add(2*time.Minute)), faulty, h100)
+	publish(t, publisher(t, "gpu-1", t0.Add(2*time.Minute)), faulty, h100)
 	c3 := cond(get(t, "gpu-1"), hardware)
 	if c3.Status != corev1.ConditionFalse || c3.Reason != "NvidiaXID79Error" || c3.Message != "GPU 0: xid (Xid 79)" || c3.LastTransitionTime.Equal(&c.LastTransitionTime) {
 		t.Errorf("after fault: %+v", c3)
 	}
 	worse := agent.Evaluate(faulty, []agent.Fault{{GPU: 0, Kind: agent.FaultECCDoubleBit, Detail: "3 errors", Fatal: true, XID: 48}}, t0.Add(3*time.Minute), agent.DefaultHysteresis)
-	publish(t, publisher("gpu-1", t0.Add(3*time.Minute)), worse, h100)
+	publish(t, publisher(t, "gpu-1", t0.Add(3*time.Minute)), worse, h100)
 	c4 := cond(get(t, "gpu-1"), hardware)
 	if c4.Status != corev1.ConditionFalse || !c4.LastTransitionTime.Equal(&c3.LastTransitionTime) || c4.Message == c3.Message {
 		t.Errorf("a second fault moved lastTransitionTime or kept the message: %+v", c4)
@@ -155,7 +167,7 @@ func TestAnotherWriterKeepsAcceleratedHardwareReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	faulty := agent.Evaluate(agent.State{}, []agent.Fault{xid79, {GPU: 1, Kind: agent.FaultThermalThrottle, Detail: "hot"}}, time.Now(), agent.DefaultHysteresis)
-	if other := publish(t, publisher("gpu-eks", time.Now()), faulty, h100); other != "eks-node-monitoring-agent" {
+	if other := publish(t, publisher(t, "gpu-eks", time.Now()), faulty, h100); other != "eks-node-monitoring-agent" {
 		t.Errorf("Publish says the other writer is %q, want eks-node-monitoring-agent", other)
 	}
 	got := get(t, "gpu-eks")
@@ -185,7 +197,7 @@ func TestFatalFaultSurvivesAgentRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	faulty := agent.Evaluate(agent.State{}, []agent.Fault{xid79}, time.Now(), agent.DefaultHysteresis)
-	publish(t, publisher("gpu-latch", time.Now()), faulty, h100)
+	publish(t, publisher(t, "gpu-latch", time.Now()), faulty, h100)
 	f := agent.RestoredFatal(get(t, "gpu-latch"))
 	if f == nil || f.XID != 79 || !f.Fatal {
 		t.Fatalf("restored fault %+v, want the latched Xid 79", f)
@@ -207,7 +219,7 @@ func TestFatalFaultSurvivesAgentRestart(t *testing.T) {
 func TestGFDLabelsWin(t *testing.T) {
 	node(t, "gpu-gfd", map[string]string{berthv1alpha1.GFDProductLabel: "NVIDIA-H100-80GB-HBM3"})
 	inv := agent.Inventory{GPUs: []agent.GPU{{Name: "NVIDIA H100 80GB HBM3", MemoryMiB: 81559}}}
-	publish(t, publisher("gpu-gfd", time.Now()), agent.State{}, inv)
+	publish(t, publisher(t, "gpu-gfd", time.Now()), agent.State{}, inv)
 	n := get(t, "gpu-gfd")
 	if _, ok := n.Labels[berthv1alpha1.GPUProductLabel]; ok {
 		t.Errorf("agent labelled a node GFD already labels: %v", n.Labels)
@@ -253,7 +265,7 @@ func TestRunLoopReportsInjectedFaults(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	pub := &agent.Publisher{Client: rigtest.Current().Client, NodeName: "gpu-loop", Now: time.Now}
+	pub := &agent.Publisher{Client: agentClient(t), NodeName: "gpu-loop", Now: time.Now}
 	go func() { done <- agent.Run(ctx, s, pub, agent.Options{Interval: 50 * time.Millisecond}) }()
 	defer func() {
 		cancel()
@@ -290,7 +302,7 @@ func TestRunLoopReportsInjectedFaults(t *testing.T) {
 func TestWithoutNVML(t *testing.T) {
 	node(t, "gpu-nonvml", nil)
 	lib := &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
-	pub := &agent.Publisher{Client: rigtest.Current().Client, NodeName: "gpu-nonvml", Now: time.Now}
+	pub := &agent.Publisher{Client: agentClient(t), NodeName: "gpu-nonvml", Now: time.Now}
 	if err := agent.Run(context.Background(), lib, pub, agent.Options{ExitWithoutNVML: true}); !agent.IsNoNVML(err) {
 		t.Fatalf("Run with ExitWithoutNVML = %v, want ErrNoNVML", err)
 	}
