@@ -73,6 +73,8 @@ skipped for lack of access with nothing found).`,
 			return couldNotCheck(runDoctor(cmd, doctorFlags{kubeconfig, namespace, output, skip, install}))
 		},
 	}
+	// A bad flag is "could not check" (2), not "found problems" (1).
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitError{code: 2, err: err} })
 	fl := cmd.Flags()
 	fl.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, in-cluster config or ~/.kube/config")
 	fl.StringVarP(&namespace, "namespace", "n", "", "namespace to check (NodePools are cluster-wide); empty checks all")
@@ -117,6 +119,10 @@ func runDoctor(cmd *cobra.Command, f doctorFlags) error {
 	}
 	report, err := doctorReport(cmd, c, f)
 	if err != nil {
+		// What was found before the error still counts: show it, then the error (exit 2).
+		if len(report.Findings) > 0 {
+			return errors.Join(printReport(cmd.OutOrStdout(), report, output), err)
+		}
 		return err
 	}
 	if err := printReport(cmd.OutOrStdout(), report, output); err != nil {

@@ -23,7 +23,8 @@ func Execute(args []string) int {
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "berth:", err)
-		var coded interface{ ExitCode() int }
+		// Only berth's own exit errors set the status (not a child process's *exec.ExitError).
+		var coded exitError
 		if errors.As(err, &coded) {
 			return coded.ExitCode()
 		}

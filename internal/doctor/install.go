@@ -11,7 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -104,15 +106,15 @@ func webhookCheck(ctx context.Context, c client.Client, namespace string) ([]Fin
 			}
 		}
 	}
-	member := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "berth-doctor-", Namespace: namespace,
-			Labels: map[string]string{berthv1alpha1.PodGroupLabel: selfCheckGroup}},
-		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "check", Image: "registry.k8s.io/pause:3.10"}}},
-	}
+	member := selfCheckMember(namespace)
 	err := c.Create(ctx, member, client.DryRunAll)
 	switch {
 	case apierrors.IsForbidden(err) && !isWebhookError(err):
-		return nil, fmt.Sprintf("cannot create pods in %s, even as a dry run (forbidden)", namespace), nil
+		return nil, fmt.Sprintf("cannot create pods in %s, even as a dry run: %v", namespace, err), nil
+	case err != nil && !strings.Contains(err.Error(), berthWebhookSuffix):
+		// Refused by something else (another admission webhook or policy, a quota, the API
+		// server): berth's webhook was not proven either way.
+		return nil, fmt.Sprintf("a gang member's dry run in %s was refused before berth's webhook could be checked: %v", namespace, err), nil
 	case err != nil:
 		return []Finding{{Check: CheckInstallWebhook, Object: obj,
 			Problem: fmt.Sprintf("a gang member's dry run in %s failed at berth's webhook: %v", namespace, err),
@@ -124,6 +126,28 @@ func webhookCheck(ctx context.Context, c client.Client, namespace string) ([]Fin
 			Fix:     "check the webhook's objectSelector and namespaceSelector (helm get manifest) and that the namespace is not excluded"}}, "", nil
 	}
 	return nil, "", nil
+}
+
+// berthWebhookSuffix ends the names of berth's webhooks (berth.gate.scheduling.berth.dev), which
+// the API server names in the errors of calling them.
+const berthWebhookSuffix = "gate.scheduling.berth.dev"
+
+// selfCheckMember is the gang member the install check dry-runs: restricted pod security and
+// small requests and limits, so Pod Security admission and quotas take it like any pod.
+func selfCheckMember(namespace string) *corev1.Pod {
+	small := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "berth-doctor-", Namespace: namespace,
+			Labels: map[string]string{berthv1alpha1.PodGroupLabel: selfCheckGroup}},
+		Spec: corev1.PodSpec{
+			SecurityContext: &corev1.PodSecurityContext{RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65532),
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+			Containers: []corev1.Container{{Name: "check", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{Requests: small, Limits: small},
+				SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+		},
+	}
 }
 
 // isWebhookError reports whether err came from calling an admission webhook rather than from

@@ -153,7 +153,9 @@ func (r *Reconciler) keep(ctx context.Context, pod *corev1.Pod, pg *berthv1alpha
 	if err != nil {
 		return reconcile.Result{}, err
 	}
-	if ownedBy(pg, owner.UID) {
+	// Owned by the pod's workload — or by its immediate controller, as PodGroups adapted before
+	// berth walked up to the topmost workload are: the same submission either way.
+	if c := metav1.GetControllerOf(pod); ownedBy(pg, owner.UID) || (c != nil && ownedBy(pg, c.UID)) {
 		return reconcile.Result{}, nil
 	}
 	live, err := r.liveOwner(ctx, pg)

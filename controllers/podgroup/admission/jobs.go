@@ -32,6 +32,8 @@ const jobTTL = time.Second
 type jobWave struct {
 	// running is min(parallelism, completions − succeeded); 0 once the Job finished.
 	running int
+	// full is min(parallelism, completions): the size of its waves but the last.
+	full int
 	// bounded is false for a Job without completions (a work queue: its pods stop on their
 	// own, and it starts no new wave).
 	bounded bool
@@ -52,7 +54,7 @@ func waveOf(job *batchv1.Job) jobWave {
 		parallelism = *job.Spec.Parallelism
 	}
 	left := *job.Spec.Completions - job.Status.Succeeded
-	return jobWave{running: int(max(0, min(parallelism, left))), bounded: true}
+	return jobWave{running: int(max(0, min(parallelism, left))), full: int(min(parallelism, *job.Spec.Completions)), bounded: true}
 }
 
 // jobReads reads members' Jobs around the cache (berth watches no Jobs), each reused for
@@ -100,7 +102,9 @@ func (r *Reconciler) waveNeed(ctx context.Context, gv gangView, gen generation) 
 		}
 	}
 	w, err := r.jobWave(ctx, types.NamespacedName{Namespace: gv.group.Namespace, Name: job.Name}, job.UID)
-	if err != nil || !w.bounded {
+	if err != nil || !w.bounded || w.full < need {
+		// A Job whose full wave cannot fill the gang is not the whole gang: its other members
+		// (another Job, a launcher) have not been created yet.
 		return need, false, err
 	}
 	if w.running >= need {
@@ -123,7 +127,8 @@ func (r *Reconciler) jobWave(ctx context.Context, key types.NamespacedName, uid 
 	read := jobRead{at: now}
 	switch err := r.apiReader.Get(ctx, key, &job); {
 	case apierrors.IsNotFound(err) || (err == nil && job.UID != uid):
-		read.gone, read.wave = true, jobWave{bounded: true}
+		// Gone (or replaced): its orphaned pods say nothing about a wave.
+		read.gone, read.wave = true, jobWave{}
 	case err != nil:
 		return jobWave{}, fmt.Errorf("reading Job %s: %w", key, err)
 	case metav1.GetControllerOf(&job) != nil:

@@ -31,13 +31,14 @@ func TestWaveOf(t *testing.T) {
 		job  *batchv1.Job
 		want jobWave
 	}{
-		{"first wave", job(ptr.To[int32](6), 4, 0, ""), jobWave{running: 4, bounded: true}},
-		{"last wave smaller than parallelism", job(ptr.To[int32](6), 4, 4, ""), jobWave{running: 2, bounded: true}},
-		{"status trailing the pods", job(ptr.To[int32](6), 4, 3, ""), jobWave{running: 3, bounded: true}},
-		{"every completion done", job(ptr.To[int32](6), 4, 6, ""), jobWave{running: 0, bounded: true}},
+		{"first wave", job(ptr.To[int32](6), 4, 0, ""), jobWave{running: 4, full: 4, bounded: true}},
+		{"last wave smaller than parallelism", job(ptr.To[int32](6), 4, 4, ""), jobWave{running: 2, full: 4, bounded: true}},
+		{"status trailing the pods", job(ptr.To[int32](6), 4, 3, ""), jobWave{running: 3, full: 4, bounded: true}},
+		{"every completion done", job(ptr.To[int32](6), 4, 6, ""), jobWave{running: 0, full: 4, bounded: true}},
 		{"finished", job(ptr.To[int32](6), 4, 2, batchv1.JobFailed), jobWave{running: 0, bounded: true}},
 		{"work queue: no completions", job(nil, 4, 1, ""), jobWave{}},
-		{"parallelism unset is 1", &batchv1.Job{Spec: batchv1.JobSpec{Completions: ptr.To[int32](3)}}, jobWave{running: 1, bounded: true}},
+		{"fewer completions than parallelism", job(ptr.To[int32](2), 4, 0, ""), jobWave{running: 2, full: 2, bounded: true}},
+		{"parallelism unset is 1", &batchv1.Job{Spec: batchv1.JobSpec{Completions: ptr.To[int32](3)}}, jobWave{running: 1, full: 1, bounded: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -126,7 +127,9 @@ func TestWaveNeedKeepsMinMember(t *testing.T) {
 		return j
 	}
 	inSet := &metav1.OwnerReference{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: "js", UID: "uid-js", Controller: ptr.To(true)}
-	r, _, _, _, _ := budgetHarness(t, job("b", ptr.To[int32](2), nil), job("q", nil, nil), job("s", ptr.To[int32](2), inSet))
+	last := job("last", ptr.To[int32](6), nil)
+	last.Status.Succeeded = 4
+	r, _, _, _, _ := budgetHarness(t, job("b", ptr.To[int32](2), nil), job("q", nil, nil), job("s", ptr.To[int32](6), inSet), last)
 	pg := builders.PodGroup("g", "ml").MinMember(4).Obj()
 	pod := func(name, job string) *corev1.Pod {
 		b := builders.Pod(name, "ml").Member("g").Gated()
@@ -141,12 +144,15 @@ func TestWaveNeedKeepsMinMember(t *testing.T) {
 		need   int
 		byJobs bool
 	}{
-		{"a Job with 2 completions runs 2", []*corev1.Pod{pod("a", "b")}, 2, true},
-		{"a pod without a Job", []*corev1.Pod{pod("a", "b"), pod("c", "")}, 4, false},
-		{"two Jobs", []*corev1.Pod{pod("a", "b"), pod("c", "q")}, 4, false},
+		{"a Job's last wave of 2", []*corev1.Pod{pod("a", "last")}, 2, true},
+		// Its full wave (2) cannot fill the gang (4): the gang's other members are not here yet
+		// (a second Job, a launcher), so the first wave is not shrunk.
+		{"a Job smaller than the gang", []*corev1.Pod{pod("a", "b")}, 4, false},
+		{"a pod without a Job", []*corev1.Pod{pod("a", "last"), pod("c", "")}, 4, false},
+		{"two Jobs", []*corev1.Pod{pod("a", "last"), pod("c", "q")}, 4, false},
 		{"a JobSet's Job: its sibling may not have started", []*corev1.Pod{pod("a", "s")}, 4, false},
 		{"a work-queue Job", []*corev1.Pod{pod("a", "q")}, 4, false},
-		{"a Job that is gone runs nothing: at least one", []*corev1.Pod{pod("a", "gone")}, 1, true},
+		{"a Job that is gone: orphans say nothing", []*corev1.Pod{pod("a", "gone")}, 4, false},
 		{"enough fresh members: no read", []*corev1.Pod{pod("a", "x"), pod("b", "x"), pod("c", "x"), pod("d", "x")}, 4, false},
 	}
 	for _, tt := range tests {

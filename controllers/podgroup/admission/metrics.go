@@ -156,9 +156,10 @@ func recordGangHealth(gs []*berthv1alpha1.PodGroup, members map[string][]*corev1
 			g.Status.AdmittedAt == nil || now.Sub(g.Status.AdmittedAt.Time) < partialGrace {
 			continue
 		}
-		// Partial: some of the admitted generation run while others of it neither run nor
-		// finished well (lost, or not started). A Job's members that succeeded, and a last wave
-		// smaller than minMember, are not partial.
+		// Partial: some of the admitted generation run while fewer than it needs run or
+		// finished well — minMember, or the generation's size when it is smaller (a Job's last
+		// wave). A lost member's assignment stays beside its replacement's, so the generation's
+		// size counts both: a replaced member does not make a gang partial, a missing one does.
 		gen := classify(members[g.Namespace+"/"+g.Name], g.Status.Assignments)
 		running := 0
 		for _, m := range gen.live {
@@ -166,7 +167,7 @@ func recordGangHealth(gs []*berthv1alpha1.PodGroup, members map[string][]*corev1
 				running++
 			}
 		}
-		if running > 0 && running+gen.succeeded < len(gen.assigned) {
+		if running > 0 && running+gen.succeeded < min(int(g.Spec.MinMember), len(gen.assigned)) {
 			partial++
 		}
 	}

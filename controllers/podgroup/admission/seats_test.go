@@ -270,6 +270,8 @@ func TestRecordGangHealth(t *testing.T) {
 		gang("finishing", berthv1alpha1.PodGroupRunning, time.Hour, time.Hour, "f0", "f1"),
 		// A Job's last wave, smaller than minMember, running whole: not partial.
 		lastWave,
+		// A lost member replaced (its assignment stays beside the replacement's): not partial.
+		gang("replaced", berthv1alpha1.PodGroupRunning, time.Hour, time.Hour, "r0", "r1-old", "r1-new"),
 	}
 	members := map[string][]*corev1.Pod{
 		"ml/half":      {running("h0", "half"), builders.Pod("h1", "ml").Member("half").Obj()},
@@ -277,6 +279,7 @@ func TestRecordGangHealth(t *testing.T) {
 		"ml/whole":     {running("w0", "whole"), running("w1", "whole")},
 		"ml/finishing": {running("f0", "finishing"), builders.Pod("f1", "ml").Member("finishing").Phase(corev1.PodSucceeded).Obj()},
 		"ml/last":      {builders.Pod("l0", "ml").Member("last").Phase(corev1.PodSucceeded).Obj(), running("l4", "last"), running("l5", "last")},
+		"ml/replaced":  {running("r0", "replaced"), running("r1-new", "replaced")},
 	}
 	recordGangHealth(gs, members, now)
 	if got := testGauge(t, oldestWaiting.WithLabelValues("Pending")); got != 1200 {
@@ -286,7 +289,7 @@ func TestRecordGangHealth(t *testing.T) {
 		t.Errorf("oldest Provisioning = %v, want 300", got)
 	}
 	if got := testGauge(t, partiallyRunning); got != 1 {
-		t.Errorf("partially running = %v, want 1 (half; starting is within the grace; finishing and last are whole)", got)
+		t.Errorf("partially running = %v, want 1 (half; starting is within the grace; finishing, last and replaced are whole)", got)
 	}
 }
 
