@@ -29,6 +29,9 @@ type BerthProcess struct {
 	Running string
 	// Args are flags added to every start (after the rig's own).
 	Args []string
+	// AsAdmin runs the controller with the rig's admin kubeconfig instead of its own
+	// ServiceAccount (see the chaos package for why one package does).
+	AsAdmin bool
 }
 
 // NewBerthProcess builds the berth binary into the rig's work folder and registers the
@@ -83,6 +86,9 @@ func (b *BerthProcess) start(ctx context.Context, leaderElect, webhook bool, env
 	kubeconfig, err := ComponentKubeconfig(ctx, b.r, "controller")
 	if err != nil {
 		return "", err
+	}
+	if b.AsAdmin {
+		kubeconfig = b.r.Kubeconfig
 	}
 	args := []string{
 		"controller", "--kubeconfig=" + kubeconfig, "--leader-elect=" + strconv.FormatBool(leaderElect), "--metrics-bind-address=0",
