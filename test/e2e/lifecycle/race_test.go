@@ -24,21 +24,8 @@ import (
 // the node). A pin cannot be rewritten, so the members could never bind; berth notices them
 // unschedulable on their node for --stranded-after, recreates them without the pin, and the
 // gang is admitted again — whole, on new capacity. No member stays Pending with a pin it can
-// never satisfy. Members without a controller are recreated by berth; members of a Job are
-// deleted, and the Job's replacements are placed again.
+// never satisfy.
 func TestPlainPodsRaceARelease(t *testing.T) {
-	for _, owned := range []bool{false, true} {
-		name := "members without a controller"
-		if owned {
-			name = "members of an Indexed Job"
-		}
-		t.Run(name, func(t *testing.T) { raceARelease(t, owned) })
-	}
-}
-
-// raceARelease is TestPlainPodsRaceARelease for bare members or for a Job's (byJob).
-func raceARelease(t *testing.T, byJob bool) {
-	t.Helper()
 	ctx := context.Background()
 	c := rigtest.Current().Client
 	r := rigtest.Current()
@@ -77,14 +64,10 @@ func raceARelease(t *testing.T, byJob bool) {
 		}
 	}()
 	create(t, builders.PodGroup("race", ns).MinMember(2).Obj())
-	if byJob {
-		create(t, indexedJob(ns, "race", 2, 2, 3, podTemplate("race", "g5", "1h", container(2, nil))))
-	} else {
-		for i := range 2 {
-			p := gpuPod(fmt.Sprintf("race-%d", i), 2)
-			p.Labels[berthv1alpha1.PodGroupLabel] = "race"
-			create(t, p)
-		}
+	for i := range 2 {
+		p := gpuPod(fmt.Sprintf("race-%d", i), 2)
+		p.Labels[berthv1alpha1.PodGroupLabel] = "race"
+		create(t, p)
 	}
 	rigtest.Eventually(t, 30*time.Second, 50*time.Millisecond, "the gang released onto "+node, func(ctx context.Context) (bool, string, error) {
 		ms, err := members(ctx, ns, "race")
