@@ -98,7 +98,10 @@ func (d Decision) Signal(s Signal) (SignalDecision, bool) {
 //   - TTFT and ITL are SLO constraints, not sizes: above targetTTFTSeconds (targetITLSeconds)
 //     the p95 adds replicas, at or under it (or unknown) it asks for what the sizing signals
 //     ask — never fewer; so do preemptions per minute per replica above
-//     maxPreemptionsPerMinute (the KV cache running out mid-decode);
+//     maxPreemptionsPerMinute (the KV cache running out mid-decode), and so does the mean
+//     KV-cache usage above kvSaturation (the caches about to run out);
+//   - queued prompt tokens: ceil(Σ waiting × mean prompt length / targetQueuedPromptTokens);
+//     KV tokens: ceil(Σ usage × cache tokens / targetKVTokens);
 //   - a scale-up beyond the current count waits while replicas are starting (they are the
 //     capacity the signal asked for; without the hold, a queue that keeps growing during a
 //     cold start would ask for more and more replicas) — but only replicas that can still
@@ -120,6 +123,12 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 	}
 	if o.Ready > 0 && t.TargetKVCacheUsage > 0 && o.KVSampled == 0 {
 		return Decision{}, fmt.Errorf("%d ready replicas, none reports vllm:kv_cache_usage_perc (or the older vllm:gpu_cache_usage_perc): %w", o.Ready, ErrNoFreshData)
+	}
+	if o.Ready > 0 && t.TargetKVTokens > 0 && o.KVTokensSampled == 0 {
+		return Decision{}, fmt.Errorf("%d ready replicas, none says how large its KV cache is (vllm:cache_config_info with num_gpu_blocks and block_size, or sglang:num_used_tokens): %w", o.Ready, ErrNoFreshData)
+	}
+	if o.Ready > 0 && t.TargetQueuedPromptTokens > 0 && o.Waiting > 0 && o.PromptSampled == 0 {
+		return Decision{}, fmt.Errorf("%d ready replicas with requests waiting, none reports the prompt lengths targetQueuedPromptTokens needs (vllm:request_prompt_tokens; SGLang exports none: set targetQueueDepth instead): %w", o.Ready, ErrNoFreshData)
 	}
 	headroom := p.ScaleDownHeadroom
 	if headroom <= 0 || headroom > 1 {
@@ -144,17 +153,41 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 			sd.Raw = waiting + running
 		case SignalKVCache:
 			sd.Raw = o.KVUsage
+		case SignalKVTokens:
+			sd.Raw = o.KVTokens
+		case SignalQueuedPromptTokens:
+			// A replica with requests waiting and none finished has no mean prompt length
+			// yet: partial, like a replica not read.
+			sd.Raw = o.QueuedPromptTokens
 		case SignalTokens:
 			// Replicas without a window yet (two pages) count for nothing; with none, the rate
 			// is unknown: partial, so it holds the fleet and never shrinks it.
 			sd.Raw = o.TokensPerSecond
 		}
-		partial := d.Partial || (s == SignalKVCache && o.KVSampled < o.Ready) || (s == SignalTokens && o.TokensSampled < o.Ready)
+		partial := d.Partial || (s == SignalKVCache && o.KVSampled < o.Ready) || (s == SignalTokens && o.TokensSampled < o.Ready) ||
+			(s == SignalKVTokens && o.KVTokensSampled < o.Ready) || (s == SignalQueuedPromptTokens && o.PromptSampled < o.Ready)
 		sd.Desired, sd.Held = desired(sd.Raw, target, headroom, d.Current, o.Ready, o.Starting, partial)
 		d.add(sd)
 	}
 	// Then the SLO constraints: they add replicas when violated and otherwise follow the
 	// sizing signals (under the HPA's max, a vote that changes nothing).
+	d.constrainAll(o, t)
+	d.Own = d.Desired
+	if t.Follow != "" {
+		sd := SignalDecision{Signal: SignalFollow, Target: 1, Desired: d.Desired}
+		if !math.IsNaN(o.FollowReplicas) {
+			sd.Raw = o.FollowReplicas
+			sd.Desired = max(d.Desired, ceilCount(o.FollowReplicas))
+		}
+		sd.Value = metricValue(sd.Desired, 1)
+		d.add(sd)
+	}
+	return d, nil
+}
+
+// constrainAll adds the decisions of the trigger's constraints (TTFT, ITL, preemptions, the KV
+// guard) to a decision that holds the sizing signals' already.
+func (d *Decision) constrainAll(o Observation, t *Trigger) {
 	sizing := d.Desired
 	for _, s := range t.Signals() {
 		if !s.Constraint() || s == SignalFollow {
@@ -169,20 +202,26 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 			if o.Ready > 0 {
 				value = o.PreemptionsPerMinute / float64(o.Ready)
 			}
+		case SignalKVSaturation:
+			value = math.NaN()
+			if o.KVSampled > 0 {
+				value = o.KVUsage / float64(o.KVSampled)
+			}
 		}
-		d.add(constrain(s, t.Target(s), value, sizing, d.Current, o.Ready, o.Starting))
-	}
-	d.Own = d.Desired
-	if t.Follow != "" {
-		sd := SignalDecision{Signal: SignalFollow, Target: 1, Desired: d.Desired}
-		if !math.IsNaN(o.FollowReplicas) {
-			sd.Raw = o.FollowReplicas
-			sd.Desired = max(d.Desired, ceilCount(o.FollowReplicas))
+		sd := constrain(s, t.Target(s), value, sizing, d.Current, o.Ready, o.Starting)
+		if s == SignalKVSaturation && o.KVSampled > 0 {
+			// The guard also keeps the fleet from shrinking into saturation: at least as many
+			// replicas as hold the KV in use at or under the threshold (the KV in use moves with
+			// the requests, not with the replica count). At or under the threshold that is never
+			// more than the ready replicas, so it only ever holds; without it a guard that added
+			// a replica would see the sizing signals take it away and add it again.
+			if floor := ceilCount(o.KVUsage / t.Target(s)); floor > sd.Desired {
+				sd.Desired = floor
+				sd.Value = metricValue(sd.Desired, sd.Target)
+			}
 		}
-		sd.Value = metricValue(sd.Desired, 1)
 		d.add(sd)
 	}
-	return d, nil
 }
 
 // maxSLOStep caps how far one evaluation of a violated SLO multiplies the ready replicas.

@@ -89,11 +89,11 @@ func TestDecide(t *testing.T) {
 		{name: "ready replicas without fresh data is an error", md: queue,
 			obs: Observation{Ready: 3, TTFTP95: nan}, wantErr: ErrNoFreshData},
 		{name: "kv: mean usage lands on target", md: kv,
-			obs: Observation{Ready: 2, Sampled: 2, KVSampled: 2, KVUsage: 1.9, TTFTP95: nan}, want: map[Signal]int{SignalKVCache: 3}, wantActive: false},
+			obs: Observation{Ready: 2, Sampled: 2, KVSampled: 2, KVUsage: 1.9, TTFTP95: nan}, want: map[Signal]int{SignalKVCache: 3, SignalKVSaturation: 3}, wantActive: false},
 		{name: "kv without any kv series is an error", md: kv,
 			obs: Observation{Ready: 2, Sampled: 2, TTFTP95: nan}, wantErr: ErrNoFreshData},
 		{name: "kv reported by some replicas: no scale-down", md: kv,
-			obs: Observation{Ready: 4, Sampled: 4, KVSampled: 2, KVUsage: 0.2, TTFTP95: nan}, want: map[Signal]int{SignalKVCache: 4},
+			obs: Observation{Ready: 4, Sampled: 4, KVSampled: 2, KVUsage: 0.2, TTFTP95: nan}, want: map[Signal]int{SignalKVCache: 4, SignalKVSaturation: 4},
 			wantHeld: map[Signal]Held{SignalKVCache: "partial"}},
 		{name: "both: queue empty but KV busy keeps replicas", md: both,
 			obs:  Observation{Ready: 4, Sampled: 4, KVSampled: 4, KVUsage: 3.0, Running: 40, TTFTP95: nan},
@@ -113,10 +113,10 @@ func TestDecide(t *testing.T) {
 			wantHeld: map[Signal]Held{SignalTTFT: HeldStarting}, wantActive: true},
 		{name: "itl violated on a decode fleet adds replicas", md: map[string]string{"targetKVCacheUsage": "0.8", "targetITLSeconds": "0.05", "role": "decode"},
 			obs:  Observation{Ready: 4, Sampled: 4, KVSampled: 4, KVUsage: 2.4, Running: 40, TTFTP95: nan, ITLP95: 0.08},
-			want: map[Signal]int{SignalKVCache: 4, SignalITL: 7}, wantActive: true},
+			want: map[Signal]int{SignalKVCache: 4, SignalITL: 7, SignalKVSaturation: 4}, wantActive: true},
 		{name: "itl unknown never votes down", md: map[string]string{"targetKVCacheUsage": "0.8", "targetITLSeconds": "0.05", "role": "decode"},
 			obs:  Observation{Ready: 4, Sampled: 4, KVSampled: 4, KVUsage: 3.2, Running: 40, TTFTP95: nan, ITLP95: nan},
-			want: map[Signal]int{SignalKVCache: 4, SignalITL: 4}, wantActive: true},
+			want: map[Signal]int{SignalKVCache: 4, SignalITL: 4, SignalKVSaturation: 4}, wantActive: true},
 		{name: "tokens per second size the fleet on its token load", md: map[string]string{"targetTokensPerSecond": "1000"},
 			obs:  Observation{Ready: 3, Sampled: 3, Running: 30, TTFTP95: nan, TokensPerSecond: 4200, TokensSampled: 3},
 			want: map[Signal]int{SignalTokens: 5}, wantActive: true},
@@ -131,10 +131,10 @@ func TestDecide(t *testing.T) {
 			want: map[Signal]int{SignalTokens: 4}, wantHeld: map[Signal]Held{SignalTokens: HeldPartial}, wantActive: true},
 		{name: "preemptions above the limit add replicas", md: map[string]string{"targetKVCacheUsage": "0.8", "maxPreemptionsPerMinute": "2", "role": "decode"},
 			obs:  Observation{Ready: 3, Sampled: 3, KVSampled: 3, KVUsage: 2.4, Running: 40, TTFTP95: nan, ITLP95: nan, PreemptionsPerMinute: 12},
-			want: map[Signal]int{SignalKVCache: 3, SignalPreemption: 6}, wantActive: true},
+			want: map[Signal]int{SignalKVCache: 3, SignalPreemption: 6, SignalKVSaturation: 3}, wantActive: true},
 		{name: "preemptions unknown or under the limit follow the sizing", md: map[string]string{"targetKVCacheUsage": "0.8", "maxPreemptionsPerMinute": "2", "role": "decode"},
 			obs:  Observation{Ready: 3, Sampled: 3, KVSampled: 3, KVUsage: 2.4, Running: 40, TTFTP95: nan, ITLP95: nan, PreemptionsPerMinute: nan},
-			want: map[Signal]int{SignalKVCache: 3, SignalPreemption: 3}, wantActive: true},
+			want: map[Signal]int{SignalKVCache: 3, SignalPreemption: 3, SignalKVSaturation: 3}, wantActive: true},
 		{name: "concurrency keeps a healthy fleet with nothing waiting", md: conc,
 			obs: Observation{Ready: 4, Sampled: 4, Running: 30, TTFTP95: nan}, want: map[Signal]int{SignalConcurrency: 4}, wantActive: true},
 		{name: "concurrency counts the backlog too", md: conc,
@@ -145,6 +145,42 @@ func TestDecide(t *testing.T) {
 		{name: "max_num_seqs-bound: KV reads 20% while requests queue, concurrency sizes", md: seqBound,
 			obs:  Observation{Ready: 4, Sampled: 4, KVSampled: 4, KVUsage: 0.8, Running: 64, Waiting: 40, TTFTP95: nan},
 			want: map[Signal]int{SignalConcurrency: 7, SignalKVCache: 2}, wantActive: true},
+		// Caches 96% full while concurrency asks for 2: no sizing signal adds capacity before
+		// vLLM starts preempting; the guard does.
+		{name: "max_num_seqs-bound and caches nearly full: the KV guard adds a replica", md: map[string]string{"targetConcurrency": "64", "kvSaturation": "0.9"},
+			obs:  Observation{Ready: 4, Sampled: 4, KVSampled: 4, KVUsage: 3.84, Running: 64, TTFTP95: nan},
+			want: map[Signal]int{SignalConcurrency: 2, SignalKVSaturation: 5}, wantActive: true},
+		{name: "kv guard: under the threshold it lets the fleet shrink while the rest stay under it", md: map[string]string{"targetConcurrency": "16", "kvSaturation": "0.9"},
+			obs:  Observation{Ready: 4, Sampled: 4, KVSampled: 4, KVUsage: 1.0, Running: 20, TTFTP95: nan},
+			want: map[Signal]int{SignalConcurrency: 2, SignalKVSaturation: 2}, wantActive: true},
+		// Caches 80% full on 4 replicas: the same KV on 2 would be 160% — the guard holds 4
+		// (ceil(3.2/0.9)), or the replicas it keeps would saturate and it would add them back.
+		{name: "kv guard: never shrinks the fleet into saturation", md: map[string]string{"targetConcurrency": "16", "kvSaturation": "0.9"},
+			obs:  Observation{Ready: 4, Sampled: 4, KVSampled: 4, KVUsage: 3.2, Running: 20, TTFTP95: nan},
+			want: map[Signal]int{SignalConcurrency: 2, SignalKVSaturation: 4}, wantActive: true},
+		{name: "kv guard: no KV series is no vote, never a scale-down", md: map[string]string{"targetConcurrency": "16", "kvSaturation": "0.9"},
+			obs:  Observation{Ready: 4, Sampled: 4, Running: 60, TTFTP95: nan},
+			want: map[Signal]int{SignalConcurrency: 4, SignalKVSaturation: 4}, wantActive: true},
+		{name: "kv guard violated while replicas start: held", md: map[string]string{"targetConcurrency": "16", "kvSaturation": "0.9"},
+			obs:  Observation{Ready: 2, Sampled: 2, Starting: 1, KVSampled: 2, KVUsage: 1.96, Running: 40, TTFTP95: nan},
+			want: map[Signal]int{SignalConcurrency: 3, SignalKVSaturation: 3}, wantHeld: map[Signal]Held{SignalKVSaturation: HeldStarting}, wantActive: true},
+		// Queued prompt tokens: 3 replicas hold 10, 2 and 0 requests of 1,500-token prompts
+		// (18,000 tokens) at 4,096 per replica: 5 replicas.
+		{name: "queued prompt tokens size a prefill fleet", md: map[string]string{"targetQueuedPromptTokens": "4096", "role": "prefill"},
+			obs:  Observation{Ready: 3, Sampled: 3, PromptSampled: 3, QueuedPromptTokens: 18000, Waiting: 12, TTFTP95: nan},
+			want: map[Signal]int{SignalQueuedPromptTokens: 5}, wantActive: true},
+		{name: "queued prompt tokens unknown on a replica: scale up on the rest, never down", md: map[string]string{"targetQueuedPromptTokens": "4096", "role": "prefill"},
+			obs:  Observation{Ready: 6, Sampled: 6, PromptSampled: 5, QueuedPromptTokens: 4000, Waiting: 3, TTFTP95: nan},
+			want: map[Signal]int{SignalQueuedPromptTokens: 6}, wantHeld: map[Signal]Held{SignalQueuedPromptTokens: HeldPartial}, wantActive: true},
+		// SGLang exports no prompt lengths: requests waiting with none known anywhere is
+		// missing data (KEDA's fallback), never a fleet that cannot grow.
+		{name: "queued prompt tokens with no prompt length anywhere is an error", md: map[string]string{"role": "prefill"},
+			obs: Observation{Ready: 2, Sampled: 2, Waiting: 9, TTFTP95: nan}, wantErr: ErrNoFreshData},
+		{name: "kv tokens size a decode fleet", md: map[string]string{"targetKVTokens": "40000", "role": "decode", "kvSaturation": "1"},
+			obs:  Observation{Ready: 2, Sampled: 2, KVSampled: 2, KVUsage: 1.1, KVTokensSampled: 2, KVTokens: 121000, Running: 50, TTFTP95: nan},
+			want: map[Signal]int{SignalKVTokens: 4}, wantActive: true},
+		{name: "kv tokens with no cache size anywhere is an error", md: map[string]string{"targetKVTokens": "40000", "role": "decode"},
+			obs: Observation{Ready: 2, Sampled: 2, KVSampled: 2, KVUsage: 1.1, Running: 50, TTFTP95: nan}, wantErr: ErrNoFreshData},
 		{name: "activation threshold", md: map[string]string{"targetQueueDepth": "4", "activationQueueDepth": "2"},
 			obs: Observation{Ready: 1, Sampled: 1, Waiting: 2, TTFTP95: nan}, want: map[Signal]int{SignalQueue: 1}, wantActive: false},
 	}
@@ -250,6 +286,45 @@ func TestSplitReplicas(t *testing.T) {
 		}
 		if !maps.Equal(r.Stalled, tc.wantStalled) {
 			t.Errorf("timeout %v: stalled %v, want %v", tc.timeout, r.Stalled, tc.wantStalled)
+		}
+	}
+}
+
+// TestSteadyDemandNeverOscillates: under a demand that does not change, the fleet the policy
+// asks for — applied at once, as an HPA would after its windows — settles within two steps and
+// never moves again, whatever count it starts from: every sizing signal's scale-down needs the
+// demand to fit under headroom × target on the replicas left, which the demand that asked for
+// the current count cannot, and the constraints (the KV guard, the SLOs) never remove what they
+// added. The max_num_seqs-bound regime (KV low, requests queued) is part of the sweep.
+func TestSteadyDemandNeverOscillates(t *testing.T) {
+	for _, md := range []map[string]string{
+		{"targetQueueDepth": "4", "targetConcurrency": "16", "targetKVCacheUsage": "0.8", "kvSaturation": "0.9"},
+		{"targetConcurrency": "16", "kvSaturation": "0.9"}, // the guard against the sizing signals
+	} {
+		steadyDemandSettles(t, trig(t, md))
+	}
+}
+
+func steadyDemandSettles(t *testing.T, tr *Trigger) {
+	t.Helper()
+	for start := 1; start <= 24; start++ {
+		for _, load := range []struct{ waiting, running, kv float64 }{
+			{0, 10, 0.5}, {7, 30, 2.1}, {40, 64, 0.8}, {3, 90, 7.4}, {100, 200, 3}, {0, 0, 0}, {12, 48, 5.3},
+		} {
+			n := start
+			var seen []int
+			for step := range 8 {
+				d, err := DefaultPolicy.Decide(Observation{Ready: n, Sampled: n, KVSampled: n, Waiting: load.waiting,
+					Running: load.running, KVUsage: load.kv, TTFTP95: math.NaN(), ITLP95: math.NaN(), PreemptionsPerMinute: math.NaN()}, tr)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen = append(seen, d.Desired)
+				if step >= 2 && d.Desired != n {
+					t.Fatalf("%v: start %d, load %+v: counts %v — still moving after two steps", tr.Signals(), start, load, seen)
+				}
+				n = d.Desired
+			}
 		}
 	}
 }

@@ -30,6 +30,19 @@ const (
 	// SignalFollow is the replicas another ScaledObject's fleet needs from this one: the
 	// followed ScaledObject's own count times followRatio (a prefill:decode ratio).
 	SignalFollow Signal = "follow"
+	// SignalQueuedPromptTokens is the prompt tokens waiting to be prefilled: each replica's
+	// waiting requests times its mean prompt length (vllm:request_prompt_tokens). The prefill
+	// work queued, which a request count misses when prompts differ in length.
+	SignalQueuedPromptTokens Signal = "queued_prompt_tokens"
+	// SignalKVTokens is the KV-cache tokens in use: usage times the cache's size in tokens
+	// (vllm:cache_config_info's num_gpu_blocks × block_size; SGLang's sglang:num_used_tokens).
+	// A decode fleet's load in the unit its memory is counted in, comparable across replicas
+	// whose caches differ in size.
+	SignalKVTokens Signal = "kv_tokens"
+	// SignalKVSaturation is the fleet's mean KV-cache usage held against kvSaturation: a
+	// guard, not a size — above it replicas are added before the caches fill and vLLM starts
+	// preempting; at or under it (or unknown) it asks for nothing.
+	SignalKVSaturation Signal = "kv_saturation"
 )
 
 // MetricName is the metric name berth gives KEDA for a signal (KEDA prefixes it with the
@@ -52,6 +65,12 @@ func (s Signal) MetricName() string {
 		return "berth-preemptions-per-minute"
 	case SignalFollow:
 		return "berth-follow-replicas"
+	case SignalQueuedPromptTokens:
+		return "berth-queued-prompt-tokens"
+	case SignalKVTokens:
+		return "berth-kv-tokens"
+	case SignalKVSaturation:
+		return "berth-kv-saturation"
 	}
 	return ""
 }
@@ -59,12 +78,13 @@ func (s Signal) MetricName() string {
 // Constraint reports whether the signal is an SLO constraint (adds replicas when violated, never
 // sizes a fleet down) rather than a sizing signal.
 func (s Signal) Constraint() bool {
-	return s == SignalTTFT || s == SignalITL || s == SignalPreemption || s == SignalFollow
+	return s == SignalTTFT || s == SignalITL || s == SignalPreemption || s == SignalKVSaturation || s == SignalFollow
 }
 
 // AllSignals lists every signal, in documentation order.
 func AllSignals() []Signal {
-	return []Signal{SignalQueue, SignalConcurrency, SignalKVCache, SignalTokens, SignalTTFT, SignalITL, SignalPreemption, SignalFollow}
+	return []Signal{SignalQueue, SignalConcurrency, SignalQueuedPromptTokens, SignalKVCache, SignalKVTokens, SignalTokens,
+		SignalTTFT, SignalITL, SignalPreemption, SignalKVSaturation, SignalFollow}
 }
 
 // SignalForMetric maps a metric name from KEDA back to its signal.
@@ -175,6 +195,26 @@ type Sample struct {
 	Preemptions float64
 	// Tokens is the cumulative count of prompt tokens prefilled plus tokens generated.
 	Tokens float64
+	// KVTokens is the KV-cache tokens in use, summed over the replica's engines; HasKVTokens is
+	// false when the page does not say how large the caches are.
+	KVTokens    float64
+	HasKVTokens bool
+	// PromptTokens and Prompts are the cumulative sum and count of finished requests' prompt
+	// lengths (vllm:request_prompt_tokens): their ratio is the mean prompt length.
+	PromptTokens, Prompts float64
+}
+
+// QueuedPromptTokens estimates the prompt tokens a replica has waiting: its waiting requests
+// times its mean prompt length so far. Nothing waiting is a known zero; requests waiting on a
+// replica that has finished none yet are unknown (false).
+func (s Sample) QueuedPromptTokens() (float64, bool) {
+	switch {
+	case s.Waiting <= 0:
+		return 0, true
+	case s.Prompts <= 0:
+		return 0, false
+	}
+	return s.Waiting * s.PromptTokens / s.Prompts, true
 }
 
 // Observation is what one evaluation knows about a scale target: its replicas from the API
@@ -195,6 +235,14 @@ type Observation struct {
 	Upstream float64
 	// KVSampled is how many sampled replicas reported KV-cache usage.
 	KVSampled int
+	// KVTokens is the KV-cache tokens in use, summed over the KVTokensSampled replicas whose
+	// pages say how large their caches are.
+	KVTokens        float64
+	KVTokensSampled int
+	// QueuedPromptTokens is the prompt tokens waiting, summed over the PromptSampled replicas
+	// whose queue length in tokens is known (Sample.QueuedPromptTokens).
+	QueuedPromptTokens float64
+	PromptSampled      int
 	// TTFTP95 is the p95 time to first token over the recent window; NaN when no request
 	// got its first token in the window.
 	TTFTP95 float64

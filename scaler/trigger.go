@@ -29,10 +29,28 @@ type Role string
 const (
 	// RoleBoth scales on every configured signal (default; a classic vLLM server).
 	RoleBoth Role = "both"
-	// RolePrefill scales on the queue and time to first token.
+	// RolePrefill scales on the queue and time to first token; with no sizing target of its
+	// own it sizes on queued prompt tokens (DefaultPrefillQueuedPromptTokens per replica).
 	RolePrefill Role = "prefill"
-	// RoleDecode scales on KV-cache usage.
+	// RoleDecode scales on the KV cache and the requests in flight; with no KV target of its
+	// own it sizes on KV-cache usage (DefaultDecodeKVCacheUsage), and it guards against full
+	// caches (DefaultKVSaturation) unless kvSaturation says otherwise.
 	RoleDecode Role = "decode"
+)
+
+// Role defaults, filled in where a trigger leaves them out.
+const (
+	// DefaultPrefillQueuedPromptTokens is role prefill's targetQueuedPromptTokens: about one
+	// prefill step queued per replica at vLLM V1's larger default token budget
+	// (max_num_batched_tokens 8192), so a request waits about one step before its prefill
+	// starts.
+	DefaultPrefillQueuedPromptTokens = 8192
+	// DefaultDecodeKVCacheUsage is role decode's targetKVCacheUsage: caches 80% full on
+	// average, room for the running sequences to grow before vLLM preempts.
+	DefaultDecodeKVCacheUsage = 0.8
+	// DefaultKVSaturation is role decode's kvSaturation: above 95% mean KV usage the caches are
+	// about to run out and replicas are added whatever the sizing signals say.
+	DefaultKVSaturation = 0.95
 )
 
 // Trigger metadata keys, as written under a ScaledObject's external trigger.
@@ -44,6 +62,9 @@ const (
 	KeyTargetQueueDepth     = "targetQueueDepth"
 	KeyTargetConcurrency    = "targetConcurrency"
 	KeyTargetKVCacheUsage   = "targetKVCacheUsage"
+	KeyTargetKVTokens       = "targetKVTokens"
+	KeyTargetQueuedPrompt   = "targetQueuedPromptTokens"
+	KeyKVSaturation         = "kvSaturation"
 	KeyTargetTTFTSeconds    = "targetTTFTSeconds"
 	KeyTargetITLSeconds     = "targetITLSeconds"
 	KeyMaxPreemptions       = "maxPreemptionsPerMinute"
@@ -105,6 +126,14 @@ type Trigger struct {
 	TargetConcurrency float64
 	// TargetKVCacheUsage is the KV-cache usage, 0–1, one replica should run at (0: not used).
 	TargetKVCacheUsage float64
+	// TargetKVTokens is the KV-cache tokens one replica should hold in use (0: not used).
+	TargetKVTokens float64
+	// TargetQueuedPromptTokens is the prompt tokens waiting for prefill one replica should
+	// hold (0: not used).
+	TargetQueuedPromptTokens float64
+	// KVSaturation is the mean KV-cache usage, 0–1, above which replicas are added whatever
+	// the sizing signals ask (0: no guard).
+	KVSaturation float64
 	// TargetTokens is the prompt plus generated tokens per second one replica should process
 	// (0: not used).
 	TargetTokens float64
@@ -203,7 +232,7 @@ func ParseTrigger(md map[string]string) (*Trigger, error) {
 			return nil, &InvalidKeyError{KeyRole, v, "want one of prefill, decode, both"}
 		}
 	}
-	if err := t.checkRoleTargets(); err != nil {
+	if err := t.checkRoleTargets(p); err != nil {
 		return nil, err
 	}
 	if t.DemandQuery != "" && t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 {
@@ -255,6 +284,9 @@ func (p parser) targets(t *Trigger) error {
 		{KeyTargetQueueDepth, "waiting requests per replica", math.Inf(1), &t.TargetQueueDepth},
 		{KeyTargetConcurrency, "requests running plus waiting per replica", math.Inf(1), &t.TargetConcurrency},
 		{KeyTargetKVCacheUsage, "KV-cache usage per replica", 1, &t.TargetKVCacheUsage},
+		{KeyTargetKVTokens, "KV-cache tokens in use per replica", math.Inf(1), &t.TargetKVTokens},
+		{KeyTargetQueuedPrompt, "prompt tokens waiting per replica", math.Inf(1), &t.TargetQueuedPromptTokens},
+		{KeyKVSaturation, "mean KV-cache usage above which replicas are added; 1 turns the guard off", 1, &t.KVSaturation},
 		{KeyTargetTokens, "prompt plus generated tokens per second per replica", math.Inf(1), &t.TargetTokens},
 		{KeyTargetTTFTSeconds, "p95 time to first token in seconds", math.Inf(1), &t.TargetTTFT},
 		{KeyTargetITLSeconds, "p95 inter-token latency in seconds", math.Inf(1), &t.TargetITL},
@@ -269,38 +301,77 @@ func (p parser) targets(t *Trigger) error {
 	return nil
 }
 
-// checkRoleTargets requires the targets a role scales on and refuses those it ignores, so a
-// ScaledObject never silently scales on less than its author meant.
-func (t *Trigger) checkRoleTargets() error {
+// checkRoleTargets fills in a role's defaults, requires the targets a role scales on and
+// refuses those it ignores, so a ScaledObject never silently scales on less than its author
+// meant.
+func (t *Trigger) checkRoleTargets(p parser) (err error) {
 	switch t.Role {
 	case RolePrefill:
-		if t.TargetKVCacheUsage > 0 {
-			return &InvalidKeyError{KeyTargetKVCacheUsage, "", "not used by role prefill (prefill scales on targetQueueDepth or targetConcurrency, with targetTTFTSeconds as its SLO); remove it or use role decode or both"}
+		for _, k := range []struct {
+			key string
+			set bool
+		}{{KeyTargetKVCacheUsage, t.TargetKVCacheUsage > 0}, {KeyTargetKVTokens, t.TargetKVTokens > 0}, {KeyKVSaturation, t.KVSaturation > 0 && t.KVSaturation < 1}} {
+			if k.set {
+				return &InvalidKeyError{k.key, "", "not used by role prefill (a prefill instance hands its KV cache to decode; prefill scales on targetQueuedPromptTokens, targetQueueDepth, targetConcurrency or targetTokensPerSecond, with targetTTFTSeconds as its SLO); remove it or use role decode or both"}
+			}
 		}
 		if t.TargetITL > 0 {
 			return &InvalidKeyError{KeyTargetITLSeconds, "", "not used by role prefill (a prefill instance generates no tokens after the first); put it on the decode ScaledObject"}
 		}
-		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 && t.TargetTokens == 0 {
-			return &InvalidKeyError{KeyTargetQueueDepth, "", "role prefill needs targetQueueDepth, targetConcurrency or targetTokensPerSecond to size the fleet (targetTTFTSeconds only adds replicas when it is violated)"}
+		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 && t.TargetTokens == 0 && t.TargetQueuedPromptTokens == 0 {
+			t.TargetQueuedPromptTokens = DefaultPrefillQueuedPromptTokens
 		}
 	case RoleDecode:
-		if t.TargetQueueDepth > 0 || t.TargetTTFT > 0 {
-			return &InvalidKeyError{KeyRole, "decode", "decode scales on targetKVCacheUsage and targetConcurrency, with targetITLSeconds as its SLO; remove targetQueueDepth and targetTTFTSeconds or use role prefill or both"}
+		defer func() {
+			if err == nil {
+				err = t.checkKVSaturation(p)
+			}
+		}()
+		if t.TargetQueueDepth > 0 || t.TargetTTFT > 0 || t.TargetQueuedPromptTokens > 0 {
+			return &InvalidKeyError{KeyRole, "decode", "decode scales on the KV cache (targetKVCacheUsage, targetKVTokens) and targetConcurrency, with targetITLSeconds as its SLO; remove targetQueueDepth, targetQueuedPromptTokens and targetTTFTSeconds or use role prefill or both"}
 		}
-		if t.TargetKVCacheUsage == 0 {
-			return &InvalidKeyError{KeyTargetKVCacheUsage, "", "role decode needs targetKVCacheUsage (0-1, e.g. 0.8)"}
+		if t.TargetKVCacheUsage == 0 && t.TargetKVTokens == 0 {
+			t.TargetKVCacheUsage = DefaultDecodeKVCacheUsage
+		}
+		if _, set := p.get(KeyKVSaturation); !set {
+			t.KVSaturation = DefaultKVSaturation
 		}
 	default:
-		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 && t.TargetKVCacheUsage == 0 && t.TargetTokens == 0 {
-			key, want := KeyTargetQueueDepth, "set at least one of targetQueueDepth, targetConcurrency, targetKVCacheUsage, targetTokensPerSecond"
-			if t.TargetTTFT > 0 || t.TargetITL > 0 || t.MaxPreemptions > 0 {
-				key, want = KeyTargetTTFTSeconds, "targetTTFTSeconds and targetITLSeconds are SLOs that add replicas when violated and never size a fleet down; set targetQueueDepth, targetConcurrency or targetKVCacheUsage to size it"
-				if t.TargetTTFT == 0 {
+		if err := t.checkKVSaturation(p); err != nil {
+			return err
+		}
+		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 && t.TargetKVCacheUsage == 0 && t.TargetTokens == 0 &&
+			t.TargetKVTokens == 0 && t.TargetQueuedPromptTokens == 0 {
+			key, want := KeyTargetQueueDepth, "set at least one of targetQueueDepth, targetConcurrency, targetQueuedPromptTokens, targetKVCacheUsage, targetKVTokens, targetTokensPerSecond (or a role, which has defaults)"
+			if t.TargetTTFT > 0 || t.TargetITL > 0 || t.MaxPreemptions > 0 || t.KVSaturation > 0 {
+				key, want = KeyTargetTTFTSeconds, "targetTTFTSeconds, targetITLSeconds, maxPreemptionsPerMinute and kvSaturation add replicas when violated and never size a fleet down; set targetQueueDepth, targetConcurrency or targetKVCacheUsage to size it"
+				switch {
+				case t.TargetTTFT > 0:
+				case t.TargetITL > 0:
 					key = KeyTargetITLSeconds
+				case t.MaxPreemptions > 0:
+					key = KeyMaxPreemptions
+				default:
+					key = KeyKVSaturation
 				}
 			}
 			return &InvalidKeyError{key, "", want}
 		}
+	}
+	return nil
+}
+
+// checkKVSaturation refuses a guard that would silently do nothing or override the sizing: a
+// value that rounds to 1 without being 1 (1 is "off"), and a KV target at or above the guard
+// (the guard would add replicas before the fleet ever reaches its target).
+func (t *Trigger) checkKVSaturation(p parser) error {
+	v, set := p.get(KeyKVSaturation)
+	if set && t.KVSaturation == 1 && v != "1" && v != "1.0" {
+		return &InvalidKeyError{KeyKVSaturation, v, "rounds to 1, which turns the guard off; write 1 to turn it off, or at most 0.999"}
+	}
+	if t.KVSaturation > 0 && t.KVSaturation < 1 && t.TargetKVCacheUsage >= t.KVSaturation {
+		return &InvalidKeyError{KeyTargetKVCacheUsage, strconv.FormatFloat(t.TargetKVCacheUsage, 'f', -1, 64), fmt.Sprintf(
+			"at or above kvSaturation %g (role decode's default guard is %g): the guard would add replicas before the fleet reaches its target; lower it, or set kvSaturation above it (1 turns the guard off)", t.KVSaturation, DefaultKVSaturation)}
 	}
 	return nil
 }
@@ -416,7 +487,7 @@ func isLabelName(s string) bool {
 // AcceptedKeys lists every trigger metadata key berth reads, in documentation order.
 func AcceptedKeys() []string {
 	return []string{KeyPodSelector, KeyMetricsPort, KeyMetricsPath, KeyModel, KeyTargetQueueDepth, KeyTargetConcurrency,
-		KeyTargetKVCacheUsage, KeyTargetTokens, KeyTargetTTFTSeconds, KeyTargetITLSeconds, KeyMaxPreemptions, KeyFollow, KeyFollowRatio, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
+		KeyTargetQueuedPrompt, KeyTargetKVCacheUsage, KeyTargetKVTokens, KeyKVSaturation, KeyTargetTokens, KeyTargetTTFTSeconds, KeyTargetITLSeconds, KeyMaxPreemptions, KeyFollow, KeyFollowRatio, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
 		KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL, KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv,
 		KeyPrometheusPasswordFromEnv}
 }
@@ -430,8 +501,14 @@ func (t *Trigger) Signals() []Signal {
 	if t.TargetConcurrency > 0 {
 		out = append(out, SignalConcurrency)
 	}
+	if t.TargetQueuedPromptTokens > 0 {
+		out = append(out, SignalQueuedPromptTokens)
+	}
 	if t.TargetKVCacheUsage > 0 {
 		out = append(out, SignalKVCache)
+	}
+	if t.TargetKVTokens > 0 {
+		out = append(out, SignalKVTokens)
 	}
 	if t.TargetTokens > 0 {
 		out = append(out, SignalTokens)
@@ -444,6 +521,9 @@ func (t *Trigger) Signals() []Signal {
 	}
 	if t.MaxPreemptions > 0 {
 		out = append(out, SignalPreemption)
+	}
+	if t.KVSaturation > 0 && t.KVSaturation < 1 { // 1: the guard is off
+		out = append(out, SignalKVSaturation)
 	}
 	if t.Follow != "" {
 		out = append(out, SignalFollow)
@@ -468,6 +548,12 @@ func (t *Trigger) Target(s Signal) float64 {
 		return t.TargetITL
 	case SignalPreemption:
 		return t.MaxPreemptions
+	case SignalQueuedPromptTokens:
+		return t.TargetQueuedPromptTokens
+	case SignalKVTokens:
+		return t.TargetKVTokens
+	case SignalKVSaturation:
+		return t.KVSaturation
 	case SignalFollow:
 		return 1 // replicas
 	}

@@ -2,6 +2,7 @@ package scaler
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -51,11 +52,18 @@ func TestParseTriggerErrors(t *testing.T) {
 		{map[string]string{"targetQueueDepth": "4", "role": "router"}, "role", "prefill, decode, both"},
 		{map[string]string{"targetQueueDepth": "4", "source": "dcgm"}, "source", "pods, prometheus"},
 		{map[string]string{"targetQueueDepth": "4", "activationQueueDepth": "-2"}, "activationQueueDepth", ">= 0"},
-		{map[string]string{"targetQueueDepth": "4", "role": "decode"}, "role", "decode scales on targetKVCacheUsage and targetConcurrency"},
+		{map[string]string{"targetQueueDepth": "4", "role": "decode"}, "role", "decode scales on the KV cache"},
 		{map[string]string{"targetTTFTSeconds": "0.5"}, "targetTTFTSeconds", "never size a fleet down"},
 		{map[string]string{"targetITLSeconds": "0.05"}, "targetITLSeconds", "never size a fleet down"},
 		{map[string]string{"targetQueueDepth": "4", "targetITLSeconds": "0.05", "role": "prefill"}, "targetITLSeconds", "not used by role prefill"},
-		{map[string]string{"targetTTFTSeconds": "0.5", "role": "prefill"}, "targetQueueDepth", "role prefill needs targetQueueDepth, targetConcurrency or targetTokensPerSecond"},
+		{map[string]string{"kvSaturation": "0.9"}, "kvSaturation", "never size a fleet down"},
+		{map[string]string{"kvSaturation": "95", "role": "decode"}, "kvSaturation", "(0, 1]"},
+		{map[string]string{"targetKVTokens": "40000", "role": "prefill"}, "targetKVTokens", "not used by role prefill"},
+		{map[string]string{"kvSaturation": "0.9", "role": "prefill"}, "kvSaturation", "not used by role prefill"},
+		{map[string]string{"targetQueuedPromptTokens": "4096", "role": "decode"}, "role", "remove targetQueueDepth, targetQueuedPromptTokens"},
+		{map[string]string{"targetQueuedPromptTokens": "-1"}, "targetQueuedPromptTokens", "want a number > 0"},
+		{map[string]string{"role": "decode", "targetKVCacheUsage": "0.97"}, "targetKVCacheUsage", "at or above kvSaturation 0.95"},
+		{map[string]string{"targetConcurrency": "8", "kvSaturation": "0.9996"}, "kvSaturation", "rounds to 1"},
 		{map[string]string{"targetConcurrency": "0"}, "targetConcurrency", "want a number > 0"},
 		{map[string]string{"targetQueueDepth": "4", "followRatio": "0.5"}, "followRatio", "only used with followScaledObject"},
 		{map[string]string{"targetQueueDepth": "4", "followScaledObject": "decode", "followRatio": "-1"}, "followRatio", "want a number > 0"},
@@ -78,6 +86,40 @@ func TestParseTriggerErrors(t *testing.T) {
 		}
 		if ik.Key != tc.key || !strings.Contains(err.Error(), tc.message) {
 			t.Errorf("%v: err = %q (key %q), want key %q and %q", tc.md, err, ik.Key, tc.key, tc.message)
+		}
+	}
+}
+
+// TestRoleDefaults: a role fills in the signals it sizes on when the trigger names none, and
+// never overrides what the trigger says.
+func TestRoleDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		md   map[string]string
+		want map[Signal]float64
+	}{
+		{map[string]string{"role": "prefill"}, map[Signal]float64{SignalQueuedPromptTokens: DefaultPrefillQueuedPromptTokens}},
+		{map[string]string{"role": "prefill", "targetTTFTSeconds": "0.5"}, map[Signal]float64{SignalQueuedPromptTokens: DefaultPrefillQueuedPromptTokens, SignalTTFT: 0.5}},
+		{map[string]string{"role": "prefill", "targetQueueDepth": "4"}, map[Signal]float64{SignalQueue: 4}},
+		{map[string]string{"role": "decode"}, map[Signal]float64{SignalKVCache: DefaultDecodeKVCacheUsage, SignalKVSaturation: DefaultKVSaturation}},
+		{map[string]string{"role": "decode", "targetConcurrency": "48"}, map[Signal]float64{SignalConcurrency: 48, SignalKVCache: DefaultDecodeKVCacheUsage, SignalKVSaturation: DefaultKVSaturation}},
+		{map[string]string{"role": "decode", "targetKVTokens": "400000"}, map[Signal]float64{SignalKVTokens: 400000, SignalKVSaturation: DefaultKVSaturation}},
+		{map[string]string{"role": "decode", "kvSaturation": "0.9"}, map[Signal]float64{SignalKVCache: DefaultDecodeKVCacheUsage, SignalKVSaturation: 0.9}},
+		{map[string]string{"role": "decode", "kvSaturation": "1"}, map[Signal]float64{SignalKVCache: DefaultDecodeKVCacheUsage}},
+		{map[string]string{"targetKVCacheUsage": "0.7"}, map[Signal]float64{SignalKVCache: 0.7}},
+		{map[string]string{"role": "prefill", "kvSaturation": "1"}, map[Signal]float64{SignalQueuedPromptTokens: DefaultPrefillQueuedPromptTokens}},
+		{map[string]string{"role": "decode", "targetKVCacheUsage": "0.97", "kvSaturation": "1"}, map[Signal]float64{SignalKVCache: 0.97}},
+	} {
+		tr, err := ParseTrigger(tc.md)
+		if err != nil {
+			t.Errorf("%v: %v", tc.md, err)
+			continue
+		}
+		got := map[Signal]float64{}
+		for _, s := range tr.Signals() {
+			got[s] = tr.Target(s)
+		}
+		if !maps.Equal(got, tc.want) {
+			t.Errorf("%v: signals = %v, want %v", tc.md, got, tc.want)
 		}
 	}
 }

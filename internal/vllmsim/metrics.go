@@ -26,7 +26,16 @@ const (
 	MetricGenerationTokens = "vllm:generation_tokens_total"
 	MetricPreemptions      = "vllm:num_preemptions_total"
 	MetricITL              = "vllm:inter_token_latency_seconds" // only under Config.Tokens
+	// MetricPromptLength is the histogram of finished requests' prompt lengths in tokens.
+	MetricPromptLength = "vllm:request_prompt_tokens"
+	// MetricCacheConfig is vLLM's info gauge of the KV-cache configuration; the emulator
+	// sets the labels berth reads (block_size, num_gpu_blocks) and engine.
+	MetricCacheConfig = "vllm:cache_config_info"
 )
+
+// defaultBlockSize is vLLM's default --block-size, reported when the emulator runs without
+// the token model (which has its own).
+const defaultBlockSize = 16
 
 // Label names vLLM puts on every per-engine series.
 const (
@@ -45,6 +54,7 @@ type collector struct {
 	ttft, e2e, queue                       *prometheus.Desc
 	success, prompt, generation, preempted *prometheus.Desc
 	itl                                    *prometheus.Desc // nil without Config.Tokens
+	promptLength, cacheConfig              *prometheus.Desc
 }
 
 func newCollector(r *Replica) *collector {
@@ -73,13 +83,16 @@ func newCollector(r *Replica) *collector {
 		prompt:     desc(MetricPromptTokens, "Number of prefill tokens processed."),
 		generation: desc(MetricGenerationTokens, "Number of generation tokens processed."),
 		preempted:  desc(MetricPreemptions, "Cumulative number of preemption from the engine."),
+
+		promptLength: desc(MetricPromptLength, "Number of prefill tokens processed."),
+		cacheConfig:  prometheus.NewDesc(MetricCacheConfig, "Information of the LLMEngine CacheConfig", []string{"block_size", LabelEngine, "num_gpu_blocks"}, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.ttft, c.e2e, c.queue,
-		c.success, c.prompt, c.generation, c.preempted} {
+		c.success, c.prompt, c.generation, c.preempted, c.promptLength, c.cacheConfig} {
 		ch <- d
 	}
 	if c.itl != nil {
@@ -124,6 +137,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.prompt, s.PromptTokens)
 		counter(c.generation, s.GenerationTokens)
 		counter(c.preempted, s.Preemptions)
+		hist(c.promptLength, s.PromptLength)
+		blockSize := defaultBlockSize
+		if c.r.cfg.Tokens != nil {
+			blockSize = c.r.cfg.Tokens.BlockSize
+		}
+		ch <- prometheus.MustNewConstMetric(c.cacheConfig, prometheus.GaugeValue, 1,
+			strconv.Itoa(blockSize), eng, strconv.Itoa(c.r.cfg.KVBlocksTotal))
 	}
 }
 

@@ -15,7 +15,10 @@ var (
 		0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
 		40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 	}
-	itlBuckets = []float64{
+	// promptLengthBuckets are vLLM's 1-2-5 buckets for request_prompt_tokens (up to a
+	// max-model-len of 128k).
+	promptLengthBuckets = []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000}
+	itlBuckets          = []float64{
 		0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
 		1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0,
 	}
@@ -84,6 +87,9 @@ type EngineStats struct {
 	// ITL holds the time between two output tokens of a sequence (only under Config.Tokens:
 	// the fixed model has no tokens to time).
 	ITL Histogram
+	// PromptLength holds finished requests' prompt lengths in tokens, observed on completion
+	// as vLLM does (vllm:request_prompt_tokens).
+	PromptLength Histogram
 }
 
 type request struct {
@@ -127,6 +133,8 @@ func NewReplica(cfg Config, now time.Time) (*Replica, error) {
 			E2ELatency: newHistogram(requestLatencyBuckets),
 			QueueTime:  newHistogram(requestLatencyBuckets),
 			ITL:        newHistogram(itlBuckets),
+
+			PromptLength: newHistogram(promptLengthBuckets),
 		}})
 		if cfg.Tokens != nil {
 			r.engines[i].tok = newTokenEngine(cfg.Seed, i)
@@ -243,6 +251,7 @@ func (e *engine) admit(t, now time.Time, cfg *Config) {
 func (e *engine) complete(req request, cfg *Config) {
 	e.stats.KVBlocksUsed = max(0, e.stats.KVBlocksUsed-cfg.blocksAt(req.admitted, req.done))
 	e.stats.RequestSuccess++
+	e.stats.PromptLength.observe(float64(cfg.PromptTokens))
 	e.stats.GenerationTokens += uint64(cfg.GenerationTokens)
 	e.stats.QueueTime.observe(req.admitted.Sub(req.arrived).Seconds())
 	e.stats.E2ELatency.observe(req.done.Sub(req.arrived).Seconds())

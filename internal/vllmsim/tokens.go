@@ -272,6 +272,7 @@ func (t *tokenEngine) finishStep(e *engine, end time.Time, cfg *Config) {
 		}
 		t.usedBlocks -= s.blocks
 		e.stats.RequestSuccess++
+		e.stats.PromptLength.observe(float64(s.prompt))
 		e.stats.E2ELatency.observe(end.Sub(s.arrived).Seconds())
 	}
 	clear(t.running[len(kept):])

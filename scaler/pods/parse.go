@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,7 +38,15 @@ const (
 	SGLangTokenUsage = "sglang:token_usage"
 	SGLangTTFT       = "sglang:time_to_first_token_seconds"
 	SGLangITL        = "sglang:inter_token_latency_seconds"
+	// VLLMCacheConfig is an info gauge whose num_gpu_blocks and block_size labels say how many
+	// tokens an engine's KV cache holds.
+	VLLMCacheConfig = "vllm:cache_config_info"
+	// VLLMPromptLength is the histogram of finished requests' prompt lengths in tokens.
+	VLLMPromptLength = "vllm:request_prompt_tokens"
+	// SGLangUsedTokens is the KV-cache tokens in use on an SGLang server.
+	SGLangUsedTokens = "sglang:num_used_tokens"
 	modelLabel       = "model_name"
+	engineLabel      = "engine"
 )
 
 // ErrNoSeries is a metrics page without a queue-depth series (for the model asked for).
@@ -77,11 +86,22 @@ func (r Reading) Sample(model string) (scaler.Sample, error) {
 		}
 		out.TTFT.Add(s.TTFT)
 		out.Preemptions += s.Preemptions
+		out.PromptTokens += s.PromptTokens
+		out.Prompts += s.Prompts
 		out.Tokens += s.Tokens
 		out.ITL.Add(s.ITL)
 	}
 	if kvN > 0 {
 		out.KVUsage /= float64(kvN)
+	}
+	// KV tokens are known for the replica only when known for every model it serves.
+	out.HasKVTokens = len(r.ByModel) > 0
+	for _, s := range r.ByModel {
+		out.KVTokens += s.KVTokens
+		out.HasKVTokens = out.HasKVTokens && s.HasKVTokens
+	}
+	if !out.HasKVTokens {
+		out.KVTokens = 0
 	}
 	return out, nil
 }
@@ -112,6 +132,7 @@ var neededFamilies = map[string]bool{
 	VLLMWaiting: true, VLLMRunning: true, VLLMKVUsage: true, VLLMKVUsageOld: true, VLLMTTFT: true, VLLMITL: true, VLLMITLOld: true, VLLMPreemptions: true,
 	VLLMPrompt: true, VLLMGeneration: true, SGLangPrompt: true, SGLangGeneration: true,
 	SGLangWaiting: true, SGLangRunning: true, SGLangTokenUsage: true, SGLangTTFT: true, SGLangITL: true,
+	VLLMCacheConfig: true, VLLMPromptLength: true, SGLangUsedTokens: true,
 }
 
 // ParsePage is Parse over a page already in memory. Only the lines of the families berth
@@ -126,7 +147,7 @@ func ParsePage(body []byte, at time.Time) (Reading, error) {
 	if err != nil {
 		return Reading{}, fmt.Errorf("parsing the metrics page: %w", err)
 	}
-	pp := pageParser{fams: fams, at: at, byModel: map[string]*modelAcc{}}
+	pp := pageParser{fams: fams, at: at, byModel: map[string]*modelAcc{}, cacheTokens: cacheTokens(fams[VLLMCacheConfig])}
 	if err := pp.gauges(); err != nil {
 		return Reading{}, err
 	}
@@ -144,6 +165,12 @@ type modelAcc struct {
 	kvN        int
 	oldKV, sgl float64
 	oldN, sglN int
+	// kvTokens and oldKVTokens are usage × cache tokens over the engines of the current and the
+	// old KV name; kvSized and oldSized count the engines whose cache size is known.
+	kvTokens, oldKVTokens float64
+	kvSized, oldSized     int
+	sglUsed               float64
+	sglUsedN              int
 }
 
 // pageParser folds one page's metric families into per-model samples.
@@ -151,6 +178,60 @@ type pageParser struct {
 	fams    map[string]*dto.MetricFamily
 	at      time.Time
 	byModel map[string]*modelAcc
+	// cacheTokens is each engine's KV-cache size in tokens, by engine label ("" for a page
+	// whose cache_config_info has no engine label).
+	cacheTokens map[string]float64
+}
+
+// cacheTokens reads vllm:cache_config_info: num_gpu_blocks × block_size per engine. An engine
+// whose labels are missing or not numbers ("None" before vLLM has profiled the GPU) is left
+// out: its cache size is unknown.
+func cacheTokens(f *dto.MetricFamily) map[string]float64 {
+	out := map[string]float64{}
+	if f == nil {
+		return out
+	}
+	for _, m := range f.GetMetric() {
+		var engine string
+		var blocks, size float64
+		for _, l := range m.GetLabel() {
+			v, err := strconv.ParseFloat(l.GetValue(), 64)
+			switch l.GetName() {
+			case engineLabel:
+				engine = l.GetValue()
+			case "num_gpu_blocks":
+				if err == nil {
+					blocks = v
+				}
+			case "block_size":
+				if err == nil {
+					size = v
+				}
+			}
+		}
+		if blocks > 0 && size > 0 && !math.IsInf(blocks*size, 0) {
+			out[engine] = blocks * size
+		}
+	}
+	return out
+}
+
+// cacheOf is the KV-cache size in tokens of the engine a series belongs to: its engine's, or
+// the page's only one when cache_config_info carries no engine label.
+func (pp *pageParser) cacheOf(m *dto.Metric) (float64, bool) {
+	engine := ""
+	for _, l := range m.GetLabel() {
+		if l.GetName() == engineLabel {
+			engine = l.GetValue()
+		}
+	}
+	if c, ok := pp.cacheTokens[engine]; ok {
+		return c, true
+	}
+	if c, ok := pp.cacheTokens[""]; ok && len(pp.cacheTokens) == 1 {
+		return c, true
+	}
+	return 0, false
 }
 
 // acc is the accumulator of the model a series is labelled with.
@@ -187,6 +268,7 @@ func (pp *pageParser) gauges() error {
 		{VLLMKVUsage, func(a *modelAcc, v float64) { a.kvSum += v; a.kvN++ }},
 		{VLLMKVUsageOld, func(a *modelAcc, v float64) { a.oldKV += v; a.oldN++ }},
 		{SGLangTokenUsage, func(a *modelAcc, v float64) { a.sgl += v; a.sglN++ }},
+		{SGLangUsedTokens, func(a *modelAcc, v float64) { a.sglUsed += v; a.sglUsedN++ }},
 	}
 	for _, st := range steps {
 		f := pp.fams[st.name]
@@ -204,8 +286,41 @@ func (pp *pageParser) gauges() error {
 			if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
 				return fmt.Errorf("%s: value %v", st.name, v)
 			}
-			st.fn(pp.acc(m), v)
+			a := pp.acc(m)
+			st.fn(a, v)
+			if c, ok := pp.cacheOf(m); ok {
+				switch st.name {
+				case VLLMKVUsage:
+					a.kvTokens += v * c
+					a.kvSized++
+				case VLLMKVUsageOld:
+					a.oldKVTokens += v * c
+					a.oldSized++
+				}
+			}
 		}
+	}
+	return pp.promptLengths()
+}
+
+// promptLengths reads the sum and count of finished requests' prompt lengths.
+func (pp *pageParser) promptLengths() error {
+	f := pp.fams[VLLMPromptLength]
+	if f == nil {
+		return nil
+	}
+	if f.GetType() != dto.MetricType_HISTOGRAM {
+		return fmt.Errorf("%s: want a histogram, the page has a %s", VLLMPromptLength, f.GetType())
+	}
+	for _, m := range f.GetMetric() {
+		h := m.GetHistogram()
+		sum, n := h.GetSampleSum(), float64(h.GetSampleCount())
+		if math.IsNaN(sum) || math.IsInf(sum, 0) || sum < 0 {
+			return fmt.Errorf("%s: sum %v", VLLMPromptLength, sum)
+		}
+		a := pp.acc(m)
+		a.s.PromptTokens += sum
+		a.s.Prompts += n
 	}
 	return nil
 }
@@ -254,10 +369,18 @@ func (pp *pageParser) reading() Reading {
 		switch {
 		case a.kvN > 0:
 			a.s.KVUsage, a.s.HasKV = a.kvSum/float64(a.kvN), true
+			a.s.KVTokens, a.s.HasKVTokens = a.kvTokens, a.kvSized == a.kvN
 		case a.oldN > 0:
 			a.s.KVUsage, a.s.HasKV = a.oldKV/float64(a.oldN), true
+			a.s.KVTokens, a.s.HasKVTokens = a.oldKVTokens, a.oldSized == a.oldN
 		case a.sglN > 0:
 			a.s.KVUsage, a.s.HasKV = a.sgl/float64(a.sglN), true
+		}
+		if a.sglUsedN > 0 && !a.s.HasKVTokens {
+			a.s.KVTokens, a.s.HasKVTokens = a.sglUsed, true
+		}
+		if !a.s.HasKVTokens {
+			a.s.KVTokens = 0
 		}
 		r.ByModel[name] = a.s
 	}

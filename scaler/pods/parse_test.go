@@ -120,3 +120,73 @@ func FuzzParse(f *testing.F) {
 		_, _ = r.Sample("")
 	})
 }
+
+// TestParseKVTokensAndPromptLengths: KV tokens are each engine's usage times its cache size from
+// vllm:cache_config_info (matched on the engine label), known only when every engine's size is;
+// prompt lengths are the request_prompt_tokens histogram's sum and count over engines.
+func TestParseKVTokensAndPromptLengths(t *testing.T) {
+	const engines = `vllm:num_requests_waiting{engine="0",model_name="m"} 3
+vllm:num_requests_waiting{engine="1",model_name="m"} 1
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.25
+# TYPE vllm:request_prompt_tokens histogram
+vllm:request_prompt_tokens_bucket{engine="0",le="1000.0",model_name="m"} 2
+vllm:request_prompt_tokens_bucket{engine="0",le="+Inf",model_name="m"} 4
+vllm:request_prompt_tokens_sum{engine="0",model_name="m"} 6000
+vllm:request_prompt_tokens_count{engine="0",model_name="m"} 4
+vllm:request_prompt_tokens_bucket{engine="1",le="1000.0",model_name="m"} 0
+vllm:request_prompt_tokens_bucket{engine="1",le="+Inf",model_name="m"} 2
+vllm:request_prompt_tokens_sum{engine="1",model_name="m"} 3000
+vllm:request_prompt_tokens_count{engine="1",model_name="m"} 2
+`
+	for _, tc := range []struct {
+		name, info string
+		kvTokens   float64
+		known      bool
+	}{
+		{"both engines sized", `vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1000"} 1
+vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="2000"} 1
+`, 0.5*16000 + 0.25*32000, true},
+		{"one engine not profiled yet", `vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1000"} 1
+vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="None"} 1
+`, 0, false},
+		{"no cache_config_info", "", 0, false},
+	} {
+		r, err := ParsePage([]byte(engines+tc.info), time.Unix(1, 0))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		s, err := r.Sample("")
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if s.HasKVTokens != tc.known || s.KVTokens != tc.kvTokens {
+			t.Errorf("%s: KV tokens = %v (known %v), want %v (%v)", tc.name, s.KVTokens, s.HasKVTokens, tc.kvTokens, tc.known)
+		}
+		// 4 waiting at a mean prompt of 9,000/6 = 1,500 tokens.
+		if q, ok := s.QueuedPromptTokens(); !ok || q != 6000 {
+			t.Errorf("%s: queued prompt tokens = %v, %v; want 6000", tc.name, q, ok)
+		}
+	}
+	// One engine, no engine label on either side (vLLM before V1); and SGLang's used tokens.
+	r, err := ParsePage([]byte("vllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.5\nvllm:cache_config_info{block_size=\"32\",num_gpu_blocks=\"100\"} 1\n"), time.Unix(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := r.Sample(""); !s.HasKVTokens || s.KVTokens != 1600 {
+		t.Errorf("single engine: KV tokens = %v (%v), want 1600", s.KVTokens, s.HasKVTokens)
+	}
+	if s, _ := r.Sample(""); func() bool { q, ok := s.QueuedPromptTokens(); return !ok || q != 0 }() {
+		t.Error("nothing waiting must be a known zero of queued prompt tokens")
+	}
+	r, err = ParsePage([]byte("sglang:num_queue_reqs{model_name=\"m\"} 2\nsglang:token_usage{model_name=\"m\"} 0.3\nsglang:num_used_tokens{model_name=\"m\"} 45000\n"), time.Unix(1, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := r.Sample("m"); !s.HasKVTokens || s.KVTokens != 45000 {
+		t.Errorf("SGLang: KV tokens = %v (%v), want 45000", s.KVTokens, s.HasKVTokens)
+	}
+	if s, _ := r.Sample("m"); func() bool { _, ok := s.QueuedPromptTokens(); return ok }() {
+		t.Error("requests waiting with no prompt length known must be unknown")
+	}
+}

@@ -266,6 +266,14 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 			o.KVSampled++
 			o.KVUsage += r.Sample.KVUsage
 		}
+		if r.Sample.HasKVTokens {
+			o.KVTokensSampled++
+			o.KVTokens += r.Sample.KVTokens
+		}
+		if q, ok := r.Sample.QueuedPromptTokens(); ok {
+			o.PromptSampled++
+			o.QueuedPromptTokens += q
+		}
 		if t.TargetTTFT > 0 {
 			ttft.Add(r.TTFT)
 		}

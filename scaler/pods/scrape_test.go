@@ -275,12 +275,11 @@ func TestPreemptionRate(t *testing.T) {
 	}
 }
 
-// TestPreemptionsFromTheEmulator: the scraper reads the preemptions vllm-sim's KV-growth model
-// makes (its real vllm:num_preemptions_total counter) as a rate over the window.
-func TestPreemptionsFromTheEmulator(t *testing.T) {
-	clk := clocktesting.NewFakeClock(time.Now())
-	fleet, err := vllmsim.NewFleet(vllmsim.FleetOptions{Rate: 8, Clock: clk, Config: vllmsim.Config{MaxNumSeqs: 16, KVBlocksTotal: 1000,
-		KVBlocksPerSeq: 100, PromptTokens: 256, GenerationTokens: 256, KVGrowth: true}})
+// emulatorOnLoopback runs a vllm-sim fleet of one replica serving on a free loopback port, and
+// returns it and the port.
+func emulatorOnLoopback(t *testing.T, opts vllmsim.FleetOptions) (*vllmsim.Fleet, string) {
+	t.Helper()
+	fleet, err := vllmsim.NewFleet(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,6 +289,15 @@ func TestPreemptionsFromTheEmulator(t *testing.T) {
 	}
 	bound, _ := fleet.BoundAddr("127.0.0.1:0")
 	_, port, _ := net.SplitHostPort(bound)
+	return fleet, port
+}
+
+// TestPreemptionsFromTheEmulator: the scraper reads the preemptions vllm-sim's KV-growth model
+// makes (its real vllm:num_preemptions_total counter) as a rate over the window.
+func TestPreemptionsFromTheEmulator(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	fleet, port := emulatorOnLoopback(t, vllmsim.FleetOptions{Rate: 8, Clock: clk, Config: vllmsim.Config{MaxNumSeqs: 16, KVBlocksTotal: 1000,
+		KVBlocksPerSeq: 100, PromptTokens: 256, GenerationTokens: 256, KVGrowth: true}})
 	tr, err := scaler.ParseTrigger(map[string]string{"targetKVCacheUsage": "0.8", "maxPreemptionsPerMinute": "1", "role": "decode", "metricsPort": port})
 	if err != nil {
 		t.Fatal(err)
@@ -321,6 +329,36 @@ func TestPreemptionsFromTheEmulator(t *testing.T) {
 	want := (preempted() - before) * 2 // over 30 s, per minute
 	if res[0].Err != nil || want == 0 || o.PreemptionsPerMinute != want {
 		t.Fatalf("preemptions per minute %v (err %v); want %v, the emulator's own count over the 30 s", o.PreemptionsPerMinute, res[0].Err, want)
+	}
+}
+
+// TestKVTokensAndQueuedPromptsFromTheEmulator: KV tokens in use are vllm-sim's own blocks in use
+// times its block size (read through its vllm:cache_config_info), and the queued prompt tokens
+// its waiting requests times their prompt length (read through vllm:request_prompt_tokens).
+func TestKVTokensAndQueuedPromptsFromTheEmulator(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	fleet, port := emulatorOnLoopback(t, vllmsim.FleetOptions{Rate: 12, Clock: clk, Config: vllmsim.Config{MaxNumSeqs: 16, KVBlocksTotal: 1000,
+		KVBlocksPerSeq: 50, PromptTokens: 384, GenerationTokens: 256, ServiceTime: 2 * time.Second}})
+	tr, err := scaler.ParseTrigger(map[string]string{"targetKVTokens": "8000", "targetQueuedPromptTokens": "4096", "metricsPort": port})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 200 { // 20 s at 12/s against 16 slots of 2 s: a queue forms
+		clk.Step(100 * time.Millisecond)
+		fleet.Step(clk.Now())
+	}
+	rep, _ := fleet.Replica("127.0.0.1:0")
+	var used, waiting float64
+	for _, e := range rep.Snapshot() {
+		used += float64(e.KVBlocksUsed)
+		waiting += float64(e.Waiting)
+	}
+	o, res := New(Options{Clock: clk}).Observe(context.Background(), tr, []scaler.Pod{{Name: "sim", IP: "127.0.0.1", Ready: true}}, 0)
+	if res[0].Err != nil || o.KVTokensSampled != 1 || o.KVTokens != used*16 || used == 0 {
+		t.Errorf("KV tokens %v from %d replicas (err %v); want %v blocks × 16", o.KVTokens, o.KVTokensSampled, res[0].Err, used)
+	}
+	if o.PromptSampled != 1 || o.QueuedPromptTokens != waiting*384 || waiting == 0 {
+		t.Errorf("queued prompt tokens %v from %d replicas; want %v waiting × 384", o.QueuedPromptTokens, o.PromptSampled, waiting)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -107,6 +108,23 @@ func Queries(t *scaler.Trigger, namespace string, pods []string, window time.Dur
 	}
 	if t.TargetTokens > 0 {
 		q["tokens"] = tokensQuery(by, sel, window)
+	}
+	if t.TargetKVTokens > 0 {
+		// cache_config_info carries no model_name: it is matched on the engine of each
+		// KV-usage series, and the cache size travels as labels (multiplied in fold).
+		info := fmt.Sprintf(`%s=%q,%s=~%q`, p.NamespaceLabel, namespace, p.PodLabel, podRegex(pods))
+		on := fmt.Sprintf("%s, %s, engine", p.NamespaceLabel, p.PodLabel)
+		// One usage series per engine (a pod scraped twice counts once), one cache size per
+		// engine (topk: conflicting info series do not fail the query), and an engine without
+		// a cache size comes back marked "None": its pod is unknown, never counted short.
+		usage := fmt.Sprintf(`max by (%s) (vllm:kv_cache_usage_perc{%s})`, on, sel)
+		q["kv_tokens"] = fmt.Sprintf(`%[1]s * on(%[2]s) group_left(num_gpu_blocks, block_size) topk by (%[2]s) (1, max by (%[2]s, num_gpu_blocks, block_size) (vllm:cache_config_info{%[3]s}))`+
+			` or on(%[2]s) label_replace(%[1]s, "num_gpu_blocks", "None", "", "")`, usage, on, info)
+		q["kv_tokens_sglang"] = fmt.Sprintf(`%s(sglang:num_used_tokens{%s})`, by, sel)
+	}
+	if t.TargetQueuedPromptTokens > 0 {
+		q["prompt_tokens"] = fmt.Sprintf(`%s(vllm:request_prompt_tokens_sum{%s})`, by, sel)
+		q["prompts"] = fmt.Sprintf(`%s(vllm:request_prompt_tokens_count{%s})`, by, sel)
 	}
 	if t.TargetITL > 0 {
 		// vLLM renamed time_per_output_token_seconds; pages of the transition carry both.
@@ -204,6 +222,8 @@ func (s *Source) fold(o *scaler.Observation, res map[string]model.Vector, podLab
 		return out
 	}
 	waiting, running, kv, tokens := perPod("waiting"), perPod("running"), perPod("kv"), perPod("tokens")
+	promptSum, prompts := perPod("prompt_tokens"), perPod("prompts")
+	kvTokens := kvTokensPerPod(res["kv_tokens"], res["kv_tokens_sglang"], podLabel)
 	for pod, ts := range perPod("timestamp") {
 		at := time.Unix(0, int64(ts*1e9))
 		age := now.Sub(at)
@@ -219,6 +239,14 @@ func (s *Source) fold(o *scaler.Observation, res map[string]model.Vector, podLab
 			o.KVSampled++
 			o.KVUsage += u
 		}
+		if kt, ok := kvTokens[pod]; ok {
+			o.KVTokensSampled++
+			o.KVTokens += kt
+		}
+		if q, ok := (scaler.Sample{Waiting: w, PromptTokens: promptSum[pod], Prompts: prompts[pod]}).QueuedPromptTokens(); ok && !math.IsNaN(q) {
+			o.PromptSampled++
+			o.QueuedPromptTokens += q
+		}
 		if r, ok := tokens[pod]; ok && !math.IsNaN(r) && r >= 0 {
 			o.TokensSampled++
 			o.TokensPerSecond += r
@@ -228,6 +256,35 @@ func (s *Source) fold(o *scaler.Observation, res map[string]model.Vector, podLab
 	if v := res["preemptions"]; len(v) == 1 && !math.IsNaN(float64(v[0].Value)) {
 		o.PreemptionsPerMinute = float64(v[0].Value)
 	}
+}
+
+// kvTokensPerPod is each pod's KV-cache tokens in use: vLLM's usage per engine times that
+// engine's num_gpu_blocks × block_size (labels the query carried over from cache_config_info),
+// or SGLang's used tokens. A pod with an engine whose cache size is not a number is unknown.
+func kvTokensPerPod(vllm, sglang model.Vector, podLabel model.LabelName) map[string]float64 {
+	out := map[string]float64{}
+	unknown := map[string]bool{}
+	for _, smp := range vllm {
+		pod := string(smp.Metric[podLabel])
+		blocks, errB := strconv.ParseFloat(string(smp.Metric["num_gpu_blocks"]), 64)
+		size, errS := strconv.ParseFloat(string(smp.Metric["block_size"]), 64)
+		v := float64(smp.Value)
+		if errB != nil || errS != nil || blocks <= 0 || size <= 0 || math.IsNaN(v) || v < 0 {
+			unknown[pod] = true
+			continue
+		}
+		out[pod] += v * blocks * size
+	}
+	for _, smp := range sglang {
+		pod := string(smp.Metric[podLabel])
+		if _, ok := out[pod]; !ok && !unknown[pod] && !math.IsNaN(float64(smp.Value)) {
+			out[pod] = float64(smp.Value)
+		}
+	}
+	for pod := range unknown {
+		delete(out, pod)
+	}
+	return out
 }
 
 // query runs the queries in parallel; any failure fails the evaluation.

@@ -42,7 +42,7 @@ var (
 	}, []string{labelNamespace, labelScaledObject, labelReason})
 	signalValue = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "signal_value",
-		Help: "A ScaledObject's raw signal at its last evaluation: total waiting requests (queue), total running plus waiting requests (concurrency), total KV-cache usage over ready replicas (kv_cache), prompt plus generated tokens per second over ready replicas (tokens), p95 time to first token in seconds (ttft), p95 inter-token latency in seconds (itl), preemptions per minute per replica (preemptions).",
+		Help: "A ScaledObject's raw signal at its last evaluation: total waiting requests (queue), total running plus waiting requests (concurrency), total KV-cache usage over ready replicas (kv_cache), prompt plus generated tokens per second over ready replicas (tokens), p95 time to first token in seconds (ttft), p95 inter-token latency in seconds (itl), preemptions per minute per replica (preemptions), estimated prompt tokens waiting (queued_prompt_tokens), KV-cache tokens in use (kv_tokens), mean KV-cache usage (kv_saturation), the followed ScaledObject's count times followRatio (follow).",
 	}, []string{labelNamespace, labelScaledObject, labelSignal})
 	signalTarget = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "signal_target",

@@ -130,8 +130,9 @@ func TestGetMetricSpec(t *testing.T) {
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("TargetSizeFloat (-want +got):\n%s", d)
 	}
+	// Role decode adds its KV saturation guard by default.
 	resp, err = h.client.GetMetricSpec(ctx(t), h.ref(map[string]string{"targetKVCacheUsage": "0.8", "role": "decode"}))
-	if err != nil || len(resp.MetricSpecs) != 1 || resp.MetricSpecs[0].MetricName != "berth-kv-cache-usage" {
+	if err != nil || len(resp.MetricSpecs) != 2 || resp.MetricSpecs[0].MetricName != "berth-kv-cache-usage" || resp.MetricSpecs[1].MetricName != "berth-kv-saturation" {
 		t.Fatalf("decode specs = %v, %v", resp, err)
 	}
 }

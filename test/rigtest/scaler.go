@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/berth-dev/berth/internal/rig"
@@ -43,6 +44,11 @@ func StartScaler(ctx context.Context, r *rig.Rig, bin string, flags ...string) (
 		return nil, err
 	}
 	s := &Scaler{GRPCAddress: "127.0.0.1:" + strconv.Itoa(grpcPort), MetricsURL: "http://127.0.0.1:" + strconv.Itoa(metricsPort) + "/metrics"}
+	health := s.MetricsURL
+	if slices.Contains(flags, "--metrics-secure") {
+		// Secure metrics answer only authorized callers: the test waits for the endpoint.
+		s.MetricsURL, health = "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics", ""
+	}
 	// As the chart runs it: its own ServiceAccount, exactly config/rbac/scaler.yaml.
 	kubeconfig, err := ComponentKubeconfig(ctx, r, "scaler")
 	if err != nil {
@@ -50,7 +56,7 @@ func StartScaler(ctx context.Context, r *rig.Rig, bin string, flags ...string) (
 	}
 	args := append([]string{"scaler", "--kubeconfig=" + kubeconfig, "--grpc-address=" + s.GRPCAddress,
 		"--metrics-address=127.0.0.1:" + strconv.Itoa(metricsPort)}, flags...)
-	if err := r.StartComponent(ctx, "berth-scaler", bin, args, nil, s.MetricsURL); err != nil {
+	if err := r.StartComponent(ctx, "berth-scaler", bin, args, nil, health); err != nil {
 		return nil, err
 	}
 	return s, nil

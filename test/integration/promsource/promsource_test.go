@@ -163,3 +163,63 @@ func TestDemand(t *testing.T) {
 		t.Errorf("a query Prometheus refuses: err %v", err)
 	}
 }
+
+// kvPage is a vLLM V1 page of two engines: waiting requests, KV usage, each engine's
+// cache_config_info (no model_name label, as vLLM writes it) and the prompt-length histogram.
+func kvPage(waiting [2]int, kv [2]float64, blocks [2]string, promptSum, prompts int) http.HandlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprint(w, "# TYPE vllm:num_requests_waiting gauge\n# TYPE vllm:kv_cache_usage_perc gauge\n# TYPE vllm:cache_config_info gauge\n# TYPE vllm:request_prompt_tokens histogram\n")
+		for e := range 2 {
+			fmt.Fprintf(w, "vllm:num_requests_waiting{engine=\"%d\",model_name=\"m\"} %d\n", e, waiting[e])
+			fmt.Fprintf(w, "vllm:kv_cache_usage_perc{engine=\"%d\",model_name=\"m\"} %g\n", e, kv[e])
+			if blocks[e] != "" { // "": this engine has no cache_config_info series at all
+				fmt.Fprintf(w, "vllm:cache_config_info{block_size=\"16\",engine=\"%d\",num_gpu_blocks=%q} 1\n", e, blocks[e])
+			}
+			fmt.Fprintf(w, "vllm:request_prompt_tokens_bucket{engine=\"%[1]d\",model_name=\"m\",le=\"+Inf\"} %[2]d\n"+
+				"vllm:request_prompt_tokens_sum{engine=\"%[1]d\",model_name=\"m\"} %[3]d\nvllm:request_prompt_tokens_count{engine=\"%[1]d\",model_name=\"m\"} %[2]d\n",
+				e, prompts, promptSum)
+		}
+	}
+}
+
+// TestKVTokensAndQueuedPromptTokens: through a real Prometheus, KV tokens are each engine's
+// usage times its own cache size (cache_config_info joined on the engine, even with a model
+// filter the info series does not carry), a replica with an engine not profiled yet is unknown,
+// and queued prompt tokens are waiting requests times the mean prompt length.
+func TestKVTokensAndQueuedPromptTokens(t *testing.T) {
+	reps, port, pods := scalertest.Fleet(t, 4)
+	reps[3].Set(kvPage([2]int{0, 0}, [2]float64{0.5, 0.5}, [2]string{"1000", ""}, 0, 0))         // engine 1 unsized: unknown, never counted short
+	reps[0].Set(kvPage([2]int{3, 1}, [2]float64{0.5, 0.25}, [2]string{"1000", "2000"}, 3000, 2)) // 4 × 1,500 queued
+	reps[1].Set(kvPage([2]int{0, 0}, [2]float64{0.1, 0.1}, [2]string{"1000", "1000"}, 0, 0))     // nothing waiting: a known 0
+	reps[2].Set(kvPage([2]int{2, 0}, [2]float64{0.3, 0.3}, [2]string{"1000", "None"}, 0, 0))     // sizes and prompt length unknown
+	url := startPrometheus(t, reps, pods, port, time.Second)
+	tr, err := scaler.ParseTrigger(map[string]string{"targetKVTokens": "10000", "targetQueuedPromptTokens": "2048",
+		"source": "prometheus", "prometheusAddress": url, "model": "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := promsource.New(promsource.Options{FreshFor: time.Millisecond, MaxAge: 10 * time.Second})
+	var o scaler.Observation
+	waitFor(t, 30*time.Second, "all three replicas scraped", func() bool {
+		o, err = src.Observe(context.Background(), tr, "inference", pods)
+		return err == nil && o.Sampled == 4
+	})
+	// 0.5·16,000 + 0.25·32,000 and 0.1·16,000 + 0.1·16,000; the third is unknown.
+	if o.KVTokensSampled != 2 || math.Abs(o.KVTokens-19200) > 1e-6 {
+		t.Errorf("KV tokens %v over %d replicas, want 19200 over 2", o.KVTokens, o.KVTokensSampled)
+	}
+	if o.PromptSampled != 3 || math.Abs(o.QueuedPromptTokens-6000) > 1e-6 {
+		t.Errorf("queued prompt tokens %v over %d replicas, want 6000 over 3", o.QueuedPromptTokens, o.PromptSampled)
+	}
+	d, err := scaler.DefaultPolicy.Decide(o, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Partial on KV tokens (two replicas unknown): hold at the 4 ready, never down; the fourth
+	// replica has nothing waiting (a known 0), so queued prompt tokens are known on three.
+	for s, want := range map[scaler.Signal]int{scaler.SignalKVTokens: 4, scaler.SignalQueuedPromptTokens: 4} {
+		if sd, _ := d.Signal(s); sd.Desired != want {
+			t.Errorf("%s desired %d, want %d", s, sd.Desired, want)
+		}
+	}
+}
