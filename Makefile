@@ -46,9 +46,11 @@ lint: ## golangci-lint (.golangci.yml: layering, import aliases, function length
 	cd hack/image && "$$(../build-tools.sh golangci-lint)/bin/golangci-lint" run --config ../../.golangci.yml ./...
 	go run ./hack/check-vocabulary
 
-cross: ## berth builds for macOS and Linux on arm64 without cgo (agent and dev say where they cannot run).
+cross: ## berth builds for macOS and Linux on arm64 without cgo (agent and dev say where they cannot run); the kubectl-berth plugin for macOS and Windows too.
 	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go build -o /dev/null ./cmd/berth
 	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -o /dev/null ./cmd/berth
+	GOOS=darwin GOARCH=arm64 CGO_ENABLED=0 go build -o /dev/null ./cmd/kubectl-berth
+	GOOS=windows GOARCH=amd64 CGO_ENABLED=0 go build -o /dev/null ./cmd/kubectl-berth
 
 verify: vet lint cross ## Regenerate everything and fail if a generated file changed; vet, lint, cross-build.
 	hack/verify-generated.sh
@@ -72,9 +74,14 @@ demo: build tools ## Start the local dev cluster (berth dev up) and run the demo
 	$(BERTH) dev demo
 	@echo "The dev cluster keeps running: '$(BERTH) dev status' shows it, '$(BERTH) dev down' stops it."
 
-fuzz: ## Long fuzz runs, FUZZTIME each (default 5m): gang placement and the pod-gate webhook (short runs are in make test).
+fuzz: tools ## Long fuzz runs, FUZZTIME each (default 5m): gang placement, the pod-gate webhook; then random PodGroup specs through CRD validation and random gangs through the controller on the rig, PROPERTY_ROUNDS rounds (default 20) from a random seed (short runs are in make test).
 	go test ./scheduling -run='^$$' -fuzz='^FuzzPlace$$' -fuzztime=$(or $(FUZZTIME),5m)
 	go test ./controllers/podgroup/gate -run='^$$' -fuzz='^FuzzGate$$' -fuzztime=$(or $(FUZZTIME),5m)
+	seed=$${BERTH_PROPERTY_SEED:-$$RANDOM}; echo "property seed $$seed"; \
+		for i in $$(seq 1 $(or $(PROPERTY_ROUNDS),20)); do \
+			BERTH_REQUIRE_RIG=1 BERTH_PROPERTY_SEED=$$((seed + i * 7919)) go test -count=1 -run='^TestRandomPodGroupSpecs$$' ./test/integration/api || exit 1; \
+		done; \
+		BERTH_REQUIRE_RIG=1 BERTH_PROPERTY_SEED=$$seed BERTH_PROPERTY_ROUNDS=$(or $(PROPERTY_ROUNDS),20) go test -count=1 -timeout=60m -run='^TestRandomGangsThroughTheController$$' ./test/integration/gang
 
 bench: tools ## Benchmarks (results in docs/benchmarks.md).
 	go test -run='^$$' -bench=. -benchmem -timeout=60m ./...

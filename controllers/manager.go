@@ -17,6 +17,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -29,6 +30,9 @@ type ManagerOptions struct {
 	Options
 	// MetricsAddress serves /metrics; "0" disables it.
 	MetricsAddress string
+	// MetricsSecure serves /metrics over HTTPS to callers the API server authenticates and
+	// authorizes for get on /metrics (controller-runtime's filter).
+	MetricsSecure bool
 	// HealthProbeAddress serves /healthz and /readyz; "" or "0" disables them.
 	HealthProbeAddress string
 	// LeaderElection makes only one replica reconcile at a time.
@@ -58,6 +62,19 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
+// +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
+// +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
+
+// metricsOptions serve /metrics, over HTTPS behind authentication and authorization when
+// MetricsSecure.
+func (o ManagerOptions) metricsOptions() metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: o.MetricsAddress}
+	if o.MetricsSecure {
+		opts.SecureServing, opts.FilterProvider = true, filters.WithAuthenticationAndAuthorization
+	}
+	return opts
+}
+
 // NewManager builds a controller-runtime manager with every berth controller and the pod-gate
 // webhook registered, and health checks installed.
 func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
@@ -71,13 +88,14 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	if o.HealthProbeAddress == "0" {
 		o.HealthProbeAddress = ""
 	}
+	rot := o.rotator()
 	lease, lock, err := o.leaderLock(cfg)
 	if err != nil {
 		return nil, err
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                              scheme,
-		Metrics:                             metricsserver.Options{BindAddress: o.MetricsAddress},
+		Metrics:                             o.metricsOptions(),
 		HealthProbeBindAddress:              o.HealthProbeAddress,
 		LeaderElection:                      o.LeaderElection,
 		LeaderElectionID:                    LeaderElectionID,
@@ -86,7 +104,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		// Admission needs every pod on every node (capacity in use), so pods are cached
 		// cluster-wide, without managed fields to keep the cache small.
 		Cache:         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
-		WebhookServer: o.webhookServer(),
+		WebhookServer: o.webhookServer(rot),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
@@ -99,7 +117,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 	if err := Setup(mgr, o.Options); err != nil {
 		return nil, err
 	}
-	if err := o.setupWebhook(mgr, cfg); err != nil {
+	if err := o.setupWebhook(mgr, cfg, rot); err != nil {
 		return nil, err
 	}
 	if o.HealthProbeAddress != "" {
@@ -115,6 +133,12 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 			// Fail a replica that is up but not serving would refuse gang members.
 			if err := mgr.AddReadyzCheck("webhook", mgr.GetWebhookServer().StartedChecker()); err != nil {
 				return nil, fmt.Errorf("adding the webhook readiness check: %w", err)
+			}
+			if rot != nil {
+				// And only once its certificate is issued, its CA injected, and served here.
+				if err := mgr.AddReadyzCheck("webhook-certificate", rot.ReadyCheck); err != nil {
+					return nil, fmt.Errorf("adding the webhook certificate readiness check: %w", err)
+				}
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -16,8 +17,8 @@ import (
 	"github.com/berth-dev/berth/internal/certs"
 )
 
-// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;patch
-// +kubebuilder:rbac:groups="",namespace=berth-system,resources=secrets,verbs=get;create;update
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=mutatingwebhookconfigurations,verbs=get;list;watch;patch;update
+// +kubebuilder:rbac:groups="",namespace=berth-system,resources=secrets,verbs=get;list;watch;create;update
 // +kubebuilder:rbac:groups=coordination.k8s.io,namespace=berth-system,resources=leases,verbs=get;create;update
 
 // WebhookOptions configure the pod-gate webhook and its certificate.
@@ -38,16 +39,32 @@ type WebhookOptions struct {
 	Hosts []string
 }
 
-func (o ManagerOptions) webhookServer() webhook.Server {
+func (o ManagerOptions) webhookServer(rot *certs.Rotator) webhook.Server {
 	if o.Webhook.Port == 0 {
 		return nil
 	}
-	return webhook.NewServer(webhook.Options{Host: o.Webhook.Host, Port: o.Webhook.Port, CertDir: o.Webhook.CertDir})
+	opts := webhook.Options{Host: o.Webhook.Host, Port: o.Webhook.Port, CertDir: o.Webhook.CertDir}
+	if rot != nil {
+		// Served from the Secret, not from files: the server starts before the first
+		// certificate is issued and every replica serves a renewal at once.
+		opts.TLSOpts = []func(*tls.Config){rot.TLSOpts()}
+	}
+	return webhook.NewServer(opts)
 }
 
-// setupWebhook registers the gate and, with a self-managed certificate, issues it before the
-// webhook server starts (it needs the files) and keeps renewing it on every replica.
-func (o ManagerOptions) setupWebhook(mgr ctrl.Manager, cfg *rest.Config) error {
+// rotator is the self-managed certificate's Rotator (nil when cert-manager or the user provide
+// the files, or the webhook is off).
+func (o ManagerOptions) rotator() *certs.Rotator {
+	w := o.Webhook
+	if w.Port == 0 || !w.ManageCertificate {
+		return nil
+	}
+	return certs.NewRotator(w.SecretNamespace, w.SecretName, w.Hosts, w.CertDir, gate.ConfigurationName)
+}
+
+// setupWebhook registers the gate and, with a self-managed certificate, the rotation of the
+// certificate (cert-controller) and this replica's serving of it.
+func (o ManagerOptions) setupWebhook(mgr ctrl.Manager, cfg *rest.Config, rot *certs.Rotator) error {
 	w := o.Webhook
 	if w.Port == 0 {
 		return nil
@@ -55,24 +72,14 @@ func (o ManagerOptions) setupWebhook(mgr ctrl.Manager, cfg *rest.Config) error {
 	gt := &gate.Gate{Adapters: w.Adapters, Decoder: admission.NewDecoder(mgr.GetScheme())}
 	mgr.GetWebhookServer().Register(gate.Path, &webhook.Admission{Handler: gt})
 	certs.WatchServingCertificate(w.CertDir)
-	if !w.ManageCertificate {
+	if rot == nil {
 		return nil
 	}
 	direct, err := client.New(cfg, client.Options{Scheme: mgr.GetScheme()})
 	if err != nil {
 		return fmt.Errorf("creating client for the webhook certificate: %w", err)
 	}
-	cm := &certs.CertManager{
-		Client: direct, Namespace: w.SecretNamespace, SecretName: w.SecretName, Hosts: w.Hosts,
-		CertDir: w.CertDir, WebhookConfiguration: gate.ConfigurationName,
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := cm.Ensure(ctx); err != nil {
-		return fmt.Errorf("issuing the webhook certificate: %w", err)
-	}
-	if err := mgr.Add(cm); err != nil {
-		return fmt.Errorf("adding webhook certificate manager: %w", err)
-	}
-	return nil
+	return rot.Add(ctx, mgr, direct)
 }

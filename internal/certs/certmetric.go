@@ -18,7 +18,7 @@ var (
 )
 
 // WatchServingCertificate exports berth_webhook_certificate_expiry_timestamp_seconds: when the
-// serving certificate in dir (tls.crt, whoever wrote it: berth's CertManager or cert-manager)
+// serving certificate in dir (tls.crt, whoever wrote it: berth's Rotator or cert-manager)
 // expires, read at every scrape. The gauge is absent while the file cannot be read.
 func WatchServingCertificate(dir string) {
 	certDirMu.Lock()

@@ -2,109 +2,64 @@ package certs
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
-
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	corev1 "k8s.io/api/core/v1"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	clocktesting "k8s.io/utils/clock/testing"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-
-	"github.com/berth-dev/berth/controllers/podgroup/gate"
 )
 
-func TestCertManagerIssuesRenewsAndInjects(t *testing.T) {
-	ctx := context.Background()
-	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	url := "https://127.0.0.1:9443/x"
-	cfg := gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, []gate.Source{gate.SourceKueue})
-	c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(cfg).Build()
+// TestRotatorServesTheSecretsPair: until the Secret holds a serving pair, handshakes are refused
+// and the replica is not ready; each version of the pair is served at once and written to the
+// certificate folder.
+func TestRotatorServesTheSecretsPair(t *testing.T) {
 	dir := t.TempDir()
-	m := &CertManager{Client: c, Namespace: "berth-system", SecretName: "cert", Hosts: []string{"berth-webhook.berth-system.svc", "127.0.0.1"},
-		CertDir: dir, WebhookConfiguration: gate.ConfigurationName, Validity: 90 * 24 * time.Hour, Clock: clk}
-	if err := m.Ensure(ctx); err != nil {
-		t.Fatal(err)
+	r := NewRotator("berth-system", "cert", []string{"berth-webhook.berth-system.svc"}, dir, "cfg")
+	cfg := &tls.Config{}
+	r.TLSOpts()(cfg)
+	if _, err := cfg.GetCertificate(nil); err == nil {
+		t.Fatal("a certificate was served before the Secret had one")
 	}
-	var sec corev1.Secret
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "berth-system", Name: "cert"}, &sec); err != nil {
-		t.Fatal(err)
+	if r.ReadyCheck(nil) == nil {
+		t.Fatal("ready before anything was issued")
 	}
-	cert, err := parseCert(sec.Data[keyCert])
+	if err := r.load(map[string][]byte{}); err == nil {
+		t.Fatal("an empty Secret loaded")
+	}
+	now := time.Now()
+	ca, err := Issue(CA("ca", now.Add(-time.Hour), now.Add(time.Hour)), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range m.Hosts {
-		if err := cert.VerifyHostname(h); err != nil {
-			t.Errorf("certificate not valid for %s: %v", h, err)
+	for i, host := range []string{"first.example", "second.example"} {
+		leaf, err := Issue(Serving(host, []string{host}, now.Add(-time.Hour), now.Add(time.Hour)), ca)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.load(map[string][]byte{keyCACert: ca.CertPEM, keyCert: leaf.CertPEM, keyKey: leaf.KeyPEM}); err != nil {
+			t.Fatal(err)
+		}
+		got, err := cfg.GetCertificate(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		x, err := x509.ParseCertificate(got.Certificate[0])
+		if err != nil || x.Subject.CommonName != host {
+			t.Fatalf("version %d: served %v (%v), want %s", i, x.Subject, err, host)
+		}
+		onDisk, err := os.ReadFile(filepath.Join(dir, keyCert))
+		if err != nil || string(onDisk) != string(leaf.CertPEM) {
+			t.Fatalf("version %d: tls.crt on disk is not the Secret's (%v)", i, err)
 		}
 	}
-	if data, err := os.ReadFile(filepath.Join(dir, keyCert)); err != nil || string(data) != string(sec.Data[keyCert]) {
-		t.Errorf("tls.crt not written to the cert dir: %v", err)
+	if r.ReadyCheck(nil) == nil {
+		t.Fatal("ready before cert-controller said the CA is injected")
 	}
-	var got admissionregistrationv1.MutatingWebhookConfiguration
-	if err := c.Get(ctx, client.ObjectKey{Name: gate.ConfigurationName}, &got); err != nil {
+	close(r.ready)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := r.WaitReady(ctx); err != nil {
 		t.Fatal(err)
-	}
-	if len(got.Webhooks) != 2 {
-		t.Fatalf("webhook configuration has %d webhooks, want 2 (berth and kueue)", len(got.Webhooks))
-	}
-	for _, w := range got.Webhooks {
-		if string(w.ClientConfig.CABundle) != string(sec.Data[keyCACert]) {
-			t.Errorf("webhook %s has no CA injected", w.Name)
-		}
-	}
-
-	// Halfway through its life the certificate is kept; with under a third left it is renewed.
-	clk.Step(45 * 24 * time.Hour)
-	if err := m.Ensure(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var same corev1.Secret
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "berth-system", Name: "cert"}, &same); err != nil {
-		t.Fatal(err)
-	}
-	if string(same.Data[keyCert]) != string(sec.Data[keyCert]) {
-		t.Error("certificate renewed with half its lifetime left")
-	}
-	clk.Step(20 * 24 * time.Hour)
-	if err := m.Ensure(ctx); err != nil {
-		t.Fatal(err)
-	}
-	var renewed corev1.Secret
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "berth-system", Name: "cert"}, &renewed); err != nil {
-		t.Fatal(err)
-	}
-	if string(renewed.Data[keyCert]) == string(sec.Data[keyCert]) {
-		t.Error("certificate not renewed with under a third of its lifetime left")
-	}
-	if err := c.Get(ctx, client.ObjectKey{Name: gate.ConfigurationName}, &got); err != nil {
-		t.Fatal(err)
-	}
-	for _, w := range got.Webhooks {
-		if string(w.ClientConfig.CABundle) != string(renewed.Data[keyCACert]) {
-			t.Errorf("renewed CA not injected into webhook %s", w.Name)
-		}
-	}
-	// Renewed now, for Validity: it expires exactly 90 days from the (whole-second) fake clock.
-	exp, err := m.CertificateExpiry(ctx)
-	if want := clk.Now().Add(90 * 24 * time.Hour); err != nil || !exp.Equal(want) {
-		t.Errorf("expiry %v (err %v), want %v", exp, err, want)
-	}
-
-	// Other hosts (the Service was renamed): renewed at once.
-	m.Hosts = []string{"berth.other.svc"}
-	before := renewed.Data[keyCert]
-	if err := m.Ensure(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "berth-system", Name: "cert"}, &renewed); err != nil {
-		t.Fatal(err)
-	}
-	if string(renewed.Data[keyCert]) == string(before) {
-		t.Error("certificate not reissued for new hosts")
 	}
 }

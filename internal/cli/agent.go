@@ -1,15 +1,9 @@
 package cli
 
 import (
-	"context"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 )
 
@@ -21,7 +15,7 @@ type agentFlags struct {
 	once            bool
 	jsonOutput      bool
 	exitWithoutNVML bool
-	metricsAddress  string
+	metrics         metricsFlags
 	log             logFlags
 }
 
@@ -54,26 +48,7 @@ other builds of berth say so and exit.`,
 	fl.BoolVar(&f.once, "once", false, "print inventory and health once and exit")
 	fl.BoolVar(&f.jsonOutput, "json", false, "with --once: print JSON")
 	fl.BoolVar(&f.exitWithoutNVML, "exit-without-nvml", false, "exit with an error when NVML is absent instead of reporting NVMLUnavailable and idling")
-	fl.StringVar(&f.metricsAddress, "metrics-bind-address", ":9400", "address of the Prometheus /metrics endpoint; 0 disables it")
+	f.metrics.bind(fl, "metrics-bind-address", ":9400")
 	f.log.bind(fl)
 	return cmd
-}
-
-// serveMetrics serves /metrics until ctx ends.
-func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry) error {
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s for metrics: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
-	return nil
 }

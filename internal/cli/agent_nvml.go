@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-dev/berth/agent"
+	bmetrics "github.com/berth-dev/berth/internal/metrics"
 )
 
 func runAgent(cmd *cobra.Command, f agentFlags) error {
@@ -42,9 +43,10 @@ func runAgent(cmd *cobra.Command, f agentFlags) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(agent.Collectors()...)
+	reg.MustRegister(bmetrics.BuildInfo("agent"))
 	ctx := cmd.Context()
-	if f.metricsAddress != "0" {
-		if err := serveMetrics(ctx, f.metricsAddress, reg); err != nil {
+	if f.metrics.address != "0" {
+		if err := serveMetrics(ctx, f.metrics, reg, cfg); err != nil {
 			return err
 		}
 	}

@@ -1,26 +1,30 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/berth-dev/berth/controllers"
 	"github.com/berth-dev/berth/controllers/nodepool/guard"
 	"github.com/berth-dev/berth/controllers/podgroup/admission"
 	"github.com/berth-dev/berth/controllers/podgroup/gate"
+	bmetrics "github.com/berth-dev/berth/internal/metrics"
 )
 
 type controllerFlags struct {
 	kubeconfig         string
-	metricsAddress     string
+	metrics            metricsFlags
 	healthProbeAddress string
 	leaderElect        bool
 	leaderElectionNS   string
@@ -59,7 +63,7 @@ Events current, and by default issues and rotates its own webhook certificate.`,
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, in-cluster config or ~/.kube/config")
-	fl.StringVar(&f.metricsAddress, "metrics-bind-address", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
+	f.metrics.bind(fl, "metrics-bind-address", ":8080")
 	fl.StringVar(&f.healthProbeAddress, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
 	fl.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles at a time")
 	fl.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease; empty uses the pod's namespace")
@@ -70,7 +74,7 @@ Events current, and by default issues and rotates its own webhook certificate.`,
 	fl.BoolVar(&f.webhookSelfSigned, "webhook-self-signed", true, "issue, rotate and inject the webhook certificate itself (false: cert-manager provides --webhook-cert-dir)")
 	fl.StringVar(&f.webhookSecret, "webhook-secret", "berth-webhook-cert", "Secret holding the self-signed webhook certificate")
 	fl.StringVar(&f.webhookNamespace, "webhook-secret-namespace", envOr("POD_NAMESPACE", "berth-system"), "namespace of --webhook-secret")
-	fl.StringSliceVar(&f.webhookHosts, "webhook-hosts", []string{"berth-webhook.berth-system.svc"}, "DNS names (or IPs) the webhook certificate is for")
+	fl.StringSliceVar(&f.webhookHosts, "webhook-hosts", []string{"berth-webhook.berth-system.svc"}, "DNS names the webhook certificate is for (IPs are not supported: use localhost for a loopback webhook)")
 	fl.StringSliceVar(&f.adapters, "adapters", nil, "foreign gang sources treated as berth gangs, off unless listed: coscheduling, volcano, kai, kueue")
 	fl.BoolVar(&f.gangProvisioning, "gang-provisioning", true, "get capacity for gangs that do not fit from Karpenter in one batch (seat pods); off when Karpenter is not installed")
 	fl.StringVar(&f.consolidationGuard, "consolidation-guard", string(guard.ModeEnforce), "what the consolidation guard does with GPU NodePools that let Karpenter consolidate underutilized nodes, unless the NodePool's scheduling.berth.dev/consolidation-guard annotation says otherwise: enforce (add a budget blocking Underutilized), when-empty (switch to WhenEmpty), audit (report only), off")
@@ -138,6 +142,9 @@ func runController(cmd *cobra.Command, f controllerFlags) error {
 		return fmt.Errorf("--consolidation-guard: %w", err)
 	}
 	cfg.QPS, cfg.Burst = 100, 200 // a gang's release is a burst of patches
+	if err := registerOnce(ctrlmetrics.Registry, bmetrics.BuildInfo("controller")); err != nil {
+		return err
+	}
 	mgr, err := controllers.NewManager(cfg, controllers.ManagerOptions{
 		Options: controllers.Options{
 			Provisioning:       admission.ProvisioningOptions{Enabled: f.gangProvisioning, SeatImage: f.seatImage, SeatNamespace: f.seatNamespace},
@@ -146,7 +153,8 @@ func runController(cmd *cobra.Command, f controllerFlags) error {
 			StrandedAfter:      f.strandedAfter,
 			NodeReadyBudget:    f.nodeReadyBudget,
 		},
-		MetricsAddress:          f.metricsAddress,
+		MetricsAddress:          f.metrics.address,
+		MetricsSecure:           f.metrics.secure,
 		HealthProbeAddress:      f.healthProbeAddress,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionNamespace: f.leaderElectionNS,
@@ -161,6 +169,16 @@ func runController(cmd *cobra.Command, f controllerFlags) error {
 	}
 	if err := mgr.Start(cmd.Context()); err != nil {
 		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}
+
+// registerOnce registers a collector, accepting one already registered (a second controller
+// started in the same process, as tests do).
+func registerOnce(reg prometheus.Registerer, c prometheus.Collector) error {
+	var already prometheus.AlreadyRegisteredError
+	if err := reg.Register(c); err != nil && !errors.As(err, &already) {
+		return fmt.Errorf("registering %T: %w", c, err)
 	}
 	return nil
 }

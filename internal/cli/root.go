@@ -4,7 +4,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -12,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/berth-dev/berth/internal/version"
+	"github.com/berth-dev/berth/internal/cli/kubecmd"
 )
 
 // Execute runs the berth command line with args and returns the process exit status.
@@ -24,14 +23,20 @@ func Execute(args []string) int {
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "berth:", err)
 		// Only berth's own exit errors set the status (not a child process's *exec.ExitError).
-		var coded exitError
-		if errors.As(err, &coded) {
-			return coded.ExitCode()
+		if code, ok := kubecmd.ExitCode(err); ok {
+			return code
 		}
 		return 1
 	}
 	return 0
 }
+
+// ErrFindings and ErrIncomplete are what `berth doctor` returns when it found problems (exit 1)
+// or could not run every check (exit 2).
+var (
+	ErrFindings   = kubecmd.ErrFindings
+	ErrIncomplete = kubecmd.ErrIncomplete
+)
 
 // NewRootCommand is the `berth` command with every subcommand.
 func NewRootCommand() *cobra.Command {
@@ -50,17 +55,6 @@ Run 'berth dev up' for a local cluster with real Kubernetes and Karpenter on loo
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newControllerCommand(), newAgentCommand(), newDevCommand(), newNodePoolsCommand(), newVersionCommand(), newDoctorCommand(), newScalerCommand())
+	root.AddCommand(newControllerCommand(), newAgentCommand(), newDevCommand(), kubecmd.NodePools(), kubecmd.Version(), kubecmd.Doctor(), kubecmd.Why(), newScalerCommand())
 	return root
-}
-
-func newVersionCommand() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version of this berth binary",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintln(cmd.OutOrStdout(), version.String())
-		},
-	}
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-dev/berth/internal/certs"
+	bmetrics "github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/pods"
 	"github.com/berth-dev/berth/scaler/promsource"
@@ -28,12 +29,13 @@ import (
 )
 
 type scalerFlags struct {
-	grpcAddress, metricsAddress, kubeconfig, namespace string
-	tls                                                certs.ServingFiles
-	scrapeTimeout, freshFor, maxSampleAge, ttftWindow  time.Duration
-	streamInterval, shutdownGrace                      time.Duration
-	headroom                                           float64
-	log                                                logFlags
+	grpcAddress, kubeconfig, namespace                string
+	metrics                                           metricsFlags
+	tls                                               certs.ServingFiles
+	scrapeTimeout, freshFor, maxSampleAge, ttftWindow time.Duration
+	streamInterval, shutdownGrace                     time.Duration
+	headroom                                          float64
+	log                                               logFlags
 }
 
 func newScalerCommand() *cobra.Command {
@@ -55,7 +57,7 @@ math: docs/scaler.md.`,
 	fl := cmd.Flags()
 	f.log.bind(fl)
 	fl.StringVar(&f.grpcAddress, "grpc-address", ":9090", "address of the gRPC ExternalScaler and health services")
-	fl.StringVar(&f.metricsAddress, "metrics-address", ":8080", "address of the Prometheus /metrics endpoint; 0 disables it")
+	f.metrics.bind(fl, "metrics-address", ":8080")
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG or in-cluster config")
 	fl.StringVar(&f.namespace, "namespace", "", "watch pods in this namespace only (default all namespaces)")
 	fl.StringVar(&f.tls.CertFile, "tls-cert-file", "", "serving certificate (PEM); enables TLS (KEDA trigger enableTLS: true)")
@@ -151,9 +153,10 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(server.Collectors()...)
+	reg.MustRegister(bmetrics.BuildInfo("scaler"))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	if f.metricsAddress != "0" {
-		if err := serveMetrics(ctx, f.metricsAddress, reg); err != nil {
+	if f.metrics.address != "0" {
+		if err := serveMetrics(ctx, f.metrics, reg, cfg); err != nil {
 			return err
 		}
 	}

@@ -1,8 +1,13 @@
 // Package doctor finds GPU autoscaling set-ups that misbehave: autoscalers driven by GPU duty
-// cycle or memory, GPU NodePools that let Karpenter consolidate busy nodes, multi-pod GPU jobs
-// without a gang, vLLM Deployments without a queue- or KV-cache-based scaler, and Prometheus
-// triggers on vLLM metrics without aggregation. Checks are pure functions over a Snapshot of the
-// cluster; `berth doctor` reads the Snapshot through the kubeconfig.
+// cycle, memory or CPU; GPU ScaledObjects without a fallback or scaled to zero with no demand
+// that exists at zero; GPU NodePools that let Karpenter consolidate busy nodes, lack the
+// nvidia.com/gpu taint or limit, release nodes faster than a model loads or expire training
+// nodes; @latest AMIs under GPU pools; general pools that can launch GPU instances; Karpenter
+// settings that matter for GPUs (DRA requests ignored, NodeRepair off beside berth's agent);
+// multi-pod GPU jobs whose pods need each other without a gang; vLLM/SGLang Deployments that
+// nothing scales on load; and Prometheus triggers on vLLM metrics without aggregation. Install
+// checks berth itself (CRD, webhook, leader, agent coverage). Checks are pure functions over a
+// Snapshot of the cluster; `berth doctor` reads the Snapshot through the kubeconfig.
 package doctor
 
 import (
@@ -12,6 +17,7 @@ import (
 	"sort"
 	"strings"
 
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
@@ -32,6 +38,15 @@ type Snapshot struct {
 	// GangJobs are JobSets and PyTorchJobs (unstructured; their GPU pod templates are read).
 	GangJobs    []unstructured.Unstructured
 	Deployments []appsv1.Deployment
+	// NodeClasses are Karpenter's EC2NodeClasses (their AMI selection).
+	NodeClasses []awsv1.EC2NodeClass
+	// Karpenter are Karpenter's controller Deployments, from every namespace (its settings).
+	Karpenter []appsv1.Deployment
+	// Nodes are the cluster's nodes (which run berth's agent).
+	Nodes []corev1.Node
+	// ResourceClaims names the ResourceClaims and ResourceClaimTemplates ("Kind namespace/name")
+	// through which pods ask for devices (DRA).
+	ResourceClaims []string
 	// Unread are the kinds berth may not list (Kind → why): the checks that need them are
 	// skipped.
 	Unread map[string]string
@@ -92,7 +107,18 @@ type check struct {
 // checks are every check, in the order they run.
 var checks = []check{
 	{CheckGPUUtilScaling, []string{KindHPA, KindScaledObject}, gpuUtilScaling},
+	{CheckResourceScaling, []string{KindHPA, KindScaledObject, KindDeployment}, resourceScaling},
+	{CheckNoFallback, []string{KindScaledObject, KindDeployment}, withoutFallback},
+	{CheckZeroWithoutDemand, []string{KindScaledObject, KindDeployment}, zeroWithoutDemand},
 	{CheckUnsafeNodePool, []string{KindNodePool}, unsafeNodePools},
+	{CheckGPUTaint, []string{KindNodePool}, gpuTaints},
+	{CheckGPULimit, []string{KindNodePool}, gpuLimits},
+	{CheckConsolidateAfter, []string{KindNodePool}, shortConsolidateAfter},
+	{CheckTrainingExpiry, []string{KindNodePool}, trainingExpiry},
+	{CheckLatestAMI, []string{KindNodePool, KindEC2NodeClass}, latestAMIs},
+	{CheckGeneralPoolGPUs, []string{KindNodePool}, generalPoolGPUs},
+	{CheckKarpenterIgnoresDRA, []string{KindKarpenter, KindResourceClaim}, karpenterIgnoresDRA},
+	{CheckKarpenterNodeRepair, []string{KindKarpenter, KindNode}, karpenterNodeRepairOff},
 	{CheckJobWithoutGang, []string{KindJob, "JobSet", "PyTorchJob"}, jobsWithoutGang},
 	{CheckVLLMWithoutScaler, []string{KindDeployment, KindHPA, KindScaledObject}, vllmWithoutScaler},
 	{CheckUnaggregatedQuery, []string{KindScaledObject}, unaggregatedQueries},
@@ -227,7 +253,7 @@ func jobsWithoutGang(s Snapshot) []Finding {
 		if j.Spec.Parallelism != nil {
 			par = *j.Spec.Parallelism
 		}
-		if par < 2 || gpusOf(j.Spec.Template.Spec) == 0 || inGang(j.Spec.Template) || jobDone(j) {
+		if par < 2 || gpusOf(j.Spec.Template.Spec) == 0 || inGang(j.Spec.Template) || jobDone(j) || !talksToPeers(j) {
 			continue
 		}
 		out = append(out, Finding{Check: CheckJobWithoutGang, Object: obj("Job", j.Namespace, j.Name),
@@ -242,6 +268,35 @@ func jobsWithoutGang(s Snapshot) []Finding {
 			Problem: fmt.Sprintf("%d GPU pods are scheduled one by one", pods), Fix: gangFix})
 	}
 	return out
+}
+
+// rendezvous matches the environment variables, launchers and libraries of jobs whose pods
+// connect to each other (PyTorch, DeepSpeed, Horovod/MPI, JAX, TensorFlow, NCCL).
+var rendezvous = regexp.MustCompile(`\b(MASTER_ADDR|MASTER_PORT|WORLD_SIZE|NCCL_[A-Z_]+|PET_[A-Z_]+|TF_CONFIG|JAX_COORDINATOR_ADDRESS|OMPI_[A-Z_]+|` +
+	`torchrun|torch\.distributed|deepspeed|mpirun|mpiexec|horovodrun|accelerate launch|jax\.distributed|ray start)\b`)
+
+// talksToPeers reports whether a Job's pods need each other (and so must start together): one
+// pod per completion (Indexed pods with a subdomain reach each other by hostname) or a launcher
+// or rendezvous variable of a distributed framework. A work queue (completions unset, or more
+// completions than parallel pods) or a plain batch of independent pods does not.
+func talksToPeers(j batchv1.Job) bool {
+	if j.Spec.Completions == nil || (j.Spec.Parallelism != nil && *j.Spec.Completions > *j.Spec.Parallelism) {
+		return false
+	}
+	spec := j.Spec.Template.Spec
+	if j.Spec.CompletionMode != nil && *j.Spec.CompletionMode == batchv1.IndexedCompletion && spec.Subdomain != "" {
+		return true
+	}
+	for _, c := range append(slices.Clone(spec.InitContainers), spec.Containers...) {
+		text := strings.Join(c.Command, " ") + " " + strings.Join(c.Args, " ")
+		for _, e := range c.Env {
+			text += " " + e.Name
+		}
+		if rendezvous.MatchString(text) {
+			return true
+		}
+	}
+	return false
 }
 
 func jobDone(j batchv1.Job) bool {
@@ -306,27 +361,43 @@ func replicatedGPU(u unstructured.Unstructured) (pods int64, gpus int64, gang bo
 	return pods, gpus, gang
 }
 
-// vLLM metric names a queue- or KV-based trigger reads, and berth's external scaler.
-var vllmSignal = regexp.MustCompile(`vllm:(num_requests_waiting|kv_cache_usage_perc|gpu_cache_usage_perc)`)
+// llmServer matches the image, command or arguments of an LLM inference server.
+var llmServer = regexp.MustCompile(`(?i)vllm|sglang`)
 
+// isVLLM reports whether a Deployment runs vLLM or SGLang on GPUs.
 func isVLLM(d appsv1.Deployment) bool {
 	for _, c := range d.Spec.Template.Spec.Containers {
 		text := c.Image + " " + strings.Join(c.Command, " ") + " " + strings.Join(c.Args, " ")
-		if strings.Contains(strings.ToLower(text), "vllm") {
+		if llmServer.MatchString(text) {
 			return gpusOf(d.Spec.Template.Spec) > 0
 		}
 	}
 	return false
 }
 
+// loadMetric reports whether an HPA metric follows load: a pods, object or external metric
+// (KEDA's, prometheus-adapter's or another adapter's) that is not GPU duty cycle or memory.
+func loadMetric(m autoscalingv2.MetricSpec) bool {
+	name := hpaMetricName(m)
+	return name != "" && !gpuUtilMetric.MatchString(name)
+}
+
+// vllmWithoutScaler finds vLLM and SGLang Deployments that nothing scales on load: no
+// ScaledObject with a trigger other than cpu, memory or GPU utilisation, and no HPA on a
+// custom or external metric (prometheus-adapter's vllm_num_requests_waiting counts).
 func vllmWithoutScaler(s Snapshot) []Finding {
 	scaled := map[string]bool{}
 	for _, so := range s.ScaledObjects {
 		target, _, _ := unstructured.NestedString(so.Object, "spec", "scaleTargetRef", "name")
-		for _, tr := range triggers(so) {
-			if tr.kind == "external" || tr.kind == "external-push" || vllmSignal.MatchString(tr.meta["query"]) {
+		for _, tr := range loadTriggers(so) {
+			if tr.kind != "prometheus" || !gpuUtilMetric.MatchString(tr.meta["query"]) {
 				scaled[so.GetNamespace()+"/"+target] = true
 			}
+		}
+	}
+	for _, h := range s.HPAs {
+		if h.Spec.ScaleTargetRef.Kind == defaultScaleTargetKind && slices.ContainsFunc(h.Spec.Metrics, loadMetric) {
+			scaled[h.Namespace+"/"+h.Spec.ScaleTargetRef.Name] = true
 		}
 	}
 	var out []Finding
@@ -335,7 +406,7 @@ func vllmWithoutScaler(s Snapshot) []Finding {
 			continue
 		}
 		out = append(out, Finding{Check: CheckVLLMWithoutScaler, Object: obj("Deployment", d.Namespace, d.Name),
-			Problem: "vLLM Deployment with no ScaledObject scaling it on queue depth or KV-cache usage",
+			Problem: "vLLM/SGLang Deployment that nothing scales on load (queue depth, concurrency or KV-cache usage): no ScaledObject or HPA on such a metric",
 			Fix:     "add a KEDA ScaledObject with an external-push trigger to berth's scaler (targetQueueDepth, targetKVCacheUsage; docs/scaler.md, examples/vllm-scaledobject.yaml), or a prometheus trigger on aggregated sum(vllm:num_requests_waiting) / avg(vllm:kv_cache_usage_perc)"})
 	}
 	return out

@@ -104,7 +104,7 @@ func TestChecks(t *testing.T) {
 			name: "vLLM Deployment without a queue scaler; one with berth's scaler is fine",
 			snap: Snapshot{
 				Deployments:   []appsv1.Deployment{deployment("llm", "vllm/vllm-openai:v0.11.0"), deployment("llm-scaled", "vllm/vllm-openai:v0.11.0"), deployment("web", "nginx")},
-				ScaledObjects: []unstructured.Unstructured{scaledObject("llm-scaled", "llm-scaled", map[string]any{"type": "external", "metadata": map[string]any{"scalerAddress": "berth-scaler.berth-system:9090"}})},
+				ScaledObjects: []unstructured.Unstructured{berthSO("llm-scaled", "llm-scaled", 1, true, nil)},
 			},
 			want: []string{"vllm-without-queue-scaler Deployment ml/llm"},
 		},
@@ -128,16 +128,23 @@ func TestChecks(t *testing.T) {
 func nodePool(name string, gpuPool bool, budgets []karpv1.Budget) karpv1.NodePool {
 	np := karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: name}}
 	np.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmptyOrUnderutilized
-	np.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("0s")
+	np.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("1h")
 	np.Spec.Disruption.Budgets = budgets
 	if gpuPool {
 		np.Spec.Template.Spec.Taints = []corev1.Taint{{Key: "nvidia.com/gpu", Effect: corev1.TaintEffectNoSchedule}}
+		np.Spec.Limits = karpv1.Limits{"nvidia.com/gpu": resource.MustParse("64")}
 	}
 	return np
 }
 
+// job is a Job of parallelism pods that rendezvous (one completion each, torchrun's MASTER_ADDR).
 func job(name string, parallelism int32, tmpl corev1.PodTemplateSpec) batchv1.Job {
-	return batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"}, Spec: batchv1.JobSpec{Parallelism: ptr.To(parallelism), Template: tmpl}}
+	tmpl = *tmpl.DeepCopy()
+	for i := range tmpl.Spec.Containers {
+		tmpl.Spec.Containers[i].Env = append(tmpl.Spec.Containers[i].Env, corev1.EnvVar{Name: "MASTER_ADDR", Value: name + "-0." + name})
+	}
+	return batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml"},
+		Spec: batchv1.JobSpec{Parallelism: ptr.To(parallelism), Completions: ptr.To(parallelism), Template: tmpl}}
 }
 
 func withLabel(t corev1.PodTemplateSpec, k, v string) corev1.PodTemplateSpec {
@@ -166,6 +173,7 @@ func TestSkips(t *testing.T) {
 		CheckUnaggregatedQuery: "skipped on request (--skip)",
 		CheckGPUUtilScaling:    "cannot list HorizontalPodAutoscaler (forbidden)",
 		CheckVLLMWithoutScaler: "cannot list HorizontalPodAutoscaler (forbidden)",
+		CheckResourceScaling:   "cannot list HorizontalPodAutoscaler (forbidden)",
 	}
 	if !cmp.Equal(want, got) || !r.Incomplete {
 		t.Errorf("skipped %v, incomplete %v; want %v, incomplete", got, r.Incomplete, want)
@@ -173,7 +181,7 @@ func TestSkips(t *testing.T) {
 	if r := Run(Snapshot{}, CheckUnaggregatedQuery); r.Incomplete || len(r.Skipped) != 1 {
 		t.Errorf("a check skipped on request: %+v; want complete, one skip", r)
 	}
-	if names := Checks(); len(names) != 5 || names[0] != CheckGPUUtilScaling {
+	if names := Checks(); len(names) != len(checks) || names[0] != CheckGPUUtilScaling {
 		t.Errorf("Checks() = %v", names)
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers"
 	"github.com/berth-dev/berth/controllers/podgroup/gate"
 )
 
@@ -24,7 +27,18 @@ import (
 const (
 	CheckInstallCRD     = "berth-crd"
 	CheckInstallWebhook = "berth-webhook"
+	CheckInstallLeader  = "berth-leader"
+	CheckInstallAgent   = "berth-agent"
 )
+
+// InstallChecks are the names of the install checks (what --install --skip takes).
+func InstallChecks() []string {
+	return []string{CheckInstallCRD, CheckInstallWebhook, CheckInstallLeader, CheckInstallAgent}
+}
+
+// AgentStale is how long after the agent's last report a GPU node counts as unwatched: the
+// agent reports every 30 s, so ten missed reports.
+const AgentStale = 5 * time.Minute
 
 // podGroupCRD is the PodGroup CRD's name.
 const podGroupCRD = "podgroups." + "scheduling.berth.dev"
@@ -33,29 +47,116 @@ const podGroupCRD = "podgroups." + "scheduling.berth.dev"
 // gates by label).
 const selfCheckGroup = "berth-doctor-self-check"
 
-// Install checks berth's own install: the PodGroup CRD serves the version this berth speaks,
-// and the pod-gate webhook answers the API server with a certificate its CA bundle trusts —
-// proven by a server-side dry run of a gang member in namespace, which must come back gated.
-// Nothing is created. A check berth may not run (Forbidden) is skipped.
-func Install(ctx context.Context, c client.Client, namespace string) (Report, error) {
+// Install checks berth's own install in namespace (where the chart put it): the PodGroup CRD
+// serves the version this berth speaks; the pod-gate webhook answers the API server with a
+// certificate its CA bundle trusts — proven by a server-side dry run of a gang member, which
+// must come back gated; a controller replica holds the leader Lease and renews it; and berth's
+// agent reports on every GPU node. Nothing is created. A check berth may not run (Forbidden) is
+// skipped, as is one named in skip; now is the clock the Lease and the agent's reports are
+// read against.
+func Install(ctx context.Context, c client.Client, namespace string, now time.Time, skip ...string) (Report, error) {
 	var r Report
 	var errs []error
-	add := func(name string, fs []Finding, skipped string, err error) {
+	type installCheck struct {
+		name string
+		run  func() ([]Finding, string, error)
+	}
+	for _, ch := range []installCheck{
+		{CheckInstallCRD, func() ([]Finding, string, error) { return crdCheck(ctx, c) }},
+		{CheckInstallWebhook, func() ([]Finding, string, error) { return webhookCheck(ctx, c, namespace) }},
+		{CheckInstallLeader, func() ([]Finding, string, error) { return leaderCheck(ctx, c, namespace, now) }},
+		{CheckInstallAgent, func() ([]Finding, string, error) { return agentCheck(ctx, c, now) }},
+	} {
+		if slices.Contains(skip, ch.name) {
+			r.Skipped = append(r.Skipped, Skipped{Check: ch.name, Reason: "skipped on request (--skip)"})
+			continue
+		}
+		fs, skipped, err := ch.run()
 		switch {
 		case err != nil:
 			errs = append(errs, err)
 		case skipped != "":
-			r.Skipped = append(r.Skipped, Skipped{Check: name, Reason: skipped})
+			r.Skipped = append(r.Skipped, Skipped{Check: ch.name, Reason: skipped})
 			r.Incomplete = true
 		default:
 			r.Findings = append(r.Findings, fs...)
 		}
 	}
-	fs, skipped, err := crdCheck(ctx, c)
-	add(CheckInstallCRD, fs, skipped, err)
-	fs, skipped, err = webhookCheck(ctx, c, namespace)
-	add(CheckInstallWebhook, fs, skipped, err)
 	return r, errors.Join(errs...)
+}
+
+// leaderCheck finds no controller replica leading: the Lease missing (no replica ever ran in
+// this namespace), released, or not renewed within its duration (every replica is down or cut
+// off from the API server). Without a leader no gang is admitted and no gate released.
+func leaderCheck(ctx context.Context, c client.Client, namespace string, now time.Time) ([]Finding, string, error) {
+	var lease coordinationv1.Lease
+	key := client.ObjectKey{Namespace: namespace, Name: controllers.LeaderElectionID}
+	object := "Lease " + namespace + "/" + key.Name
+	err := c.Get(ctx, key, &lease)
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil, fmt.Sprintf("cannot get %s (forbidden)", object), nil
+	case apierrors.IsNotFound(err):
+		return []Finding{{Check: CheckInstallLeader, Object: object,
+			Problem: fmt.Sprintf("no controller replica has ever led in %s: no gang is admitted and no gated member released", namespace),
+			Fix:     "check the controller Deployment's pods (kubectl -n " + namespace + " get pods -l app.kubernetes.io/component=controller) and that -n names berth's namespace"}}, "", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("reading %s: %w", object, err)
+	}
+	holder := ptr.Deref(lease.Spec.HolderIdentity, "")
+	duration := time.Duration(ptr.Deref(lease.Spec.LeaseDurationSeconds, 15)) * time.Second
+	var renewed time.Time
+	if lease.Spec.RenewTime != nil {
+		renewed = lease.Spec.RenewTime.Time
+	}
+	switch {
+	case holder == "":
+		return []Finding{{Check: CheckInstallLeader, Object: object,
+			Problem: "no controller replica leads (the last leader released the Lease and none took it): no gang is admitted and no gated member released",
+			Fix:     "check the controller pods are running and Ready; their logs say why they do not acquire the Lease"}}, "", nil
+	case now.Sub(renewed) > duration:
+		return []Finding{{Check: CheckInstallLeader, Object: object,
+			Problem: fmt.Sprintf("the leader %s last renewed the Lease %s ago (it lasts %s): no replica leads, so no gang is admitted and no gated member released", holder, now.Sub(renewed).Round(time.Second), duration),
+			Fix:     "check the controller pods: crashed, evicted, or unable to reach the API server (their logs; berth_controller up); a new leader takes the Lease once it expires"}}, "", nil
+	}
+	return nil, "", nil
+}
+
+// agentCheck finds GPU nodes (allocatable nvidia.com/gpu) where berth's agent has not reported
+// within AgentStale: their GPU faults are not seen, and gangs are placed on failed GPUs.
+func agentCheck(ctx context.Context, c client.Client, now time.Time) ([]Finding, string, error) {
+	var nodes corev1.NodeList
+	err := c.List(ctx, &nodes)
+	switch {
+	case apierrors.IsForbidden(err):
+		return nil, "cannot list Nodes (forbidden)", nil
+	case err != nil:
+		return nil, "", fmt.Errorf("listing nodes: %w", err)
+	}
+	var out []Finding
+	for _, n := range nodes.Items {
+		if q, ok := n.Status.Allocatable[berthv1alpha1.GPUResource]; !ok || q.IsZero() {
+			continue
+		}
+		var last time.Time
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == berthv1alpha1.NodeConditionGPUDegraded {
+				last = cond.LastHeartbeatTime.Time
+			}
+		}
+		var problem string
+		switch {
+		case last.IsZero():
+			problem = "GPU node with no report from berth's agent (no GPUDegraded condition): its GPU faults are not seen, and gangs may be placed on failed GPUs"
+		case now.Sub(last) > AgentStale:
+			problem = fmt.Sprintf("berth's agent last reported on this GPU node %s ago: its GPU faults are not seen, and gangs may be placed on failed GPUs", now.Sub(last).Round(time.Second))
+		default:
+			continue
+		}
+		out = append(out, Finding{Check: CheckInstallAgent, Object: "Node " + n.Name, Problem: problem,
+			Fix: "check the agent DaemonSet's pod on the node (its nodeSelector and tolerations must match the node; kubectl get pods -o wide -l app.kubernetes.io/component=agent); --skip " + CheckInstallAgent + " where the agent is not installed by choice"})
+	}
+	return out, "", nil
 }
 
 // crdCheck finds a missing PodGroup CRD, or one that does not serve v1alpha1.

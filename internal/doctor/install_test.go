@@ -3,20 +3,28 @@ package doctor
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers"
 	"github.com/berth-dev/berth/controllers/podgroup/gate"
 )
 
@@ -52,14 +60,14 @@ func TestInstallBlamesOnlyBerth(t *testing.T) {
 					return tt.err
 				},
 			}).Build()
-			r, err := Install(context.Background(), c, "ml")
+			r, err := Install(context.Background(), c, "ml", time.Now(), CheckInstallLeader, CheckInstallAgent)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if got := len(r.Findings) == 1 && r.Findings[0].Check == CheckInstallWebhook; got != tt.finding {
 				t.Errorf("findings %+v, want a berth-webhook finding: %v", r.Findings, tt.finding)
 			}
-			if tt.skipWord != "" && (len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0].Reason, tt.skipWord) || !r.Incomplete) {
+			if tt.skipWord != "" && (len(r.Skipped) != 3 || !strings.Contains(r.Skipped[0].Reason, tt.skipWord) || !r.Incomplete) {
 				t.Errorf("skipped %+v (incomplete %v), want one naming %q", r.Skipped, r.Incomplete, tt.skipWord)
 			}
 		})
@@ -69,5 +77,54 @@ func TestInstallBlamesOnlyBerth(t *testing.T) {
 	if m.Spec.SecurityContext == nil || !*m.Spec.SecurityContext.RunAsNonRoot || sc == nil || *sc.AllowPrivilegeEscalation ||
 		m.Spec.Containers[0].Resources.Limits.Memory().IsZero() {
 		t.Errorf("the dry-run member is not restricted or has no limits: %+v", m.Spec)
+	}
+}
+
+// TestLeaderAndAgentChecks: a Lease renewed within its duration passes; missing, released or
+// expired it is a finding. A GPU node passes with a fresh agent report; without one, or with a
+// stale one, it is a finding; a node without GPUs is not checked.
+func TestLeaderAndAgentChecks(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	lease := func(holder string, renewedAgo time.Duration) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: controllers.LeaderElectionID, Namespace: "berth"},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(holder), LeaseDurationSeconds: ptr.To[int32](15),
+				RenewTime: ptr.To(metav1.NewMicroTime(now.Add(-renewedAgo)))}}
+	}
+	gpuNode := func(name string, reportedAgo time.Duration) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{berthv1alpha1.GPUResource: resource.MustParse("8")}}}
+		if reportedAgo >= 0 {
+			n.Status.Conditions = []corev1.NodeCondition{{Type: berthv1alpha1.NodeConditionGPUDegraded, Status: corev1.ConditionFalse,
+				LastHeartbeatTime: metav1.NewTime(now.Add(-reportedAgo))}}
+		}
+		return n
+	}
+	cpuNode := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu"}}
+	for _, tt := range []struct {
+		name string
+		objs []client.Object
+		want []string
+	}{
+		{"led, every GPU node watched", []client.Object{lease("a", 5*time.Second), gpuNode("g1", 20*time.Second), cpuNode}, nil},
+		{"no Lease", []client.Object{gpuNode("g1", 0)}, []string{"berth-leader Lease berth/" + controllers.LeaderElectionID}},
+		{"released", []client.Object{lease("", time.Second)}, []string{"berth-leader Lease berth/" + controllers.LeaderElectionID}},
+		{"expired", []client.Object{lease("a", time.Minute)}, []string{"berth-leader Lease berth/" + controllers.LeaderElectionID}},
+		{"agent missing or stale", []client.Object{lease("a", 0), gpuNode("fresh", 0), gpuNode("never", -1), gpuNode("stale", 10*time.Minute), cpuNode},
+			[]string{"berth-agent Node never", "berth-agent Node stale"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjects(tt.objs...).Build()
+			r, err := Install(context.Background(), c, "berth", now, CheckInstallCRD, CheckInstallWebhook)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, f := range r.Findings {
+				got = append(got, f.Check+" "+f.Object)
+			}
+			if !slices.Equal(got, tt.want) || r.Incomplete {
+				t.Errorf("findings %v (incomplete %v), want %v", got, r.Incomplete, tt.want)
+			}
+		})
 	}
 }

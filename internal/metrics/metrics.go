@@ -13,4 +13,10 @@ const (
 	LabelStage = "stage"
 	// LabelPhase is a PodGroup phase.
 	LabelPhase = "phase"
+	// LabelNamespace is the namespace of the object a series is about: the team to route to.
+	LabelNamespace = "namespace"
+	// LabelPodGroup names a PodGroup (with LabelNamespace).
+	LabelPodGroup = "podgroup"
+	// LabelNodePool names a Karpenter NodePool.
+	LabelNodePool = "nodepool"
 )

@@ -258,6 +258,7 @@ func closedLabels() map[string]map[string][]string {
 		"berth_podgroup_provisioning_attempts_total": {"result": admission.ProvisioningResults},
 		"berth_podgroup_placement_attempts_total":    {"result": admission.PlacementResults},
 		"berth_podgroup_oldest_waiting_seconds":      {"phase": phases},
+		"berth_podgroup_waiting_seconds":             {"phase": phases},
 		"berth_scaler_scrape_errors_total":           {"source": sources, "reason": append(slices.Clone(pods.Reasons), promsource.ReasonQuery)},
 		"berth_scaler_scrape_duration_seconds_count": {"source": sources},
 		"leader_election_master_status":              {"name": {controllers.LeaderElectionID}},

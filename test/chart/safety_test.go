@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/berth-dev/berth/controllers"
 	"github.com/berth-dev/berth/test/chart"
 )
 
@@ -213,14 +214,28 @@ func TestHelmTest(t *testing.T) {
 		t.Errorf("test pod runs as %v", sa)
 	}
 	rules := toYAML(t, dig(byKey["Role/berth-test"], "rules")) + toYAML(t, dig(byKey["ClusterRole/berth-test"], "rules"))
-	for _, want := range []string{"create", "customresourcedefinitions", "podgroups.scheduling.berth.dev", "mutatingwebhookconfigurations", "berth-pod-gate"} {
+	for _, want := range []string{"create", "customresourcedefinitions", "podgroups.scheduling.berth.dev", "mutatingwebhookconfigurations", "berth-pod-gate",
+		"leases", controllers.LeaderElectionID, "nodes"} {
 		if !strings.Contains(rules, want) {
 			t.Errorf("test RBAC lacks %q:\n%s", want, rules)
 		}
 	}
-	for _, forbidden := range []string{"'*'", "list", "delete", "secrets"} {
+	for _, forbidden := range []string{"'*'", "delete", "update", "patch", "secrets", "watch"} {
 		if strings.Contains(rules, forbidden) {
 			t.Errorf("test RBAC grants %s:\n%s", forbidden, rules)
+		}
+	}
+	// Without the agent, its check is left out rather than failing on every GPU node.
+	noAgent, err := chart.Hooks(map[string]any{"agent": map[string]any{"enabled": false}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range noAgent {
+		if h["kind"] == "Pod" {
+			cs, _ := dig(h, "spec", "containers").([]any)
+			if args := strings.Join(asStrings(cs[0].(map[string]any)["args"]), " "); args != "doctor --install -n berth-system --skip berth-agent" {
+				t.Errorf("test pod args without the agent: %s", args)
+			}
 		}
 	}
 	for key := range mustRender(t, nil) {

@@ -27,6 +27,28 @@ var full = map[string]any{
 	"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true}, "l4": map[string]any{"enabled": true}}},
 }
 
+// TestPrometheusRuleFollowsTheRelease: rule groups of components the release does not run are
+// left out (their absence alerts would fire forever), and runbook links follow
+// runbookBaseURL.
+func TestPrometheusRuleFollowsTheRelease(t *testing.T) {
+	got := mustRender(t, map[string]any{
+		"scaler":     map[string]any{"enabled": false},
+		"agent":      map[string]any{"enabled": false},
+		"monitoring": map[string]any{"prometheusRule": map[string]any{"enabled": true, "runbookBaseURL": "https://wiki.example.com/berth/"}},
+	})
+	spec := toYAML(t, dig(got["PrometheusRule/berth"], "spec"))
+	var names []string
+	for _, g := range dig(got["PrometheusRule/berth"], "spec", "groups").([]any) {
+		names = append(names, g.(map[string]any)["name"].(string))
+	}
+	if want := []string{"berth-gangs", "berth-karpenter", "berth-controller"}; !slices.Equal(names, want) {
+		t.Errorf("rule groups %v, want %v", names, want)
+	}
+	if strings.Contains(spec, "github.com/berth-dev/berth/blob") || !strings.Contains(spec, "runbook_url: https://wiki.example.com/berth/BerthControllerDown.md") {
+		t.Errorf("runbook links do not follow runbookBaseURL:\n%s", spec)
+	}
+}
+
 func mustRender(t *testing.T, values map[string]any) map[string]map[string]any {
 	t.Helper()
 	got, err := chart.Render(values)
@@ -48,7 +70,7 @@ func keys(m map[string]map[string]any) []string {
 func TestDefaultRender(t *testing.T) {
 	got := mustRender(t, nil)
 	want := []string{
-		"ClusterRole/berth-agent", "ClusterRole/berth-controller", "ClusterRole/berth-scaler",
+		"ClusterRole/berth-agent", "ClusterRole/berth-controller", "ClusterRole/berth-metrics-reader", "ClusterRole/berth-scaler",
 		"ClusterRoleBinding/berth-agent", "ClusterRoleBinding/berth-controller", "ClusterRoleBinding/berth-scaler",
 		"CustomResourceDefinition/podgroups.scheduling.berth.dev",
 		"DaemonSet/berth-agent", "Deployment/berth-controller", "Deployment/berth-scaler",
@@ -95,7 +117,7 @@ func TestFullRender(t *testing.T) {
 	if args := toYAML(t, dig(got["Deployment/berth-controller"], "spec", "template", "spec", "containers")); !strings.Contains(args, "--adapters=coscheduling,volcano,kueue") {
 		t.Errorf("controller lacks --adapters: %s", args)
 	}
-	for _, k := range []string{"Certificate/berth-webhook-cert", "Issuer/berth-selfsigned", "ServiceMonitor/berth-controller", "ServiceMonitor/berth-scaler",
+	for _, k := range []string{"Certificate/berth-webhook-cert", "Issuer/berth-selfsigned", "Certificate/berth-webhook-ca", "Issuer/berth-ca", "ServiceMonitor/berth-controller", "ServiceMonitor/berth-scaler",
 		"PodMonitor/berth-agent", "PrometheusRule/berth", "ConfigMap/berth-dashboard", "NodePool/gpu-h100-training", "EC2NodeClass/gpu-l4-inference"} {
 		if got[k] == nil {
 			t.Errorf("full render lacks %s (has %v)", k, keys(got))
@@ -110,21 +132,53 @@ func TestFullRender(t *testing.T) {
 	if !slices.Contains(containerArgs(got["Deployment/berth-controller"]), "--webhook-self-signed=false") {
 		t.Error("with cert-manager the controller must not issue its own certificate")
 	}
+	// Secure metrics (the default): every component serves HTTPS behind authorization, and the
+	// monitors scrape with the token of the chart's metrics-reader ServiceAccount.
+	for _, d := range []string{"Deployment/berth-controller", "Deployment/berth-scaler", "DaemonSet/berth-agent"} {
+		if !slices.Contains(containerArgs(got[d]), "--metrics-secure") {
+			t.Errorf("%s does not serve secure metrics: %v", d, containerArgs(got[d]))
+		}
+	}
+	for _, m := range []string{"ServiceMonitor/berth-controller", "ServiceMonitor/berth-scaler"} {
+		ep := dig(got[m], "spec", "endpoints").([]any)[0].(map[string]any)
+		if ep["scheme"] != "https" || dig(ep, "authorization", "credentials", "name") != "berth-metrics-reader" {
+			t.Errorf("%s endpoint %v", m, ep)
+		}
+	}
+	if ep := dig(got["PodMonitor/berth-agent"], "spec", "podMetricsEndpoints").([]any)[0].(map[string]any); ep["scheme"] != "https" {
+		t.Errorf("agent PodMonitor endpoint %v", ep)
+	}
+	for _, k := range []string{"ServiceAccount/berth-metrics-reader", "Secret/berth-metrics-reader", "ClusterRoleBinding/berth-metrics-reader"} {
+		if got[k] == nil {
+			t.Errorf("full render lacks %s", k)
+		}
+	}
+	// cert-manager mode: the serving certificate comes from a CA Issuer on a long-lived CA, so
+	// its renewal keeps the bundle the API server trusts.
+	if issuer := dig(got["Certificate/berth-webhook-cert"], "spec", "issuerRef", "name"); issuer != "berth-ca" {
+		t.Errorf("serving certificate issued by %v, want the CA Issuer berth-ca", issuer)
+	}
+	if dig(got["Certificate/berth-webhook-ca"], "spec", "isCA") != true || dig(got["Issuer/berth-ca"], "spec", "ca", "secretName") != "berth-webhook-ca" {
+		t.Errorf("CA Certificate %v / CA Issuer %v", got["Certificate/berth-webhook-ca"], got["Issuer/berth-ca"])
+	}
 	ann := dig(got["MutatingWebhookConfiguration/berth-pod-gate"], "metadata", "annotations").(map[string]any)
 	if ann["cert-manager.io/inject-ca-from"] != "berth-system/berth-webhook-cert" {
 		t.Errorf("webhook annotations %v", ann)
 	}
-	// The PrometheusRule carries config/prometheus/rules.yaml's groups unchanged.
-	var rules map[string]any
+	// The PrometheusRule carries config/prometheus/rules.yaml's groups, with the runbooks of the
+	// installed version and the webhook Service's own name.
 	data, err := os.ReadFile("../../config/prometheus/rules.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := yaml.Unmarshal(data, &rules); err != nil {
+	want := strings.ReplaceAll(string(data), "/blob/main/docs/runbooks/", "/blob/v0.1.0/docs/runbooks/")
+	want = strings.ReplaceAll(want, "(.+-)?berth(-.+)?-webhook", "berth-webhook")
+	var rules map[string]any
+	if err := yaml.Unmarshal([]byte(want), &rules); err != nil {
 		t.Fatal(err)
 	}
 	if toYAML(t, dig(got["PrometheusRule/berth"], "spec")) != toYAML(t, rules) {
-		t.Error("PrometheusRule spec differs from config/prometheus/rules.yaml")
+		t.Error("PrometheusRule spec differs from config/prometheus/rules.yaml (runbook version and webhook Service substituted)")
 	}
 	dash, err := os.ReadFile("../../config/grafana/berth-dashboard.json")
 	if err != nil {
@@ -233,6 +287,7 @@ func TestChartFilesMatchConfig(t *testing.T) {
 		"files/rbac/role.yaml":                     "rbac/role.yaml",
 		"files/rbac/scaler.yaml":                   "rbac/scaler.yaml",
 		"files/rbac/agent.yaml":                    "rbac/agent.yaml",
+		"files/rbac/metrics-reader.yaml":           "rbac/metrics-reader.yaml",
 		"files/pod-gate-webhook.yaml":              "webhook/manifests.yaml",
 		"files/prometheus-rules.yaml":              "prometheus/rules.yaml",
 		"files/berth-dashboard.json":               "grafana/berth-dashboard.json",

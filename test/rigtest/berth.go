@@ -29,9 +29,6 @@ type BerthProcess struct {
 	Running string
 	// Args are flags added to every start (after the rig's own).
 	Args []string
-	// AsAdmin runs the controller with the rig's admin kubeconfig instead of its own
-	// ServiceAccount (see the chaos package for why one package does).
-	AsAdmin bool
 }
 
 // NewBerthProcess builds the berth binary into the rig's work folder and registers the
@@ -45,7 +42,7 @@ func NewBerthProcess(ctx context.Context, r *rig.Rig) (*BerthProcess, error) {
 	if err != nil {
 		return nil, err
 	}
-	url := fmt.Sprintf("https://127.0.0.1:%d%s", port, gate.Path)
+	url := fmt.Sprintf("https://localhost:%d%s", port, gate.Path)
 	if err := r.Client.Create(ctx, gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, nil)); err != nil {
 		return nil, fmt.Errorf("creating webhook configuration: %w", err)
 	}
@@ -87,13 +84,10 @@ func (b *BerthProcess) start(ctx context.Context, leaderElect, webhook bool, env
 	if err != nil {
 		return "", err
 	}
-	if b.AsAdmin {
-		kubeconfig = b.r.Kubeconfig
-	}
 	args := []string{
 		"controller", "--kubeconfig=" + kubeconfig, "--leader-elect=" + strconv.FormatBool(leaderElect), "--metrics-bind-address=0",
 		"--health-probe-bind-address=127.0.0.1:" + strconv.Itoa(health),
-		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--webhook-hosts=127.0.0.1",
+		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(port), "--webhook-hosts=localhost",
 		"--webhook-cert-dir=" + filepath.Join(b.r.WorkDir(), name+"-certs"), "--webhook-secret-namespace=" + rig.BerthNamespace,
 		"--seat-namespace=" + rig.BerthNamespace,
 		"--admission-resync=" + AdmissionResync.String(),

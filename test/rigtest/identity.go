@@ -29,7 +29,7 @@ import (
 // admin kubeconfig — so a verb missing from the shipped RBAC fails a test instead of shipping.
 
 // rbacFiles are each component's RBAC file in config/rbac.
-var rbacFiles = map[string]string{"controller": "role.yaml", "scaler": "scaler.yaml", "agent": "agent.yaml"}
+var rbacFiles = map[string]string{"controller": "role.yaml", "scaler": "scaler.yaml", "agent": "agent.yaml", "metrics-reader": "metrics-reader.yaml"}
 
 var identities sync.Map // rig work dir + component → kubeconfig path
 
@@ -125,6 +125,20 @@ func createOrKeep(ctx context.Context, c client.Client, obj client.Object) error
 		return fmt.Errorf("creating %T %s: %w", obj, obj.GetName(), err)
 	}
 	return nil
+}
+
+// ComponentToken is the bearer token of ComponentKubeconfig's ServiceAccount (what a scraper
+// bound to config/rbac/metrics-reader.yaml presents, for component "metrics-reader").
+func ComponentToken(ctx context.Context, r *rig.Rig, component string) (string, error) {
+	path, err := ComponentKubeconfig(ctx, r, component)
+	if err != nil {
+		return "", err
+	}
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil {
+		return "", err
+	}
+	return cfg.AuthInfos["berth-"+component].Token, nil
 }
 
 // ComponentClient is a client acting as berth's component (ComponentKubeconfig), for tests

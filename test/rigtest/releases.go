@@ -79,11 +79,38 @@ func WatchReleases(t testing.TB, ns string) *Releases {
 	return rec
 }
 
+// observeWait bounds how long CheckWhole waits for the watch to show what the caller saw
+// through a List: a watch trails, and after an API server restart a stalled stream is closed
+// and resumed from its last resourceVersion, its events replayed, seconds later.
+const observeWait = 30 * time.Second
+
+// waitObserved waits until every member of gangs was seen ungated and bound, or timeout.
+func (r *Releases) waitObserved(gangs map[string][]string, timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		missing := false
+		for _, members := range gangs {
+			for _, m := range members {
+				_, okU := r.ungated[m]
+				_, okB := r.bound[m]
+				missing = missing || !okU || !okB
+			}
+		}
+		r.mu.Unlock()
+		if !missing {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // CheckWhole fails for every gang (name → member names) that had a member bound before its
 // last gate was removed, or whose members were not all seen ungated and bound; it returns how
 // many gangs were partly released.
 func (r *Releases) CheckWhole(t testing.TB, gangs map[string][]string) int {
 	t.Helper()
+	r.waitObserved(gangs, observeWait)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	partly := 0

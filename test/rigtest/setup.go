@@ -2,15 +2,19 @@ package rigtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/config"
 	"github.com/berth-dev/berth/internal/rig"
 )
@@ -87,4 +91,26 @@ func StartKarpenterCluster(ctx context.Context, r *rig.Rig, kwok rig.KwokOptions
 		return err
 	}
 	return r.InstallDevNodePools(ctx)
+}
+
+// WaitWebhookGates waits until berth's pod-gate webhook serves: a gang member's server-side dry
+// run comes back with berth's gate (the certificate is issued and trusted, the server up).
+func WaitWebhookGates(ctx context.Context, c client.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var last error
+	for {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "webhook-probe",
+			Labels: map[string]string{berthv1alpha1.PodGroupLabel: "webhook-probe"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+		last = c.Create(ctx, p, client.DryRunAll)
+		if last == nil && len(p.Spec.SchedulingGates) > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("berth's webhook does not gate a member after a minute (last: %w)", errors.Join(last, ctx.Err()))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

@@ -102,3 +102,24 @@ annotations:
   helm.sh/resource-policy: keep
 {{- end -}}
 {{- end }}
+
+{{/* Where the alerts' runbook links point: monitoring.prometheusRule.runbookBaseURL, or the
+runbooks of the installed version in berth's repository. */}}
+{{- define "berth.runbookBase" -}}
+{{- with .Values.monitoring.prometheusRule.runbookBaseURL }}{{ trimSuffix "/" . }}/{{ else }}https://github.com/berth-dev/berth/blob/v{{ trimPrefix "v" .Chart.AppVersion }}/docs/runbooks/{{ end }}
+{{- end }}
+
+{{/* How the chart's monitors scrape secure metrics: HTTPS (the components' certificates are
+self-signed) with the token of the chart's metrics-reader ServiceAccount. */}}
+{{- define "berth.metricsAuth" -}}
+{{- if .Values.monitoring.secureMetrics -}}
+scheme: https
+tlsConfig:
+  insecureSkipVerify: true
+authorization:
+  type: Bearer
+  credentials:
+    name: {{ include "berth.fullname" . }}-metrics-reader
+    key: token
+{{- end }}
+{{- end }}

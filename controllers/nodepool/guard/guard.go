@@ -140,6 +140,40 @@ func selectsGPUs(r karpv1.NodeSelectorRequirementWithMinValues) bool {
 	return false
 }
 
+// ExcludesGPUs reports whether np's requirements rule out every GPU instance (a zero GPU count,
+// no GPU manufacturer, or instance categories, families or types that are all non-GPU). A pool
+// that neither selects nor excludes GPUs can launch a GPU instance for a pod that asks for one.
+func ExcludesGPUs(np *karpv1.NodePool) bool {
+	return slices.ContainsFunc(np.Spec.Template.Spec.Requirements, excludesGPUs)
+}
+
+func excludesGPUs(r karpv1.NodeSelectorRequirementWithMinValues) bool {
+	notGPU := func(v string) bool { return !isGPUFamily(v) }
+	switch r.Key {
+	case awsv1.LabelInstanceGPUCount:
+		return r.Operator == corev1.NodeSelectorOpDoesNotExist ||
+			(r.Operator == corev1.NodeSelectorOpIn && !selectsNonZeroCount(r)) ||
+			(r.Operator == corev1.NodeSelectorOpLt && len(r.Values) == 1 && !atLeast(r.Values[0], 2))
+	case awsv1.LabelInstanceGPUName, awsv1.LabelInstanceGPUManufacturer:
+		return r.Operator == corev1.NodeSelectorOpDoesNotExist
+	case awsv1.LabelInstanceCategory:
+		switch r.Operator {
+		case corev1.NodeSelectorOpIn:
+			return !slices.Contains(r.Values, "p") && !slices.Contains(r.Values, "g")
+		case corev1.NodeSelectorOpNotIn:
+			return slices.Contains(r.Values, "p") && slices.Contains(r.Values, "g")
+		}
+	case awsv1.LabelInstanceFamily:
+		return r.Operator == corev1.NodeSelectorOpIn && len(r.Values) > 0 && !slices.ContainsFunc(r.Values, isGPUFamily) && slices.ContainsFunc(r.Values, notGPU)
+	case corev1.LabelInstanceTypeStable:
+		return r.Operator == corev1.NodeSelectorOpIn && len(r.Values) > 0 && !slices.ContainsFunc(r.Values, func(t string) bool {
+			family, _, _ := strings.Cut(t, ".")
+			return isGPUFamily(family)
+		})
+	}
+	return false
+}
+
 // selectsNonZeroCount reports whether an instance-gpu-count requirement admits GPU instances.
 func selectsNonZeroCount(r karpv1.NodeSelectorRequirementWithMinValues) bool {
 	switch r.Operator {

@@ -112,7 +112,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, fmt.Errorf("updating status of %s: %w", req.NamespacedName, err)
 	}
 	for _, d := range reported {
-		disruptions.WithLabelValues(d.Cause).Inc()
+		disruptions.WithLabelValues(latest.Namespace, d.NodePool, d.Cause).Inc()
 		r.Recorder.Warning(&latest, events.ReasonGangMemberDisrupted, fmt.Sprintf("node %s backing the gang is being disrupted: %s", d.Node, d.Why))
 	}
 	return reconcile.Result{}, nil

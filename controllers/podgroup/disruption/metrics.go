@@ -14,8 +14,8 @@ const labelReason = "reason"
 // disruptions counts nodes backing a running gang that were disrupted, once per node per gang.
 var disruptions = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "disruptions_total",
-	Help: "Nodes backing an admitted or running gang that were disrupted, once per node per gang, by reason (node_gone, node_deleting, nodeclaim_deleting, disrupted_taint, disruption_target).",
-}, []string{labelReason})
+	Help: "Nodes backing an admitted or running gang that were disrupted, once per node per gang, by the gang's namespace, the node's NodePool (empty when not Karpenter's) and reason (node_gone, node_deleting, nodeclaim_deleting, disrupted_taint, disruption_target).",
+}, []string{bmetrics.LabelNamespace, bmetrics.LabelNodePool, labelReason})
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(Collectors()...)

@@ -49,6 +49,9 @@ type disruption struct {
 	Cause string
 	// Why says what was seen, for the condition message and the Event.
 	Why string
+	// NodePool is the Karpenter NodePool the node (or its NodeClaim) belongs to ("" when it
+	// is not Karpenter's, or gone without a NodeClaim): the metric's route to a pool's owner.
+	NodePool string
 }
 
 // nodeState is what the I/O layer read about one node backing a gang.
@@ -129,10 +132,22 @@ func findDisruptions(members []corev1.Pod, nodes []nodeState) []disruption {
 		default:
 			continue
 		}
+		d.NodePool = nodePoolOf(s)
 		out = append(out, d)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
 	return out
+}
+
+// nodePoolOf is the NodePool of a node, from its label or else its NodeClaim's.
+func nodePoolOf(s nodeState) string {
+	if s.Node != nil && s.Node.Labels[karpv1.NodePoolLabelKey] != "" {
+		return s.Node.Labels[karpv1.NodePoolLabelKey]
+	}
+	if s.Claim != nil {
+		return s.Claim.Labels[karpv1.NodePoolLabelKey]
+	}
+	return ""
 }
 
 func hasDisruptedTaint(n *corev1.Node) bool {

@@ -78,18 +78,22 @@ func TestFindDisruptions(t *testing.T) {
 		want    []disruption
 	}{
 		{"healthy", nil, []nodeState{{Name: "n1", Node: node("n1"), Claim: liveClaim}}, nil},
-		{"gone", nil, []nodeState{{Name: "n1"}}, []disruption{{"n1", CauseNodeGone, "node deleted while members were bound to it"}}},
+		{"gone", nil, []nodeState{{Name: "n1"}}, []disruption{{"n1", CauseNodeGone, "node deleted while members were bound to it", ""}}},
 		{"node deleting wins over the taint", nil, []nodeState{{Name: "n1", Node: func() *corev1.Node { n := deleting.DeepCopy(); n.Spec.Taints = tainted.Spec.Taints; return n }()}},
-			[]disruption{{"n1", CauseNodeDeleting, "node is being deleted"}}},
+			[]disruption{{"n1", CauseNodeDeleting, "node is being deleted", ""}}},
 		{"NodeClaim deleting", nil, []nodeState{{Name: "n1", Node: node("n1"), Claim: claim}},
-			[]disruption{{"n1", CauseNodeClaimDeleting, "NodeClaim nc-1 is being deleted"}}},
+			[]disruption{{"n1", CauseNodeClaimDeleting, "NodeClaim nc-1 is being deleted", ""}}},
 		{"tainted", nil, []nodeState{{Name: "n1", Node: tainted}},
-			[]disruption{{"n1", CauseDisruptedTaint, "Karpenter tainted it karpenter.sh/disrupted"}}},
+			[]disruption{{"n1", CauseDisruptedTaint, "Karpenter tainted it karpenter.sh/disrupted", ""}}},
 		{"member is a disruption target", []corev1.Pod{*target}, []nodeState{{Name: "n1", Node: node("n1")}},
-			[]disruption{{"n1", CauseDisruptionTarget, "member a is a disruption target (EvictionByEvictionAPI)"}}},
+			[]disruption{{"n1", CauseDisruptionTarget, "member a is a disruption target (EvictionByEvictionAPI)", ""}}},
 		{"succeeded members do not count", []corev1.Pod{*succeededTarget}, []nodeState{{Name: "n1", Node: node("n1")}}, nil},
+		{"the node's NodePool, else its NodeClaim's", nil, []nodeState{
+			{Name: "n1", Node: builders.Node("n1").Label(karpv1.NodePoolLabelKey, "gpu-h100").Obj(), Claim: claim},
+			{Name: "n2", Claim: &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "nc-2", DeletionTimestamp: &now, Labels: map[string]string{karpv1.NodePoolLabelKey: "gpu-l4"}}}}},
+			[]disruption{{"n1", CauseNodeClaimDeleting, "NodeClaim nc-1 is being deleted", "gpu-h100"}, {"n2", CauseNodeGone, "node deleted while members were bound to it", "gpu-l4"}}},
 		{"sorted by node", nil, []nodeState{{Name: "n2"}, {Name: "n1", Node: tainted}},
-			[]disruption{{"n1", CauseDisruptedTaint, "Karpenter tainted it karpenter.sh/disrupted"}, {"n2", CauseNodeGone, "node deleted while members were bound to it"}}},
+			[]disruption{{"n1", CauseDisruptedTaint, "Karpenter tainted it karpenter.sh/disrupted", ""}, {"n2", CauseNodeGone, "node deleted while members were bound to it", ""}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -103,8 +107,8 @@ func TestFindDisruptions(t *testing.T) {
 func TestDisruptedCondition(t *testing.T) {
 	t0 := metav1.NewTime(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	t1 := metav1.NewTime(t0.Add(time.Minute))
-	gone := disruption{"n2", CauseNodeGone, "node deleted while members were bound to it"}
-	taint := disruption{"n1", CauseDisruptedTaint, "Karpenter tainted it karpenter.sh/disrupted"}
+	gone := disruption{"n2", CauseNodeGone, "node deleted while members were bound to it", ""}
+	taint := disruption{"n1", CauseDisruptedTaint, "Karpenter tainted it karpenter.sh/disrupted", ""}
 	withCond := func(msg string) *berthv1alpha1.PodGroup {
 		pg := gang(berthv1alpha1.PodGroupRunning)
 		pg.Status.Conditions = []metav1.Condition{{Type: berthv1alpha1.ConditionDisrupted, Status: metav1.ConditionTrue,
@@ -124,7 +128,7 @@ func TestDisruptedCondition(t *testing.T) {
 				Message: "nodes backing the gang were disrupted: n1 (Karpenter tainted it karpenter.sh/disrupted)", LastTransitionTime: t1, ObservedGeneration: 3},
 			[]disruption{taint}},
 		{"already reported: no change", withCond("nodes backing the gang were disrupted: n1 (Karpenter tainted it karpenter.sh/disrupted)"),
-			[]disruption{{"n1", CauseNodeGone, "later the node went away"}},
+			[]disruption{{"n1", CauseNodeGone, "later the node went away", ""}},
 			withCond("nodes backing the gang were disrupted: n1 (Karpenter tainted it karpenter.sh/disrupted)").Status.Conditions[0], nil},
 		{"a second node is added, keeping the first and the transition time",
 			withCond("nodes backing the gang were disrupted: n1 (Karpenter tainted it karpenter.sh/disrupted)"), []disruption{taint, gone},
@@ -157,7 +161,7 @@ func TestDisruptedCondition(t *testing.T) {
 func TestReportedNodesRoundTrip(t *testing.T) {
 	var found []disruption
 	for _, n := range []string{"ip-10-0-0-1.ec2.internal", "b", "a"} {
-		found = append(found, disruption{n, CauseDisruptionTarget, "member x; y is a target"})
+		found = append(found, disruption{n, CauseDisruptionTarget, "member x; y is a target", ""})
 	}
 	cond, fresh := disruptedCondition(gang(berthv1alpha1.PodGroupRunning), found, metav1.Now())
 	if len(fresh) != 3 {

@@ -24,8 +24,8 @@ import (
 	"github.com/berth-dev/berth/test/rigtest"
 )
 
-// limitedKubeconfig is a kubeconfig for a ServiceAccount that may list Jobs, Deployments,
-// NodePools and ScaledObjects but no HorizontalPodAutoscalers.
+// limitedKubeconfig is a kubeconfig for a ServiceAccount that may list everything doctor reads
+// but HorizontalPodAutoscalers.
 func limitedKubeconfig(t *testing.T) string {
 	t.Helper()
 	ctx := context.Background()
@@ -37,6 +37,10 @@ func limitedKubeconfig(t *testing.T) string {
 		{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: []string{"list"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"list"}},
 		{APIGroups: []string{"karpenter.sh"}, Resources: []string{"nodepools"}, Verbs: []string{"list"}},
+		{APIGroups: []string{"karpenter.k8s.aws"}, Resources: []string{"ec2nodeclasses"}, Verbs: []string{"list"}},
+		{APIGroups: []string{"keda.sh"}, Resources: []string{"scaledobjects"}, Verbs: []string{"list"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list"}},
+		{APIGroups: []string{"resource.k8s.io"}, Resources: []string{"resourceclaims", "resourceclaimtemplates"}, Verbs: []string{"list"}},
 	}}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "doctor-limited"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
@@ -115,15 +119,16 @@ func TestDoctorWithoutAccess(t *testing.T) {
 	}
 	if code != 2 || !rep.Incomplete || len(rep.Findings) != 0 ||
 		skipped[doctor.CheckGPUUtilScaling] != "cannot list HorizontalPodAutoscaler (forbidden)" ||
-		skipped[doctor.CheckVLLMWithoutScaler] != "cannot list HorizontalPodAutoscaler (forbidden)" || len(skipped) != 2 {
-		t.Errorf("without HPA access: exit %d, report %s; want exit 2, gpu-util-autoscaling and vllm-without-queue-scaler skipped as forbidden, the rest run", code, out)
+		skipped[doctor.CheckVLLMWithoutScaler] != "cannot list HorizontalPodAutoscaler (forbidden)" ||
+		skipped[doctor.CheckResourceScaling] != "cannot list HorizontalPodAutoscaler (forbidden)" || len(skipped) != 3 {
+		t.Errorf("without HPA access: exit %d, report %s; want exit 2, the three HPA checks skipped as forbidden, the rest run", code, out)
 	}
 	text, _ := run("-n", "doctor-access")
 	if !strings.Contains(text, "skipped gpu-util-autoscaling") || !strings.Contains(text, "cannot list HorizontalPodAutoscaler (forbidden)") {
 		t.Errorf("text report does not say what was skipped:\n%s", text)
 	}
 	// Leaving the checks out on purpose: complete, clean, exit 0.
-	if out, code := run("-n", "doctor-access", "--skip", doctor.CheckGPUUtilScaling+","+doctor.CheckVLLMWithoutScaler); code != 0 {
+	if out, code := run("-n", "doctor-access", "--skip", doctor.CheckGPUUtilScaling+","+doctor.CheckVLLMWithoutScaler+","+doctor.CheckResourceScaling); code != 0 {
 		t.Errorf("with the unreadable checks skipped: exit %d\n%s", code, out)
 	}
 	if out, code := run("--skip", "nope"); code != 2 || !strings.Contains(out, `"nope" is not a check`) {

@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"testing"
@@ -34,7 +32,14 @@ import (
 
 func TestMain(m *testing.M) {
 	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
-		return r.InstallCRDsFromDir(ctx, filepath.Join(os.Getenv(rig.ToolsDirEnv), "crds", "karpenter"))
+		if err := rigtest.InstallBerthCRDs(ctx, r); err != nil {
+			return err
+		}
+		// Karpenter's with the AWS provider's EC2NodeClass (AMI checks), and KEDA's.
+		if err := rigtest.InstallKarpenterAWSCRDs(ctx, r); err != nil {
+			return err
+		}
+		return rigtest.InstallToolCRDs(ctx, r, rigtest.CRDsKEDA)
 	})
 }
 
@@ -69,6 +74,7 @@ func seed(t *testing.T) {
 	}}
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "ddp", Namespace: "sick"}, Spec: batchv1.JobSpec{
 		Parallelism: ptr.To[int32](4), Completions: ptr.To[int32](4), Template: gpuTemplate("pytorch/pytorch", 8)}}
+	job.Spec.Template.Spec.Containers[0].Command = []string{"torchrun", "--nnodes=4", "train.py"}
 	np := &karpv1.NodePool{ObjectMeta: metav1.ObjectMeta{Name: "gpu-doctor"}, Spec: karpv1.NodePoolSpec{
 		Template: karpv1.NodeClaimTemplate{Spec: karpv1.NodeClaimTemplateSpec{
 			NodeClassRef: &karpv1.NodeClassReference{Group: "karpenter.k8s.aws", Kind: "EC2NodeClass", Name: "default"},
@@ -127,8 +133,9 @@ func findings(t *testing.T, args ...string) []string {
 	return got
 }
 
-// guardPool gives a NodePool the Underutilized budget that makes it safe.
-func guardPool(t *testing.T, name string) {
+// fixPool gives a GPU NodePool what doctor asks of one: the Underutilized budget, the
+// nvidia.com/gpu taint and limit, and a consolidateAfter longer than a model load.
+func fixPool(t *testing.T, name string) {
 	t.Helper()
 	ctx := context.Background()
 	c := rigtest.Current().Client
@@ -137,20 +144,32 @@ func guardPool(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	np.Spec.Disruption.Budgets = append(np.Spec.Disruption.Budgets, karpv1.Budget{Nodes: "0", Reasons: []karpv1.DisruptionReason{karpv1.DisruptionReasonUnderutilized}})
+	np.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("1h")
+	np.Spec.Template.Spec.Taints = []corev1.Taint{{Key: berthv1alpha1.GPUResource, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	np.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("64")}
 	if err := c.Update(ctx, &np); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// poolFindings are what doctor says of the seeded GPU pool gpu-doctor (p5, WhenEmptyOrUnderutilized
+// after 0s, no taint, no limit), sorted.
+var poolFindings = []string{
+	"gpu-nodepool-consolidate-after NodePool gpu-doctor",
+	"gpu-nodepool-consolidation NodePool gpu-doctor",
+	"gpu-nodepool-limit NodePool gpu-doctor",
+	"gpu-nodepool-taint NodePool gpu-doctor",
+}
+
 func TestDoctorFindsSeededProblems(t *testing.T) {
 	seed(t)
 	got := findings(t)
-	want := []string{
+	want := append([]string{
 		"gpu-job-without-gang Job sick/ddp",
-		"gpu-nodepool-consolidation NodePool gpu-doctor",
 		"gpu-util-autoscaling HorizontalPodAutoscaler sick/llama",
 		"vllm-without-queue-scaler Deployment sick/llama",
-	}
+	}, poolFindings...)
+	sort.Strings(want)
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("findings (-want +got):\n%s", diff)
 	}
@@ -160,14 +179,21 @@ func TestDoctorFindsSeededProblems(t *testing.T) {
 		t.Errorf("doctor -n sick: error %v, want %v", err, cli.ErrFindings)
 	}
 	t.Logf("human output:\n%s", text)
-	for _, s := range []string{"sick/ddp", "fix:", "4 problem(s) found"} {
+	for _, s := range []string{"sick/ddp", "fix:", "7 problem(s) found"} {
 		if !strings.Contains(text, s) {
 			t.Errorf("human output lacks %q", s)
 		}
 	}
+	// kubectl's -o name: kind/name of each object, for xargs.
+	if names, _ := doctorCmd("-n", "sick", "-o", "name"); !strings.Contains(names, "deployment/llama\n") || !strings.Contains(names, "nodepool/gpu-doctor\n") {
+		t.Errorf("-o name:\n%s", names)
+	}
+	if wide, _ := doctorCmd("-n", "sick", "-o", "wide"); !strings.Contains(wide, "CHECK") || !strings.Contains(wide, "Deployment sick/llama") {
+		t.Errorf("-o wide:\n%s", wide)
+	}
 	// NodePools are cluster-wide, so they show in every namespace's report; a namespace with
 	// only healthy objects (a single-pod GPU Job) reports just that pool.
-	if got := findings(t, "-n", "healthy"); !cmp.Equal(got, []string{"gpu-nodepool-consolidation NodePool gpu-doctor"}) {
+	if got := findings(t, "-n", "healthy"); !cmp.Equal(got, poolFindings) {
 		t.Errorf("doctor -n healthy found %v, want only the cluster-wide NodePool", got)
 	}
 	if code := cli.Execute([]string{"doctor", "--kubeconfig=" + rigtest.Current().Kubeconfig, "-n", "sick"}); code != 1 {
@@ -175,7 +201,7 @@ func TestDoctorFindsSeededProblems(t *testing.T) {
 	}
 
 	// Once the pool is guarded, the healthy namespace is clean: exit 0, and it says so.
-	guardPool(t, "gpu-doctor")
+	fixPool(t, "gpu-doctor")
 	if got := findings(t, "-n", "healthy"); got == nil || len(got) != 0 {
 		t.Errorf("doctor -n healthy on a clean namespace found %v, want an empty list", got)
 	}
@@ -186,7 +212,7 @@ func TestDoctorFindsSeededProblems(t *testing.T) {
 	if code := cli.Execute([]string{"doctor", "--kubeconfig=" + rigtest.Current().Kubeconfig, "-n", "healthy"}); code != 0 {
 		t.Errorf("berth doctor on a clean namespace exited %d, want 0", code)
 	}
-	if _, err := doctorCmd("-o", "yaml"); err == nil || !strings.Contains(err.Error(), "text, json") {
+	if _, err := doctorCmd("-o", "xml"); err == nil || !strings.Contains(err.Error(), "text, wide, name, json, yaml") {
 		t.Errorf("bad -o: %v", err)
 	}
 }

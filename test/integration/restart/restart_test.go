@@ -75,8 +75,9 @@ func TestRestartFinishesRelease(t *testing.T) {
 			if !strings.Contains(string(log), "fault injection: exiting at "+fault) {
 				t.Fatalf("controller exited, but not at the fault point:\n%s", lastLines(string(log), 20))
 			}
-			// Half-way state: half the members (mid-release) or all of them (after-ungate)
-			// pinned to one node and ungated, the others still gated and unpinned; none bound.
+			// Half-way state: half the members (mid-release) or all but the key member
+			// (after-ungate) pinned to one node and ungated, the others still gated and
+			// unpinned; none bound, none the key yet.
 			pods := members(t, ns.Name)
 			node = ""
 			released := 0
@@ -99,8 +100,11 @@ func TestRestartFinishesRelease(t *testing.T) {
 				if p.Spec.NodeName != "" {
 					t.Errorf("member %s bound to %s while the release was interrupted", p.Name, p.Spec.NodeName)
 				}
+				if _, key := p.Labels[berthv1alpha1.ReleaseLabel]; key {
+					t.Errorf("member %s is the key member before the release got that far", p.Name)
+				}
 			}
-			if want := map[string]int{"mid-release": 2, "after-ungate": 4}[fault]; released != want {
+			if want := map[string]int{"mid-release": 2, "after-ungate": 3}[fault]; released != want {
 				t.Errorf("%d members released at %s, want %d", released, fault, want)
 			}
 			time.Sleep(2 * time.Second)
@@ -122,8 +126,8 @@ func TestRestartFinishesRelease(t *testing.T) {
 				}
 				return bound == 4, fmt.Sprintf("%d of 4 bound", bound), nil
 			})
-			// The barrier label is cleaned up once all members are bound.
-			rigtest.Eventually(t, 5*time.Second, 100*time.Millisecond, "barrier removed", func(ctx context.Context) (bool, string, error) {
+			// No node barrier was needed, and the key label comes off once all are bound.
+			rigtest.Eventually(t, 5*time.Second, 100*time.Millisecond, "no barrier, no key left", func(ctx context.Context) (bool, string, error) {
 				var got corev1.Node
 				if err := c.Get(ctx, client.ObjectKey{Name: node}, &got); err != nil {
 					return false, "", err
@@ -131,6 +135,11 @@ func TestRestartFinishesRelease(t *testing.T) {
 				for k := range got.Labels {
 					if strings.HasPrefix(k, berthv1alpha1.BarrierLabelPrefix) {
 						return false, "label " + k, nil
+					}
+				}
+				for _, p := range members(t, ns.Name) {
+					if _, key := p.Labels[berthv1alpha1.ReleaseLabel]; key {
+						return false, "key " + p.Name, nil
 					}
 				}
 				return true, "", nil

@@ -1,0 +1,81 @@
+package kubecmd
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-dev/berth/internal/nodepools"
+)
+
+type nodePoolsRenderFlags struct {
+	families      []string
+	role          string
+	capacityTypes []string
+	provider      string
+	clusterName   string
+	gpuLimit      int64
+	output        string
+	amiAlias      string
+}
+
+// NodePools is `nodepools`.
+func NodePools() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "nodepools",
+		Short: "Karpenter NodePool templates for GPU families",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newNodePoolsRenderCommand())
+	return cmd
+}
+
+func newNodePoolsRenderCommand() *cobra.Command {
+	var f nodePoolsRenderFlags
+	cmd := &cobra.Command{
+		Use:   "render",
+		Short: "Print Karpenter NodePools (and their EC2NodeClasses) for GPU families",
+		Long: `Print one Karpenter NodePool per GPU family, tuned for inference or training, with the
+EC2NodeClass each provisions from (--provider aws) or the KWOKNodeClass of berth's local rig
+(--provider kwok). Pipe the output to 'kubectl apply -f -'.
+
+Families are GPU products or EC2 instance families: h100 (p5), h200 (p5e), a100 (p4d),
+l40s (g6e), a10g (g5), l4 (g6), or all. See docs/nodepools.md for the defaults and why.`,
+		Example: `  berth nodepools render --family h100,h200 --cluster-name prod
+  berth nodepools render --family a100 --role training --cluster-name prod | kubectl apply -f -
+  berth nodepools render --family all --provider kwok -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runNodePoolsRender(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringSliceVar(&f.families, "family", nil, "GPU families, comma-separated: h100, h200, a100, l40s, a10g, l4 (or p5, p5e, p4d, g6e, g5, g6), or all")
+	fl.StringVar(&f.role, "role", string(nodepools.RoleInference), "workload the pools are tuned for: inference or training")
+	fl.StringSliceVar(&f.capacityTypes, "capacity-type", nil, "capacity types, comma-separated: spot, on-demand (default: on-demand for inference, spot,on-demand for training)")
+	fl.StringVar(&f.provider, "provider", string(nodepools.ProviderAWS), "Karpenter provider: aws or kwok")
+	fl.StringVar(&f.clusterName, "cluster-name", "", "EKS cluster name (aws): node role KarpenterNodeRole-<name>, discovery tag karpenter.sh/discovery=<name>")
+	fl.StringVar(&f.amiAlias, "ami-alias", nodepools.DefaultAMIAlias, "EC2NodeClass AMI alias (aws); pin a release in production, e.g. al2023@v20251117")
+	fl.Int64Var(&f.gpuLimit, "gpu-limit", 0, "nvidia.com/gpu limit of each NodePool (default 64 for inference, 128 for training)")
+	fl.StringVarP(&f.output, "output", "o", nodepools.FormatYAML, "output format: yaml or json")
+	return cmd
+}
+
+func runNodePoolsRender(cmd *cobra.Command, f nodePoolsRenderFlags) error {
+	if !slices.Contains(nodepools.Formats, f.output) {
+		return fmt.Errorf("unknown output format %q (accepted: %s)", f.output, strings.Join(nodepools.Formats, ", "))
+	}
+	objs, err := nodepools.Render(nodepools.Options{
+		Families:      f.families,
+		Role:          nodepools.Role(f.role),
+		CapacityTypes: f.capacityTypes,
+		Provider:      nodepools.Provider(f.provider),
+		ClusterName:   f.clusterName,
+		GPULimit:      f.gpuLimit,
+		AMIAlias:      f.amiAlias,
+	})
+	if err != nil {
+		return fmt.Errorf("nodepools render: %w", err)
+	}
+	return nodepools.Encode(cmd.OutOrStdout(), objs, f.output)
+}
