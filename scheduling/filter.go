@@ -9,6 +9,8 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 // rejections counts why nodes were ruled out, for messages like kube-scheduler's
@@ -61,6 +63,11 @@ func staticReject(n *NodeState, p *corev1.Pod, aff nodeaffinity.RequiredNodeAffi
 	}
 	if ok, err := aff.Match(n.Node); err != nil || !ok {
 		return "didn't match the member's node selector/affinity"
+	}
+	if _, ok := berthv1alpha1.ReleaseGroup(p); ok {
+		if _, has := n.Node.Labels[berthv1alpha1.ReleaseTopologyKey]; !has {
+			return "didn't have the label " + berthv1alpha1.ReleaseTopologyKey + " (berth's release term needs it)"
+		}
 	}
 	if !volumesMatch(vols, n.Node) {
 		return "didn't match the node affinity of the member's volumes"

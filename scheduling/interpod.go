@@ -3,6 +3,7 @@ package scheduling
 import (
 	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 // podView is the pods on each node during one placement attempt: what the snapshot holds plus
@@ -74,11 +77,20 @@ func withLabelKeys(sel labels.Selector, owner *corev1.Pod, keys []string, op sel
 	return sel
 }
 
+// requiredAffinity is p's required pod-affinity terms, less berth's release term: that one is met
+// by the gang's own key member at release, so placement only needs its topology key on the
+// node (staticReject).
 func requiredAffinity(p *corev1.Pod) []corev1.PodAffinityTerm {
 	if p.Spec.Affinity == nil || p.Spec.Affinity.PodAffinity == nil {
 		return nil
 	}
-	return p.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	terms := p.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	for i := range terms {
+		if berthv1alpha1.IsReleaseTerm(&terms[i]) {
+			return slices.DeleteFunc(slices.Clone(terms), func(t corev1.PodAffinityTerm) bool { return berthv1alpha1.IsReleaseTerm(&t) })
+		}
+	}
+	return terms
 }
 
 func requiredAntiAffinity(p *corev1.Pod) []corev1.PodAffinityTerm {

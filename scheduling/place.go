@@ -10,6 +10,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 // Gang is what to place: every member, all or nothing.
@@ -262,7 +264,10 @@ func classKey(p *corev1.Pod, reqs corev1.ResourceList, withLabels bool) string {
 		fmt.Fprintf(&b, "%s/%s/%s/%s/%s;", t.Key, t.Operator, t.Value, t.Effect, secs)
 	}
 	b.WriteByte('|')
-	if p.Spec.Affinity != nil || len(p.Spec.TopologySpreadConstraints) > 0 {
+	if group, only := onlyReleaseTerm(p); only {
+		// Every member the pod gate holds carries it: the common case stays cheap.
+		b.WriteString("release=" + group)
+	} else if p.Spec.Affinity != nil || len(p.Spec.TopologySpreadConstraints) > 0 {
 		// Rare enough that an exact encoding is worth its cost.
 		data, _ := json.Marshal(struct {
 			A *corev1.Affinity
@@ -279,6 +284,17 @@ func classKey(p *corev1.Pod, reqs corev1.ResourceList, withLabels bool) string {
 		})
 	}
 	return b.String()
+}
+
+// onlyReleaseTerm reports whether berth's release term is all the affinity and spread p has.
+func onlyReleaseTerm(p *corev1.Pod) (string, bool) {
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity != nil || a.PodAntiAffinity != nil || len(p.Spec.TopologySpreadConstraints) > 0 ||
+		a.PodAffinity == nil || len(a.PodAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0 ||
+		len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 {
+		return "", false
+	}
+	return berthv1alpha1.ReleaseGroup(p)
 }
 
 // writeSorted writes the strings produced by gen in sorted order, then a separator.

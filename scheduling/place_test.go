@@ -69,6 +69,26 @@ func TestPlace(t *testing.T) {
 			want:  map[string]int{"a": 8},
 		},
 		{
+			name:  "the release term is met at release: members place as without it",
+			nodes: []*corev1.Node{builders.Node("a").GPU(4).Obj(), builders.Node("b").GPU(4).Obj()},
+			gang: scheduling.Gang{Members: members(8, func(name string) *builders.PodBuilder {
+				return gpuMember(1)(name).WithReleaseTerm("g")
+			})},
+			want: map[string]int{"a": 4, "b": 4},
+		},
+		{
+			name: "the release term needs its topology key on the node",
+			nodes: []*corev1.Node{builders.Node("a").GPU(8).Obj(), func() *corev1.Node {
+				n := builders.Node("b").GPU(8).Obj()
+				delete(n.Labels, corev1.LabelOSStable)
+				return n
+			}()},
+			gang: scheduling.Gang{Members: members(12, func(name string) *builders.PodBuilder {
+				return gpuMember(1)(name).WithReleaseTerm("g")
+			})},
+			reason: []string{"1 didn't have the label kubernetes.io/os"},
+		},
+		{
 			name:   "seven free GPUs for eight members",
 			nodes:  []*corev1.Node{builders.Node("a").GPU(8).Obj()},
 			pods:   []scheduling.PodOnNode{bound("other", "a", 1)},

@@ -33,6 +33,12 @@ const (
 	// sets that label on the gang's nodes only after removing the last gate, so kube-scheduler
 	// binds no member before every member is released. Removed once the members are bound.
 	BarrierLabelPrefix = "admit.scheduling.berth.dev/"
+	// ReleaseLabel, with the PodGroup's name as value, is set on the one member whose release
+	// opens its gang (the key member). The pod gate gives every member it gates a required
+	// pod-affinity term for a pod with this label in its ReleaseTopologyKey domain, so no member
+	// can bind until the key member, released last, is bound: one write opens the whole gang.
+	// Removed from the key member once every member is bound.
+	ReleaseLabel = "scheduling.berth.dev/release"
 	// ReservationLabelPrefix starts the node label ("<prefix><gang UID>") that keeps a
 	// provisioning gang's seats off the nodes where its other members have room. Removed when the
 	// provisioning attempt ends.
@@ -177,6 +183,9 @@ const (
 	// creates (ManagedByLabel=ManagedByBerth).
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	ComponentLabel = "app.kubernetes.io/component"
+	// NameLabel is Kubernetes' recommended application-name label; Karpenter's chart sets
+	// NameLabel=karpenter on its controller Deployment, which `berth doctor` reads.
+	NameLabel = "app.kubernetes.io/name"
 	// ManagedByBerth is the ManagedByLabel value of objects berth creates.
 	ManagedByBerth = "berth"
 )

@@ -86,6 +86,24 @@ func Pod(name, namespace string) *PodBuilder {
 	}}
 }
 
+// PodFrom starts a builder from a copy of p.
+func PodFrom(p *corev1.Pod) *PodBuilder { return &PodBuilder{p: *p.DeepCopy()} }
+
+// WithReleaseTerm appends the release term of gang group to the pod's required pod affinity, as
+// the pod gate does for the members it holds.
+func (b *PodBuilder) WithReleaseTerm(group string) *PodBuilder {
+	a := b.affinity()
+	if a.PodAffinity == nil {
+		a.PodAffinity = &corev1.PodAffinity{}
+	}
+	a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution,
+		berthv1alpha1.ReleaseTerm(group))
+	return b
+}
+
+// Ungated removes every scheduling gate.
+func (b *PodBuilder) Ungated() *PodBuilder { b.p.Spec.SchedulingGates = nil; return b }
+
 // Member labels the pod as a member of the named PodGroup.
 func (b *PodBuilder) Member(group string) *PodBuilder {
 	b.p.Labels[berthv1alpha1.PodGroupLabel] = group
@@ -134,6 +152,16 @@ func (b *PodBuilder) NodeSelector(k, v string) *PodBuilder {
 // Gated adds berth's scheduling gate.
 func (b *PodBuilder) Gated() *PodBuilder {
 	b.p.Spec.SchedulingGates = append(b.p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: berthv1alpha1.SchedulingGate})
+	return b
+}
+
+// Pinned marks the pod released onto node by berth (berth's pin annotation; the matching node
+// affinity is not added).
+func (b *PodBuilder) Pinned(node string) *PodBuilder {
+	if b.p.Annotations == nil {
+		b.p.Annotations = map[string]string{}
+	}
+	b.p.Annotations[berthv1alpha1.PinnedNodeAnnotation] = node
 	return b
 }
 

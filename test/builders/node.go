@@ -11,11 +11,12 @@ import (
 // NodeBuilder builds a Node.
 type NodeBuilder struct{ n corev1.Node }
 
-// Node starts a Ready node with 8 CPUs, 32Gi memory and room for 110 pods.
+// Node starts a Ready Linux node (the hostname and OS labels the kubelet sets) with 8 CPUs,
+// 32Gi memory and room for 110 pods.
 func Node(name string) *NodeBuilder {
 	return &NodeBuilder{n: corev1.Node{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Node"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name, corev1.LabelOSStable: "linux"}},
 		Status: corev1.NodeStatus{
 			Allocatable: corev1.ResourceList{
 				corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi"),

@@ -85,6 +85,31 @@ func TestPodsOnNodesCountsPromises(t *testing.T) {
 		t.Errorf("pods on nodes (-want +got):\n%s", diff)
 	}
 
+	// A released member counts on the node it is pinned to even when its gang's record of the
+	// promise is missing (a status write that failed after the pin, a cache that trails); one
+	// the record shows too counts once; a pinned member still gated is a promise only through
+	// its record.
+	lost := builders.PodGroup("lost", "ml").Obj()
+	lost.UID = types.UID("uid-2")
+	recorded := builders.PodGroup("rec", "ml").Obj()
+	recorded.UID = types.UID("uid-3")
+	recorded.Status.Assignments = []berthv1alpha1.MemberAssignment{{Pod: "r0", UID: "r0-uid", Node: "n3"}}
+	r0 := builders.Pod("r0", "ml").Member("rec").Pinned("n3").Obj()
+	r0.UID = "r0-uid"
+	released := []*corev1.Pod{
+		builders.Pod("l0", "ml").Member("lost").Pinned("n3").Obj(),
+		builders.Pod("orphan", "ml").Member("deleted-gang").Pinned("n3").Obj(), // its gang is gone: never binds
+		builders.Pod("l1", "ml").Member("lost").Pinned("n3").Gated().Obj(),
+		r0,
+	}
+	count = map[string]int{}
+	for _, pn := range podsOnNodes(released, []*berthv1alpha1.PodGroup{lost, recorded}, nil) {
+		count[pn.Pod.Name+"@"+pn.Node]++
+	}
+	if diff := cmp.Diff(map[string]int{"l0@n3": 1, "r0@n3": 1}, count); diff != "" {
+		t.Errorf("released members on nodes (-want +got):\n%s", diff)
+	}
+
 	// A fresh admission the cache does not show yet still counts.
 	stale := builders.PodGroup("g", "ml").Obj()
 	stale.UID = g.UID

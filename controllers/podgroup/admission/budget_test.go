@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -30,12 +31,20 @@ import (
 type writeCounter struct {
 	mu     sync.Mutex
 	byKind map[string]int
+	seq    []string // "<verb> <kind> <name>", in the order the writes were made
 }
 
-func (w *writeCounter) add(kind string) {
+func (w *writeCounter) add(kind, name string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.byKind[kind]++
+	w.seq = append(w.seq, kind+" "+name)
+}
+
+func (w *writeCounter) sequence() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.seq)
 }
 
 func (w *writeCounter) total() int {
@@ -74,7 +83,7 @@ func budgetHarness(t testing.TB, objs ...client.Object) (r *Reconciler, base cli
 	base = fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).WithStatusSubresource(groups...).Build()
 	writes = &writeCounter{byKind: map[string]int{}}
 	count := func(obj client.Object, verb string) {
-		writes.add(fmt.Sprintf("%s %T", verb, obj))
+		writes.add(fmt.Sprintf("%s %T", verb, obj), obj.GetName())
 	}
 	counted := interceptor.NewClient(base.(client.WithWatch), interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
@@ -148,18 +157,25 @@ func warnings(rec *events.FakeRecorder) []string {
 	}
 }
 
-// TestWriteBudgetOfAnAdmittedGang: admitting a gang of N members on K nodes costs N + 2K + 1
-// writes — the promise (one status write), one patch per member (pin and ungate together), the
-// release barrier up and then down on each node — and nothing more once it runs.
+// TestWriteBudgetOfAnAdmittedGang: admitting a gang of N members whose pods the gate gave the
+// release term costs N + 2 writes however many nodes it spans — the promise (one status write),
+// one patch per member (pin and ungate together; the key member's also labels it), the key label
+// off once every member is bound — and nothing more once it runs. Members without the term
+// (created before the gate gave it) are held by the node barrier: N + 2K + 1 on K nodes.
 func TestWriteBudgetOfAnAdmittedGang(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
 		nodes, nodeGPUs     int
 		members, memberGPUs int
+		barrier             bool // members without the release term
 	}{
-		{"8 members on one node", 1, 8, 8, 1},
-		{"4 members of 8 GPUs on 4 nodes", 4, 8, 4, 8},
-		{"16 members on 2 nodes", 2, 8, 16, 1},
+		{"8 members on one node", 1, 8, 8, 1, false},
+		{"4 members of 8 GPUs on 4 nodes", 4, 8, 4, 8, false},
+		{"16 members on 2 nodes", 2, 8, 16, 1, false},
+		{"64 members of 8 GPUs, one per node", 64, 8, 64, 8, false},
+		{"node barrier: 8 members on one node", 1, 8, 8, 1, true},
+		{"node barrier: 4 members of 8 GPUs on 4 nodes", 4, 8, 4, 8, true},
+		{"node barrier: 16 members on 2 nodes", 2, 8, 16, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var objs []client.Object
@@ -170,7 +186,11 @@ func TestWriteBudgetOfAnAdmittedGang(t *testing.T) {
 			pg.UID = "uid-g"
 			objs = append(objs, pg)
 			for i := range tc.members {
-				p := builders.Pod(fmt.Sprintf("g-%02d", i), "ml").Member("g").Gated().GPU(tc.memberGPUs).Obj()
+				b := builders.Pod(fmt.Sprintf("g-%02d", i), "ml").Member("g").Gated().GPU(tc.memberGPUs)
+				if !tc.barrier {
+					b = b.WithReleaseTerm("g")
+				}
+				p := b.Obj()
 				p.UID = types.UID(fmt.Sprintf("uid-%02d", i))
 				objs = append(objs, p)
 			}
@@ -179,9 +199,28 @@ func TestWriteBudgetOfAnAdmittedGang(t *testing.T) {
 			bindAll(t, base, "ml")
 			cycleOnce(t, r)
 			cycleOnce(t, r)
-			want := tc.members + 2*tc.nodes + 1
+			want, budget := tc.members+2, "N + 2"
+			if tc.barrier {
+				want, budget = tc.members+2*tc.nodes+1, "N + 2K + 1"
+			}
 			if writes.total() != want {
-				t.Errorf("%d writes, want N + 2K + 1 = %d: %v", writes.total(), want, writes)
+				t.Errorf("%d writes, want %s = %d: %v", writes.total(), budget, want, writes)
+			}
+			keys := 0
+			var pods corev1.PodList
+			if err := base.List(context.Background(), &pods, client.InNamespace("ml")); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range pods.Items {
+				if _, ok := p.Labels[berthv1alpha1.ReleaseLabel]; ok {
+					keys++
+				}
+				if p.Spec.NodeName == "" {
+					t.Errorf("member %s not bound", p.Name)
+				}
+			}
+			if keys != 0 {
+				t.Errorf("%d members keep the key label once every member is bound", keys)
 			}
 			if w := warnings(rec); len(w) != 0 {
 				t.Errorf("warnings for a gang that fit at once: %v", w)

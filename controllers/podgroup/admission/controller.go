@@ -148,7 +148,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 //  1. Build the cycle's view (snapshot of nodes and what counts against them, members and
 //     seats by gang) from the informer cache.
 //  2. Move each gang forward, oldest first, on that one snapshot (admit).
-//  3. Sweep what no gang needs any more: seats, reservation labels, release barriers.
+//  3. Sweep what no gang needs any more: seats, reservation labels, release barriers and keys.
 //
 // Every error of the cycle is returned, joined; the soonest deadline a gang asked for (or the
 // resync) requeues the next cycle.
@@ -164,6 +164,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	recordPhases(cy.groups)
 	r.reportOrphans(cy)
 	recordGangHealth(cy.groups, cy.members, cy.now)
+	recordGangSeries(gangStates(cy.groups, cy.members, cy.seats), cy.onNodes, cy.nodes, cy.now)
 	next := r.opts.Resync
 	var errs []error
 	for _, g := range cy.groups {
@@ -184,7 +185,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if wait := r.refreshWait(cy); wait > 0 && wait < next {
 		next = wait
 	}
-	errs = append(errs, cy.volumeErr, r.sweepSeats(ctx, cy), r.sweepReservations(ctx, cy), r.sweepBarriers(ctx, cy))
+	errs = append(errs, cy.volumeErr, r.sweepSeats(ctx, cy), r.sweepReservations(ctx, cy), r.sweepBarriers(ctx, cy), r.sweepKeys(ctx, cy))
 	cycleDuration.Observe(r.clock.Since(cy.now).Seconds())
 	if err := errors.Join(errs...); err != nil {
 		return reconcile.Result{}, err

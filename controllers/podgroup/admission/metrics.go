@@ -35,8 +35,8 @@ var (
 	// cycleDuration is how long one admission cycle takes.
 	provisioningAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "provisioning_attempts_total",
-		Help: "Capacity requests for gangs that did not fit existing nodes, by result (started, provisioned, timeout).",
-	}, []string{bmetrics.LabelResult})
+		Help: "Capacity requests for gangs that did not fit existing nodes, by the gang's namespace, the NodePool it asks of (spec.nodePool, empty for any) and result (started, provisioned, timeout).",
+	}, []string{bmetrics.LabelNamespace, bmetrics.LabelNodePool, bmetrics.LabelResult})
 	provisioningDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "provisioning_duration_seconds",
 		Help:    "Seconds from a gang's capacity request (seats created) to every seat on a Ready node and the gang admitted.",
@@ -152,22 +152,7 @@ func recordGangHealth(gs []*berthv1alpha1.PodGroup, members map[string][]*corev1
 			oldest[phase] = max(age, now.Sub(g.CreationTimestamp.Time).Seconds())
 			continue
 		}
-		if phase == berthv1alpha1.PodGroupSucceeded || phase == berthv1alpha1.PodGroupFailed ||
-			g.Status.AdmittedAt == nil || now.Sub(g.Status.AdmittedAt.Time) < partialGrace {
-			continue
-		}
-		// Partial: some of the admitted generation run while fewer than it needs run or
-		// finished well — minMember, or the generation's size when it is smaller (a Job's last
-		// wave). A lost member's assignment stays beside its replacement's, so the generation's
-		// size counts both: a replaced member does not make a gang partial, a missing one does.
-		gen := classify(members[g.Namespace+"/"+g.Name], g.Status.Assignments)
-		running := 0
-		for _, m := range gen.live {
-			if m.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		if running > 0 && running+gen.succeeded < min(int(g.Spec.MinMember), len(gen.assigned)) {
+		if partiallyRunningGang(g, members[g.Namespace+"/"+g.Name], now) {
 			partial++
 		}
 	}
@@ -177,8 +162,33 @@ func recordGangHealth(gs []*berthv1alpha1.PodGroup, members map[string][]*corev1
 	partiallyRunning.Set(float64(partial))
 }
 
+// partiallyRunningGang reports whether some of an admitted gang's generation run while fewer
+// than it needs run or finished well — minMember, or the generation's size when it is smaller (a
+// Job's last wave) — past partialGrace after admission. A lost member's assignment stays beside
+// its replacement's, so the generation's size counts both: a replaced member does not make a
+// gang partial, a missing one does.
+func partiallyRunningGang(g *berthv1alpha1.PodGroup, members []*corev1.Pod, now time.Time) bool {
+	phase := g.Status.Phase
+	if phase == berthv1alpha1.PodGroupSucceeded || phase == berthv1alpha1.PodGroupFailed ||
+		g.Status.AdmittedAt == nil || now.Sub(g.Status.AdmittedAt.Time) < partialGrace {
+		return false
+	}
+	gen := classify(members, g.Status.Assignments)
+	running := 0
+	for _, m := range gen.live {
+		if m.Status.Phase == corev1.PodRunning {
+			running++
+		}
+	}
+	return running > 0 && running+gen.succeeded < min(int(g.Spec.MinMember), len(gen.assigned))
+}
+
 // Collectors are the package's metrics, as registered with controller-runtime's registry
 // (docs/metrics.md is generated from them).
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning, generations, strandedMembers, fenced}
+	out := []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning, generations, strandedMembers, fenced}
+	for _, s := range perGang {
+		out = append(out, s.vec)
+	}
+	return out
 }

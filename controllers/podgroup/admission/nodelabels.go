@@ -12,18 +12,19 @@ import (
 	"github.com/berth-dev/berth/scheduling"
 )
 
-// tendBarrier keeps a gang's release barrier right: up on the nodes of members that are
-// released but not bound yet (a restart may have stopped a release between removing the gates
-// and lifting the barrier), and gone from every node once no member waits for it.
+// tendBarrier keeps what holds a released gang right: the key member (tendKey), and the node
+// barrier, up on the nodes of members pinned behind it that are released but not bound yet (a
+// restart may have stopped a release between removing the gates and lifting the barrier), and
+// gone from every node once no member waits for it.
 func (r *Reconciler) tendBarrier(ctx context.Context, snap *scheduling.Snapshot, g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string) error {
 	key := barrierKey(g)
 	waiting := map[string]bool{}
 	for _, m := range members {
-		if node, ok := nodeOf[m.Name]; ok && m.Spec.NodeName == "" && gateIndex(m) < 0 {
+		if node, ok := nodeOf[m.Name]; ok && m.Spec.NodeName == "" && gateIndex(m) < 0 && behindBarrier(m, key) {
 			waiting[node] = true
 		}
 	}
-	var errs []error
+	errs := []error{r.tendKey(ctx, g, members, nodeOf)}
 	for _, n := range snap.Nodes() {
 		_, has := n.Node.Labels[key]
 		switch {
@@ -34,6 +35,22 @@ func (r *Reconciler) tendBarrier(ctx context.Context, snap *scheduling.Snapshot,
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// behindBarrier reports whether member m's pin requires the node barrier key.
+func behindBarrier(m *corev1.Pod, key string) bool {
+	a := m.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return false
+	}
+	for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, e := range t.MatchExpressions {
+			if e.Key == key {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // gatedAssigned reports whether a still-gated member is assigned to node (its release is in

@@ -165,7 +165,7 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 	if err := r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, next); err != nil {
 		return 0, err
 	}
-	provisioningAttempts.WithLabelValues(ProvisioningStarted).Inc()
+	provisioningAttempts.WithLabelValues(g.Namespace, g.Spec.NodePool, ProvisioningStarted).Inc()
 	if err := r.ensureSeats(ctx, gv, attempt, sf, len(sf.Missing)); err != nil {
 		return 0, err
 	}
@@ -193,7 +193,7 @@ func (r *Reconciler) withdraw(ctx context.Context, cy *cycle, gv gangView, place
 	if err := r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioningFailed, msg, next); err != nil {
 		return 0, err
 	}
-	provisioningAttempts.WithLabelValues(ProvisioningTimeout).Inc()
+	provisioningAttempts.WithLabelValues(g.Namespace, g.Spec.NodePool, ProvisioningTimeout).Inc()
 	r.recorder.Warning(g, events.ReasonCapacityNotProvisioned, msg)
 	return backoff, nil
 }
@@ -299,7 +299,7 @@ func finishProvisioning(st *berthv1alpha1.PodGroupStatus, g *berthv1alpha1.PodGr
 	}
 	p = p.DeepCopy()
 	p.FinishedAt = &now
-	provisioningAttempts.WithLabelValues(ProvisioningProvisioned).Inc()
+	provisioningAttempts.WithLabelValues(g.Namespace, g.Spec.NodePool, ProvisioningProvisioned).Inc()
 	provisioningDuration.Observe(now.Sub(p.StartedAt.Time).Seconds())
 	p.RetryAt = nil
 	st.Provisioning = p

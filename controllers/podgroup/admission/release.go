@@ -82,20 +82,27 @@ func withPin(p *corev1.Pod, node, barrier string) *corev1.Pod {
 
 // pinAndUngate pins a gated member to its node and removes berth's gate in one patch: Kubernetes
 // accepts narrowing a pod's node affinity in the very update that removes its gates (what must
-// be gated is the pod as it was). The pin names the release barrier, so the member still cannot
-// bind until the whole gang is released. Optimistic lock: a concurrent change (another
+// be gated is the pod as it was). The pin names the node barrier when there is one; key, when
+// set, makes the member its gang's key member (key.go) in the same patch. Until the gang is
+// opened the member still cannot bind. Optimistic lock: a concurrent change (another
 // scheduler's gate removed, a user's edit) is retried by the next cycle, never overwritten. A
-// member an earlier release pinned but did not ungate only loses its gate.
-func (r *Reconciler) pinAndUngate(ctx context.Context, p *corev1.Pod, node, barrier string) error {
+// member an earlier release pinned but did not ungate only loses its gate (and gains the key).
+func (r *Reconciler) pinAndUngate(ctx context.Context, p *corev1.Pod, node, barrier, key string) error {
 	if n, ok := pinned(p); ok {
 		if n != node {
 			return fmt.Errorf("member %s is already pinned to %s, not %s", p.Name, n, node)
 		}
-		return r.ungate(ctx, p)
+		return r.ungate(ctx, p, key)
 	}
 	out := withPin(p, node, barrier)
 	if i := gateIndex(out); i >= 0 {
 		out.Spec.SchedulingGates = slices.Delete(out.Spec.SchedulingGates, i, i+1)
+	}
+	if key != "" {
+		if out.Labels == nil {
+			out.Labels = map[string]string{}
+		}
+		out.Labels[berthv1alpha1.ReleaseLabel] = key
 	}
 	if err := r.client.Patch(ctx, out, client.MergeFromWithOptions(p, client.MergeFromWithOptimisticLock{})); err != nil {
 		return fmt.Errorf("pinning member %s to %s and removing its gate: %w", p.Name, node, err)
@@ -103,18 +110,26 @@ func (r *Reconciler) pinAndUngate(ctx context.Context, p *corev1.Pod, node, barr
 	return nil
 }
 
-// ungate removes berth's gate with a JSON patch that first tests the gate is where we saw it.
-// The patch is sent for a bare copy of the pod's name: p may be the cache's own object, which
-// must never receive the response.
-func (r *Reconciler) ungate(ctx context.Context, p *corev1.Pod) error {
+// ungate removes berth's gate (and, with key set, labels the member its gang's key) with a JSON
+// patch that first tests the gate is where we saw it. The patch is sent for a bare copy of the
+// pod's name: p may be the cache's own object, which must never receive the response.
+func (r *Reconciler) ungate(ctx context.Context, p *corev1.Pod, key string) error {
 	i := gateIndex(p)
 	if i < 0 {
 		return nil
 	}
-	patch, _ := json.Marshal([]map[string]any{
+	ops := []map[string]any{
 		{"op": "test", "path": fmt.Sprintf("/spec/schedulingGates/%d/name", i), "value": berthv1alpha1.SchedulingGate},
 		{"op": "remove", "path": fmt.Sprintf("/spec/schedulingGates/%d", i)},
-	})
+	}
+	if key != "" {
+		if p.Labels == nil {
+			ops = append(ops, map[string]any{"op": "add", "path": "/metadata/labels", "value": map[string]string{berthv1alpha1.ReleaseLabel: key}})
+		} else {
+			ops = append(ops, map[string]any{"op": "add", "path": "/metadata/labels/" + strings.ReplaceAll(berthv1alpha1.ReleaseLabel, "/", "~1"), "value": key})
+		}
+	}
+	patch, _ := json.Marshal(ops)
 	target := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}}
 	if err := r.client.Patch(ctx, target, client.RawPatch(types.JSONPatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("removing the gate of member %s: %w", p.Name, err)
@@ -122,13 +137,15 @@ func (r *Reconciler) ungate(ctx context.Context, p *corev1.Pod) error {
 	return nil
 }
 
-// release pins every gated member to its assigned node behind the gang's barrier and removes
-// its gate, one patch per member in one parallel burst, and only then lifts the barrier on the
-// gang's nodes: no member can be bound before the last gate is gone. Every step is idempotent,
-// so a restarted controller simply runs it again. Writes: one per member, two per node (barrier
-// up and down), plus the seats' deletion.
-func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string, seats []*corev1.Pod) error {
-	barrier := barrierKey(g)
+// release opens members of gang g onto their assigned nodes so that none can bind before the
+// last gate is gone. The members other than the key (key.go) are pinned and ungated, one patch
+// each in one parallel burst; the seats give way; then the key member is pinned, ungated and
+// labelled in one patch, which opens every member held by the release term. Members without the
+// term are held by the node barrier instead, lifted on the gang's nodes after the key. A key
+// label left from an earlier release (all: every pod of the gang) comes off first. Every step is
+// idempotent, so a restarted controller simply runs it again. Writes: one per member (plus two
+// per node where a member needs the node barrier), plus the seats' deletion.
+func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, members, all []*corev1.Pod, nodeOf map[string]string, seats []*corev1.Pod) error {
 	var gated []*corev1.Pod
 	for _, m := range members {
 		if gateIndex(m) >= 0 {
@@ -137,31 +154,48 @@ func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, mem
 			}
 		}
 	}
-	if len(gated) > 0 {
-		if err := r.fence(ctx); err != nil {
-			return fmt.Errorf("not releasing: %w", err)
-		}
+	if len(gated) == 0 {
+		return r.giveWay(ctx, seats)
+	}
+	if err := r.fence(ctx); err != nil {
+		return fmt.Errorf("not releasing: %w", err)
+	}
+	if err := r.tendKey(ctx, g, all, nil); err != nil {
+		return err
+	}
+	key, rest, needsBarrier := splitKey(g, gated)
+	barrier := ""
+	if needsBarrier {
+		barrier = barrierKey(g)
 	}
 	if faultArmed("mid-release") {
 		// For the restart tests: half of the members released, then the process dies.
 		for _, m := range gated[:(len(gated)+1)/2] {
-			if err := r.pinAndUngate(ctx, m, nodeOf[m.Name], barrier); err != nil {
+			if err := r.pinAndUngate(ctx, m, nodeOf[m.Name], barrier, ""); err != nil {
 				return err
 			}
 		}
 		faultPoint("mid-release")
 	}
-	// 1.–2. Pin and ungate. Members are pinned behind the barrier: still nothing binds.
-	if err := parallel(gated, func(_ int, m *corev1.Pod) error { return r.pinAndUngate(ctx, m, nodeOf[m.Name], barrier) }); err != nil {
+	// 1. Pin and ungate every member but the key: still nothing binds.
+	if err := parallel(rest, func(_ int, m *corev1.Pod) error { return r.pinAndUngate(ctx, m, nodeOf[m.Name], barrier, "") }); err != nil {
 		return err
 	}
 	faultPoint("after-ungate")
-	// 3. Seats give way: the capacity they held is the members' now, and the barrier still
-	// keeps every member from binding until all of it is free.
+	// 2. Seats give way: the capacity they held is the members' now, and nothing binds yet.
 	if err := r.giveWay(ctx, seats); err != nil {
 		return err
 	}
-	// 4. Lift the barrier on the gang's nodes: kube-scheduler binds the members now.
+	// 3. The key member opens the gang: kube-scheduler binds it, then the others.
+	if key != nil {
+		if err := r.pinAndUngate(ctx, key, nodeOf[key.Name], barrier, g.Name); err != nil {
+			return err
+		}
+	}
+	if !needsBarrier {
+		return nil
+	}
+	// 4. Lift the node barrier on the gang's nodes for the members without the release term.
 	nodes := map[string]bool{}
 	for _, m := range gated {
 		nodes[nodeOf[m.Name]] = true

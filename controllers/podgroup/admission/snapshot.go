@@ -65,8 +65,12 @@ func unavailableNodes(nodes []*corev1.Node) map[string]string {
 	return out
 }
 
-// podsOnNodes is what counts against nodes: bound, running pods, and members promised a node
-// by an admission (status.assignments) that kube-scheduler has not bound yet.
+// podsOnNodes is what counts against nodes: bound, running pods; members berth released onto a
+// node (pinned, no gate left) that kube-scheduler has not bound yet; and members promised a node
+// by an admission (status.assignments, or this process's assumed ones) that are not released
+// yet. A released member's pin is a fact in the cluster and counts on its own: its gang's record
+// can be missing (its status write failed when the pin did not, or the cache trails), and a node
+// counted short is a node promised twice.
 func podsOnNodes(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup, assumed map[string][]berthv1alpha1.MemberAssignment) []scheduling.PodOnNode {
 	out := make([]scheduling.PodOnNode, 0, len(pods))
 	var unbound []*corev1.Pod
@@ -83,7 +87,17 @@ func podsOnNodes(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup, assumed m
 	// thousands of bound pods).
 	byKey := make(map[string]*corev1.Pod, len(unbound))
 	byUID := make(map[string]*corev1.Pod, len(unbound))
+	gangs := make(map[string]bool, len(groups))
+	for _, g := range groups {
+		gangs[g.Namespace+"/"+g.Name] = true
+	}
 	for _, p := range unbound {
+		// A released member of a gang that is gone can never bind (its barrier went with the
+		// gang): it holds nothing.
+		if node, ok := pinned(p); ok && node != "" && gateIndex(p) < 0 && gangs[p.Namespace+"/"+p.Labels[berthv1alpha1.PodGroupLabel]] {
+			out = append(out, scheduling.PodOnNode{Pod: p, Node: node})
+			continue
+		}
 		byKey[p.Namespace+"/"+p.Name] = p
 		byUID[string(p.UID)] = p
 	}

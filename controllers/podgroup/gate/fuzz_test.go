@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -17,16 +18,18 @@ import (
 
 // FuzzGate sends random pods through the webhook with a random set of adapters and checks what
 // it must always do: answer (allow or deny, never fail), touch nothing but labels, annotations
-// and scheduling gates, keep every gate the pod had, gate exactly the members it can hold (a
-// valid group name, no spec.nodeName), and change nothing the second time round.
+// and scheduling gates (and, on a member it holds, the release term appended to its required pod
+// affinity unless it has required pod affinity of its own), keep every gate the pod had, gate
+// exactly the members it can hold (a valid group name, no spec.nodeName), and change nothing the
+// second time round.
 // Short runs: go test; long runs: make fuzz.
 func FuzzGate(f *testing.F) {
-	f.Add("ddp", "", "", "", "", false, uint8(0), uint8(0))
-	f.Add("", "vc", "", "", "example.com/queue", false, uint8(2), uint8(0))
-	f.Add("kq", "", "", "4", "", false, uint8(8), uint8(3))
-	f.Add("Bad_Name", "", "", "", "", false, uint8(0), uint8(0))
-	f.Add("ddp", "", "x", "not-a-number", berthv1alpha1.SchedulingGate, true, uint8(15), uint8(1))
-	f.Fuzz(func(t *testing.T, group, volcano, kai, count, otherGate string, bound bool, adapterMask, labelKind uint8) {
+	f.Add("ddp", "", "", "", "", false, uint8(0), uint8(0), false)
+	f.Add("", "vc", "", "", "example.com/queue", false, uint8(2), uint8(0), true)
+	f.Add("kq", "", "", "4", "", false, uint8(8), uint8(3), false)
+	f.Add("Bad_Name", "", "", "", "", false, uint8(0), uint8(0), false)
+	f.Add("ddp", "", "x", "not-a-number", berthv1alpha1.SchedulingGate, true, uint8(15), uint8(1), true)
+	f.Fuzz(func(t *testing.T, group, volcano, kai, count, otherGate string, bound bool, adapterMask, labelKind uint8, ownAffinity bool) {
 		var adapters []Source
 		for i, s := range []Source{SourceCoscheduling, SourceVolcano, SourceKAI, SourceKueue} {
 			if adapterMask&(1<<i) != 0 {
@@ -54,6 +57,11 @@ func FuzzGate(f *testing.F) {
 		if bound {
 			p.Spec.NodeName = "n1"
 		}
+		if ownAffinity {
+			p = builders.PodFrom(p).PodAffinity(corev1.LabelHostname, "app", "cache").Obj()
+		}
+		// The pod as the API server hands it to the webhook: JSON (invalid UTF-8 replaced).
+		p = jsonRoundTrip(t, p)
 		g := &Gate{Adapters: adapters, Decoder: admission.NewDecoder(clientgoscheme.Scheme)}
 		resp := g.Handle(context.Background(), request(t, p))
 		if resp.Result != nil && resp.Result.Code >= 500 {
@@ -91,6 +99,14 @@ func FuzzGate(f *testing.F) {
 		}
 		outSpec, inSpec := out.Spec.DeepCopy(), p.Spec.DeepCopy()
 		outSpec.SchedulingGates, inSpec.SchedulingGates = nil, nil
+		if holdable && !ownAffinity && berthv1alpha1.CanCarryReleaseTerm(m.Group) {
+			if got, ok := berthv1alpha1.ReleaseGroup(out); !ok || got != m.Group {
+				t.Fatalf("member of %q held without its release term (got %q, %v)", m.Group, got, ok)
+			}
+			inSpec = builders.PodFrom(&corev1.Pod{Spec: *inSpec}).WithReleaseTerm(m.Group).Obj().Spec.DeepCopy()
+		} else if _, ok := berthv1alpha1.ReleaseGroup(out); ok {
+			t.Fatal("a release term on a pod that cannot carry one")
+		}
 		if !equality.Semantic.DeepEqual(outSpec, inSpec) {
 			t.Fatal("the webhook changed the pod's spec beyond its scheduling gates")
 		}
@@ -109,4 +125,17 @@ func countGate(p *corev1.Pod) int {
 		}
 	}
 	return n
+}
+
+func jsonRoundTrip(t *testing.T, p *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	raw, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &corev1.Pod{}
+	if err := json.Unmarshal(raw, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

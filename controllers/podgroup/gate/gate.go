@@ -61,11 +61,30 @@ func (g *Gate) Handle(_ context.Context, req admission.Request) admission.Respon
 	if !hasGate(mutated) {
 		mutated.Spec.SchedulingGates = append(mutated.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: berthv1alpha1.SchedulingGate})
 	}
+	addReleaseTerm(mutated, m.Group)
 	raw, err := json.Marshal(mutated)
 	if err != nil {
 		return admission.Errored(http.StatusInternalServerError, fmt.Errorf("encoding pod: %w", err))
 	}
 	return admission.PatchResponseFromRaw(req.Object.Raw, raw)
+}
+
+// addReleaseTerm gives a member the release term of its gang (berthv1alpha1.ReleaseTerm), so
+// admission opens the gang with one write however many nodes it spans. Not for a pod with
+// required pod affinity of its own (it could never be the gang's key member), nor for a gang
+// whose name is no label value: admission holds those with a barrier on the gang's nodes.
+func addReleaseTerm(p *corev1.Pod, group string) {
+	if _, ok := berthv1alpha1.ReleaseGroup(p); ok || berthv1alpha1.OwnRequiredPodAffinity(p) || !berthv1alpha1.CanCarryReleaseTerm(group) {
+		return
+	}
+	if p.Spec.Affinity == nil {
+		p.Spec.Affinity = &corev1.Affinity{}
+	}
+	if p.Spec.Affinity.PodAffinity == nil {
+		p.Spec.Affinity.PodAffinity = &corev1.PodAffinity{}
+	}
+	pa := p.Spec.Affinity.PodAffinity
+	pa.RequiredDuringSchedulingIgnoredDuringExecution = append(pa.RequiredDuringSchedulingIgnoredDuringExecution, berthv1alpha1.ReleaseTerm(group))
 }
 
 func hasGate(p *corev1.Pod) bool {

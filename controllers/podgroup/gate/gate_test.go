@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	jsonpatchv5 "github.com/evanphx/json-patch/v5"
 	"gomodules.xyz/jsonpatch/v2"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -28,39 +29,29 @@ func request(t *testing.T, p *corev1.Pod) admission.Request {
 	}}
 }
 
-// applied returns the pod after the response's patches.
+// applied returns the pod after the response's patches, applied as the API server does.
 func applied(t *testing.T, p *corev1.Pod, patches []jsonpatch.Operation) *corev1.Pod {
 	t.Helper()
-	out := p.DeepCopy()
-	for _, op := range patches {
-		switch {
-		case op.Path == "/spec/schedulingGates":
-			data, _ := json.Marshal(op.Value)
-			_ = json.Unmarshal(data, &out.Spec.SchedulingGates)
-		case op.Path == "/metadata/labels":
-			data, _ := json.Marshal(op.Value)
-			_ = json.Unmarshal(data, &out.Labels)
-		case op.Path == "/metadata/annotations":
-			data, _ := json.Marshal(op.Value)
-			_ = json.Unmarshal(data, &out.Annotations)
-		case strings.HasPrefix(op.Path, "/metadata/labels/"):
-			out.Labels[unescape(strings.TrimPrefix(op.Path, "/metadata/labels/"))] = op.Value.(string)
-		case strings.HasPrefix(op.Path, "/metadata/annotations/"):
-			out.Annotations[unescape(strings.TrimPrefix(op.Path, "/metadata/annotations/"))] = op.Value.(string)
-		case strings.HasPrefix(op.Path, "/spec/schedulingGates/"):
-			data, _ := json.Marshal(op.Value)
-			var g corev1.PodSchedulingGate
-			_ = json.Unmarshal(data, &g)
-			out.Spec.SchedulingGates = append(out.Spec.SchedulingGates, g)
-		default:
-			t.Fatalf("unexpected patch %+v", op)
-		}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops, err := json.Marshal(patches)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := jsonpatchv5.DecodePatch(ops)
+	if err != nil {
+		t.Fatalf("decoding patches %s: %v", ops, err)
+	}
+	if raw, err = patch.Apply(raw); err != nil {
+		t.Fatalf("applying patches %s: %v", ops, err)
+	}
+	out := &corev1.Pod{}
+	if err := json.Unmarshal(raw, out); err != nil {
+		t.Fatal(err)
 	}
 	return out
-}
-
-func unescape(s string) string {
-	return strings.ReplaceAll(strings.ReplaceAll(s, "~1", "/"), "~0", "~")
 }
 
 func TestGate(t *testing.T) {
@@ -82,6 +73,7 @@ func TestGate(t *testing.T) {
 		minMember string
 		warning   string
 		denied    string
+		noTerm    bool
 	}{
 		{name: "unlabelled pod untouched", pod: builders.Pod("a", "ml").Obj(), allowed: true},
 		{name: "berth member gated", pod: builders.Pod("a", "ml").Member("g").Obj(), allowed: true, gated: true, group: "g"},
@@ -92,6 +84,8 @@ func TestGate(t *testing.T) {
 		{name: "kai annotation adapted", pod: kaiPod, allowed: true, gated: true, group: "kai-group", source: "kai"},
 		{name: "kueue with count", pod: kueuePod, allowed: true, gated: true, group: "kq", source: "kueue", minMember: "4"},
 		{name: "berth label wins over adapters", pod: builders.Pod("a", "ml").Member("mine").Label("scheduling.x-k8s.io/pod-group", "theirs").Obj(), allowed: true, gated: true, group: "mine"},
+		{name: "member with pod affinity of its own gated without a release term", pod: builders.Pod("a", "ml").Member("g").PodAffinity("kubernetes.io/hostname", "app", "cache").Obj(), allowed: true, gated: true, group: "g", noTerm: true},
+		{name: "member of a gang whose name is no label value gated without a release term", pod: builders.Pod("a", "ml").Member(strings.Repeat("g", 70)).Obj(), allowed: true, gated: true, group: strings.Repeat("g", 70), noTerm: true},
 		{name: "bound pod not gated", pod: builders.Pod("a", "ml").Member("g").Node("n1").Obj(), allowed: true, warning: "sets spec.nodeName"},
 		{name: "invalid group name denied", pod: builders.Pod("a", "ml").Label("scheduling.x-k8s.io/pod-group", "Not_A_Name").Obj(), denied: "is not a valid PodGroup name"},
 	}
@@ -119,6 +113,9 @@ func TestGate(t *testing.T) {
 			}
 			if tt.gated != (gates == 1) || gates > 1 {
 				t.Errorf("berth gates = %d, want gated=%v", gates, tt.gated)
+			}
+			if rg, ok := berthv1alpha1.ReleaseGroup(got); (tt.gated && !tt.noTerm) != ok || (ok && rg != tt.group) {
+				t.Errorf("release term for %q (%v), want one for %q only when gated", rg, ok, tt.group)
 			}
 			if tt.group != "" && got.Labels["scheduling.berth.dev/pod-group"] != tt.group {
 				t.Errorf("pod-group label = %q, want %q", got.Labels["scheduling.berth.dev/pod-group"], tt.group)

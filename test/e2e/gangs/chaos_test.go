@@ -3,6 +3,7 @@ package gangs_test
 import (
 	"context"
 	"fmt"
+	"math/rand"
 	"strings"
 	"testing"
 	"time"
@@ -12,16 +13,20 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
 )
 
-// TestKilledAtRandomDuringProvisioning: four gangs of two 8-GPU members with no capacity of
-// their family get it through seats while the controller is SIGKILLed every 0.5–2 s and started
-// again. Every gang ends bound whole on the nodes Karpenter launched, none partly released, no
-// seat left behind, and no NodeClaim launched for nothing (a seat created twice would leave a
-// node no member uses).
+// staticNodes are the 8-GPU nodes the one-GPU gangs fit on: 180 GPUs asked for, 192 there.
+const staticNodes = 24
+
+// TestKilledAtRandomDuringProvisioning: 100 gangs of two members arrive while the controller is
+// SIGKILLed every 0.5–2 s and started again. Ninety ask for one GPU each and fit on static nodes;
+// ten ask for 8-GPU p5 nodes, which do not exist, and get them from Karpenter through seats.
+// Every gang ends bound whole, none partly released, no seat left behind, and no NodeClaim
+// launched twice (a seat created twice would launch a node no member uses).
 func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
@@ -29,24 +34,38 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 	started := metav1.Now()
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	for i := range staticNodes {
+		n := builders.Node(fmt.Sprintf("chaos-static-%02d", i)).GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
+		n.Annotations = map[string]string{berthv1alpha1.KwokNodeAnnotation: "fake"}
+		n.Status.Conditions = nil
+		if err := c.Create(ctx, n); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), n) })
+	}
 	rec := rigtest.WatchReleases(t, ns)
-	const gangs, size = 4, 2
+	const gangs, size, seatGangs = 100, 2, 10
 	all := map[string][]string{}
+	stopKilling := berth.KillAtRandom(ctx, seed, 500*time.Millisecond, 2*time.Second)
 	for i := range gangs {
-		name := fmt.Sprintf("g%d", i)
-		if err := c.Create(ctx, builders.PodGroup(name, ns).MinMember(size).Obj()); err != nil {
+		name := fmt.Sprintf("g%03d", i)
+		if err := rigtest.CreateRetrying(ctx, c, builders.PodGroup(name, ns).MinMember(size).Obj()); err != nil {
 			t.Fatal(err)
 		}
 		for j := range size {
-			p := builders.Pod(fmt.Sprintf("%s-%d", name, j), ns).Member(name).GPU(8).NodeSelector(awsv1.LabelInstanceFamily, "p5").Obj()
+			b := builders.Pod(fmt.Sprintf("%s-%d", name, j), ns).Member(name).GPU(1)
+			if i%(gangs/seatGangs) == 0 {
+				b = builders.Pod(fmt.Sprintf("%s-%d", name, j), ns).Member(name).GPU(8).NodeSelector(awsv1.LabelInstanceFamily, "p5")
+			}
+			p := b.Obj()
 			if err := rigtest.CreateRetrying(ctx, c, p); err != nil {
 				t.Fatal(err)
 			}
 			all[name] = append(all[name], p.Name)
 		}
+		time.Sleep(time.Duration(rng.Intn(300)) * time.Millisecond)
 	}
-
-	stopKilling := berth.KillAtRandom(ctx, seed, 500*time.Millisecond, 2*time.Second)
 	bound := func(ctx context.Context) (int, error) {
 		var pods corev1.PodList
 		if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
@@ -60,7 +79,7 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 		}
 		return n, nil
 	}
-	deadline := time.Now().Add(4 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for time.Now().Before(deadline) {
 		if n, err := bound(ctx); err == nil && n == gangs*size {
 			break
@@ -72,7 +91,7 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 		t.Fatal(killErr)
 	}
 	t.Logf("%d kills", kills)
-	if kills < 2 {
+	if kills < 10 {
 		t.Errorf("only %d kills: the run did not exercise restarts", kills)
 	}
 	rigtest.Eventually(t, 2*time.Minute, time.Second, "every member bound", func(ctx context.Context) (bool, string, error) {
@@ -125,11 +144,11 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 			unused = append(unused, nc.Name)
 		}
 	}
-	if launched > gangs*size {
-		t.Errorf("%d NodeClaims launched for %d members (one 8-GPU node each): seats were created twice", launched, gangs*size)
+	if launched > seatGangs*size {
+		t.Errorf("%d NodeClaims launched for %d members that needed capacity (one 8-GPU node each): seats were created twice", launched, seatGangs*size)
 	}
 	if len(unused) > 0 {
 		t.Logf("NodeClaims launched that carry no member: %v", unused)
 	}
-	t.Logf("%d NodeClaims launched for %d members", launched, gangs*size)
+	t.Logf("%d NodeClaims launched for %d members that needed capacity", launched, seatGangs*size)
 }

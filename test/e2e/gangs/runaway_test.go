@@ -60,6 +60,7 @@ func TestRunawayNodesStayBounded(t *testing.T) {
 	// Watch for 80 s: attempt 1 at once, withdrawn after 10 s, attempt 2 after the 30 s backoff,
 	// withdrawn 10 s later, attempt 3 not before another 60 s.
 	maxSeats, maxClaims := 0, 0
+	launched := map[string]bool{} // every NodeClaim seen over the whole run
 	var attempts int32
 	deadline := time.Now().Add(80 * time.Second)
 	for time.Now().Before(deadline) {
@@ -76,6 +77,9 @@ func TestRunawayNodesStayBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		maxSeats, maxClaims = max(maxSeats, len(seats)), max(maxClaims, len(claims))
+		for _, nc := range claims {
+			launched[nc.Name] = true
+		}
 		if g.Status.Provisioning != nil {
 			attempts = g.Status.Provisioning.Attempt
 		}
@@ -86,7 +90,7 @@ func TestRunawayNodesStayBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	cond := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
-	t.Logf("after 80 s: %d attempts, at most %d seats and %d NodeClaims at once; %+v", attempts, maxSeats, maxClaims, cond)
+	t.Logf("after 80 s: %d attempts, at most %d seats and %d NodeClaims at once, %d in all; %+v", attempts, maxSeats, maxClaims, len(launched), cond)
 	if attempts != 2 {
 		t.Errorf("%d provisioning attempts in 80 s, want 2 (10 s timeout, then 30 s and 60 s of backoff)", attempts)
 	}
@@ -95,6 +99,9 @@ func TestRunawayNodesStayBounded(t *testing.T) {
 	}
 	if maxClaims > 2 {
 		t.Errorf("%d NodeClaims at once for 2 members of 8 GPUs: more than one batch", maxClaims)
+	}
+	if len(launched) > 2*int(attempts) {
+		t.Errorf("%d NodeClaims launched over %d attempts for 2 members of 8 GPUs: more than one batch per attempt", len(launched), attempts)
 	}
 	for _, p := range mustMembers(t, ns, "stuck") {
 		if p.Spec.NodeName != "" {

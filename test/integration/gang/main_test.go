@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 
 // startBerth installs the webhook configuration (pointing at loopback) and runs the manager.
 func startBerth(ctx context.Context, r *rig.Rig) error {
-	url := fmt.Sprintf("https://127.0.0.1:%d%s", webhookPort, gate.Path)
+	url := fmt.Sprintf("https://localhost:%d%s", webhookPort, gate.Path)
 	adapters := []gate.Source{gate.SourceCoscheduling, gate.SourceVolcano, gate.SourceKueue}
 	cfg := gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, adapters)
 	if err := r.Client.Create(ctx, cfg); err != nil {
@@ -50,12 +50,12 @@ func startBerth(ctx context.Context, r *rig.Rig) error {
 		Webhook: controllers.WebhookOptions{
 			Host: "127.0.0.1", Port: webhookPort, CertDir: filepath.Join(r.WorkDir(), "webhook-certs"),
 			Adapters: adapters, ManageCertificate: true, SecretNamespace: "kube-system", SecretName: "berth-webhook-cert",
-			Hosts: []string{"127.0.0.1"},
+			Hosts: []string{"localhost"},
 		},
 	})
 	if err != nil {
 		return err
 	}
 	rigtest.RunManager(mgr)
-	return nil
+	return rigtest.WaitWebhookGates(ctx, r.Client)
 }

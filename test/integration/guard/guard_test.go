@@ -477,12 +477,14 @@ func patchAnnotation(t *testing.T, obj client.Object, key, value string) {
 }
 
 // metricValue reads a gauge or counter from controller-runtime's registry, where the
-// in-process manager registers berth's metrics.
+// in-process manager registers berth's metrics: the sum over the series with labels (a subset
+// of theirs).
 func metricValue(name string, labels map[string]string) (float64, bool) {
 	families, err := ctrlmetrics.Registry.Gather()
 	if err != nil {
 		return 0, false
 	}
+	sum, found := 0.0, false
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
@@ -498,11 +500,13 @@ func metricValue(name string, labels map[string]string) (float64, bool) {
 					continue next
 				}
 			}
+			found = true
 			if m.GetGauge() != nil {
-				return m.GetGauge().GetValue(), true
+				sum += m.GetGauge().GetValue()
+			} else {
+				sum += m.GetCounter().GetValue()
 			}
-			return m.GetCounter().GetValue(), true
 		}
 	}
-	return 0, false
+	return sum, found
 }

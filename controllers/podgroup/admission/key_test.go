@@ -1,0 +1,200 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/test/builders"
+)
+
+// keyGang is a PodGroup g in namespace ml with its UID set.
+func keyGang() *berthv1alpha1.PodGroup {
+	g := builders.PodGroup("g", "ml").MinMember(3).Obj()
+	g.UID = "uid-g"
+	return g
+}
+
+// keyMember is member i of gang g: gated, with the release term unless without is set.
+func keyMember(i int, without bool) *builders.PodBuilder {
+	b := builders.Pod(fmt.Sprintf("g-%02d", i), "ml").Member("g").Gated().GPU(1)
+	if !without {
+		b = b.WithReleaseTerm("g")
+	}
+	return b
+}
+
+// released is a member released onto node (pinned, ungated), bound when bound is set.
+func released(i int, node string, bound bool) *builders.PodBuilder {
+	b := builders.PodFrom(withPin(keyMember(i, false).Obj(), node, "")).Ungated()
+	if bound {
+		b = b.Node(node)
+	}
+	return b
+}
+
+func podsOf(t *testing.T, c client.Client) map[string]*corev1.Pod {
+	t.Helper()
+	var list corev1.PodList
+	if err := c.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out
+}
+
+// TestReleaseOpensWithTheKeyLast: every member but the key is pinned and ungated first, the
+// seats give way, and the key member (pinned, ungated and labelled in one patch) comes last:
+// until that write nothing in the gang can bind.
+func TestReleaseOpensWithTheKeyLast(t *testing.T) {
+	g := keyGang()
+	var members []*corev1.Pod
+	objs := []client.Object{g}
+	for i := range 3 {
+		p := keyMember(i, false).Obj()
+		p.UID = types.UID(fmt.Sprintf("uid-%d", i))
+		members = append(members, p)
+		objs = append(objs, p)
+	}
+	seat := builders.Pod("seat-0", "berth-system").Label(berthv1alpha1.SeatOfLabel, string(g.UID)).Obj()
+	objs = append(objs, seat)
+	r, base, writes, _, _ := budgetHarness(t, objs...)
+	nodeOf := map[string]string{"g-00": "n0", "g-01": "n1", "g-02": "n2"}
+	if err := r.release(context.Background(), g, members, members, nodeOf, []*corev1.Pod{seat}); err != nil {
+		t.Fatal(err)
+	}
+	seq := writes.sequence()
+	if len(seq) != 4 || !strings.HasSuffix(seq[3], "g-02") || !strings.HasSuffix(seq[2], "seat-0") {
+		t.Fatalf("writes %v: want the two other members, the seat, then the key g-02", seq)
+	}
+	got := podsOf(t, base)
+	for name, p := range got {
+		if name == "seat-0" {
+			t.Error("the seat is still there")
+			continue
+		}
+		if len(p.Spec.SchedulingGates) != 0 || p.Annotations[berthv1alpha1.PinnedNodeAnnotation] != nodeOf[name] {
+			t.Errorf("member %s not pinned to %s and ungated: gates %v, annotations %v", name, nodeOf[name], p.Spec.SchedulingGates, p.Annotations)
+		}
+		if behindBarrier(p, barrierKey(g)) {
+			t.Errorf("member %s with the release term pinned behind the node barrier", name)
+		}
+		if isKey(g, p) != (name == "g-02") {
+			t.Errorf("member %s key = %v", name, isKey(g, p))
+		}
+	}
+}
+
+// TestReleaseWithoutTheTermKeepsTheNodeBarrier: a gang with one member the gate gave no release
+// term (created before it did) is held by the node barrier, lifted after the key.
+func TestReleaseWithoutTheTermKeepsTheNodeBarrier(t *testing.T) {
+	g := keyGang()
+	members := []*corev1.Pod{keyMember(0, true).Obj(), keyMember(1, false).Obj()}
+	objs := []client.Object{g, builders.Node("n0").Obj(), builders.Node("n1").Obj()}
+	for _, m := range members {
+		objs = append(objs, m)
+	}
+	r, base, writes, _, _ := budgetHarness(t, objs...)
+	nodeOf := map[string]string{"g-00": "n0", "g-01": "n1"}
+	if err := r.release(context.Background(), g, members, members, nodeOf, nil); err != nil {
+		t.Fatal(err)
+	}
+	seq := writes.sequence()
+	if len(seq) != 4 || !strings.HasSuffix(seq[1], "g-01") {
+		t.Fatalf("writes %v: want g-00, the key g-01, then the barrier on both nodes", seq)
+	}
+	got := podsOf(t, base)
+	for _, name := range []string{"g-00", "g-01"} {
+		if !behindBarrier(got[name], barrierKey(g)) {
+			t.Errorf("member %s not pinned behind the node barrier", name)
+		}
+	}
+	if !isKey(g, got["g-01"]) || isKey(g, got["g-00"]) {
+		t.Error("the member with the release term is not the only key")
+	}
+	for _, n := range []string{"n0", "n1"} {
+		var node corev1.Node
+		if err := base.Get(context.Background(), client.ObjectKey{Name: n}, &node); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := node.Labels[barrierKey(g)]; !ok {
+			t.Errorf("node %s: barrier not lifted", n)
+		}
+	}
+}
+
+// TestTendKey: the key label follows who waits — a waiting gang with no live key gets one (the
+// key member deleted, a release cut off before its last write), one with a key is left alone,
+// and the label comes off once every member is bound and no release is under way.
+func TestTendKey(t *testing.T) {
+	deleting := released(2, "n2", false).Label(berthv1alpha1.ReleaseLabel, "g").Obj()
+	deleting.DeletionTimestamp = &metav1.Time{}
+	deleting.Finalizers = []string{"test"}
+	tests := []struct {
+		name     string
+		pods     []*corev1.Pod
+		nodeOf   map[string]string
+		wantKeys []string
+	}{
+		{"a release cut off before the key: the last waiting member becomes it",
+			[]*corev1.Pod{released(0, "n0", false).Obj(), released(1, "n1", false).Obj()}, nil, []string{"g-01"}},
+		{"the key member deleted while the others wait: another becomes it",
+			[]*corev1.Pod{released(0, "n0", false).Obj(), released(1, "n1", false).Obj(), deleting}, nil, []string{"g-01", "g-02"}},
+		{"a bound key opens the waiting members: nothing to do",
+			[]*corev1.Pod{released(0, "n0", false).Obj(), released(1, "n1", true).Label(berthv1alpha1.ReleaseLabel, "g").Obj()}, nil, []string{"g-01"}},
+		{"everyone bound: the key label comes off",
+			[]*corev1.Pod{released(0, "n0", true).Obj(), released(1, "n1", true).Label(berthv1alpha1.ReleaseLabel, "g").Obj()}, nil, nil},
+		{"a release under way: the label stays until it is done",
+			[]*corev1.Pod{keyMember(0, false).Obj(), released(1, "n1", true).Label(berthv1alpha1.ReleaseLabel, "g").Obj()},
+			map[string]string{"g-00": "n0", "g-01": "n1"}, []string{"g-01"}},
+		{"members without the release term wait for no key",
+			[]*corev1.Pod{builders.PodFrom(withPin(keyMember(0, true).Obj(), "n0", barrierKey(keyGang()))).Ungated().Obj()}, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := keyGang()
+			objs := []client.Object{g}
+			for _, p := range tt.pods {
+				objs = append(objs, p)
+			}
+			r, base, _, _, _ := budgetHarness(t, objs...)
+			if err := r.tendKey(context.Background(), g, tt.pods, tt.nodeOf); err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for name, p := range podsOf(t, base) {
+				if isKey(g, p) {
+					keys = append(keys, name)
+				}
+			}
+			slices.Sort(keys)
+			if !slices.Equal(keys, tt.wantKeys) {
+				t.Errorf("keys %v, want %v", keys, tt.wantKeys)
+			}
+		})
+	}
+}
+
+// TestSweepKeys: a PodGroup deleted with its key still labelled leaves no open gang behind for
+// a PodGroup created again under its name.
+func TestSweepKeys(t *testing.T) {
+	stale := released(0, "n0", true).Label(berthv1alpha1.ReleaseLabel, "g").Obj()
+	r, base, _, _, _ := budgetHarness(t, stale)
+	if err := r.sweepKeys(context.Background(), &cycle{members: membersByGroup([]*corev1.Pod{stale})}); err != nil {
+		t.Fatal(err)
+	}
+	if isKey(keyGang(), podsOf(t, base)["g-00"]) {
+		t.Error("the key label of a deleted PodGroup's member is still there")
+	}
+}
