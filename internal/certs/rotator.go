@@ -120,11 +120,19 @@ func (r *Rotator) serve(mgr manager.Manager) error {
 	}); err != nil {
 		return fmt.Errorf("watching the webhook certificate Secret: %w", err)
 	}
-	if err := mgr.Add(c); err != nil {
+	// A bare cache added to a manager starts only on the leader; every replica serves the
+	// webhook, so a standby must read the Secret too, or it never becomes ready.
+	if err := mgr.Add(everyReplica{c}); err != nil {
 		return fmt.Errorf("adding the webhook certificate cache: %w", err)
 	}
 	return nil
 }
+
+// everyReplica runs a cache on every replica, leader or not.
+type everyReplica struct{ cache.Cache }
+
+// NeedLeaderElection is false: the cache runs before and without leadership.
+func (everyReplica) NeedLeaderElection() bool { return false }
 
 // load serves the pair in data and writes it to CertDir.
 func (r *Rotator) load(data map[string][]byte) error {

@@ -56,6 +56,7 @@ func TestNewLeaderFinishesTheReleaseAndPromisesNothingTwice(t *testing.T) {
 	if err := c.Create(ctx, node); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), node) })
 
 	a, err := berth.StartReplica(ctx, true, admission.FaultEnv+"=mid-release")
 	if err != nil {

@@ -83,7 +83,7 @@ func TestLeaderKilledAtRandomPromisesNothingTwice(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewSource(seed))
 	for i := range 3 {
-		node := builders.Node(fmt.Sprintf("ha-r%d", i)).GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
+		node := builders.Node(fmt.Sprintf("ha-r%d", i)).Zone("ha-random").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
 		node.Annotations = map[string]string{berthv1alpha1.KwokNodeAnnotation: "fake"}
 		node.Status.Conditions = nil
 		if err := c.Create(ctx, node); err != nil {
@@ -140,7 +140,7 @@ func TestLeaderKilledAtRandomPromisesNothingTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, m := range gangs[name] {
-			if err := rigtest.CreateRetrying(ctx, c, builders.Pod(m, ns).Member(name).GPU(2).Obj()); err != nil {
+			if err := rigtest.CreateRetrying(ctx, c, builders.Pod(m, ns).Member(name).GPU(2).NodeSelector(corev1.LabelTopologyZone, "ha-random").Obj()); err != nil {
 				t.Fatal(err)
 			}
 		}
