@@ -98,6 +98,19 @@ func (r *Reconciler) tendKey(ctx context.Context, g *berthv1alpha1.PodGroup, all
 	return errors.Join(errs...)
 }
 
+// closeGang removes the key label from every ungated member of g in all, so that no member a
+// release is about to ungate can bind before the release's own key: a gated member holds no
+// gang open (pod affinity counts only pods that are bound or can bind), an ungated one can.
+func (r *Reconciler) closeGang(ctx context.Context, g *berthv1alpha1.PodGroup, all []*corev1.Pod) error {
+	var errs []error
+	for _, m := range all {
+		if isKey(g, m) && gateIndex(m) < 0 {
+			errs = append(errs, r.setKeyLabel(ctx, m, ""))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // setKeyLabel sets (value non-empty) or removes the key label on a pod with a merge patch sent
 // for a bare copy of its name (p may be the cache's own object).
 func (r *Reconciler) setKeyLabel(ctx context.Context, p *corev1.Pod, value string) error {

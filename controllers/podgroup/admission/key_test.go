@@ -134,6 +134,49 @@ func TestReleaseWithoutTheTermKeepsTheNodeBarrier(t *testing.T) {
 	}
 }
 
+// TestReleaseResumedAfterTheRestKeepsTheKeyLast: a release cut off after every member but the
+// key was ungated is resumed by the next controller with the gated key, labelled in the last
+// write. A key label on an ungated member (an earlier release's, or one made key while the
+// release was cut off) comes off before anything else: left there, the waiting members could
+// bind while the key is still gated.
+func TestReleaseResumedAfterTheRestKeepsTheKeyLast(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		waitKey   bool // a waiting member carries the key label
+		wantFirst string
+	}{
+		{"no label left", false, "g-02"},
+		{"a waiting member labelled key", true, "g-01"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := keyGang()
+			w1 := released(1, "n1", false)
+			if tc.waitKey {
+				w1 = w1.Label(berthv1alpha1.ReleaseLabel, "g")
+			}
+			all := []*corev1.Pod{released(0, "n0", false).Obj(), w1.Obj(), keyMember(2, false).Obj()}
+			objs := []client.Object{g}
+			for _, p := range all {
+				objs = append(objs, p)
+			}
+			r, base, writes, _, _ := budgetHarness(t, objs...)
+			nodeOf := map[string]string{"g-00": "n0", "g-01": "n1", "g-02": "n2"}
+			if err := r.release(context.Background(), g, all, all, nodeOf, nil); err != nil {
+				t.Fatal(err)
+			}
+			seq := writes.sequence()
+			if len(seq) == 0 || !strings.HasSuffix(seq[0], tc.wantFirst) || !strings.HasSuffix(seq[len(seq)-1], "g-02") {
+				t.Fatalf("writes %v: want %s first and the key g-02 last", seq, tc.wantFirst)
+			}
+			for name, p := range podsOf(t, base) {
+				if isKey(g, p) != (name == "g-02") {
+					t.Errorf("member %s key = %v, want only the gated member g-02", name, isKey(g, p))
+				}
+			}
+		})
+	}
+}
+
 // TestTendKey: the key label follows who waits — a waiting gang with no live key gets one (the
 // key member deleted, a release cut off before its last write), one with a key is left alone,
 // and the label comes off once every member is bound and no release is under way.
