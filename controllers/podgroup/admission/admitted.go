@@ -52,7 +52,7 @@ func (r *Reconciler) commit(ctx context.Context, cy *cycle, gv gangView, members
 	}
 	placements.WithLabelValues(ResultAdmitted).Inc()
 	r.assume(g, assignments)
-	if err := r.release(ctx, g, members, gv.members, nodeOf, gv.seats); err != nil {
+	if err := r.release(ctx, g, members, gv.keyHolders(), nodeOf, gv.seats); err != nil {
 		return err
 	}
 	observeReleased(members, r.clock.Now())
@@ -220,7 +220,7 @@ func (r *Reconciler) resume(ctx context.Context, snap *scheduling.Snapshot, gv g
 	}
 	if len(ok) > 0 {
 		log.FromContext(ctx).Info("resuming release", "podgroup", client.ObjectKeyFromObject(g), "members", len(ok))
-		errs = append(errs, r.release(ctx, g, ok, gv.members, nodeOf, gv.seats))
+		errs = append(errs, r.release(ctx, g, ok, gv.keyHolders(), nodeOf, gv.seats))
 	}
 	return errors.Join(errs...)
 }

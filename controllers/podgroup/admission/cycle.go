@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -30,6 +31,10 @@ type cycle struct {
 	snap *scheduling.Snapshot
 	// members are the gangs' member pods by namespace/name, sorted by name.
 	members map[string][]*corev1.Pod
+	// oldKeys are members being deleted that still carry the key label, by namespace/name: a
+	// terminating pod still counts for kube-scheduler's pod affinity, so a release closes them
+	// too.
+	oldKeys map[string][]*corev1.Pod
 	// seats are the seat pods by the UID of the gang they hold capacity for.
 	seats map[types.UID][]*corev1.Pod
 	// volumeErr is what went wrong reading members' claims (those members are blocked).
@@ -52,6 +57,14 @@ type gangView struct {
 	group   *berthv1alpha1.PodGroup
 	members []*corev1.Pod
 	seats   []*corev1.Pod
+	// oldKeys are the gang's members being deleted that still carry the key label.
+	oldKeys []*corev1.Pod
+}
+
+// keyHolders are every pod that may carry the gang's key label: its members and the terminating
+// ones still labelled.
+func (gv gangView) keyHolders() []*corev1.Pod {
+	return append(slices.Clip(gv.members), gv.oldKeys...)
 }
 
 // newCycle reads PodGroups, pods and nodes (r.reader) and builds the cycle's view. The objects
@@ -64,7 +77,7 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 		return nil, err
 	}
 	cy := &cycle{now: r.clock.Now(), groups: groups, nodes: nodes, bootBudget: r.opts.NodeReadyBudget, requests: r.requests.lookup}
-	cy.members = membersByGroup(pods)
+	cy.members, cy.oldKeys = membersByGroup(pods), terminatingKeys(pods)
 	uids := make(map[types.UID]bool, len(pods))
 	for _, p := range pods {
 		uids[p.UID] = true
@@ -98,7 +111,8 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 
 // gang is the cycle's view of one PodGroup.
 func (cy *cycle) gang(g *berthv1alpha1.PodGroup) gangView {
-	return gangView{group: g, members: cy.members[g.Namespace+"/"+g.Name], seats: cy.seats[g.UID]}
+	k := g.Namespace + "/" + g.Name
+	return gangView{group: g, members: cy.members[k], seats: cy.seats[g.UID], oldKeys: cy.oldKeys[k]}
 }
 
 // bootingSnapshot is the snapshot in which nodes that are coming up count as available: what
@@ -172,6 +186,20 @@ func membersByGroup(pods []*corev1.Pod) map[string][]*corev1.Pod {
 	}
 	for _, ms := range out {
 		sort.Slice(ms, func(i, j int) bool { return ms[i].Name < ms[j].Name })
+	}
+	return out
+}
+
+// terminatingKeys indexes pods being deleted that still carry the key label by namespace/group.
+func terminatingKeys(pods []*corev1.Pod) map[string][]*corev1.Pod {
+	out := map[string][]*corev1.Pod{}
+	for _, p := range pods {
+		name := p.Labels[berthv1alpha1.PodGroupLabel]
+		if name == "" || p.DeletionTimestamp == nil || p.Labels[berthv1alpha1.ReleaseLabel] != name {
+			continue
+		}
+		k := p.Namespace + "/" + name
+		out[k] = append(out[k], p)
 	}
 	return out
 }

@@ -177,6 +177,43 @@ func TestReleaseResumedAfterTheRestKeepsTheKeyLast(t *testing.T) {
 	}
 }
 
+// TestReleaseClosesATerminatingOldKey: the key member of a gang's previous run, deleted but
+// still terminating on its node with the key label (kube-scheduler still counts it for pod
+// affinity), would open the next run's members as soon as they are ungated. The next release
+// takes the label off it before it ungates anything.
+func TestReleaseClosesATerminatingOldKey(t *testing.T) {
+	g := keyGang()
+	g.Spec.MinMember = 2
+	old := released(9, "n0", true).Label(berthv1alpha1.ReleaseLabel, "g").Obj()
+	deleted := metav1.Unix(1_700_000_000, 0)
+	old.DeletionTimestamp = &deleted
+	old.Finalizers = []string{"test"}
+	objs := []client.Object{g, builders.Node("n0").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), old}
+	for i := range 2 {
+		p := keyMember(i, false).Obj()
+		p.UID = types.UID(fmt.Sprintf("uid-%d", i))
+		objs = append(objs, p)
+	}
+	r, base, writes, _, _ := budgetHarness(t, objs...)
+	cycleOnce(t, r)
+	var seq []string
+	for _, w := range writes.sequence() {
+		if strings.Contains(w, "*v1.Pod") {
+			seq = append(seq, w)
+		}
+	}
+	if len(seq) != 3 || !strings.HasSuffix(seq[0], "g-09") || !strings.HasSuffix(seq[2], "g-01") {
+		t.Fatalf("pod writes %v: want the old key's label off first, then g-00, then the key g-01", seq)
+	}
+	got := podsOf(t, base)
+	if isKey(g, got["g-09"]) {
+		t.Error("the terminating old key still carries the key label")
+	}
+	if !isKey(g, got["g-01"]) || isKey(g, got["g-00"]) {
+		t.Error("the new run's key is not g-01 alone")
+	}
+}
+
 // TestTendKey: the key label follows who waits — a waiting gang with no live key gets one (the
 // key member deleted, a release cut off before its last write), one with a key is left alone,
 // and the label comes off once every member is bound and no release is under way.

@@ -142,11 +142,11 @@ func (r *Reconciler) ungate(ctx context.Context, p *corev1.Pod, key string) erro
 // each in one parallel burst; the seats give way; then the key member is pinned, ungated and
 // labelled in one patch, which opens every member held by the release term. Members without the
 // term are held by the node barrier instead, lifted on the gang's nodes after the key. A key
-// label left on an ungated member (all: every pod of the gang) comes off first: an earlier
-// release's key, or a member made the key after a release was cut off, would let the members
-// ungated in step 1 bind before the last gate is gone. Every step is
-// idempotent, so a restarted controller simply runs it again. Writes: one per member (plus two
-// per node where a member needs the node barrier), plus the seats' deletion.
+// label left on an ungated pod (all: every member of the gang and those being deleted still
+// labelled) comes off first: an earlier release's key, or a member made the key after a release
+// was cut off, would let the members ungated in step 1 bind before the last gate is gone. Every
+// step is idempotent, so a restarted controller simply runs it again. Writes: one per member
+// (plus two per node where a member needs the node barrier), plus the seats' deletion.
 func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, members, all []*corev1.Pod, nodeOf map[string]string, seats []*corev1.Pod) error {
 	var gated []*corev1.Pod
 	for _, m := range members {

@@ -92,7 +92,7 @@ func (r *Reconciler) commitOne(ctx context.Context, cy *cycle, gv gangView, p *c
 	}
 	r.assume(g, g.Status.Assignments)
 	placements.WithLabelValues(ResultAdmitted).Inc()
-	if err := r.release(ctx, g, []*corev1.Pod{p}, gv.members, map[string]string{p.Name: node}, nil); err != nil {
+	if err := r.release(ctx, g, []*corev1.Pod{p}, gv.keyHolders(), map[string]string{p.Name: node}, nil); err != nil {
 		return err
 	}
 	r.recorder.Normal(g, events.ReasonLateMemberAdmitted, fmt.Sprintf("member %s, created after admission, released onto %s", p.Name, node))

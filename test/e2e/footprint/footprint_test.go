@@ -46,10 +46,16 @@ func TestMain(m *testing.M) {
 	})
 }
 
+// The footprint targets (issue: 1,000 nodes, 10,000 pods, 500 gangs).
+const (
+	targetPeakRSSBytes = 300e6
+	targetSettledCores = 0.25
+)
+
 // BenchmarkControllerFootprint loads the cluster with the controller running, waits until every
 // gang says why it waits, then measures the controller's CPU over a minute of the settled
 // cluster (kwok heartbeats and pod status reports keep coming) and its peak resident memory.
-// Targets: peak RSS < 300 MB, CPU < 0.25 core settled.
+// Targets: peak RSS < 300 MB, CPU < 0.25 core settled; a run past either fails.
 //
 //	BERTH_TOOLS_DIR=$(hack/build-tools.sh --dir) go test ./test/e2e/footprint -run '^$' -bench Footprint -benchtime 1x -timeout 30m
 func BenchmarkControllerFootprint(b *testing.B) {
@@ -117,6 +123,14 @@ func BenchmarkControllerFootprint(b *testing.B) {
 		b.ReportMetric(settled.Seconds(), "settle-s")
 		b.Logf("%d nodes, %d pods (%d gangs waiting): loaded in %s, settled after %s; controller peak RSS %.0f MiB, %.3f cores over a settled minute",
 			nodes, nodes*8+gangs*4, gangs, loaded.Round(time.Second), settled.Round(time.Second), rss, cores)
+		// The targets hold at every scale (a smaller cluster costs less), so they are checked at
+		// every scale: a run past them fails, it does not only report.
+		if bytes := rss * (1 << 20); bytes >= targetPeakRSSBytes {
+			b.Errorf("controller peak RSS %.0f MB, target < %.0f MB", bytes/1e6, targetPeakRSSBytes/1e6)
+		}
+		if cores >= targetSettledCores {
+			b.Errorf("controller CPU %.3f cores once settled, target < %.2f", cores, targetSettledCores)
+		}
 		if err := berth.Stop(); err != nil {
 			b.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -155,4 +156,63 @@ func waitBound(t *testing.T, ns string, n int) {
 		}
 		return bound == n, fmt.Sprintf("%d bound", bound), nil
 	})
+}
+
+// TestTerminatingOldKeyIsClosed: the key member of a gang's earlier run, deleted while it still
+// carried the key label and held on its node by a finalizer (kube-scheduler still counts a
+// terminating pod for pod affinity), must not open the next run: the release takes the label
+// off it before ungating anything, and the new members are bound whole.
+func TestTerminatingOldKeyIsClosed(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	ns := namespace(t)
+	for i := range 3 {
+		kwokNode(t, fmt.Sprintf("old-key-%d", i), 8, nil)
+	}
+	rec := rigtest.WatchReleases(t, ns)
+	const finalizer = "test.berth.dev/hold"
+	old := builders.Pod("rerun-old", ns).Member("rerun").GPU(8).Node("old-key-0").Obj()
+	old.Finalizers = []string{finalizer}
+	if err := c.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p := &corev1.Pod{}
+		if err := c.Get(context.Background(), client.ObjectKeyFromObject(old), p); err == nil {
+			p.Finalizers = nil
+			_ = c.Update(context.Background(), p)
+		}
+	})
+	if err := c.Delete(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	// The key label goes on once it is terminating: a live member's label would be taken off by
+	// the key sweeps before the test could delete it.
+	label := client.RawPatch(types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{%q:"rerun"}}}`, berthv1alpha1.ReleaseLabel)))
+	if err := c.Patch(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: old.Name, Namespace: ns}}, label); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, builders.PodGroup("rerun", ns).MinMember(2).Obj()); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for i := range 2 {
+		p := builders.Pod(fmt.Sprintf("rerun-%d", i), ns).Member("rerun").GPU(8).Obj()
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, p.Name)
+	}
+	waitBound(t, ns, 3) // the two new members and the terminating old key
+	rec.CheckWhole(t, map[string][]string{"rerun": names})
+	var got corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(old), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.DeletionTimestamp == nil {
+		t.Fatal("the old key is not terminating")
+	}
+	if _, ok := got.Labels[berthv1alpha1.ReleaseLabel]; ok {
+		t.Error("the terminating old key still carries the key label after the next run's release")
+	}
 }
