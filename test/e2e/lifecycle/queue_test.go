@@ -63,7 +63,9 @@ func TestPodGroupOutlivesItsTimeoutWhileAQueueHoldsIt(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(p), p); err != nil {
 			t.Fatal(err)
 		}
-		if _, pinned := p.Spec.NodeSelector[corev1.LabelHostname]; pinned || p.Spec.Affinity != nil {
+		// The gate's release term (pod affinity) is there from creation; a pin is node affinity.
+		_, pinned := p.Annotations[berthv1alpha1.PinnedNodeAnnotation]
+		if _, byHost := p.Spec.NodeSelector[corev1.LabelHostname]; pinned || byHost || (p.Spec.Affinity != nil && p.Spec.Affinity.NodeAffinity != nil) {
 			t.Errorf("berth pinned %s while the queue still held it: %v %v", p.Name, p.Spec.NodeSelector, p.Spec.Affinity)
 		}
 	}
