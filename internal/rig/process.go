@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -20,6 +21,8 @@ type process struct {
 	logPath string
 	done    chan struct{}
 	waitErr error
+	// stopped is set when the rig (or a test through it) stopped the process on purpose.
+	stopped atomic.Bool
 }
 
 // startProcess starts binary with args and env (appended to the current environment),
@@ -81,6 +84,7 @@ func (p *process) exited() (bool, error) {
 
 // stop sends SIGTERM to the process group, waits up to grace, then SIGKILLs the group.
 func (p *process) stop(grace time.Duration) error {
+	p.stopped.Store(true)
 	if done, _ := p.exited(); done {
 		return nil
 	}
@@ -95,6 +99,17 @@ func (p *process) stop(grace time.Duration) error {
 	// Anything the component forked into its group goes too.
 	signalGroup(pgid, syscall.SIGKILL)
 	return nil
+}
+
+// kill sends SIGKILL to the process group at once (a crash, for the tests that need one) and
+// waits until the process is gone.
+func (p *process) kill() {
+	p.stopped.Store(true)
+	if done, _ := p.exited(); done {
+		return
+	}
+	signalGroup(p.pid(), syscall.SIGKILL)
+	<-p.done
 }
 
 // waitFor polls check until it returns nil, the process exits, or ctx ends.

@@ -148,6 +148,9 @@ type Component struct {
 	PID     int
 	LogPath string
 	Running bool
+	// Stopped: the process was stopped or killed on purpose (StopComponent, KillComponent), so
+	// its not running is no fault.
+	Stopped bool
 }
 
 // Components lists the processes the rig started, in start order.
@@ -157,7 +160,7 @@ func (r *Rig) Components() []Component {
 	out := make([]Component, 0, len(r.procs))
 	for _, p := range r.procs {
 		done, _ := p.exited()
-		out = append(out, Component{Name: p.name, PID: p.pid(), LogPath: p.logPath, Running: !done})
+		out = append(out, Component{Name: p.name, PID: p.pid(), LogPath: p.logPath, Running: !done, Stopped: p.stopped.Load()})
 	}
 	return out
 }
@@ -177,6 +180,24 @@ func (r *Rig) StopComponent(name string, grace time.Duration) error {
 		return fmt.Errorf("rig: no component %s", name)
 	}
 	return p.stop(grace)
+}
+
+// KillComponent sends SIGKILL to the component called name and waits until it is gone: a crash
+// on purpose. Killing one that is not running is not an error.
+func (r *Rig) KillComponent(name string) error {
+	r.mu.Lock()
+	var p *process
+	for _, q := range r.procs {
+		if q.name == name {
+			p = q
+		}
+	}
+	r.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("rig: no component %s", name)
+	}
+	p.kill()
+	return nil
 }
 
 // Exited returns the first component that has exited, if any.

@@ -3,6 +3,8 @@ package rigtest
 import (
 	"context"
 	"fmt"
+	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,8 +38,8 @@ func Eventually(t testing.TB, timeout, interval time.Duration, what string, cond
 }
 
 // componentsDown names the rig's components that are not running, for a timeout's message: a
-// wait that times out because, say, the KEDA operator died should say so. (A test may have
-// stopped one on purpose; the list only informs.)
+// wait that times out because, say, the KEDA operator died should say so. Components a test
+// stopped or killed on purpose are left out.
 func componentsDown() string {
 	r := Current()
 	if r == nil {
@@ -45,7 +47,7 @@ func componentsDown() string {
 	}
 	var down []string
 	for _, c := range r.Components() {
-		if !c.Running {
+		if !c.Running && !c.Stopped {
 			down = append(down, fmt.Sprintf("%s (log %s)", c.Name, c.LogPath))
 		}
 	}
@@ -66,4 +68,24 @@ func Namespace(t testing.TB, prefix string) string {
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), ns) })
 	return ns.Name
+}
+
+// SeedEnv names the environment variable that fixes a randomized rig test's seed, so that a
+// failure seen once (the test logs its seed) can be run again as it was.
+const SeedEnv = "BERTH_TEST_SEED"
+
+// Seed is the seed for a randomized rig test: $BERTH_TEST_SEED when set, else a fresh one. The
+// test logs it.
+func Seed(t testing.TB) int64 {
+	t.Helper()
+	seed := time.Now().UnixNano()
+	if s := os.Getenv(SeedEnv); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("%s=%q: %v", SeedEnv, s, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (run again with %s=%d)", seed, SeedEnv, seed)
+	return seed
 }

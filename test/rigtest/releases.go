@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -137,19 +136,8 @@ func (r *Releases) CheckWhole(t testing.TB, gangs map[string][]string) int {
 // none running.
 func (b *BerthProcess) Kill() error {
 	name := b.Running
-	for _, comp := range b.r.Components() {
-		if comp.Name == name && comp.Running {
-			if err := syscall.Kill(comp.PID, syscall.SIGKILL); err != nil {
-				return fmt.Errorf("killing %s: %w", name, err)
-			}
-		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !b.Exited(name) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s still running 10 s after SIGKILL", name)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := b.r.KillComponent(name); err != nil {
+		return fmt.Errorf("killing %s: %w", name, err)
 	}
 	b.Running = ""
 	return nil

@@ -102,7 +102,7 @@ func (r *Reconciler) tendAdmitted(ctx context.Context, cy *cycle, gv gangView, g
 	if err := r.finishRelease(ctx, cy, gv, resume, nodeOf); err != nil {
 		return 0, errors.Join(append(errs, err)...)
 	}
-	wait, err := r.recoverStranded(ctx, gv, gen)
+	wait, err := r.recoverStranded(ctx, cy.snap, gv, gen)
 	errs = append(errs, err)
 	if len(gen.lost) > 0 && g.Spec.OnMemberLoss == berthv1alpha1.MemberLossRestartGang {
 		return wait, errors.Join(append(errs, r.restartGang(ctx, gv, gen))...)
@@ -216,11 +216,21 @@ func (r *Reconciler) resume(ctx context.Context, snap *scheduling.Snapshot, gv g
 			ok = append(ok, p)
 			continue
 		}
-		errs = append(errs, r.replaceStranded(ctx, g, p, fmt.Sprintf("node %s, which it was pinned to, disappeared before it was bound", nodeOf[p.Name])))
+		_, err := r.replaceStranded(ctx, g, p, fmt.Sprintf("node %s, which it was pinned to, disappeared before it was bound", nodeOf[p.Name]), r.nodeGone(ctx, nodeOf[p.Name]))
+		errs = append(errs, err)
 	}
 	if len(ok) > 0 {
 		log.FromContext(ctx).Info("resuming release", "podgroup", client.ObjectKeyFromObject(g), "members", len(ok))
 		errs = append(errs, r.release(ctx, g, ok, gv.keyHolders(), nodeOf, gv.seats))
 	}
 	return errors.Join(errs...)
+}
+
+// nodeGone is a replaceStranded check for a member pinned to a node the cache no longer has: the
+// API server must not have it either.
+func (r *Reconciler) nodeGone(ctx context.Context, node string) func(*corev1.Pod) bool {
+	return func(*corev1.Pod) bool {
+		var n corev1.Node
+		return apierrors.IsNotFound(r.apiReader.Get(ctx, client.ObjectKey{Name: node}, &n))
+	}
 }

@@ -248,9 +248,13 @@ func TestUnpinnedCopy(t *testing.T) {
 	pinnedPod := withPin(orig, "n1", berthv1alpha1.BarrierLabelPrefix+"uid")
 	pinnedPod.Spec.NodeName = ""
 	pinnedPod.UID, pinnedPod.ResourceVersion = "uid-p", "42"
+	pinnedPod.Labels[berthv1alpha1.ReleaseLabel] = "g"
 	got := unpinnedCopy(pinnedPod)
 	if d := cmp.Diff(orig.Spec.Affinity, got.Spec.Affinity); d != "" {
 		t.Errorf("affinity after removing the pin (-want +got):\n%s", d)
+	}
+	if _, key := got.Labels[berthv1alpha1.ReleaseLabel]; key {
+		t.Error("the copy keeps the key label: a new member would open its gang before it is released")
 	}
 	if _, ok := got.Annotations[berthv1alpha1.PinnedNodeAnnotation]; ok || got.UID != "" || got.ResourceVersion != "" || len(got.Spec.SchedulingGates) != 0 {
 		t.Errorf("copy keeps what the server or berth set: %+v", got.ObjectMeta)

@@ -32,7 +32,8 @@ type joiners struct {
 }
 
 // admitIndividually places members of a running gang one by one, each in the gang's topology
-// domain and, for a replacement, on its predecessor's node when it fits there. Each is recorded
+// domain, off the nodes a member of the gang was stranded on lately (avoidedNodes) and, for a
+// replacement, on its predecessor's node when it fits there. Each is recorded
 // in the assignments before it is released. A replacement that does not fit gets capacity from
 // Karpenter (seats) when j.withSeats and provisioning is on; an extra member waits until it fits.
 func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangView, gen generation, j joiners) (time.Duration, error) {
@@ -45,11 +46,18 @@ func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangVi
 	free := cy.snap.Without(gv.seats) // the gang's seats hold capacity for its replacements
 	var missing []*corev1.Pod
 	var errs []error
+	avoid := r.avoidedNodes(g.UID, cy.now)
 	for _, p := range pods {
 		candidate := inDomain(p, g, domain)
-		res := placeOne(free, candidate, prevNode[p.Name])
+		prev := prevNode[p.Name]
+		if avoid[prev] {
+			prev = "" // its predecessor was stranded there
+		}
+		res := placeOne(free, avoiding(candidate, avoid), prev)
 		if !res.Fits() {
 			placements.WithLabelValues(ResultNoFit).Inc()
+			// Its seats ask Karpenter for a new node, which is no node to avoid (and Karpenter
+			// does not schedule pods with node fields).
 			missing = append(missing, candidate)
 			r.recorder.Warning(g, events.ReasonLateMemberWaiting, fmt.Sprintf("member %s, created after admission, does not fit yet: %s", p.Name, res.Reason))
 			continue

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +18,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/scheduling"
 )
 
 // Stranded members: a member released onto its node that kube-scheduler cannot bind there.
@@ -30,14 +33,24 @@ import (
 // on its node before berth replaces it: long enough for a preemption in progress to finish.
 const DefaultStrandedAfter = 30 * time.Second
 
+// AvoidStrandedNodeFor is how long a gang's replacements are not placed on a node one of its
+// members was stranded on. kube-scheduler refused the node for a reason berth's view does not
+// show (a pod berth does not see, kube-scheduler's own view behind or ahead); placing the
+// replacement there again would strand it again, every StrandedAfter, for as long as the
+// reason lasts.
+const AvoidStrandedNodeFor = 10 * time.Minute
+
 // recoverStranded replaces the gang's stranded members and says how soon to look again at
-// members that may become stranded.
-func (r *Reconciler) recoverStranded(ctx context.Context, gv gangView, gen generation) (time.Duration, error) {
+// members that may become stranded. A member counts as stranded only once its gang is open to
+// it (gangOpen): while a release waits for its key member or its node barrier, kube-scheduler
+// reports every released member unschedulable, and that is the hold working, not a stranding;
+// the clock starts when the gang opens.
+func (r *Reconciler) recoverStranded(ctx context.Context, snap *scheduling.Snapshot, gv gangView, gen generation) (time.Duration, error) {
 	var next time.Duration
 	var errs []error
 	now := r.clock.Now()
 	for _, m := range gen.live {
-		if !unschedulable(m) {
+		if !unschedulable(m) || !gangOpen(snap, gv, m) {
 			r.unschedulableFor(m.UID, time.Time{})
 			continue
 		}
@@ -47,10 +60,45 @@ func (r *Reconciler) recoverStranded(ctx context.Context, gv gangView, gen gener
 			continue
 		}
 		node, _ := pinned(m)
-		errs = append(errs, r.replaceStranded(ctx, gv.group, m, fmt.Sprintf("kube-scheduler cannot bind it to %s, the node it was released onto, for %s: %s",
-			node, now.Sub(since).Round(time.Second), podScheduledMessage(m))))
+		replaced, err := r.replaceStranded(ctx, gv.group, m, fmt.Sprintf("kube-scheduler cannot bind it to %s, the node it was released onto, for %s: %s",
+			node, now.Sub(since).Round(time.Second), podScheduledMessage(m)), unschedulable)
+		errs = append(errs, err)
+		if replaced {
+			r.markStranded(gv.group.UID, node, now)
+		}
 	}
 	return next, errors.Join(errs...)
+}
+
+// gangOpen reports whether what holds a released member m has let go: a member held by the
+// release term waits for a bound key member of its gang (the key itself holds for nothing: its
+// own label meets its term), one behind the node barrier for the barrier label on its node. A
+// member behind a key that is stranded itself waits until the key is replaced and another
+// member becomes the key (tendKey).
+func gangOpen(snap *scheduling.Snapshot, gv gangView, m *corev1.Pod) bool {
+	if holdsForKey(gv.group, m) && !isKey(gv.group, m) {
+		open := false
+		for _, k := range gv.keyHolders() {
+			if isKey(gv.group, k) && k.Spec.NodeName != "" {
+				open = true
+			}
+		}
+		if !open {
+			return false
+		}
+	}
+	key := barrierKey(gv.group)
+	if behindBarrier(m, key) {
+		node, _ := pinned(m)
+		n, ok := snap.Node(node)
+		if !ok {
+			return true // the node is gone: nothing will let the member bind there
+		}
+		if _, lifted := n.Node.Labels[key]; !lifted {
+			return false
+		}
+	}
+	return true
 }
 
 // unschedulable reports whether kube-scheduler reports a released, unbound member
@@ -109,26 +157,107 @@ func podScheduledMessage(p *corev1.Pod) string {
 // replaceStranded replaces a member that can never bind where it is pinned: a member with a
 // controller is deleted (its controller recreates it and it joins the gang as a replacement);
 // one without is recreated by berth under its own name, without the pin, gated again by the
-// webhook. Either way it is reported.
-func (r *Reconciler) replaceStranded(ctx context.Context, g *berthv1alpha1.PodGroup, p *corev1.Pod, why string) error {
-	strandedMembers.Inc()
-	if controlled(p) {
-		r.recorder.Warning(g, events.ReasonMemberStranded, fmt.Sprintf("member %s is stranded (%s); deleting it so its controller recreates it, placed again in the gang", p.Name, why))
-		if err := r.client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("deleting stranded member %s: %w", p.Name, err)
+// webhook. Either way it is reported. The decision was made on the cache, which can be behind
+// (a watch that reconnects after an API server restart takes seconds): the member is read
+// again from the API server and replaced only if it is the same pod, still unbound and still
+// stranded by stillStranded, and it is deleted only at the resourceVersion read, so a member
+// kube-scheduler binds in the meantime is never deleted.
+func (r *Reconciler) replaceStranded(ctx context.Context, g *berthv1alpha1.PodGroup, p *corev1.Pod, why string, stillStranded func(*corev1.Pod) bool) (replaced bool, err error) {
+	var live corev1.Pod
+	if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(p), &live); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
 		}
-		return nil
+		return false, fmt.Errorf("reading stranded member %s before replacing it: %w", p.Name, err)
+	}
+	if live.UID != p.UID || live.Spec.NodeName != "" || live.DeletionTimestamp != nil || !stillStranded(&live) {
+		log.FromContext(ctx).Info("member no longer stranded; not replacing it", "pod", client.ObjectKeyFromObject(p), "node", live.Spec.NodeName)
+		return false, nil
+	}
+	strandedMembers.Inc()
+	pre := client.Preconditions{UID: &live.UID, ResourceVersion: &live.ResourceVersion}
+	if controlled(&live) {
+		r.recorder.Warning(g, events.ReasonMemberStranded, fmt.Sprintf("member %s is stranded (%s); deleting it so its controller recreates it, placed again in the gang", p.Name, why))
+		switch err := r.client.Delete(ctx, &live, pre); {
+		case apierrors.IsConflict(err):
+			return false, nil // it changed since it was read: the next cycle looks again
+		case err != nil && !apierrors.IsNotFound(err):
+			return false, fmt.Errorf("deleting stranded member %s: %w", p.Name, err)
+		}
+		return true, nil
 	}
 	r.recorder.Warning(g, events.ReasonMemberStranded, fmt.Sprintf("member %s is stranded (%s); berth recreates it without its pin, to be placed again in the gang", p.Name, why))
-	return r.recreate(ctx, p)
+	return r.recreate(ctx, &live, pre)
 }
 
-// recreate deletes a pod and creates it again under its name: the same metadata and spec less
-// what berth added (its pin, the barrier, the node) and less what the API server fills in.
-func (r *Reconciler) recreate(ctx context.Context, p *corev1.Pod) error {
+// markStranded records that a member of gang uid was stranded on node at now.
+func (r *Reconciler) markStranded(uid types.UID, node string, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.strandedOn[uid] == nil {
+		r.strandedOn[uid] = map[string]time.Time{}
+	}
+	r.strandedOn[uid][node] = now
+}
+
+// avoidedNodes are the nodes gang uid's joiners are not placed on at now (AvoidStrandedNodeFor
+// after a member was stranded there); older records are dropped.
+func (r *Reconciler) avoidedNodes(uid types.UID, now time.Time) map[string]bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := map[string]bool{}
+	for node, at := range r.strandedOn[uid] {
+		if now.Sub(at) >= AvoidStrandedNodeFor {
+			delete(r.strandedOn[uid], node)
+			continue
+		}
+		out[node] = true
+	}
+	if len(r.strandedOn[uid]) == 0 {
+		delete(r.strandedOn, uid)
+	}
+	return out
+}
+
+// avoiding is member p as placement must see it when it may not go on the nodes in avoid: a
+// metadata.name NotIn requirement added to every required node-affinity term (or one new term).
+// Only placement sees it; what is written to the pod is its pin.
+func avoiding(p *corev1.Pod, avoid map[string]bool) *corev1.Pod {
+	if len(avoid) == 0 {
+		return p
+	}
+	out := p.DeepCopy()
+	req := corev1.NodeSelectorRequirement{Key: metadataNameField, Operator: corev1.NodeSelectorOpNotIn, Values: slices.Sorted(maps.Keys(avoid))}
+	if out.Spec.Affinity == nil {
+		out.Spec.Affinity = &corev1.Affinity{}
+	}
+	if out.Spec.Affinity.NodeAffinity == nil {
+		out.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := out.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{req}}}}
+		return out
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchFields = append(terms[i].MatchFields, req)
+	}
+	return out
+}
+
+// recreate deletes a pod (at the preconditions pre) and creates it again under its name: the
+// same metadata and spec less what berth added (its pin, the barrier, the node) and less what
+// the API server fills in. A pod that changed since it was read (pre fails) is left alone.
+func (r *Reconciler) recreate(ctx context.Context, p *corev1.Pod, pre client.Preconditions) (bool, error) {
 	again := unpinnedCopy(p)
-	if err := r.client.Delete(ctx, p, client.Preconditions{UID: &p.UID}, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("deleting stranded member %s: %w", p.Name, err)
+	if err := r.client.Delete(ctx, p, pre, client.GracePeriodSeconds(0)); err != nil {
+		if apierrors.IsConflict(err) {
+			return false, nil // it changed (kube-scheduler bound it?): the next cycle looks again
+		}
+		if !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("deleting stranded member %s: %w", p.Name, err)
+		}
 	}
 	// The name is free once the old pod is gone (an unbound pod goes at once).
 	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -137,17 +266,18 @@ func (r *Reconciler) recreate(ctx context.Context, p *corev1.Pod) error {
 		return apierrors.IsNotFound(err) || (err == nil && cur.UID != p.UID), client.IgnoreNotFound(err)
 	})
 	if err != nil {
-		return fmt.Errorf("waiting for stranded member %s to go before recreating it: %w", p.Name, err)
+		return true, fmt.Errorf("waiting for stranded member %s to go before recreating it: %w", p.Name, err)
 	}
 	if err := r.client.Create(ctx, again); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("recreating stranded member %s (it is gone; its spec was %s/%s): %w", p.Name, p.Namespace, p.Name, err)
+		return true, fmt.Errorf("recreating stranded member %s (it is gone; its spec was %s/%s): %w", p.Name, p.Namespace, p.Name, err)
 	}
 	log.FromContext(ctx).Info("recreated stranded member", "pod", client.ObjectKeyFromObject(p))
-	return nil
+	return true, nil
 }
 
-// unpinnedCopy is a pod to create in p's place: p's metadata and spec without berth's pin and
-// barrier, without the node, without server-set fields; the webhook gates it again.
+// unpinnedCopy is a pod to create in p's place: p's metadata and spec without berth's pin,
+// barrier and key label, without the node, without server-set fields; the webhook gates it
+// again.
 func unpinnedCopy(p *corev1.Pod) *corev1.Pod {
 	node, _ := pinned(p)
 	c := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
@@ -155,6 +285,7 @@ func unpinnedCopy(p *corev1.Pod) *corev1.Pod {
 		Finalizers: append([]string(nil), p.Finalizers...),
 	}, Spec: *p.Spec.DeepCopy()}
 	delete(c.Annotations, berthv1alpha1.PinnedNodeAnnotation)
+	delete(c.Labels, berthv1alpha1.ReleaseLabel) // a new member is nobody's key until released
 	c.Spec.NodeName = ""
 	c.Spec.SchedulingGates = nil
 	c.Spec.Affinity = withoutPin(c.Spec.Affinity, node)

@@ -39,8 +39,7 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 	c := rigtest.Current().Client
 	ns := namespace(t, "chaos")
 	started := metav1.Now()
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	seed := rigtest.Seed(t)
 	rng := rand.New(rand.NewSource(seed))
 	for i := range staticNodes {
 		n := builders.Node(fmt.Sprintf("chaos-static-%02d", i)).Zone(staticZone).GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
@@ -102,8 +101,8 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 		t.Errorf("only %d kills: the run did not exercise restarts", kills)
 	}
 	rigtest.Eventually(t, 2*time.Minute, time.Second, "every member bound", func(ctx context.Context) (bool, string, error) {
-		n, err := bound(ctx)
-		return n == gangs*size, fmt.Sprintf("%d of %d bound", n, gangs*size), err
+		n, unbound, err := rigtest.CountBound(ctx, c, ns)
+		return n == gangs*size, fmt.Sprintf("%d of %d bound; unbound: %s", n, gangs*size, unbound), err
 	})
 	if partly := rec.CheckWhole(t, all); partly > 0 {
 		t.Errorf("%d gangs partly released", partly)

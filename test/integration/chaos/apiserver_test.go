@@ -66,17 +66,11 @@ func TestAPIServerRestartMidRun(t *testing.T) {
 	rec := rigtest.WatchReleases(t, ns)
 	create(20, 30)
 	rigtest.Eventually(t, 2*time.Minute, time.Second, "every member bound", func(ctx context.Context) (bool, string, error) {
-		var pods corev1.PodList
-		if err := r.Client.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		bound, unbound, err := rigtest.CountBound(ctx, r.Client, ns)
+		if err != nil {
 			return false, err.Error(), nil // the API server may still be warming up
 		}
-		bound := 0
-		for _, p := range pods.Items {
-			if p.Spec.NodeName != "" {
-				bound++
-			}
-		}
-		return bound == 60, fmt.Sprintf("%d of 60 bound", bound), nil
+		return bound == 60, fmt.Sprintf("%d of 60 bound; unbound: %s", bound, unbound), nil
 	})
 	if berth.Exited(berth.Running) {
 		t.Errorf("the controller exited while the API server restarted")

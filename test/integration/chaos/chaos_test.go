@@ -50,10 +50,8 @@ func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
 	r := rigtest.Current()
 	c := r.Client
 	ns := rigtest.Namespace(t, "chaos")
-	rng := rand.New(rand.NewSource(time.Now().UnixNano()))
-	seed := rng.Int63()
-	rng = rand.New(rand.NewSource(seed))
-	t.Logf("seed %d", seed)
+	seed := rigtest.Seed(t)
+	rng := rand.New(rand.NewSource(seed))
 	for i := range chaosNodes {
 		n := builders.Node(fmt.Sprintf("chaos-%02d", i)).GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
 		n.Annotations = map[string]string{berthv1alpha1.KwokNodeAnnotation: "fake"}
@@ -107,17 +105,8 @@ func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
 	}
 
 	rigtest.Eventually(t, 3*time.Minute, time.Second, "every member bound", func(ctx context.Context) (bool, string, error) {
-		var pods corev1.PodList
-		if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
-			return false, "", err
-		}
-		bound := 0
-		for _, p := range pods.Items {
-			if p.Spec.NodeName != "" {
-				bound++
-			}
-		}
-		return bound == want, fmt.Sprintf("%d of %d bound", bound, want), nil
+		bound, unbound, err := rigtest.CountBound(ctx, c, ns)
+		return bound == want, fmt.Sprintf("%d of %d bound; unbound: %s", bound, want, unbound), err
 	})
 	gangs := map[string][]string{}
 	for i, size := range sizes {

@@ -79,8 +79,7 @@ func TestLeaderKilledAtRandomPromisesNothingTwice(t *testing.T) {
 	r := rigtest.Current()
 	c := r.Client
 	ns := rigtest.Namespace(t, "ha-random")
-	seed := time.Now().UnixNano()
-	t.Logf("seed %d", seed)
+	seed := rigtest.Seed(t)
 	rng := rand.New(rand.NewSource(seed))
 	for i := range 3 {
 		node := builders.Node(fmt.Sprintf("ha-r%d", i)).Zone("ha-random").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
