@@ -17,6 +17,7 @@ import (
 	"github.com/berth-dev/berth/controllers/podgroup/admission"
 	"github.com/berth-dev/berth/controllers/podgroup/disruption"
 	"github.com/berth-dev/berth/controllers/podgroup/status"
+	"github.com/berth-dev/berth/controllers/provisioningrequest"
 	"github.com/berth-dev/berth/internal/events"
 )
 
@@ -87,6 +88,22 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	} else {
 		ctrl.Log.WithName("setup").Info("Karpenter's API (karpenter.sh/v1 NodePool) is not served; the consolidation guard is off until berth restarts")
 	}
+	// ProvisioningRequests (Kueue's provisioning admission check) where their API is served.
+	provReqs, err := served(mgr, schema.GroupKind{Group: "autoscaling.x-k8s.io", Kind: "ProvisioningRequest"}, "v1")
+	if err != nil {
+		return err
+	}
+	if provReqs {
+		all = append(all, registration{provisioningrequest.Name, provisioningrequest.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec, provisioningrequest.Options{
+			SeatNamespace: opts.Provisioning.SeatNamespace, SeatImage: opts.Provisioning.SeatImage})})
+		if !opts.Provisioning.Enabled { // the seats need their PriorityClass either way
+			if err := mgr.Add(admission.SeatPriorityClassInstaller(mgr.GetClient())); err != nil {
+				return fmt.Errorf("adding the seat PriorityClass installer: %w", err)
+			}
+		}
+	} else {
+		ctrl.Log.WithName("setup").Info("the ProvisioningRequest API (autoscaling.x-k8s.io/v1) is not served; berth serves no ProvisioningRequests until it restarts")
+	}
 	for _, c := range all {
 		if err := c.c.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up controller %s: %w", c.name, err)
@@ -96,9 +113,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 }
 
 // Names are the names of every controller Setup registers (the nodepool guard only where
-// Karpenter is installed), as logs and the controller_runtime_* metrics show them.
+// Karpenter is installed, the ProvisioningRequest controller only where its API is served), as logs and the controller_runtime_* metrics show them.
 func Names() []string {
-	return []string{status.Name, adapter.Name, admission.Name, protect.Name, disruption.Name, guard.Name}
+	return []string{status.Name, adapter.Name, admission.Name, protect.Name, disruption.Name, guard.Name, provisioningrequest.Name}
 }
 
 // served reports whether the cluster serves a kind at a version.

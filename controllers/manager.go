@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -54,6 +55,9 @@ func NewScheme() (*runtime.Scheme, error) {
 	}
 	if err := berthv1alpha1.AddToScheme(s); err != nil {
 		return nil, fmt.Errorf("adding berth types: %w", err)
+	}
+	if err := autoscalingv1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("adding ProvisioningRequest types: %w", err)
 	}
 	// Karpenter's types, read and patched when Karpenter is installed (NodePools, NodeClaims).
 	karpenterGV := schema.GroupVersion{Group: "karpenter.sh", Version: "v1"}

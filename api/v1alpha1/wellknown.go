@@ -57,6 +57,16 @@ const (
 	// SeatPriorityClassName is the PriorityClass of seat pods: below every workload, so any
 	// member (or other pod) preempts a seat.
 	SeatPriorityClassName = "berth-seat"
+	// SeatForProvisioningRequestLabel on a seat pod holds the UID of the ProvisioningRequest
+	// (autoscaling.x-k8s.io) it books capacity for.
+	SeatForProvisioningRequestLabel = "autoscaling.berth.dev/seat-for-provisioning-request"
+	// SeatForProvisioningRequestAnnotation on a ProvisioningRequest's seat names the request as
+	// namespace/name.
+	SeatForProvisioningRequestAnnotation = "autoscaling.berth.dev/provisioning-request"
+	// ProvisioningAttemptsDetail is the key in a ProvisioningRequest's
+	// status.provisioningClassDetails where berth counts its failed attempts (the retry
+	// backoff grows with it).
+	ProvisioningAttemptsDetail = "autoscaling.berth.dev/failed-attempts"
 )
 
 // Keeping GPU capacity put: the consolidation guard (NodePools) and pod protection.

@@ -71,6 +71,15 @@ const (
 	// ReasonGangMemberDisrupted: a node backing a running gang is being disrupted (Karpenter
 	// taint, node or NodeClaim deletion, node gone, or a member marked as disruption target).
 	ReasonGangMemberDisrupted = "GangMemberDisrupted"
+	// ReasonCapacityBooked: a ProvisioningRequest's capacity is on Ready nodes, held by seats
+	// for the pods that consume it.
+	ReasonCapacityBooked = "CapacityBooked"
+	// ReasonBookingReleased: a ProvisioningRequest's booking ended (its pods run, or the booking
+	// time passed) and its seats were removed.
+	ReasonBookingReleased = "BookingReleased"
+	// ReasonBookedCapacityLost: a seat holding a ProvisioningRequest's booked capacity went away
+	// (preempted, its node gone) before the pods that consume it arrived.
+	ReasonBookedCapacityLost = "BookedCapacityLost"
 )
 
 // Actions, the machine-readable verb of an events.k8s.io Event.

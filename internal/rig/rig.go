@@ -15,6 +15,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -407,7 +408,8 @@ func (r *Rig) startEtcd(ctx context.Context, clientPort, peerPort int) (string, 
 	return etcdURL, nil
 }
 
-// NewScheme returns a scheme with core Kubernetes, berth and Karpenter (incl. kwok) types.
+// NewScheme returns a scheme with core Kubernetes, berth, Karpenter (incl. kwok) and
+// ProvisioningRequest types.
 func NewScheme() (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
 	metav1.AddToGroupVersion(s, KarpenterGroupVersion)
@@ -422,6 +424,9 @@ func NewScheme() (*runtime.Scheme, error) {
 	}
 	if err := apiextensionsv1.AddToScheme(s); err != nil {
 		return nil, fmt.Errorf("adding apiextensions types: %w", err)
+	}
+	if err := autoscalingv1.AddToScheme(s); err != nil {
+		return nil, fmt.Errorf("adding ProvisioningRequest types: %w", err)
 	}
 	return s, nil
 }

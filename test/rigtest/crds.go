@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 
 	awsapis "github.com/aws/karpenter-provider-aws/pkg/apis"
 
@@ -41,6 +44,28 @@ func InstallKarpenterAWSCRDs(ctx context.Context, r *rig.Rig) error {
 	aws := bytes.Join([][]byte{awsapis.NodePoolCRD, awsapis.EC2NodeClassCRD}, []byte("\n---\n"))
 	if err := r.InstallCRDs(ctx, aws); err != nil {
 		return fmt.Errorf("installing Karpenter AWS CRDs: %w", err)
+	}
+	return nil
+}
+
+// provisioningRequestAPIModule is the Go module that holds the ProvisioningRequest types and
+// CRD (autoscaling.x-k8s.io), at the version in go.mod.
+const provisioningRequestAPIModule = "k8s.io/autoscaler/cluster-autoscaler/apis"
+
+// InstallProvisioningRequestCRD installs the ProvisioningRequest CRD from the module berth's
+// types come from (the module cache, as go.mod pins it), so the rig serves exactly the API
+// berth is built against.
+func InstallProvisioningRequestCRD(ctx context.Context, r *rig.Rig) error {
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", provisioningRequestAPIModule).Output()
+	if err != nil {
+		return fmt.Errorf("locating module %s: %w", provisioningRequestAPIModule, err)
+	}
+	crd, err := os.ReadFile(filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "autoscaling.x-k8s.io_provisioningrequests.yaml"))
+	if err != nil {
+		return fmt.Errorf("reading the ProvisioningRequest CRD: %w", err)
+	}
+	if err := r.InstallCRDs(ctx, crd); err != nil {
+		return fmt.Errorf("installing the ProvisioningRequest CRD: %w", err)
 	}
 	return nil
 }

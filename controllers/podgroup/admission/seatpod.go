@@ -2,15 +2,14 @@ package admission
 
 import (
 	"fmt"
-	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	resourcehelper "k8s.io/component-helpers/resource"
-	"k8s.io/utils/ptr"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	seatpkg "github.com/berth-dev/berth/internal/seat"
 	"github.com/berth-dev/berth/scheduling"
 )
 
@@ -37,44 +36,10 @@ type seatIdentity struct {
 // the gang's reservation label (sf.Nodes, see reserve) are off limits, as their room is
 // promised to those members.
 func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, vt scheduling.VolumeTopology, id seatIdentity, sf scheduling.Shortfall) *corev1.Pod {
-	ns, name, image := id.namespace, id.name, id.image
-	req := resourcehelper.PodRequests(m, resourcehelper.PodResourcesOptions{})
-	seat := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: ns,
-			Labels: map[string]string{
-				berthv1alpha1.SeatOfLabel:    string(g.UID),
-				berthv1alpha1.ManagedByLabel: berthv1alpha1.ManagedByBerth,
-				berthv1alpha1.ComponentLabel: "seat",
-			},
-			Annotations: map[string]string{
-				karpv1.DoNotDisruptAnnotationKey:      "true",
-				berthv1alpha1.SeatForMemberAnnotation: m.Name,
-				berthv1alpha1.SeatForGroupAnnotation:  g.Namespace + "/" + g.Name,
-			},
-		},
-		Spec: corev1.PodSpec{
-			Containers: []corev1.Container{{
-				Name: "seat", Image: image, Ports: seatPorts(m),
-				Resources: corev1.ResourceRequirements{Requests: req, Limits: seatLimits(req)},
-				SecurityContext: &corev1.SecurityContext{
-					AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
-					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
-				},
-			}},
-			SecurityContext: &corev1.PodSecurityContext{
-				RunAsNonRoot: ptr.To(true), RunAsUser: ptr.To[int64](65535),
-				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
-			},
-			PriorityClassName:             berthv1alpha1.SeatPriorityClassName,
-			TerminationGracePeriodSeconds: ptr.To[int64](0),
-			AutomountServiceAccountToken:  ptr.To(false),
-			EnableServiceLinks:            ptr.To(false),
-			SchedulerName:                 m.Spec.SchedulerName,
-			NodeSelector:                  copyMap(m.Spec.NodeSelector),
-			Tolerations:                   append([]corev1.Toleration(nil), m.Spec.Tolerations...),
-		},
-	}
+	seat := seatpkg.Pod(m, id.namespace, id.name, id.image)
+	seat.Labels[berthv1alpha1.SeatOfLabel] = string(g.UID)
+	seat.Annotations[berthv1alpha1.SeatForMemberAnnotation] = m.Name
+	seat.Annotations[berthv1alpha1.SeatForGroupAnnotation] = g.Namespace + "/" + g.Name
 	if g.Spec.NodePool != "" {
 		if seat.Spec.NodeSelector == nil {
 			seat.Spec.NodeSelector = map[string]string{}
@@ -87,26 +52,6 @@ func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, vt scheduling.VolumeTopol
 		andNodeSelector(seat.Spec.Affinity, sel)
 	}
 	return seat
-}
-
-// seatPorts are the member's host ports (its containers' and sidecars'): kube-scheduler and
-// Karpenter then keep seats that cannot share a node apart, as the members will be.
-func seatPorts(m *corev1.Pod) []corev1.ContainerPort {
-	var out []corev1.ContainerPort
-	cs := append([]corev1.Container(nil), m.Spec.Containers...)
-	for _, c := range m.Spec.InitContainers {
-		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
-			cs = append(cs, c)
-		}
-	}
-	for _, c := range cs {
-		for _, p := range c.Ports {
-			if p.HostPort > 0 {
-				out = append(out, corev1.ContainerPort{ContainerPort: p.HostPort, HostPort: p.HostPort, HostIP: p.HostIP, Protocol: p.Protocol})
-			}
-		}
-	}
-	return out
 }
 
 // andNodeSelector requires sel (a member's volume topology) on top of the seat's required node
@@ -201,29 +146,6 @@ func addRequiredNodeTerm(aff *corev1.Affinity, req corev1.NodeSelectorRequiremen
 	for i := range terms {
 		terms[i].MatchExpressions = append(terms[i].MatchExpressions, req)
 	}
-}
-
-// seatLimits are the limits a seat needs for its requests to be valid: equal to the request
-// for every resource the API does not let a pod overcommit (hugepages-*, extended resources
-// such as GPUs and EFA devices); none for cpu, memory and ephemeral storage, which a seat
-// never uses.
-func seatLimits(req corev1.ResourceList) corev1.ResourceList {
-	limits := corev1.ResourceList{}
-	for n, q := range req {
-		if !overcommitable(n) {
-			limits[n] = q
-		}
-	}
-	return limits
-}
-
-// overcommitable reports whether a pod may request n without a limit equal to the request.
-func overcommitable(n corev1.ResourceName) bool {
-	switch n {
-	case corev1.ResourceCPU, corev1.ResourceMemory, corev1.ResourceEphemeralStorage:
-		return true
-	}
-	return false
 }
 
 func copyMap(m map[string]string) map[string]string {

@@ -180,24 +180,6 @@ func TestSeatPod(t *testing.T) {
 	}
 }
 
-// TestSeatLimits: the API rejects a pod requesting a resource it may not overcommit without an
-// equal limit ("Limit must be set for non overcommitable resources"); a seat sets exactly those.
-func TestSeatLimits(t *testing.T) {
-	req := corev1.ResourceList{
-		corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("64Gi"),
-		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"), "hugepages-2Mi": resource.MustParse("4Gi"),
-		"hugepages-1Gi": resource.MustParse("2Gi"), "nvidia.com/gpu": resource.MustParse("8"),
-		"vpc.amazonaws.com/efa": resource.MustParse("32"),
-	}
-	want := corev1.ResourceList{
-		"hugepages-2Mi": resource.MustParse("4Gi"), "hugepages-1Gi": resource.MustParse("2Gi"),
-		"nvidia.com/gpu": resource.MustParse("8"), "vpc.amazonaws.com/efa": resource.MustParse("32"),
-	}
-	if diff := cmp.Diff(want, seatLimits(req)); diff != "" {
-		t.Errorf("seat limits (-want +got):\n%s", diff)
-	}
-}
-
 func TestProvisioningBackoff(t *testing.T) {
 	for attempt, want := range map[int32]time.Duration{1: 30 * time.Second, 2: time.Minute, 3: 2 * time.Minute, 6: 10 * time.Minute, 40: 10 * time.Minute} {
 		if got := provisioningBackoff(attempt); got != want {
