@@ -250,14 +250,21 @@ func (r *Reconciler) requestedPods(ctx context.Context, pr *autoscalingv1.Provis
 // act carries a plan out: seats created and removed, status written, the Event recorded.
 func (r *Reconciler) act(ctx context.Context, pr *autoscalingv1.ProvisioningRequest, p plan) error {
 	var errs []error
+	class := pr.Spec.ProvisioningClassName
 	for i, s := range p.create {
 		seat := seatPod(pr, s, i, r.opts.SeatNamespace, r.opts.SeatImage)
-		if err := r.client.Create(ctx, seat); err != nil && !apierrors.IsAlreadyExists(err) {
+		switch err := r.client.Create(ctx, seat); {
+		case err == nil:
+			seatsChanged.WithLabelValues(pr.Namespace, class, "created").Inc()
+		case !apierrors.IsAlreadyExists(err):
 			errs = append(errs, fmt.Errorf("creating seat %s for %s/%s: %w", seat.Name, pr.Namespace, pr.Name, err))
 		}
 	}
 	for _, s := range p.remove {
-		if err := r.client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		switch err := r.client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); {
+		case err == nil:
+			seatsChanged.WithLabelValues(pr.Namespace, class, "removed").Inc()
+		case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
 			errs = append(errs, fmt.Errorf("deleting seat %s of %s/%s: %w", s.Name, pr.Namespace, pr.Name, err))
 		}
 	}
@@ -279,6 +286,7 @@ func (r *Reconciler) act(ctx context.Context, pr *autoscalingv1.ProvisioningRequ
 			errs = append(errs, fmt.Errorf("updating the status of %s/%s: %w", pr.Namespace, pr.Name, err))
 		} else {
 			for _, c := range p.conditions {
+				conditionsSet.WithLabelValues(pr.Namespace, class, c.Type+"="+string(c.Status), c.Reason).Inc()
 				log.FromContext(ctx).Info("provisioning request condition", "request", client.ObjectKeyFromObject(pr), "type", c.Type, "status", c.Status, "reason", c.Reason)
 			}
 		}

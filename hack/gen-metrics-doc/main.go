@@ -16,6 +16,7 @@ import (
 	"github.com/berth-dev/berth/controllers/nodepool/guard"
 	"github.com/berth-dev/berth/controllers/podgroup/admission"
 	"github.com/berth-dev/berth/controllers/podgroup/disruption"
+	"github.com/berth-dev/berth/controllers/provisioningrequest"
 	"github.com/berth-dev/berth/internal/certs"
 	bmetrics "github.com/berth-dev/berth/internal/metrics"
 	scalerserver "github.com/berth-dev/berth/scaler/server"
@@ -44,6 +45,7 @@ func main() {
 	ctrl = append(ctrl, guard.Collectors()...)
 	ctrl = append(ctrl, disruption.Collectors()...)
 	ctrl = append(ctrl, certs.Collectors()...)
+	ctrl = append(ctrl, provisioningrequest.Collectors()...)
 	ctrl = append(ctrl, bmetrics.BuildInfo("controller"))
 	comps := []component{
 		{"controller (`berth controller`)", "`--metrics-bind-address` (default :8080), `/metrics`", ctrl},

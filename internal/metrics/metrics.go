@@ -19,4 +19,9 @@ const (
 	LabelPodGroup = "podgroup"
 	// LabelNodePool names a Karpenter NodePool.
 	LabelNodePool = "nodepool"
+	// LabelClass is a ProvisioningRequest's provisioning class.
+	LabelClass = "class"
+	// LabelCondition and LabelReason are a condition type and the reason it was set with.
+	LabelCondition = "condition"
+	LabelReason    = "reason"
 )

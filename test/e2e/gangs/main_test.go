@@ -1,6 +1,7 @@
 // Package gangs_test checks whole-gang provisioning end to end: berth's controller (its own
 // process, as in production) with the pod-gate webhook, on the full rig with kube-scheduler,
-// kube-controller-manager, kwok and Karpenter's kwok provider with GPU instance types.
+// kube-controller-manager, kwok and Karpenter's kwok provider with GPU instance types; and
+// ProvisioningRequests of class best-effort-atomic-scale-up served with that capacity.
 package gangs_test
 
 import (
@@ -21,6 +22,10 @@ var berth *rigtest.BerthProcess
 func TestMain(m *testing.M) {
 	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
 		if err := rigtest.StartKarpenterCluster(ctx, r, rig.KwokOptions{NodeReadyDelay: 2 * time.Second}, instanceTypes); err != nil {
+			return err
+		}
+		// Before the controller starts: it serves ProvisioningRequests where their API is served.
+		if err := rigtest.InstallProvisioningRequestCRD(ctx, r); err != nil {
 			return err
 		}
 		var err error

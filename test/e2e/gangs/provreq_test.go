@@ -1,0 +1,136 @@
+package gangs_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/builders"
+	"github.com/berth-dev/berth/test/rigtest"
+)
+
+// TestProvisioningRequestGetsEveryNodeInOneBatch: a best-effort-atomic-scale-up request for 4
+// pods of 8 L40S GPUs (what Kueue's provisioning admission check creates for a 4 × 8-GPU job)
+// with no such capacity: berth's seats get one node each from Karpenter, all asked for at once;
+// the request is Provisioned (CapacityIsProvisioned) once every seat is on a Ready node; the
+// job's pods (Kueue's consume annotation) then run on exactly those nodes, and the booking ends
+// (CapacityBookingConsumed) with no seat left.
+func TestProvisioningRequestGetsEveryNodeInOneBatch(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	ns := namespace(t, "provreq")
+	const n, gpus = 4, 8
+	pod := func(name string) *corev1.Pod {
+		return builders.Pod(name, ns).GPU(gpus).NodeSelector(awsv1.LabelInstanceFamily, "g6e").
+			Tolerate(berthv1alpha1.GPUResource, "", corev1.TaintEffectNoSchedule).Obj()
+	}
+	before := map[string]bool{}
+	claims, err := nodeClaims(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range claims {
+		before[nc.Name] = true
+	}
+	tpl := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "ppt-train-prov-1-main", Namespace: ns},
+		Template: corev1.PodTemplateSpec{Spec: pod("x").Spec}}
+	if err := c.Create(ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	pr := &autoscalingv1.ProvisioningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "train-prov-1", Namespace: ns},
+		Spec: autoscalingv1.ProvisioningRequestSpec{ProvisioningClassName: autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp,
+			PodSets: []autoscalingv1.PodSet{{PodTemplateRef: autoscalingv1.Reference{Name: tpl.Name}, Count: n}}},
+	}
+	start := time.Now()
+	if err := c.Create(ctx, pr); err != nil {
+		t.Fatal(err)
+	}
+	got := &autoscalingv1.ProvisioningRequest{}
+	rigtest.Eventually(t, 3*time.Minute, 200*time.Millisecond, "Provisioned", func(ctx context.Context) (bool, string, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pr), got); err != nil {
+			return false, "", err
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, autoscalingv1.Provisioned)
+		return cond != nil && cond.Status == metav1.ConditionTrue, fmt.Sprintf("conditions %v", got.Status.Conditions), nil
+	})
+	provisioned := time.Since(start)
+	if cond := meta.FindStatusCondition(got.Status.Conditions, autoscalingv1.Provisioned); cond.Reason != "CapacityIsProvisioned" {
+		t.Errorf("Provisioned reason %q, want CapacityIsProvisioned", cond.Reason)
+	}
+	var seats corev1.PodList
+	if err := c.List(ctx, &seats, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatForProvisioningRequestLabel: string(got.UID)}); err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]bool{}
+	for _, s := range seats.Items {
+		held[s.Spec.NodeName] = true
+	}
+	if len(seats.Items) != n || len(held) != n {
+		t.Fatalf("%d seats on %d nodes, want %d on %d", len(seats.Items), len(held), n, n)
+	}
+	// One batch: every NodeClaim launched for the seats was created within seconds of the first.
+	claims, err = nodeClaims(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var created []time.Time
+	for _, nc := range claims {
+		if !before[nc.Name] && held[nc.Status.NodeName] {
+			created = append(created, nc.CreationTimestamp.Time)
+		}
+	}
+	sort.Slice(created, func(i, j int) bool { return created[i].Before(created[j]) })
+	if len(created) != n {
+		t.Fatalf("%d new NodeClaims behind the seats, want %d", len(created), n)
+	}
+	if spread := created[n-1].Sub(created[0]); spread > 5*time.Second {
+		t.Errorf("NodeClaims created over %s: not one batch", spread)
+	}
+	t.Logf("Provisioned %s after the request; %d NodeClaims created within %s of each other", provisioned.Round(100*time.Millisecond), n, created[n-1].Sub(created[0]))
+
+	// The job's pods arrive (Kueue ungates them with the consume annotation) and run where the
+	// seats were.
+	consumers := time.Now()
+	for i := range n {
+		p := pod(fmt.Sprintf("train-%d", i))
+		p.Annotations = map[string]string{autoscalingv1.ProvisioningRequestPodAnnotationKey: pr.Name,
+			autoscalingv1.ProvisioningClassPodAnnotationKey: autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp}
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rigtest.Eventually(t, 2*time.Minute, 200*time.Millisecond, "booking consumed", func(ctx context.Context) (bool, string, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pr), got); err != nil {
+			return false, "", err
+		}
+		cond := meta.FindStatusCondition(got.Status.Conditions, autoscalingv1.BookingExpired)
+		return cond != nil && cond.Reason == "CapacityBookingConsumed", fmt.Sprintf("conditions %v", got.Status.Conditions), nil
+	})
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if !held[p.Spec.NodeName] {
+			t.Errorf("pod %s runs on %q, not on a node the seats held", p.Name, p.Spec.NodeName)
+		}
+	}
+	t.Logf("every pod bound on the booked nodes %s after it was created", time.Since(consumers).Round(100*time.Millisecond))
+	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "no seat left", func(ctx context.Context) (bool, string, error) {
+		var left corev1.PodList
+		err := c.List(ctx, &left, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatForProvisioningRequestLabel: string(got.UID)})
+		return len(left.Items) == 0, fmt.Sprintf("%d seats", len(left.Items)), err
+	})
+}
