@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/podgroup/gate"
@@ -37,6 +38,10 @@ type cycle struct {
 	oldKeys map[string][]*corev1.Pod
 	// seats are the seat pods by the UID of the gang they hold capacity for.
 	seats map[types.UID][]*corev1.Pod
+	// booked are the bound seats of ProvisioningRequests (controllers/provisioningrequest), by
+	// the request's namespace/name: the room they hold is booked for the pods that consume the
+	// request, which may be a gang's members.
+	booked map[string][]*corev1.Pod
 	// volumeErr is what went wrong reading members' claims (those members are blocked).
 	volumeErr error
 	// requests looks up pods' requests kept across cycles (the Reconciler's requestCache).
@@ -59,6 +64,15 @@ type gangView struct {
 	seats   []*corev1.Pod
 	// oldKeys are the gang's members being deleted that still carry the key label.
 	oldKeys []*corev1.Pod
+	// booked are the seats of the ProvisioningRequests the gang's members consume (Kueue's
+	// provisioning admission check): the room they hold is the gang's, like its own seats'.
+	booked []*corev1.Pod
+}
+
+// holding are the pods whose room is the gang's to place into: its own seats and the seats
+// booked for it by ProvisioningRequests its members consume.
+func (gv gangView) holding() []*corev1.Pod {
+	return append(slices.Clip(gv.seats), gv.booked...)
 }
 
 // keyHolders are every pod that may carry the gang's key label: its members and the terminating
@@ -83,7 +97,7 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 		uids[p.UID] = true
 	}
 	r.forgetUnschedulable(func(uid types.UID) bool { return uids[uid] })
-	cy.seats = seatsByGroup(pods)
+	cy.seats, cy.booked = seatsByGroup(pods), bookedSeats(pods)
 	prio := make(map[*berthv1alpha1.PodGroup]int32, len(cy.groups))
 	for _, g := range cy.groups {
 		prio[g] = gangPriority(cy.members[g.Namespace+"/"+g.Name])
@@ -112,7 +126,35 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 // gang is the cycle's view of one PodGroup.
 func (cy *cycle) gang(g *berthv1alpha1.PodGroup) gangView {
 	k := g.Namespace + "/" + g.Name
-	return gangView{group: g, members: cy.members[k], seats: cy.seats[g.UID], oldKeys: cy.oldKeys[k]}
+	gv := gangView{group: g, members: cy.members[k], seats: cy.seats[g.UID], oldKeys: cy.oldKeys[k]}
+	if len(cy.booked) > 0 {
+		seen := map[string]bool{}
+		for _, m := range gv.members {
+			req := m.Annotations[autoscalingv1.ProvisioningRequestPodAnnotationKey]
+			if req == "" || seen[req] {
+				continue
+			}
+			seen[req] = true
+			gv.booked = append(gv.booked, cy.booked[g.Namespace+"/"+req]...)
+		}
+	}
+	return gv
+}
+
+// bookedSeats indexes the bound seats of ProvisioningRequests by the request's namespace/name.
+func bookedSeats(pods []*corev1.Pod) map[string][]*corev1.Pod {
+	var out map[string][]*corev1.Pod
+	for _, p := range pods {
+		if _, ok := p.Labels[berthv1alpha1.SeatForProvisioningRequestLabel]; !ok || p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		if out == nil {
+			out = map[string][]*corev1.Pod{}
+		}
+		k := p.Annotations[berthv1alpha1.SeatForProvisioningRequestAnnotation]
+		out[k] = append(out[k], p)
+	}
+	return out
 }
 
 // bootingSnapshot is the snapshot in which nodes that are coming up count as available: what

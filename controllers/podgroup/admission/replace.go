@@ -43,7 +43,7 @@ func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangVi
 	}
 	g := gv.group
 	domain := r.domainOf(cy.snap, g, gen.assigned)
-	free := cy.snap.Without(gv.seats) // the gang's seats hold capacity for its replacements
+	free := cy.snap.Without(gv.holding()) // the gang's seats (and booked ones) hold capacity for its replacements
 	var missing []*corev1.Pod
 	var errs []error
 	avoid := r.avoidedNodes(g.UID, cy.now)

@@ -51,8 +51,9 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 	if g.Spec.Topology != nil {
 		gang.TopologyKey = g.Spec.Topology.RequiredKey
 	}
-	// The gang's own seats hold capacity for it: they are free when placing it.
-	free := cy.snap.Without(gv.seats)
+	// The gang's own seats, and those a ProvisioningRequest its members consume booked for it,
+	// hold capacity for it: they are free when placing it.
+	free := cy.snap.Without(gv.holding())
 	res := scheduling.Place(free, gang)
 	if !res.Fits() && len(gang.Members) > need {
 		// An elastic gang: minMember placed together is enough; the others follow as they fit.
@@ -92,7 +93,7 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 	// Keep the room the gang can already use from gangs after it in this cycle. Without seats,
 	// from the placement just made; with seats, placed again where they count (the placement was
 	// made without them: reserving it here would count a member and its seat on one node).
-	if len(gv.seats) == 0 {
+	if len(gv.holding()) == 0 {
 		cy.snap.ReservePlaced(gang, res)
 	} else {
 		cy.snap.ReservePartial(gang)
