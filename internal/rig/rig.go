@@ -169,16 +169,9 @@ func (r *Rig) Components() []Component {
 // StopComponent stops the running component called name (SIGTERM, then SIGKILL after grace);
 // stopping one that is not running is not an error.
 func (r *Rig) StopComponent(name string, grace time.Duration) error {
-	r.mu.Lock()
-	var p *process
-	for _, q := range r.procs {
-		if q.name == name {
-			p = q
-		}
-	}
-	r.mu.Unlock()
-	if p == nil {
-		return fmt.Errorf("rig: no component %s", name)
+	p, err := r.component(name)
+	if err != nil {
+		return err
 	}
 	return p.stop(grace)
 }
@@ -186,19 +179,28 @@ func (r *Rig) StopComponent(name string, grace time.Duration) error {
 // KillComponent sends SIGKILL to the component called name and waits until it is gone: a crash
 // on purpose. Killing one that is not running is not an error.
 func (r *Rig) KillComponent(name string) error {
+	p, err := r.component(name)
+	if err != nil {
+		return err
+	}
+	p.kill()
+	return nil
+}
+
+// component is the process the rig started last under name.
+func (r *Rig) component(name string) (*process, error) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	var p *process
 	for _, q := range r.procs {
 		if q.name == name {
 			p = q
 		}
 	}
-	r.mu.Unlock()
 	if p == nil {
-		return fmt.Errorf("rig: no component %s", name)
+		return nil, fmt.Errorf("rig: no component %s", name)
 	}
-	p.kill()
-	return nil
+	return p, nil
 }
 
 // Exited returns the first component that has exited, if any.
