@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -36,6 +37,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/internal/seat"
 	"github.com/berth-dev/berth/scheduling"
 )
 
@@ -251,6 +253,13 @@ func (r *Reconciler) requestedPods(ctx context.Context, pr *autoscalingv1.Provis
 func (r *Reconciler) act(ctx context.Context, pr *autoscalingv1.ProvisioningRequest, p plan) error {
 	var errs []error
 	class := pr.Spec.ProvisioningClassName
+	if p.reclaim {
+		names, err := seat.Reclaim(ctx, r.client, r.apiReader, p.remove, "provisioningrequest")
+		errs = append(errs, err)
+		if len(names) > 0 {
+			p.eventNote += fmt.Sprintf("; the %d NodeClaim(s) launched for it that no pod uses were deleted (%s)", len(names), strings.Join(names, ", "))
+		}
+	}
 	for i, s := range p.create {
 		seat := seatPod(pr, s, i, r.opts.SeatNamespace, r.opts.SeatImage)
 		switch err := r.client.Create(ctx, seat); {

@@ -87,6 +87,9 @@ type plan struct {
 	// create are seats to create, remove seats to delete.
 	create []seatSpec
 	remove []*corev1.Pod
+	// reclaim: an attempt ended incomplete; the NodeClaims launched for the seats in remove that
+	// no pod uses are deleted before the seats.
+	reclaim bool
 	// requeue is when to look again (0: on the next event only).
 	requeue time.Duration
 	// event is a Normal or Warning Event on the request, when reason is set.
@@ -276,8 +279,9 @@ func attempt(o observation, t timing, p *plan, attempts int) {
 		p.requeue = min(left, 5*time.Second)
 		return
 	}
-	// Out of time: the seats go (nothing half-provisioned stays held) and the request waits.
-	p.remove = o.seats
+	// Out of time: the nodes launched for the seats that no pod uses and the seats go (nothing
+	// half-provisioned stays held or billed) and the request waits.
+	p.remove, p.reclaim = o.seats, true
 	msg := fmt.Sprintf("Capacity is not found, berth will try to find it later: %d of %d pods' room on Ready nodes within %s", onReady, want, timeout)
 	if pr.Spec.ProvisioningClassName == autoscalingv1.ProvisioningClassCheckCapacity && pr.Spec.Parameters[noRetryParameter] == "true" {
 		p.cond(o, autoscalingv1.Failed, metav1.ConditionTrue, ReasonCapacityIsNotFound, msg)

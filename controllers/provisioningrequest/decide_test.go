@@ -175,6 +175,9 @@ func TestDecide(t *testing.T) {
 			if p.requeue != tc.wantRequeue {
 				t.Errorf("requeue %s, want %s", p.requeue, tc.wantRequeue)
 			}
+			if wantReclaim := tc.name == "attempt out of time: seats go, CapacityIsNotFound, backoff"; p.reclaim != wantReclaim {
+				t.Errorf("reclaim %v, want %v", p.reclaim, wantReclaim)
+			}
 			if p.eventReason != tc.wantEvent {
 				t.Errorf("event %q, want %q", p.eventReason, tc.wantEvent)
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth/controllers/provisioningrequest"
 	"github.com/berth-dev/berth/internal/certs"
 	bmetrics "github.com/berth-dev/berth/internal/metrics"
+	"github.com/berth-dev/berth/internal/seat"
 	scalerserver "github.com/berth-dev/berth/scaler/server"
 )
 
@@ -46,6 +47,7 @@ func main() {
 	ctrl = append(ctrl, disruption.Collectors()...)
 	ctrl = append(ctrl, certs.Collectors()...)
 	ctrl = append(ctrl, provisioningrequest.Collectors()...)
+	ctrl = append(ctrl, seat.Collectors()...)
 	ctrl = append(ctrl, bmetrics.BuildInfo("controller"))
 	comps := []component{
 		{"controller (`berth controller`)", "`--metrics-bind-address` (default :8080), `/metrics`", ctrl},

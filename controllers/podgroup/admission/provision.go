@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,6 +17,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
+	seatpkg "github.com/berth-dev/berth/internal/seat"
 	"github.com/berth-dev/berth/scheduling"
 )
 
@@ -174,12 +176,22 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 	return provisioningTimeoutOf(g), nil
 }
 
-// withdraw ends a provisioning attempt that ran out of time: every seat goes (the nodes that
-// came up stay empty and Karpenter reclaims them), the gang returns to Pending with the reason,
-// and the next attempt waits for the backoff.
+// withdraw ends a provisioning attempt that ran out of time: the NodeClaims launched for its
+// seats that no pod uses are deleted (an incomplete batch is not billed past the timeout), every
+// seat goes, the gang returns to Pending with the reason, and the next attempt waits for the
+// backoff.
 func (r *Reconciler) withdraw(ctx context.Context, cy *cycle, gv gangView, placeReason string) (time.Duration, error) {
 	g, p, timeout := gv.group, gv.group.Status.Provisioning, provisioningTimeoutOf(gv.group)
 	why := r.seatTrouble(ctx, gv.seats, placeReason)
+	// The nodes that did come up for the seats would stay empty, billed, until consolidation:
+	// they go now, before the seats (which say which they are).
+	reclaimed, err := seatpkg.Reclaim(ctx, r.client, r.apiReader, gv.seats, "podgroup")
+	if err != nil {
+		log.FromContext(ctx).Error(err, "reclaiming the NodeClaims of an incomplete batch", "podgroup", client.ObjectKeyFromObject(g))
+	}
+	if len(reclaimed) > 0 {
+		why = fmt.Sprintf("the %d NodeClaim(s) launched for it that no pod uses were deleted (%s); %s", len(reclaimed), strings.Join(reclaimed, ", "), why)
+	}
 	if err := r.deleteSeats(ctx, gv.seats); err != nil {
 		return 0, err
 	}

@@ -1,0 +1,130 @@
+package gangs_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/builders"
+	"github.com/berth-dev/berth/test/rigtest"
+)
+
+// TestIncompleteBatchIsNotBilledPastTheTimeout: a gang of 4 × 8 A10G GPUs on a NodePool whose
+// limit holds 2 such nodes. Karpenter launches 2 NodeClaims for the seats and can launch no more;
+// at the provisioning timeout (15 s) berth withdraws the seats and deletes the 2 NodeClaims no
+// pod uses, so the partial capacity is not billed past the timeout. Plain Karpenter, the same
+// 4 pods without berth: 2 nodes come up, 2 pods run on them waiting for the other 2, and the
+// nodes stay as long as the job does — measured over the same window.
+func TestIncompleteBatchIsNotBilledPastTheTimeout(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	pool := rig.DevNodePools()[0].DeepCopy()
+	pool.Name = "gpu-partial"
+	pool.ResourceVersion = ""
+	pool.Spec.Template.Spec.Requirements[0].Values = []string{"g5"}
+	pool.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("16")}
+	// Consolidation alone would take these empty nodes only after 2 minutes.
+	pool.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("120s")
+	pool.Spec.Weight = ptr.To[int32](100)
+	if err := c.Create(ctx, pool); err != nil {
+		t.Fatalf("creating NodePool: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), pool) })
+	const window = 30 * time.Second
+	gone := func(ctx context.Context) (int, error) {
+		claims, err := nodeClaims(ctx, pool.Name)
+		n := 0
+		for _, nc := range claims {
+			if nc.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n, err
+	}
+
+	// berth: the gang's batch.
+	ns := namespace(t, "partial")
+	pg := builders.PodGroup("ddp", ns).MinMember(4).NodePool(pool.Name).ProvisioningTimeout(15).ScheduleTimeout(0).Obj()
+	createGang(t, pg, 4, 8, "g5")
+	rigtest.Eventually(t, time.Minute, 200*time.Millisecond, "2 NodeClaims launched", func(ctx context.Context) (bool, string, error) {
+		n, err := gone(ctx)
+		return n == 2, fmt.Sprintf("%d NodeClaims", n), err
+	})
+	var deadline time.Time // the attempt's start plus its timeout
+	rigtest.Eventually(t, time.Minute, 100*time.Millisecond, "the attempt times out", func(ctx context.Context) (bool, string, error) {
+		g, err := getGroup(ctx, pg)
+		if err != nil {
+			return false, "", err
+		}
+		cond := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
+		if cond == nil || cond.Reason != berthv1alpha1.ReasonProvisioningFailed {
+			return false, fmt.Sprintf("%+v", cond), nil
+		}
+		deadline = g.Status.Provisioning.StartedAt.Add(15 * time.Second)
+		t.Logf("PodGroup says: %s", cond.Message)
+		return true, "", nil
+	})
+	rigtest.Eventually(t, 20*time.Second, 100*time.Millisecond, "the NodeClaims no pod uses deleted", func(ctx context.Context) (bool, string, error) {
+		n, err := gone(ctx)
+		return n == 0, fmt.Sprintf("%d NodeClaims left", n), err
+	})
+	// At most: both were deleted by now (StartedAt has a one-second resolution).
+	berthNodeSeconds := 2 * max(0, time.Since(deadline).Seconds())
+	if err := c.Delete(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Plain Karpenter: the same 4 pods, no gang.
+	plain := namespace(t, "plain")
+	for i := range 4 {
+		p := builders.Pod(fmt.Sprintf("ddp-%d", i), plain).GPU(8).NodeSelector(awsv1.LabelInstanceFamily, "g5").
+			NodeSelector(karpv1.NodePoolLabelKey, pool.Name).Tolerate(berthv1alpha1.GPUResource, "", corev1.TaintEffectNoSchedule).Obj()
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rigtest.Eventually(t, time.Minute, 200*time.Millisecond, "2 of the 4 plain pods running", func(ctx context.Context) (bool, string, error) {
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods, client.InNamespace(plain)); err != nil {
+			return false, "", err
+		}
+		running := 0
+		for _, p := range pods.Items {
+			if p.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		return running == 2, fmt.Sprintf("%d running", running), nil
+	})
+	time.Sleep(window)
+	n, err := gone(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plainNodeSeconds := float64(n) * window.Seconds()
+	t.Logf("node-seconds billed for the incomplete batch after the timeout: berth ≤ %.1f (NodeClaims deleted), plain Karpenter %.0f over %s and counting (%d nodes held by pods waiting for their peers)",
+		berthNodeSeconds, plainNodeSeconds, window, n)
+	if n != 2 {
+		t.Errorf("plain Karpenter: %d nodes after %s, expected the 2 it launched to stay", n, window)
+	}
+	if berthNodeSeconds > 20 {
+		t.Errorf("berth: %.1f node-seconds after the timeout, want the NodeClaims gone within seconds", berthNodeSeconds)
+	}
+	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(plain), client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+}
