@@ -63,6 +63,9 @@ const (
 	// SeatForProvisioningRequestAnnotation on a ProvisioningRequest's seat names the request as
 	// namespace/name.
 	SeatForProvisioningRequestAnnotation = "autoscaling.berth.dev/provisioning-request"
+	// KueueProvisioningController is the controllerName of Kueue's provisioning admission check,
+	// whose ProvisioningRequests berth serves (berth doctor reads it).
+	KueueProvisioningController = "kueue.x-k8s.io/provisioning-request"
 	// ProvisioningAttemptsDetail is the key in a ProvisioningRequest's
 	// status.provisioningClassDetails where berth counts its failed attempts (the retry
 	// backoff grows with it).

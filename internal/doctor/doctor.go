@@ -47,6 +47,13 @@ type Snapshot struct {
 	// ResourceClaims names the ResourceClaims and ResourceClaimTemplates ("Kind namespace/name")
 	// through which pods ask for devices (DRA).
 	ResourceClaims []string
+	// ProvisioningChecks are Kueue's provisioning admission checks (AdmissionChecks with
+	// controllerName kueue.x-k8s.io/provisioning-request and their ProvisioningRequestConfigs).
+	ProvisioningChecks []ProvisioningCheck
+	// ProvisioningRequestAPI: the cluster serves autoscaling.x-k8s.io/v1 ProvisioningRequest.
+	ProvisioningRequestAPI bool
+	// ClusterAutoscaler: a Cluster Autoscaler Deployment runs (it serves more classes).
+	ClusterAutoscaler bool
 	// Unread are the kinds berth may not list (Kind → why): the checks that need them are
 	// skipped.
 	Unread map[string]string
@@ -122,6 +129,7 @@ var checks = []check{
 	{CheckJobWithoutGang, []string{KindJob, "JobSet", "PyTorchJob"}, jobsWithoutGang},
 	{CheckVLLMWithoutScaler, []string{KindDeployment, KindHPA, KindScaledObject}, vllmWithoutScaler},
 	{CheckUnaggregatedQuery, []string{KindScaledObject}, unaggregatedQueries},
+	{CheckProvisioningWithoutProvider, []string{KindAdmissionCheck}, provisioningWithoutProvider},
 }
 
 // Checks are the names of every check (what --skip takes).

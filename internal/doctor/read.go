@@ -149,6 +149,40 @@ func (r *reader) capacity() {
 	if r.list(KindNode, &nodes) {
 		r.s.Nodes = nodes.Items
 	}
+	r.kueue()
+}
+
+// kueue reads Kueue's provisioning admission checks, whether ProvisioningRequests are served,
+// and whether Cluster Autoscaler runs (its chart's name label, in any namespace).
+func (r *reader) kueue() {
+	r.s.ProvisioningRequestAPI = served(r.c, provisioningRequestGVK)
+	var checks, configs []unstructured.Unstructured
+	for _, gvk := range admissionCheckGVKs {
+		if served(r.c, gvk) {
+			if l := unstructuredList(gvk); r.list(KindAdmissionCheck, l) {
+				checks = l.Items
+			}
+			break
+		}
+	}
+	for _, gvk := range provisioningConfigGVKs {
+		if served(r.c, gvk) {
+			if l := unstructuredList(gvk); r.list(KindAdmissionCheck, l) {
+				configs = l.Items
+			}
+			break
+		}
+	}
+	r.s.ProvisioningChecks = provisioningChecks(checks, configs)
+	if len(r.s.ProvisioningChecks) == 0 {
+		return
+	}
+	for _, name := range []string{"cluster-autoscaler", "aws-cluster-autoscaler"} {
+		var deps appsv1.DeploymentList
+		if err := r.c.List(r.ctx, &deps, client.MatchingLabels{berthv1alpha1.NameLabel: name}); err == nil && len(deps.Items) > 0 {
+			r.s.ClusterAutoscaler = true
+		}
+	}
 }
 
 // karpenterSelector selects Karpenter's controller Deployment, as its Helm chart labels it.
