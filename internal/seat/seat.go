@@ -6,6 +6,8 @@
 package seat
 
 import (
+	"maps"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -48,7 +50,7 @@ func Pod(m *corev1.Pod, ns, name, image string) *corev1.Pod {
 			AutomountServiceAccountToken:  ptr.To(false),
 			EnableServiceLinks:            ptr.To(false),
 			SchedulerName:                 m.Spec.SchedulerName,
-			NodeSelector:                  copyMap(m.Spec.NodeSelector),
+			NodeSelector:                  maps.Clone(m.Spec.NodeSelector),
 			Tolerations:                   append([]corev1.Toleration(nil), m.Spec.Tolerations...),
 		},
 	}
@@ -94,15 +96,4 @@ func overcommitable(n corev1.ResourceName) bool {
 		return true
 	}
 	return false
-}
-
-func copyMap(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }

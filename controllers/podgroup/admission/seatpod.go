@@ -147,14 +147,3 @@ func addRequiredNodeTerm(aff *corev1.Affinity, req corev1.NodeSelectorRequiremen
 		terms[i].MatchExpressions = append(terms[i].MatchExpressions, req)
 	}
 }
-
-func copyMap(m map[string]string) map[string]string {
-	if m == nil {
-		return nil
-	}
-	out := make(map[string]string, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
-}

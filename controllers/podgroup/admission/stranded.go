@@ -281,7 +281,7 @@ func (r *Reconciler) recreate(ctx context.Context, p *corev1.Pod, pre client.Pre
 func unpinnedCopy(p *corev1.Pod) *corev1.Pod {
 	node, _ := pinned(p)
 	c := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
-		Name: p.Name, Namespace: p.Namespace, Labels: copyMap(p.Labels), Annotations: copyMap(p.Annotations),
+		Name: p.Name, Namespace: p.Namespace, Labels: maps.Clone(p.Labels), Annotations: maps.Clone(p.Annotations),
 		Finalizers: append([]string(nil), p.Finalizers...),
 	}, Spec: *p.Spec.DeepCopy()}
 	delete(c.Annotations, berthv1alpha1.PinnedNodeAnnotation)
