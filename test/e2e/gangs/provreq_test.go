@@ -9,6 +9,7 @@ import (
 
 	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
@@ -80,6 +81,9 @@ func TestProvisioningRequestGetsEveryNodeInOneBatch(t *testing.T) {
 	if len(seats.Items) != n || len(held) != n {
 		t.Fatalf("%d seats on %d nodes, want %d on %d", len(seats.Items), len(held), n, n)
 	}
+	// The nodes launched here go with the test: other tests of the package count on no g6e
+	// capacity being there (consolidation alone would take them only after consolidateAfter).
+	t.Cleanup(func() { releaseNodes(t, ns, held) })
 	// One batch: every NodeClaim launched for the seats was created within seconds of the first.
 	claims, err = nodeClaims(ctx, "")
 	if err != nil {
@@ -132,5 +136,30 @@ func TestProvisioningRequestGetsEveryNodeInOneBatch(t *testing.T) {
 		var left corev1.PodList
 		err := c.List(ctx, &left, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatForProvisioningRequestLabel: string(got.UID)})
 		return len(left.Items) == 0, fmt.Sprintf("%d seats", len(left.Items)), err
+	})
+}
+
+// releaseNodes deletes the pods of namespace ns and the NodeClaims behind nodes, and waits until
+// those NodeClaims are gone.
+func releaseNodes(t *testing.T, ns string, nodes map[string]bool) {
+	t.Helper()
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0)); err != nil {
+		t.Errorf("deleting the test's pods: %v", err)
+	}
+	claims, err := claimsFor(ctx, nodes)
+	if err != nil {
+		t.Errorf("finding the test's NodeClaims: %v", err)
+		return
+	}
+	for i := range claims {
+		if err := c.Delete(ctx, &claims[i]); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting NodeClaim %s: %v", claims[i].Name, err)
+		}
+	}
+	rigtest.Eventually(t, time.Minute, 200*time.Millisecond, "the test's NodeClaims gone", func(ctx context.Context) (bool, string, error) {
+		left, err := claimsFor(ctx, nodes)
+		return len(left) == 0, fmt.Sprintf("%d NodeClaims left", len(left)), err
 	})
 }

@@ -124,7 +124,14 @@ func TestIncompleteBatchIsNotBilledPastTheTimeout(t *testing.T) {
 	if berthNodeSeconds > 20 {
 		t.Errorf("berth: %.1f node-seconds after the timeout, want the NodeClaims gone within seconds", berthNodeSeconds)
 	}
-	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(plain), client.GracePeriodSeconds(0)); err != nil {
+	// The plain run's nodes go with the test.
+	held := map[string]bool{}
+	claims, err := nodeClaims(ctx, pool.Name)
+	if err != nil {
 		t.Fatal(err)
 	}
+	for _, nc := range claims {
+		held[nc.Status.NodeName] = true
+	}
+	releaseNodes(t, plain, held)
 }
