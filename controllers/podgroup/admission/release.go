@@ -56,23 +56,7 @@ func withPin(p *corev1.Pod, node, barrier string) *corev1.Pod {
 	if barrier != "" {
 		wait = []corev1.NodeSelectorRequirement{{Key: barrier, Operator: corev1.NodeSelectorOpExists}}
 	}
-	if out.Spec.Affinity == nil {
-		out.Spec.Affinity = &corev1.Affinity{}
-	}
-	if out.Spec.Affinity.NodeAffinity == nil {
-		out.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	na := out.Spec.Affinity.NodeAffinity
-	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
-		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchFields: []corev1.NodeSelectorRequirement{pin}, MatchExpressions: wait}}}
-	} else {
-		terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-		for i := range terms {
-			terms[i].MatchFields = append(terms[i].MatchFields, pin)
-			terms[i].MatchExpressions = append(terms[i].MatchExpressions, wait...)
-		}
-	}
+	requireOnNode(out, []corev1.NodeSelectorRequirement{pin}, wait)
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
@@ -218,6 +202,29 @@ func (r *Reconciler) setNodeLabel(ctx context.Context, node, key string, present
 		return fmt.Errorf("setting label %s on node %s: %w", key, node, err)
 	}
 	return nil
+}
+
+// requireOnNode ANDs the node-field requirements fields and the node-label requirements exprs
+// into every required node-affinity term of p (or one new term). p is modified: callers pass a
+// copy.
+func requireOnNode(p *corev1.Pod, fields, exprs []corev1.NodeSelectorRequirement) {
+	if p.Spec.Affinity == nil {
+		p.Spec.Affinity = &corev1.Affinity{}
+	}
+	if p.Spec.Affinity.NodeAffinity == nil {
+		p.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := p.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchFields: append([]corev1.NodeSelectorRequirement(nil), fields...), MatchExpressions: append([]corev1.NodeSelectorRequirement(nil), exprs...)}}}
+		return
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchFields = append(terms[i].MatchFields, fields...)
+		terms[i].MatchExpressions = append(terms[i].MatchExpressions, exprs...)
+	}
 }
 
 // parallel runs f for every item at once and returns every error, joined.

@@ -227,22 +227,7 @@ func avoiding(p *corev1.Pod, avoid map[string]bool) *corev1.Pod {
 		return p
 	}
 	out := p.DeepCopy()
-	req := corev1.NodeSelectorRequirement{Key: metadataNameField, Operator: corev1.NodeSelectorOpNotIn, Values: slices.Sorted(maps.Keys(avoid))}
-	if out.Spec.Affinity == nil {
-		out.Spec.Affinity = &corev1.Affinity{}
-	}
-	if out.Spec.Affinity.NodeAffinity == nil {
-		out.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
-	}
-	na := out.Spec.Affinity.NodeAffinity
-	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
-		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{req}}}}
-		return out
-	}
-	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
-	for i := range terms {
-		terms[i].MatchFields = append(terms[i].MatchFields, req)
-	}
+	requireOnNode(out, []corev1.NodeSelectorRequirement{{Key: metadataNameField, Operator: corev1.NodeSelectorOpNotIn, Values: slices.Sorted(maps.Keys(avoid))}}, nil)
 	return out
 }
 
