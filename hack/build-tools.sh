@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Builds what berth's local rig runs (etcd, kube-apiserver, kube-scheduler,
 # kube-controller-manager, kwok, Karpenter's kwok provider, the KEDA operator and metrics
-# adapter, the JobSet controller), controller-gen and golangci-lint, from the Go module proxy at
-# the versions pinned in hack/tools/go.mod and hack/tools/{keda,jobset,lint}/go.mod, plus the
-# assets the rig needs from those modules (Karpenter's, KEDA's and JobSet's CRDs, kwok's Stage
-# configs) and Prometheus Operator's CRDs generated from hack/tools/monitoring.
+# adapter, the JobSet controller, the Kueue controller manager), controller-gen and golangci-lint,
+# from the Go module proxy at the versions pinned in hack/tools/go.mod and
+# hack/tools/{keda,jobset,kueue,lint}/go.mod, plus the assets the rig needs from those modules
+# (Karpenter's, KEDA's, JobSet's and Kueue's CRDs, Kueue's webhook manifests, the
+# ProvisioningRequest CRD of the Cluster Autoscaler API module Kueue pins, kwok's Stage configs)
+# and Prometheus Operator's CRDs generated from hack/tools/monitoring.
 #
 # Everything lands in a cache folder outside the repository keyed by the tools module's
 # content ($BERTH_TOOLS_CACHE, default ~/.cache/berth/tools/<key>), so a second run is instant.
-# KEDA, the JobSet controller and golangci-lint are modules of their own with their own keys
-# (folders keda-<key>, jobset-<key>, lint-<key>, linked into the main folder), so moving one
-# never rebuilds the others.
+# KEDA, the JobSet controller, Kueue and golangci-lint are modules of their own with their own
+# keys (folders keda-<key>, jobset-<key>, kueue-<key>, lint-<key>, linked into the main folder),
+# so moving one never rebuilds the others.
 #
 # Usage: hack/build-tools.sh [binary...]   Builds what is missing; prints the cache folder on
 #                                          stdout, progress on stderr.
@@ -33,6 +35,8 @@ kedacache="$cacheroot/keda-$kedakey"
 lintcache="$cacheroot/lint-$(modkey "$tools/lint/go.mod" "$tools/lint/go.sum")"
 jobsetkey=$(modkey "$tools/jobset/go.mod" "$tools/jobset/go.sum")
 jobsetcache="$cacheroot/jobset-$jobsetkey"
+kueuekey=$(modkey "$tools/kueue/go.mod" "$tools/kueue/go.sum")
+kueuecache="$cacheroot/kueue-$kueuekey"
 
 k8sver=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$tools/go.mod")
 minor=$(echo "$k8sver" | cut -d. -f2)
@@ -50,8 +54,9 @@ declare -A pkgs=(
   [keda-adapter]=github.com/kedacore/keda/v2/cmd/adapter
   [golangci-lint]=github.com/golangci/golangci-lint/v2/cmd/golangci-lint
   [jobset-controller]=sigs.k8s.io/jobset
+  [kueue-controller]=sigs.k8s.io/kueue/cmd/kueue
 )
-order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager jobset-controller keda-operator keda-adapter)
+order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager jobset-controller kueue-controller keda-operator keda-adapter)
 # Named binaries only (make lint, make generate): build those and stop; the rig's assets below
 # need the whole set (controller-gen generates the monitoring CRDs).
 only=0
@@ -65,6 +70,7 @@ for b in "${order[@]}"; do
     github.com/kedacore/*) dir=$tools/keda out=$kedacache/bin ;;
     github.com/golangci/*) dir=$tools/lint out=$lintcache/bin ;;
     sigs.k8s.io/jobset) dir=$tools/jobset out=$jobsetcache/bin ;;
+    sigs.k8s.io/kueue/*) dir=$tools/kueue out=$kueuecache/bin ;;
   esac
   if [ ! -x "$out/$b" ]; then
     mkdir -p "$out"
@@ -112,6 +118,21 @@ if [ ! -f "$cache/jobset-$jobsetkey.done" ]; then
   cp "$jobset"/config/components/crd/bases/*.yaml "$cache/crds/jobset/"
   chmod -R u+w "$cache/crds/jobset"
   rm -f "$cache"/jobset-*.done && touch "$cache/jobset-$jobsetkey.done"
+fi
+# Kueue's CRDs and webhook manifests as its kustomize bases leave them (the rig names and routes
+# them, as Kueue's config/default does), and the ProvisioningRequest CRD from the Cluster
+# Autoscaler API module at the version Kueue pins (what Kueue's provisioning admission check and
+# berth's ProvisioningRequest controller serve).
+if [ ! -f "$cache/kueue-$kueuekey.done" ]; then
+  kueue=$(cd "$tools/kueue" && go mod download sigs.k8s.io/kueue && go list -m -f '{{.Dir}}' sigs.k8s.io/kueue)
+  casapis=$(cd "$tools/kueue" && go mod download k8s.io/autoscaler/cluster-autoscaler/apis && go list -m -f '{{.Dir}}' k8s.io/autoscaler/cluster-autoscaler/apis)
+  rm -rf "$cache/crds/kueue" "$cache/crds/provisioningrequest" "$cache/kueue"
+  mkdir -p "$cache/crds/kueue" "$cache/crds/provisioningrequest" "$cache/kueue"
+  cp "$kueue"/config/components/crd/bases/*.yaml "$cache/crds/kueue/"
+  cp "$kueue"/config/components/webhook/manifests.yaml "$cache/kueue/webhooks.yaml"
+  cp "$casapis"/config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml "$cache/crds/provisioningrequest/"
+  chmod -R u+w "$cache/crds/kueue" "$cache/crds/provisioningrequest" "$cache/kueue"
+  rm -f "$cache"/kueue-*.done && touch "$cache/kueue-$kueuekey.done"
 fi
 # Prometheus Operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule), generated from its
 # pinned API types with controller-gen: the chart test dry-runs berth's monitoring objects.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -32,8 +33,10 @@ type BerthProcess struct {
 }
 
 // NewBerthProcess builds the berth binary into the rig's work folder and registers the
-// pod-gate webhook configuration pointing at a free loopback port. It starts nothing.
-func NewBerthProcess(ctx context.Context, r *rig.Rig) (*BerthProcess, error) {
+// pod-gate webhook configuration pointing at a free loopback port, for berth's own PodGroups and
+// the named adapters' pod groups (their --adapters flag is added to every start). It starts
+// nothing.
+func NewBerthProcess(ctx context.Context, r *rig.Rig, adapters ...gate.Source) (*BerthProcess, error) {
 	bin, err := BuildBerth(r)
 	if err != nil {
 		return nil, err
@@ -43,10 +46,18 @@ func NewBerthProcess(ctx context.Context, r *rig.Rig) (*BerthProcess, error) {
 		return nil, err
 	}
 	url := fmt.Sprintf("https://localhost:%d%s", port, gate.Path)
-	if err := r.Client.Create(ctx, gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, nil)); err != nil {
+	if err := r.Client.Create(ctx, gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, adapters)); err != nil {
 		return nil, fmt.Errorf("creating webhook configuration: %w", err)
 	}
-	return &BerthProcess{r: r, bin: bin, webhookPort: port, health: map[string]int{}}, nil
+	b := &BerthProcess{r: r, bin: bin, webhookPort: port, health: map[string]int{}}
+	if len(adapters) > 0 {
+		names := make([]string, len(adapters))
+		for i, a := range adapters {
+			names[i] = a.Name
+		}
+		b.Args = append(b.Args, "--adapters="+strings.Join(names, ","))
+	}
+	return b, nil
 }
 
 // Start runs a new controller process (named berth-controller-<n>) with env added, and waits
