@@ -118,39 +118,20 @@ func TestAnotherTeamReclaimsLentQuota(t *testing.T) {
 }
 
 // TestKueuePodGroupUnderBerthGate: a Kueue pod group (plain pods with Kueue's group label) that
-// berth's webhook also adopts as a berth gang: each pod is held by both Kueue's admission gate
-// and berth's. Kueue admits once berth's ProvisioningRequest is Provisioned and lifts its gate;
-// berth then releases the gang onto the booked nodes. Neither waits for the other.
+// berth's webhook also adopts as a berth gang, on a cluster with no L40S nodes: each pod is held
+// by both Kueue's admission gate and berth's. Kueue admits once berth's ProvisioningRequest is
+// Provisioned (four nodes in one batch) and lifts its gate; berth then counts the request's
+// seats as the gang's room and releases it onto exactly those nodes. Neither waits for the other.
 func TestKueuePodGroupUnderBerthGate(t *testing.T) {
 	waitQueuesIdle(t)
 	ctx := context.Background()
 	c := rigtest.Current().Client
 	const ns, n = "team-b", 4
+	removeGPUNodes(t)
+	before := claimNames(t)
 	group := fmt.Sprintf("pods-%d", time.Now().UnixNano()%100000)
 	start := time.Now()
-	var names []string
-	for i := range n {
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: fmt.Sprintf("%s-%d", group, i), Namespace: ns,
-				Labels: map[string]string{berthv1alpha1.KueueQueueNameLabel: "gpu", berthv1alpha1.KueuePodGroupNameLabel: group},
-				Annotations: map[string]string{berthv1alpha1.KueuePodGroupTotalCountAnnotation: fmt.Sprint(n)},
-			},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{
-				Name: "trainer", Image: "registry.k8s.io/pause:3.10",
-				Resources: gpuResources(),
-			}}},
-		}
-		if err := c.Create(ctx, p); err != nil {
-			t.Fatalf("creating pod %s: %v", p.Name, err)
-		}
-		names = append(names, p.Name)
-		gates := gateNames(p)
-		if !slices.Contains(gates, kueueAdmissionGate) || !slices.Contains(gates, berthv1alpha1.SchedulingGate) {
-			t.Fatalf("pod %s was created with gates %v, want Kueue's and berth's", p.Name, gates)
-		}
-	}
-	t.Cleanup(func() { deletePods(t, ns, names) })
+	names := createPodGroup(t, ns, group, n)
 	nodes := map[string]bool{}
 	rigtest.Eventually(t, 4*time.Minute, 250*time.Millisecond, "every pod of the group running", func(ctx context.Context) (bool, string, error) {
 		var status []string
@@ -172,11 +153,103 @@ func TestKueuePodGroupUnderBerthGate(t *testing.T) {
 	if len(nodes) != n {
 		t.Errorf("the group's %d pods run on %d nodes, want one each: %v", n, len(nodes), keys(nodes))
 	}
+	launched := newClaims(t, before)
+	if len(launched) != n {
+		t.Errorf("%d NodeClaims launched for a group of %d, want %d: %v", len(launched), n, n, claimSummary(launched))
+	}
+	for _, nc := range launched {
+		if !nodes[nc.Status.NodeName] {
+			t.Errorf("NodeClaim %s (node %q) launched for the group runs none of its pods (pods on %v)", nc.Name, nc.Status.NodeName, keys(nodes))
+		}
+	}
 	var pg berthv1alpha1.PodGroup
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: group}, &pg); err != nil {
 		t.Errorf("berth's PodGroup for the Kueue group: %v", err)
 	}
-	t.Logf("Kueue pod group held by both gates ran whole %.1fs after submission", time.Since(start).Seconds())
+	t.Logf("Kueue pod group held by both gates ran whole on %d new nodes %.1fs after submission", len(launched), time.Since(start).Seconds())
+}
+
+// TestKueueHeldGangGetsNoCapacity: a Kueue pod group larger than the whole cohort's quota (9 ×
+// 8 GPUs against 64) that berth also adopts as a gang. Kueue never admits it, so its gate stays;
+// berth must neither launch capacity for it (no seats, no NodeClaims: the queue, not berth,
+// decides whether it runs) nor leave it unexplained: the PodGroup says another scheduler's gate
+// holds it and its schedule timeout has not started.
+func TestKueueHeldGangGetsNoCapacity(t *testing.T) {
+	waitQueuesIdle(t)
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	const ns, n = "team-a", 9
+	before := claimNames(t)
+	group := fmt.Sprintf("big-%d", time.Now().UnixNano()%100000)
+	createPodGroup(t, ns, group, n)
+	var pg berthv1alpha1.PodGroup
+	rigtest.Eventually(t, time.Minute, 250*time.Millisecond, "berth's PodGroup says Kueue holds the gang", func(ctx context.Context) (bool, string, error) {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: group}, &pg); err != nil {
+			return false, "no PodGroup yet", client.IgnoreNotFound(err)
+		}
+		cond := meta.FindStatusCondition(pg.Status.Conditions, berthv1alpha1.ConditionScheduled)
+		return cond != nil && cond.Reason == berthv1alpha1.ReasonHeldByOtherScheduler && strings.Contains(cond.Message, kueueAdmissionGate),
+			fmt.Sprintf("conditions %v", pg.Status.Conditions), nil
+	})
+	if pg.Status.WaitingSince != nil {
+		t.Errorf("the schedule timeout started while Kueue holds the gang (waitingSince %v)", pg.Status.WaitingSince)
+	}
+	// Kueue has judged it: no quota (not merely not looked at yet).
+	rigtest.Eventually(t, time.Minute, 250*time.Millisecond, "Kueue finds no quota for the group", func(ctx context.Context) (bool, string, error) {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: group + "-0"}, &p); err != nil {
+			return false, "", err
+		}
+		wl, err := workloadOf(ctx, ns, p.UID)
+		if err != nil || wl == nil {
+			return false, "no Workload yet", err
+		}
+		reserved := conditionOf(wl, "QuotaReserved")
+		return reserved["status"] == "False" && reserved["reason"] == "Pending", fmt.Sprintf("QuotaReserved=%v", reserved), nil
+	})
+	time.Sleep(5 * time.Second) // what berth would have launched by now, it would have asked for already
+	var seats corev1.PodList
+	if err := c.List(ctx, &seats, client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seats.Items) > 0 {
+		t.Errorf("berth created %d seats for a gang Kueue has not admitted", len(seats.Items))
+	}
+	if launched := newClaims(t, before); len(launched) > 0 {
+		t.Errorf("%d NodeClaims launched for a gang Kueue has not admitted: %v", len(launched), claimSummary(launched))
+	}
+}
+
+// createPodGroup creates n plain pods of one Kueue pod group (queue gpu, one 8-GPU node's worth
+// each) in ns, which berth's webhook also adopts as a gang, checks each carries both Kueue's
+// and berth's gate, and ends the group at the end of the test.
+func createPodGroup(t *testing.T, ns, group string, n int) []string {
+	t.Helper()
+	c := rigtest.Current().Client
+	var names []string
+	t.Cleanup(func() { deletePods(t, ns, names) })
+	for i := range n {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: fmt.Sprintf("%s-%d", group, i), Namespace: ns,
+				Labels:      map[string]string{berthv1alpha1.KueueQueueNameLabel: "gpu", berthv1alpha1.KueuePodGroupNameLabel: group},
+				Annotations: map[string]string{berthv1alpha1.KueuePodGroupTotalCountAnnotation: fmt.Sprint(n)},
+			},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{
+				Name: "trainer", Image: "registry.k8s.io/pause:3.10",
+				Resources: gpuResources(),
+			}}},
+		}
+		if err := c.Create(context.Background(), p); err != nil {
+			t.Fatalf("creating pod %s: %v", p.Name, err)
+		}
+		names = append(names, p.Name)
+		gates := gateNames(p)
+		if !slices.Contains(gates, kueueAdmissionGate) || !slices.Contains(gates, berthv1alpha1.SchedulingGate) {
+			t.Fatalf("pod %s was created with gates %v, want Kueue's and berth's", p.Name, gates)
+		}
+	}
+	return names
 }
 
 // gpuResources is what each pod of the tests asks for: one 8-GPU L40S node's worth of GPUs.
