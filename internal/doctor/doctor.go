@@ -54,6 +54,11 @@ type Snapshot struct {
 	ProvisioningRequestAPI bool
 	// ClusterAutoscaler: a Cluster Autoscaler Deployment runs (it serves more classes).
 	ClusterAutoscaler bool
+	// GenericWorkload: the cluster serves scheduling.k8s.io/v1beta1 PodGroups (Kubernetes'
+	// native gang scheduling, feature gate GenericWorkload, is on).
+	GenericWorkload bool
+	// NativeGangs are the native PodGroups with a gang policy.
+	NativeGangs []NativeGang
 	// Unread are the kinds berth may not list (Kind → why): the checks that need them are
 	// skipped.
 	Unread map[string]string
@@ -81,6 +86,9 @@ type Report struct {
 	// Incomplete: some check did not run because berth may not read what it needs (a check
 	// skipped on request does not count).
 	Incomplete bool `json:"incomplete"`
+	// GenericWorkload: Kubernetes' native gang scheduling is on (scheduling.k8s.io/v1beta1
+	// PodGroups are served), so gangs may be declared either way (docs/native-gangs.md).
+	GenericWorkload bool `json:"genericWorkload"`
 }
 
 // Finding is one problem, with the object it is about and how to fix it.
@@ -130,6 +138,7 @@ var checks = []check{
 	{CheckVLLMWithoutScaler, []string{KindDeployment, KindHPA, KindScaledObject}, vllmWithoutScaler},
 	{CheckUnaggregatedQuery, []string{KindScaledObject}, unaggregatedQueries},
 	{CheckProvisioningWithoutProvider, []string{KindAdmissionCheck}, provisioningWithoutProvider},
+	{CheckNativeGangWithoutCapacity, []string{KindNativePodGroup}, nativeGangsWithoutCapacity},
 }
 
 // Checks are the names of every check (what --skip takes).
@@ -144,7 +153,7 @@ func Checks() []string {
 // Run applies every check not in skip to s. A check that needs a kind berth could not list is
 // skipped, and the report is incomplete. Findings are sorted by check and object.
 func Run(s Snapshot, skip ...string) Report {
-	var r Report
+	r := Report{GenericWorkload: s.GenericWorkload}
 	for _, c := range checks {
 		if slices.Contains(skip, c.name) {
 			r.Skipped = append(r.Skipped, Skipped{Check: c.name, Reason: "skipped on request (--skip)"})

@@ -11,6 +11,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -150,6 +151,18 @@ func (r *reader) capacity() {
 		r.s.Nodes = nodes.Items
 	}
 	r.kueue()
+	r.nativeGangs()
+}
+
+// nativeGangs reads whether native gang scheduling is on, and its gang PodGroups.
+func (r *reader) nativeGangs() {
+	if r.s.GenericWorkload = served(r.c, nativePodGroupGVK); !r.s.GenericWorkload {
+		return
+	}
+	var groups schedulingv1beta1.PodGroupList
+	if r.list(KindNativePodGroup, &groups, r.in...) {
+		r.s.NativeGangs = nativeGangs(groups.Items)
+	}
 }
 
 // kueue reads Kueue's provisioning admission checks, whether ProvisioningRequests are served,

@@ -21,10 +21,10 @@ func (r *Rig) StartScheduler(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := r.start(BinKubeScheduler, r.bin(BinKubeScheduler), []string{
+	p, err := r.start(BinKubeScheduler, r.bin(BinKubeScheduler), append([]string{
 		"--kubeconfig=" + r.Kubeconfig, "--leader-elect=false",
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port), "--v=1",
-	}, nil)
+	}, r.opts.featureGateArgs()...), nil)
 	if err != nil {
 		return fmt.Errorf("rig: %w", err)
 	}
@@ -39,7 +39,7 @@ func (r *Rig) StartControllerManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := r.start(BinKubeControllerManager, r.bin(BinKubeControllerManager), []string{
+	p, err := r.start(BinKubeControllerManager, r.bin(BinKubeControllerManager), append([]string{
 		"--kubeconfig=" + r.Kubeconfig, "--leader-elect=false",
 		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
 		"--controllers=*,-serviceaccount-token",
@@ -49,7 +49,7 @@ func (r *Rig) StartControllerManager(ctx context.Context) error {
 		// node) and heartbeats Ready nodes every 20-45 s; a shorter grace would mark booting
 		// nodes Unknown (restarting kwok's boot timer) and flap Ready ones.
 		"--node-monitor-grace-period=3m", "--v=1",
-	}, nil)
+	}, r.opts.featureGateArgs()...), nil)
 	if err != nil {
 		return fmt.Errorf("rig: %w", err)
 	}

@@ -56,6 +56,22 @@ type Options struct {
 	HandleSignals bool
 	// StartTimeout bounds the start of each component. Default 2 minutes.
 	StartTimeout time.Duration
+	// GenericWorkload turns on Kubernetes' native gang scheduling (feature gate GenericWorkload,
+	// beta and off by default in 1.37) in kube-apiserver, kube-scheduler and
+	// kube-controller-manager, and serves its API, scheduling.k8s.io/v1beta1 Workload and
+	// PodGroup.
+	GenericWorkload bool
+}
+
+// GenericWorkloadGate is Kubernetes' feature gate for Workload and PodGroup (native gangs).
+const GenericWorkloadGate = "GenericWorkload"
+
+// featureGateArgs are the flags every Kubernetes component of the rig gets for opts' gates.
+func (o Options) featureGateArgs() []string {
+	if !o.GenericWorkload {
+		return nil
+	}
+	return []string{"--feature-gates=" + GenericWorkloadGate + "=true"}
 }
 
 // Rig is a running control plane on loopback.
@@ -328,6 +344,11 @@ func (r *Rig) startControlPlane(ctx context.Context) error {
 		"--proxy-client-cert-file=" + p("front-proxy-client.crt"), "--proxy-client-key-file=" + p("front-proxy-client.key"),
 		"--profiling=false", "--v=1",
 	}
+	if r.opts.GenericWorkload {
+		// A beta API is not served by default even with its gate on.
+		r.apiArgs = append(r.apiArgs, "--runtime-config=scheduling.k8s.io/v1beta1=true")
+	}
+	r.apiArgs = append(r.apiArgs, r.opts.featureGateArgs()...)
 	api, err := r.start(r.apiName, r.bin(BinKubeAPIServer), r.apiArgs, nil)
 	if err != nil {
 		return fmt.Errorf("rig: %w", err)

@@ -173,6 +173,12 @@ func doctorReport(cmd *cobra.Command, c client.Client, f doctorFlags) (doctor.Re
 	return doctor.Run(snap, f.skip...), nil
 }
 
+// The cluster's native gang scheduling, as the human report states it.
+const (
+	genericWorkloadOff = "off (gangs are berth PodGroups, scheduling.berth.dev/v1alpha1)"
+	genericWorkloadOn  = "on (scheduling.k8s.io/v1beta1 PodGroups are served; docs/native-gangs.md says which to use when)"
+)
+
 func printReport(w io.Writer, r doctor.Report, format string) error {
 	switch format {
 	case "name":
@@ -211,6 +217,13 @@ func printReport(w io.Writer, r doctor.Report, format string) error {
 		fmt.Fprintf(tw, "skipped %s\t%s\n", sk.Check, sk.Reason)
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	gw := genericWorkloadOff
+	if r.GenericWorkload {
+		gw = genericWorkloadOn
+	}
+	if _, err := fmt.Fprintf(w, "native gang scheduling (GenericWorkload): %s\n", gw); err != nil {
 		return err
 	}
 	var err error

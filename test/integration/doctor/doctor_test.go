@@ -206,8 +206,9 @@ func TestDoctorFindsSeededProblems(t *testing.T) {
 		t.Errorf("doctor -n healthy on a clean namespace found %v, want an empty list", got)
 	}
 	clean, err := doctorCmd("-n", "healthy")
-	if err != nil || clean != "no problems found\n" {
-		t.Errorf("doctor -n healthy = %q, %v; want \"no problems found\" and no error", clean, err)
+	wantClean := "native gang scheduling (GenericWorkload): off (gangs are berth PodGroups, scheduling.berth.dev/v1alpha1)\nno problems found\n"
+	if err != nil || clean != wantClean {
+		t.Errorf("doctor -n healthy = %q, %v; want %q and no error", clean, err, wantClean)
 	}
 	if code := cli.Execute([]string{"doctor", "--kubeconfig=" + rigtest.Current().Kubeconfig, "-n", "healthy"}); code != 0 {
 		t.Errorf("berth doctor on a clean namespace exited %d, want 0", code)
