@@ -74,7 +74,7 @@ for b in "${order[@]}"; do
   esac
   if [ ! -x "$out/$b" ]; then
     mkdir -p "$out"
-    echo "build-tools: building $b from the Go module proxy into $out (a cold build of the whole rig takes ~25 min on 2 cores; cached afterwards)" >&2
+    echo "build-tools: building $b from the Go module proxy into $out (a cold build of the whole rig takes ~50 min on 2 cores; cached afterwards)" >&2
     start=$(date +%s)
     flags="-s -w"
     case $pkg in k8s.io/kubernetes/*) flags=$k8sldflags ;; esac

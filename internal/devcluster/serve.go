@@ -29,6 +29,8 @@ type Options struct {
 	Kubeconfig string
 	// NodeReadyDelay is how long new nodes take to become Ready (0: immediately).
 	NodeReadyDelay time.Duration
+	// Kueue also runs Kueue (with the ProvisioningRequest API, which berth then serves).
+	Kueue bool
 	// BerthBinary is the berth executable run for berth's own components.
 	BerthBinary string
 	// Logf reports progress.
@@ -161,6 +163,12 @@ func bringUp(ctx context.Context, o Options, st *State) (*rig.Rig, error) {
 	}
 	if err := r.StartKEDA(ctx); err != nil {
 		return r, err
+	}
+	// Before berth: berth serves ProvisioningRequests where their API is served when it starts.
+	if o.Kueue {
+		if err := r.StartKueue(ctx); err != nil {
+			return r, err
+		}
 	}
 	if err := startBerth(ctx, o, r, st); err != nil {
 		return r, err

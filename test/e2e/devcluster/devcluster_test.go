@@ -4,6 +4,7 @@ package devcluster_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-dev/berth/internal/devcluster"
 	"github.com/berth-dev/berth/internal/rig"
@@ -49,7 +54,7 @@ func TestDevUpDemoDown(t *testing.T) {
 	})
 
 	start := time.Now()
-	out, err := run("up", "--tools-dir", tools, "--kubeconfig", kubeconfig)
+	out, err := run("up", "--tools-dir", tools, "--kubeconfig", kubeconfig, "--kueue")
 	if err != nil {
 		t.Fatalf("berth dev up: %v\n%s", err, out)
 	}
@@ -61,7 +66,7 @@ func TestDevUpDemoDown(t *testing.T) {
 	if err != nil || !ok || !st.Ready {
 		t.Fatalf("state after up: %+v ok=%v err=%v", st, ok, err)
 	}
-	wantComponents := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "karpenter-kwok", "keda-operator", "keda-adapter", "berth-controller", "berth-scaler", "vllm-sim"}
+	wantComponents := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "karpenter-kwok", "keda-operator", "keda-adapter", "kueue-controller", "berth-controller", "berth-scaler", "vllm-sim"}
 	var names []string
 	for _, c := range st.Components {
 		names = append(names, c.Name)
@@ -103,6 +108,8 @@ func TestDevUpDemoDown(t *testing.T) {
 	if strings.Contains(out, "scene 1:") || strings.Contains(out, "scene 3:") {
 		t.Errorf("demo --scene gang played other scenes:\n%s", out)
 	}
+	// What docs/kueue.md has users try on the dev cluster: the sample queues and job.
+	trySampleKueueJob(t, kubeconfig)
 	if out, err := run("demo", "--list"); err != nil || !strings.Contains(out, "autoscale") || strings.Count(out, "\n") != 5 {
 		t.Errorf("demo --list: err=%v\n%s", err, out)
 	}
@@ -167,4 +174,53 @@ func running(pid int) bool {
 	s := string(data)
 	i := strings.LastIndexByte(s, ')')
 	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// trySampleKueueJob applies config/samples/kueue (queues, then the job) to the dev cluster as
+// docs/kueue.md tells users to, and waits until Kueue admits the job (its ProvisioningRequest
+// served by berth) and the job's pods have run.
+func trySampleKueueJob(t *testing.T, kubeconfig string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"queues.yaml", "job.yaml"} {
+		data, err := os.ReadFile(filepath.Join("../../../config/samples/kueue", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, err := rig.DecodeManifests(data)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, o := range objs {
+			if err := c.Patch(ctx, o, client.Apply, client.FieldOwner("devcluster-test")); err != nil { //nolint:staticcheck // unstructured server-side apply
+				t.Fatalf("applying %s %s from %s: %v", o.GetKind(), o.GetName(), f, err)
+			}
+		}
+	}
+	start := time.Now()
+	for {
+		job := &unstructured.Unstructured{}
+		job.SetAPIVersion("batch/v1")
+		job.SetKind("Job")
+		err := c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "train-l40s"}, job)
+		succeeded, _, _ := unstructured.NestedInt64(job.Object, "status", "succeeded")
+		if err == nil && succeeded == 4 {
+			t.Logf("the sample Kueue job's 4 pods ran %s after it was applied", time.Since(start).Round(time.Millisecond))
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the sample Kueue job did not run in 3 minutes: err=%v status=%v", err, job.Object["status"])
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }

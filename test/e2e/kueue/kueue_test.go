@@ -3,6 +3,7 @@ package kueue_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -36,7 +37,7 @@ const (
 	// retriableInGroupAnnotation "false" on a pod of a Kueue pod group ends the group when the
 	// pod ends, instead of Kueue waiting for a replacement.
 	retriableInGroupAnnotation = "kueue.x-k8s.io/retriable-in-group"
-	gpusPerNode        = 8
+	gpusPerNode                = 8
 )
 
 // TestJobRunsOnNodesProvisionedInOneBatch: the sample job (4 pods × 8 L40S GPUs) on a cluster
@@ -531,12 +532,6 @@ func deletePods(t *testing.T, ns string, names []string) {
 	})
 }
 
-func keys(m map[string]bool) []string { return slices.Sorted(func(yield func(string) bool) {
-	for k := range m {
-		if !yield(k) {
-			return
-		}
-	}
-}) }
+func keys(m map[string]bool) []string { return slices.Sorted(maps.Keys(m)) }
 
 func ptrTrue(b *bool) bool { return b != nil && *b }
