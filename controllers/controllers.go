@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 
+	"github.com/berth-dev/berth/controllers/nativegang"
 	"github.com/berth-dev/berth/controllers/nodepool/guard"
 	"github.com/berth-dev/berth/controllers/pod/protect"
 	"github.com/berth-dev/berth/controllers/podgroup/adapter"
@@ -104,6 +105,17 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	} else {
 		ctrl.Log.WithName("setup").Info("the ProvisioningRequest API (autoscaling.x-k8s.io/v1) is not served; berth serves no ProvisioningRequests until it restarts")
 	}
+	// Kubernetes' native gangs (feature gate GenericWorkload) where their API is served.
+	native, err := served(mgr, schema.GroupKind{Group: "scheduling.k8s.io", Kind: "PodGroup"}, "v1beta1")
+	if err != nil {
+		return err
+	}
+	if native && opts.Provisioning.Enabled {
+		all = append(all, registration{nativegang.Name, nativegang.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec, nativegang.Options{
+			SeatNamespace: opts.Provisioning.SeatNamespace, SeatImage: opts.Provisioning.SeatImage})})
+	} else {
+		ctrl.Log.WithName("setup").Info("native gangs (scheduling.k8s.io/v1beta1 PodGroup) are not served, or provisioning is off; berth provisions no capacity for them", "served", native)
+	}
 	for _, c := range all {
 		if err := c.c.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("setting up controller %s: %w", c.name, err)
@@ -113,9 +125,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 }
 
 // Names are the names of every controller Setup registers (the nodepool guard only where
-// Karpenter is installed, the ProvisioningRequest controller only where its API is served), as logs and the controller_runtime_* metrics show them.
+// Karpenter is installed, the ProvisioningRequest and native-gang controllers only where their APIs are served), as logs and the controller_runtime_* metrics show them.
 func Names() []string {
-	return []string{status.Name, adapter.Name, admission.Name, protect.Name, disruption.Name, guard.Name, provisioningrequest.Name}
+	return []string{status.Name, adapter.Name, admission.Name, protect.Name, disruption.Name, guard.Name, provisioningrequest.Name, nativegang.Name}
 }
 
 // served reports whether the cluster serves a kind at a version.

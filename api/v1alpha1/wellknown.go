@@ -57,6 +57,21 @@ const (
 	// SeatPriorityClassName is the PriorityClass of seat pods: below every workload, so any
 	// member (or other pod) preempts a seat.
 	SeatPriorityClassName = "berth-seat"
+	// SeatForNativeGroupLabel on a seat pod holds the UID of the native PodGroup
+	// (scheduling.k8s.io) it holds capacity for.
+	SeatForNativeGroupLabel = "scheduling.berth.dev/seat-for-native-group"
+	// SeatForNativeGroupAnnotation on a native gang's seat names the PodGroup as namespace/name.
+	SeatForNativeGroupAnnotation = "scheduling.berth.dev/native-group"
+	// NativeCapacityRequestedAtAnnotation on a native PodGroup is when berth last asked
+	// Karpenter for the gang's nodes (RFC 3339): the attempt's timeout counts from it.
+	NativeCapacityRequestedAtAnnotation = "scheduling.berth.dev/capacity-requested-at"
+	// NativeCapacityHandedOverAnnotation on a native PodGroup is when berth's seats last gave
+	// way to the gang, every node launched (RFC 3339): berth does not ask again while those
+	// nodes come up.
+	NativeCapacityHandedOverAnnotation = "scheduling.berth.dev/capacity-handed-over"
+	// NativeCapacityRetryAtAnnotation on a native PodGroup is when berth may ask for its
+	// capacity again after an attempt timed out (RFC 3339).
+	NativeCapacityRetryAtAnnotation = "scheduling.berth.dev/capacity-retry-at"
 	// SeatForProvisioningRequestLabel on a seat pod holds the UID of the ProvisioningRequest
 	// (autoscaling.x-k8s.io) it books capacity for.
 	SeatForProvisioningRequestLabel = "autoscaling.berth.dev/seat-for-provisioning-request"

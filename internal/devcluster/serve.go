@@ -29,6 +29,8 @@ type Options struct {
 	Kubeconfig string
 	// NodeReadyDelay is how long new nodes take to become Ready (0: immediately).
 	NodeReadyDelay time.Duration
+	// GenericWorkload turns on Kubernetes' native gang scheduling in the control plane.
+	GenericWorkload bool
 	// Kueue also runs Kueue (with the ProvisioningRequest API, which berth then serves).
 	Kueue bool
 	// BerthBinary is the berth executable run for berth's own components.
@@ -115,7 +117,7 @@ func components(r *rig.Rig) []ComponentState {
 
 // bringUp starts every component in dependency order.
 func bringUp(ctx context.Context, o Options, st *State) (*rig.Rig, error) {
-	r, err := rig.Start(ctx, rig.Options{ToolsDir: o.ToolsDir, WorkDir: filepath.Join(o.StateDir, "rig"), Logf: o.Logf})
+	r, err := rig.Start(ctx, rig.Options{ToolsDir: o.ToolsDir, WorkDir: filepath.Join(o.StateDir, "rig"), Logf: o.Logf, GenericWorkload: o.GenericWorkload})
 	if err != nil {
 		return nil, err
 	}

@@ -51,7 +51,7 @@ func nativeGangs(groups []schedulingv1beta1.PodGroup) []NativeGang {
 	return out
 }
 
-const nativeGangFix = "for gangs that need new nodes use berth's PodGroup (scheduling.berth.dev/v1alpha1): it holds the members and gets the whole gang's capacity from Karpenter in one batch (docs/native-gangs.md)"
+const nativeGangFix = "run berth's controller with provisioning on (it serves native gangs when scheduling.k8s.io/v1beta1 is served at its start): it asks Karpenter for the whole gang in one batch — the PodGroup's Events say how far it got (CapacityRequested, CapacityHandedOver, CapacityNotProvisioned); for members held until all fit, replacement and schedule timeouts use berth's PodGroup (docs/native-gangs.md)"
 
 // nativeGangsWithoutCapacity finds native gangs kube-scheduler cannot place: Karpenter
 // provisions for pods kube-scheduler reports Unschedulable, one pod at a time, never for a gang
@@ -63,8 +63,8 @@ func nativeGangsWithoutCapacity(s Snapshot) []Finding {
 			continue
 		}
 		out = append(out, Finding{Check: CheckNativeGangWithoutCapacity, Object: obj(KindNativePodGroup, g.Namespace, g.Name),
-			Problem: fmt.Sprintf("native gang of at least %d pods not placed (%s: %s); nothing provisions whole gangs for kube-scheduler's gang cycle: Karpenter launches nodes for Unschedulable pods one by one, and for none when the cycle fails with %s",
-				g.MinCount, g.Unplaced.Reason, g.Unplaced.Message, "SchedulerError"),
+			Problem: fmt.Sprintf("native gang of at least %d pods not placed (%s: %s); upstream provisions no whole gangs: Karpenter launches nodes for Unschedulable pods, none when the gang cycle fails with SchedulerError (no candidate node), and never withdraws a batch that came up short",
+				g.MinCount, g.Unplaced.Reason, g.Unplaced.Message),
 			Fix: nativeGangFix})
 	}
 	return out

@@ -47,7 +47,7 @@ func TestNativeGangsWithoutCapacity(t *testing.T) {
 					continue
 				}
 				got = append(got, f.Object)
-				if !strings.Contains(f.Problem, "at least 4 pods") || !strings.Contains(f.Problem, "SchedulerError: error in PodGroupPostFilter") || !strings.Contains(f.Fix, "scheduling.berth.dev/v1alpha1") {
+				if !strings.Contains(f.Problem, "at least 4 pods") || !strings.Contains(f.Problem, "SchedulerError: error in PodGroupPostFilter") || !strings.Contains(f.Fix, "CapacityRequested") {
 					t.Errorf("finding %+v does not say what and why", f)
 				}
 			}

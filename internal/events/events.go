@@ -59,6 +59,9 @@ const (
 	ReasonCapacityRequested = "CapacityRequested"
 	// ReasonCapacityNotProvisioned: a capacity request timed out; its seats were withdrawn.
 	ReasonCapacityNotProvisioned = "CapacityNotProvisioned"
+	// ReasonCapacityHandedOver: a native gang's capacity is on Ready nodes; its seats gave way so
+	// kube-scheduler's gang cycle places the gang there.
+	ReasonCapacityHandedOver = "CapacityHandedOver"
 	// ReasonUnsafeConsolidation: a GPU NodePool lets Karpenter consolidate underutilized nodes
 	// (running GPU pods) and the consolidation guard only audits it.
 	ReasonUnsafeConsolidation = "UnsafeConsolidation"

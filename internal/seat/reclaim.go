@@ -75,7 +75,7 @@ func Reclaim(ctx context.Context, c client.Client, live client.Reader, seats []*
 		if nc := byNode[s.Spec.NodeName]; s.Spec.NodeName != "" && nc != nil {
 			candidates[nc.Name] = nc
 		}
-		names, err := nominated(ctx, live, s)
+		names, err := Nominated(ctx, live, s)
 		errs = append(errs, err)
 		for _, n := range names {
 			if nc := byName[n]; nc != nil {
@@ -105,12 +105,13 @@ func Reclaim(ctx context.Context, c client.Client, live client.Reader, seats []*
 	return deleted, errors.Join(errs...)
 }
 
-// nominated are the NodeClaims Karpenter said seat s should schedule on.
-func nominated(ctx context.Context, live client.Reader, s *corev1.Pod) ([]string, error) {
+// Nominated are the NodeClaims Karpenter said pod s (a seat, or any pending pod) should
+// schedule on, from its Nominated Events (read live: the cache holds no Events).
+func Nominated(ctx context.Context, live client.Reader, s *corev1.Pod) ([]string, error) {
 	var evs corev1.EventList
 	sel := fields.SelectorFromSet(fields.Set{"involvedObject.uid": string(s.UID)})
 	if err := live.List(ctx, &evs, client.InNamespace(s.Namespace), client.MatchingFieldsSelector{Selector: sel}); err != nil {
-		return nil, fmt.Errorf("reading Karpenter's nominations of seat %s: %w", s.Name, err)
+		return nil, fmt.Errorf("reading Karpenter's nominations of pod %s/%s: %w", s.Namespace, s.Name, err)
 	}
 	var out []string
 	for _, e := range evs.Items {

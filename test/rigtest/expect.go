@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 )
 
 // Eventually polls cond every interval until it reports done, fails the test when cond returns
@@ -88,4 +90,27 @@ func Seed(t testing.TB) int64 {
 	}
 	t.Logf("seed %d (run again with %s=%d)", seed, SeedEnv, seed)
 	return seed
+}
+
+// RemovePoolNodes deletes the NodeClaims of a Karpenter NodePool (earlier tests' capacity, empty
+// once their pods are gone) and waits until their NodeClaims and nodes are gone, so a test starts
+// with none of that pool's capacity.
+func RemovePoolNodes(t testing.TB, pool string) {
+	t.Helper()
+	c := Current().Client
+	sel := client.MatchingLabels{karpv1.NodePoolLabelKey: pool}
+	if err := c.DeleteAllOf(context.Background(), &karpv1.NodeClaim{}, sel); err != nil {
+		t.Fatalf("deleting NodePool %s's NodeClaims: %v", pool, err)
+	}
+	Eventually(t, 2*time.Minute, 250*time.Millisecond, "NodePool "+pool+"'s nodes gone", func(ctx context.Context) (bool, string, error) {
+		var claims karpv1.NodeClaimList
+		if err := c.List(ctx, &claims, sel); err != nil {
+			return false, "", err
+		}
+		var nodes corev1.NodeList
+		if err := c.List(ctx, &nodes, sel); err != nil {
+			return false, "", err
+		}
+		return len(claims.Items)+len(nodes.Items) == 0, fmt.Sprintf("%d NodeClaims, %d nodes", len(claims.Items), len(nodes.Items)), nil
+	})
 }

@@ -47,7 +47,7 @@ const (
 // other node is launched.
 func TestJobRunsOnNodesProvisionedInOneBatch(t *testing.T) {
 	waitQueuesIdle(t)
-	removeGPUNodes(t) // no L40S capacity, whatever ran before
+	rigtest.RemovePoolNodes(t, rig.GPUNodePoolName("l40s")) // no L40S capacity, whatever ran before
 	before := claimNames(t)
 	start := time.Now()
 	job := createJob(t, "team-a", "", 4, "")
@@ -128,7 +128,7 @@ func TestKueuePodGroupUnderBerthGate(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
 	const ns, n = "team-b", 4
-	removeGPUNodes(t)
+	rigtest.RemovePoolNodes(t, rig.GPUNodePoolName("l40s"))
 	before := claimNames(t)
 	group := fmt.Sprintf("pods-%d", time.Now().UnixNano()%100000)
 	start := time.Now()
@@ -430,28 +430,6 @@ func waitQueuesIdle(t *testing.T) {
 			status = append(status, fmt.Sprintf("%s: reserving %d admitted %d", name, reserving, admitted))
 		}
 		return idle, strings.Join(status, "; "), nil
-	})
-}
-
-// removeGPUNodes deletes the L40S NodeClaims earlier tests left (empty once their jobs are gone)
-// and waits until they are gone.
-func removeGPUNodes(t *testing.T) {
-	t.Helper()
-	c := rigtest.Current().Client
-	sel := client.MatchingLabels{karpv1.NodePoolLabelKey: rig.GPUNodePoolName("l40s")}
-	if err := c.DeleteAllOf(context.Background(), &karpv1.NodeClaim{}, sel); err != nil {
-		t.Fatalf("deleting L40S NodeClaims: %v", err)
-	}
-	rigtest.Eventually(t, 2*time.Minute, 250*time.Millisecond, "L40S nodes gone", func(ctx context.Context) (bool, string, error) {
-		var claims karpv1.NodeClaimList
-		if err := c.List(ctx, &claims, sel); err != nil {
-			return false, "", err
-		}
-		var nodes corev1.NodeList
-		if err := c.List(ctx, &nodes, sel); err != nil {
-			return false, "", err
-		}
-		return len(claims.Items)+len(nodes.Items) == 0, fmt.Sprintf("%d NodeClaims, %d nodes", len(claims.Items), len(nodes.Items)), nil
 	})
 }
 

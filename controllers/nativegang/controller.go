@@ -1,0 +1,333 @@
+// Package nativegang gives Kubernetes' native gangs (scheduling.k8s.io/v1beta1 PodGroups with
+// schedulingPolicy.gang, feature gate GenericWorkload) what upstream leaves out on Karpenter
+// clusters: when kube-scheduler's gang cycle cannot place a gang, berth asks Karpenter for every
+// pending member's node in one batch (seat pods, internal/seat); once all of them are Ready the
+// seats give way and kube-scheduler places the gang; an attempt whose nodes are not all Ready in
+// time is withdrawn and its unused NodeClaims deleted. Members of a gang with disruptionMode all
+// are marked karpenter.sh/do-not-disrupt once bound. berth never writes the PodGroup's spec or
+// status (kube-scheduler's): it keeps its own two annotations and records Events.
+package nativegang
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/internal/seat"
+)
+
+// Name is the controller's name in logs and metrics.
+const Name = "nativegang"
+
+// podGroupInitiallyScheduled is kube-scheduler's condition on a native PodGroup.
+const podGroupInitiallyScheduled = "PodGroupInitiallyScheduled"
+
+// Options configure the controller; zero values take the defaults.
+type Options struct {
+	// SeatNamespace is where seats live (berth's namespace); "berth-system" when empty.
+	SeatNamespace string
+	// SeatImage is the seats' image; registry.k8s.io/pause:3.10 when empty.
+	SeatImage string
+	// ProvisioningTimeout, RetryAfter: see the Default* constants.
+	ProvisioningTimeout, RetryAfter time.Duration
+}
+
+// Reconciler provisions for native gangs. Build it with New.
+type Reconciler struct {
+	client    client.Client
+	apiReader client.Reader
+	clock     clock.PassiveClock
+	recorder  *events.Recorder
+	opts      Options
+}
+
+// New builds the controller.
+func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *events.Recorder, opts Options) *Reconciler {
+	if opts.SeatNamespace == "" {
+		opts.SeatNamespace = "berth-system"
+	}
+	if opts.SeatImage == "" {
+		opts.SeatImage = "registry.k8s.io/pause:3.10"
+	}
+	if opts.ProvisioningTimeout <= 0 {
+		opts.ProvisioningTimeout = DefaultProvisioningTimeout
+	}
+	if opts.RetryAfter <= 0 {
+		opts.RetryAfter = DefaultRetryAfter
+	}
+	return &Reconciler{client: c, apiReader: apiReader, clock: clk, recorder: rec, opts: opts}
+}
+
+// +kubebuilder:rbac:groups=scheduling.k8s.io,resources=podgroups,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete;patch
+
+// SetupWithManager watches native PodGroups, their members and their seats.
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	toGroup := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if k, ok := groupOf(o); ok {
+			return []reconcile.Request{{NamespacedName: k}}
+		}
+		return nil
+	})
+	if err := builder.ControllerManagedBy(mgr).
+		Named(Name).
+		For(&schedulingv1beta1.PodGroup{}).
+		Watches(&corev1.Pod{}, toGroup).
+		Complete(r); err != nil {
+		return fmt.Errorf("building the %s controller: %w", Name, err)
+	}
+	return nil
+}
+
+// groupOf is the native PodGroup a member belongs to or a seat holds capacity for.
+func groupOf(o client.Object) (types.NamespacedName, bool) {
+	if v := o.GetAnnotations()[berthv1alpha1.SeatForNativeGroupAnnotation]; v != "" {
+		ns, name, ok := strings.Cut(v, "/")
+		return types.NamespacedName{Namespace: ns, Name: name}, ok
+	}
+	if p, ok := o.(*corev1.Pod); ok && p.Spec.SchedulingGroup != nil && p.Spec.SchedulingGroup.PodGroupName != nil {
+		return types.NamespacedName{Namespace: p.Namespace, Name: *p.Spec.SchedulingGroup.PodGroupName}, true
+	}
+	return types.NamespacedName{}, false
+}
+
+// Reconcile observes one native gang, decides and acts.
+func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	var pg schedulingv1beta1.PodGroup
+	if err := r.client.Get(ctx, req.NamespacedName, &pg); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, r.removeSeats(ctx, req.NamespacedName)
+		}
+		return reconcile.Result{}, fmt.Errorf("reading PodGroup %s: %w", req.NamespacedName, err)
+	}
+	if pg.Spec.SchedulingPolicy.Gang == nil {
+		return reconcile.Result{}, nil
+	}
+	s, members, seats, err := r.observe(ctx, &pg)
+	if err != nil {
+		return reconcile.Result{}, err
+	}
+	p := decide(s)
+	if len(p.seatsFor) > 0 || p.watch {
+		// Asking again hinges on berth's annotations: the cache may not have the hand-over
+		// written a moment ago (the seats' deletion can arrive first), so read them live.
+		var live schedulingv1beta1.PodGroup
+		if err := r.apiReader.Get(ctx, req.NamespacedName, &live); err != nil {
+			return reconcile.Result{}, fmt.Errorf("reading PodGroup %s: %w", req.NamespacedName, client.IgnoreNotFound(err))
+		}
+		readAnnotations(&s, &live)
+		p = decide(s)
+	}
+	return reconcile.Result{RequeueAfter: p.requeue}, r.act(ctx, &pg, p, members, seats)
+}
+
+// observe reads the gang's members, seats and the seats' nodes.
+func (r *Reconciler) observe(ctx context.Context, pg *schedulingv1beta1.PodGroup) (state, map[string]*corev1.Pod, []*corev1.Pod, error) {
+	s := state{now: r.clock.Now(), minCount: int(pg.Spec.SchedulingPolicy.Gang.MinCount),
+		protect: pg.Spec.DisruptionMode != nil && pg.Spec.DisruptionMode.All != nil,
+		timeout: r.opts.ProvisioningTimeout, retryAfter: r.opts.RetryAfter}
+	if c := meta.FindStatusCondition(pg.Status.Conditions, podGroupInitiallyScheduled); c != nil {
+		s.unplaced, s.placed = c.Status == metav1.ConditionFalse, c.Status == metav1.ConditionTrue
+		s.unplacedReason = c.Reason
+	}
+	readAnnotations(&s, pg)
+	var pods corev1.PodList
+	if err := r.client.List(ctx, &pods, client.InNamespace(pg.Namespace)); err != nil {
+		return s, nil, nil, fmt.Errorf("listing the members of %s/%s: %w", pg.Namespace, pg.Name, err)
+	}
+	members := map[string]*corev1.Pod{}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if k, ok := groupOf(p); !ok || k.Name != pg.Name || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		members[p.Name] = p
+		if p.Spec.NodeName == "" {
+			s.pending = append(s.pending, p.Name)
+			continue
+		}
+		s.bound = append(s.bound, p.Name)
+		if p.Annotations[karpv1.DoNotDisruptAnnotationKey] != "true" {
+			s.unprotected = append(s.unprotected, p.Name)
+		}
+	}
+	var seatList corev1.PodList
+	if err := r.client.List(ctx, &seatList, client.InNamespace(r.opts.SeatNamespace), client.MatchingLabels{berthv1alpha1.SeatForNativeGroupLabel: string(pg.UID)}); err != nil {
+		return s, nil, nil, fmt.Errorf("listing the seats of %s/%s: %w", pg.Namespace, pg.Name, err)
+	}
+	var seats []*corev1.Pod
+	for i := range seatList.Items {
+		st := &seatList.Items[i]
+		if st.DeletionTimestamp != nil {
+			continue
+		}
+		seats = append(seats, st)
+		if st.Spec.NodeName != "" {
+			s.seatsLaunched++
+			continue
+		}
+		claims, err := seat.Nominated(ctx, r.apiReader, st)
+		if err != nil {
+			return s, nil, nil, err
+		}
+		if len(claims) > 0 {
+			s.seatsLaunched++
+		}
+	}
+	s.seats = len(seats)
+	return s, members, seats, nil
+}
+
+// act carries a plan out.
+func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p plan, members map[string]*corev1.Pod, seats []*corev1.Pod) error {
+	var errs []error
+	if p.reclaim {
+		// The seats, or once they gave way the pending members Karpenter nominated instead.
+		held := seats
+		if len(held) == 0 {
+			for _, m := range members {
+				if m.Spec.NodeName == "" {
+					held = append(held, m)
+				}
+			}
+		}
+		names, err := seat.Reclaim(ctx, r.client, r.apiReader, held, Name)
+		errs = append(errs, err)
+		if len(names) > 0 {
+			p.eventNote += fmt.Sprintf("; the NodeClaim(s) launched for it that no pod uses were deleted (%s)", strings.Join(names, ", "))
+		}
+		errs = append(errs, r.annotate(ctx, pg, berthv1alpha1.NativeCapacityRetryAtAnnotation, p.retryAt))
+	}
+	if p.handOver {
+		// Recorded before the seats go: a reconcile their deletion triggers must see it.
+		if err := r.annotate(ctx, pg, berthv1alpha1.NativeCapacityHandedOverAnnotation, r.clock.Now()); err != nil {
+			return err
+		}
+	}
+	if p.handOver || p.clear || p.reclaim {
+		errs = append(errs, r.deleteSeats(ctx, seats))
+	}
+	if len(p.seatsFor) > 0 || p.watch {
+		if err := r.annotate(ctx, pg, berthv1alpha1.NativeCapacityRequestedAtAnnotation, r.clock.Now()); err != nil {
+			return err
+		}
+	}
+	if p.watch { // launched by Karpenter for the members themselves
+		if err := r.annotate(ctx, pg, berthv1alpha1.NativeCapacityHandedOverAnnotation, r.clock.Now()); err != nil {
+			return err
+		}
+	}
+	for i, name := range p.seatsFor {
+		if m := members[name]; m != nil {
+			errs = append(errs, client.IgnoreAlreadyExists(r.client.Create(ctx, r.seatPod(pg, m, i))))
+		}
+	}
+	for _, name := range p.protect {
+		m := members[name]
+		if m == nil {
+			continue
+		}
+		patch := client.MergeFrom(m.DeepCopy())
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		m.Annotations[karpv1.DoNotDisruptAnnotationKey] = "true"
+		if err := r.client.Patch(ctx, m, patch); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("marking member %s/%s do-not-disrupt: %w", m.Namespace, m.Name, err))
+		}
+	}
+	if p.eventReason != "" {
+		if p.warn {
+			r.recorder.Warning(pg, p.eventReason, p.eventNote)
+		} else {
+			r.recorder.Normal(pg, p.eventReason, p.eventNote)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// seatPod is the seat for member m of pg, in berth's namespace, named after the group's UID.
+func (r *Reconciler) seatPod(pg *schedulingv1beta1.PodGroup, m *corev1.Pod, i int) *corev1.Pod {
+	base := pg.Name
+	if len(base) > 200 {
+		base = base[:200]
+	}
+	p := seat.Pod(m, r.opts.SeatNamespace, fmt.Sprintf("%s-%s-%d", base, string(pg.UID)[:min(8, len(pg.UID))], i), r.opts.SeatImage)
+	p.Labels[berthv1alpha1.SeatForNativeGroupLabel] = string(pg.UID)
+	p.Annotations[berthv1alpha1.SeatForNativeGroupAnnotation] = pg.Namespace + "/" + pg.Name
+	p.Annotations[berthv1alpha1.SeatForMemberAnnotation] = m.Name
+	if a := m.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: a.NodeAffinity.DeepCopy()}
+	}
+	return p
+}
+
+// deleteSeats deletes seats, each at its UID.
+func (r *Reconciler) deleteSeats(ctx context.Context, seats []*corev1.Pod) error {
+	var errs []error
+	for _, s := range seats {
+		if err := r.client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("deleting seat %s/%s: %w", s.Namespace, s.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeSeats deletes the seats of a PodGroup that no longer exists.
+func (r *Reconciler) removeSeats(ctx context.Context, key types.NamespacedName) error {
+	var list corev1.PodList
+	if err := r.client.List(ctx, &list, client.InNamespace(r.opts.SeatNamespace), client.HasLabels{berthv1alpha1.SeatForNativeGroupLabel}); err != nil {
+		return fmt.Errorf("listing native gangs' seats: %w", err)
+	}
+	var seats []*corev1.Pod
+	for i := range list.Items {
+		if k, ok := groupOf(&list.Items[i]); ok && k == key {
+			seats = append(seats, &list.Items[i])
+		}
+	}
+	return r.deleteSeats(ctx, seats)
+}
+
+// annotate sets one of berth's time annotations on the PodGroup (a merge patch of that key
+// only: kube-scheduler owns the rest).
+func (r *Reconciler) annotate(ctx context.Context, pg *schedulingv1beta1.PodGroup, key string, t time.Time) error {
+	patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, key, t.UTC().Format(time.RFC3339))
+	if err := r.client.Patch(ctx, pg, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("annotating PodGroup %s/%s: %w", pg.Namespace, pg.Name, err)
+	}
+	return nil
+}
+
+// readAnnotations reads berth's annotations of the group into s.
+func readAnnotations(s *state, pg *schedulingv1beta1.PodGroup) {
+	s.requestedAt = annotationTime(pg, berthv1alpha1.NativeCapacityRequestedAtAnnotation)
+	s.handedOver = annotationTime(pg, berthv1alpha1.NativeCapacityHandedOverAnnotation)
+	s.retryAt = annotationTime(pg, berthv1alpha1.NativeCapacityRetryAtAnnotation)
+}
+
+// annotationTime parses one of berth's time annotations (zero when absent or malformed).
+func annotationTime(o client.Object, key string) time.Time {
+	t, err := time.Parse(time.RFC3339, o.GetAnnotations()[key])
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
