@@ -18,14 +18,22 @@ import (
 // CheckProvisioningWithoutProvider is the check's name.
 const CheckProvisioningWithoutProvider = "kueue-provisioning-without-provider"
 
-// KindAdmissionCheck is the kind the check reads (Kueue's).
-const KindAdmissionCheck = "AdmissionCheck"
+// KindAdmissionCheck is the kind the check reads (Kueue's); KindClusterQueue the kind its
+// findings name (the queues whose workloads wait).
+const (
+	KindAdmissionCheck = "AdmissionCheck"
+	KindClusterQueue   = "ClusterQueue"
+)
 
 // Kueue's kinds, read when served (v1beta2 first, then v1beta1).
 var (
 	admissionCheckGVKs = []schema.GroupVersionKind{
 		{Group: "kueue.x-k8s.io", Version: "v1beta2", Kind: KindAdmissionCheck},
 		{Group: "kueue.x-k8s.io", Version: "v1beta1", Kind: KindAdmissionCheck},
+	}
+	clusterQueueGVKs = []schema.GroupVersionKind{
+		{Group: "kueue.x-k8s.io", Version: "v1beta2", Kind: KindClusterQueue},
+		{Group: "kueue.x-k8s.io", Version: "v1beta1", Kind: KindClusterQueue},
 	}
 	provisioningConfigGVKs = []schema.GroupVersionKind{
 		{Group: "kueue.x-k8s.io", Version: "v1beta2", Kind: "ProvisioningRequestConfig"},
@@ -39,6 +47,8 @@ type ProvisioningCheck struct {
 	// Name is the AdmissionCheck's name; Config its ProvisioningRequestConfig's ("" when it
 	// names none, or one that does not exist); Class the config's provisioningClassName.
 	Name, Config, Class string
+	// ClusterQueues are the ClusterQueues that use the check.
+	ClusterQueues []string
 }
 
 // berthClasses are the classes berth serves (controllers/provisioningrequest).
@@ -46,7 +56,13 @@ var berthClasses = []string{autoscalingv1.ProvisioningClassCheckCapacity, autosc
 
 // provisioningChecks reads Kueue's provisioning admission checks from AdmissionChecks and
 // ProvisioningRequestConfigs (unstructured: berth does not link Kueue's API).
-func provisioningChecks(checks, configs []unstructured.Unstructured) []ProvisioningCheck {
+func provisioningChecks(checks, configs, queues []unstructured.Unstructured) []ProvisioningCheck {
+	users := map[string][]string{}
+	for _, q := range queues {
+		for _, name := range queueChecks(q) {
+			users[name] = append(users[name], q.GetName())
+		}
+	}
 	class := map[string]string{}
 	for _, c := range configs {
 		v, _, _ := unstructured.NestedString(c.Object, "spec", "provisioningClassName")
@@ -57,7 +73,7 @@ func provisioningChecks(checks, configs []unstructured.Unstructured) []Provision
 		if ctl, _, _ := unstructured.NestedString(ac.Object, "spec", "controllerName"); ctl != berthv1alpha1.KueueProvisioningController {
 			continue
 		}
-		pc := ProvisioningCheck{Name: ac.GetName()}
+		pc := ProvisioningCheck{Name: ac.GetName(), ClusterQueues: users[ac.GetName()]}
 		if kind, _, _ := unstructured.NestedString(ac.Object, "spec", "parameters", "kind"); kind == "ProvisioningRequestConfig" {
 			name, _, _ := unstructured.NestedString(ac.Object, "spec", "parameters", "name")
 			if c, ok := class[name]; ok {
@@ -69,27 +85,61 @@ func provisioningChecks(checks, configs []unstructured.Unstructured) []Provision
 	return out
 }
 
+// queueChecks are the admission checks a ClusterQueue uses: spec.admissionChecksStrategy
+// (v1beta2, v1beta1) and spec.admissionChecks (v1beta1).
+func queueChecks(q unstructured.Unstructured) []string {
+	names, _, _ := unstructured.NestedStringSlice(q.Object, "spec", "admissionChecks")
+	strategy, _, _ := unstructured.NestedSlice(q.Object, "spec", "admissionChecksStrategy", "admissionChecks")
+	for _, r := range strategy {
+		if m, ok := r.(map[string]any); ok {
+			if n, _ := m["name"].(string); n != "" && !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	return names
+}
+
 // provisioningWithoutProvider finds Kueue provisioning checks nothing can answer: the cluster
 // does not serve ProvisioningRequests, or the check asks for a class berth does not serve and
 // no Cluster Autoscaler runs.
 func provisioningWithoutProvider(s Snapshot) []Finding {
 	var out []Finding
 	for _, pc := range s.ProvisioningChecks {
-		o := obj(KindAdmissionCheck, "", pc.Name)
-		switch {
-		case !s.ProvisioningRequestAPI:
-			out = append(out, Finding{Check: CheckProvisioningWithoutProvider, Object: o,
-				Problem: "Kueue's provisioning admission check asks for capacity with ProvisioningRequests, but the cluster does not serve autoscaling.x-k8s.io/v1 ProvisioningRequest: no workload behind it is ever admitted",
-				Fix:     "install the ProvisioningRequest CRD and restart berth's controller, which then serves the requests with Karpenter (docs/provisioning-requests.md)"})
-		case pc.Config == "":
-			out = append(out, Finding{Check: CheckProvisioningWithoutProvider, Object: o,
-				Problem: "the provisioning admission check names no ProvisioningRequestConfig that exists, so Kueue cannot say which class to ask for",
-				Fix:     "create the ProvisioningRequestConfig it names, with provisioningClassName " + autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp})
-		case !slices.Contains(berthClasses, pc.Class) && !s.ClusterAutoscaler:
-			out = append(out, Finding{Check: CheckProvisioningWithoutProvider, Object: o,
-				Problem: fmt.Sprintf("ProvisioningRequestConfig %s asks for class %q, which berth does not serve and no Cluster Autoscaler runs to serve: its requests are never answered", pc.Config, pc.Class),
-				Fix:     "use provisioningClassName " + strings.Join(berthClasses, " or ") + " (berth serves both with Karpenter)"})
+		for _, f := range checkWithoutProvider(s, pc) {
+			if len(pc.ClusterQueues) == 0 {
+				out = append(out, f)
+				continue
+			}
+			// The queues whose workloads wait are what on-call looks for.
+			for _, q := range pc.ClusterQueues {
+				g := f
+				g.Object = obj(KindClusterQueue, "", q)
+				g.Problem = fmt.Sprintf("admission check %s: %s", pc.Name, f.Problem)
+				out = append(out, g)
+			}
 		}
+	}
+	return out
+}
+
+// checkWithoutProvider is the finding on one provisioning check, if nothing answers it.
+func checkWithoutProvider(s Snapshot, pc ProvisioningCheck) []Finding {
+	var out []Finding
+	o := obj(KindAdmissionCheck, "", pc.Name)
+	switch {
+	case !s.ProvisioningRequestAPI:
+		out = append(out, Finding{Check: CheckProvisioningWithoutProvider, Object: o,
+			Problem: "Kueue's provisioning admission check asks for capacity with ProvisioningRequests, but the cluster does not serve autoscaling.x-k8s.io/v1 ProvisioningRequest: no workload behind it is ever admitted",
+			Fix:     "install the ProvisioningRequest CRD and restart berth's controller, which then serves the requests with Karpenter (docs/provisioning-requests.md)"})
+	case pc.Config == "":
+		out = append(out, Finding{Check: CheckProvisioningWithoutProvider, Object: o,
+			Problem: "the provisioning admission check names no ProvisioningRequestConfig that exists, so Kueue cannot say which class to ask for",
+			Fix:     "create the ProvisioningRequestConfig it names, with provisioningClassName " + autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp})
+	case !slices.Contains(berthClasses, pc.Class) && !s.ClusterAutoscaler:
+		out = append(out, Finding{Check: CheckProvisioningWithoutProvider, Object: o,
+			Problem: fmt.Sprintf("ProvisioningRequestConfig %s asks for class %q, which berth does not serve and no Cluster Autoscaler runs to serve: its requests are never answered", pc.Config, pc.Class),
+			Fix:     "use provisioningClassName " + strings.Join(berthClasses, " or ") + " (berth serves both with Karpenter)"})
 	}
 	return out
 }

@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -25,7 +27,7 @@ func TestProvisioningWithoutProvider(t *testing.T) {
 		kueueObj("ProvisioningRequestConfig", "atomic-config", map[string]any{"provisioningClassName": "best-effort-atomic-scale-up.autoscaling.x-k8s.io"}),
 		kueueObj("ProvisioningRequestConfig", "gke-config", map[string]any{"provisioningClassName": "queued-provisioning.gke.io"}),
 	}
-	pcs := provisioningChecks(checks, configs)
+	pcs := provisioningChecks(checks, configs, nil)
 	if len(pcs) != 3 {
 		t.Fatalf("provisioning checks %+v, want the 3 of Kueue's provisioning controller", pcs)
 	}
@@ -59,5 +61,30 @@ func TestProvisioningWithoutProvider(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestProvisioningWithoutProviderNamesTheQueues(t *testing.T) {
+	checks := []unstructured.Unstructured{
+		kueueObj("AdmissionCheck", "gke", map[string]any{"controllerName": "kueue.x-k8s.io/provisioning-request",
+			"parameters": map[string]any{"apiGroup": "kueue.x-k8s.io", "kind": "ProvisioningRequestConfig", "name": "gke-config"}}),
+	}
+	configs := []unstructured.Unstructured{
+		kueueObj("ProvisioningRequestConfig", "gke-config", map[string]any{"provisioningClassName": "queued-provisioning.gke.io"}),
+	}
+	queues := []unstructured.Unstructured{
+		kueueObj("ClusterQueue", "team-a", map[string]any{"admissionChecksStrategy": map[string]any{"admissionChecks": []any{map[string]any{"name": "gke"}}}}),
+		kueueObj("ClusterQueue", "team-b", map[string]any{"admissionChecks": []any{"gke"}}), // v1beta1
+		kueueObj("ClusterQueue", "team-c", map[string]any{}),
+	}
+	var got []string
+	for _, f := range provisioningWithoutProvider(Snapshot{ProvisioningChecks: provisioningChecks(checks, configs, queues), ProvisioningRequestAPI: true}) {
+		got = append(got, f.Object)
+		if !strings.HasPrefix(f.Problem, "admission check gke: ") {
+			t.Errorf("finding %+v does not name the admission check", f)
+		}
+	}
+	if want := []string{"ClusterQueue team-a", "ClusterQueue team-b"}; !slices.Equal(got, want) {
+		t.Errorf("findings on %v, want %v", got, want)
 	}
 }

@@ -186,7 +186,16 @@ func (r *reader) kueue() {
 			break
 		}
 	}
-	r.s.ProvisioningChecks = provisioningChecks(checks, configs)
+	var queues []unstructured.Unstructured
+	for _, gvk := range clusterQueueGVKs {
+		if served(r.c, gvk) {
+			if l := unstructuredList(gvk); r.list(KindAdmissionCheck, l) {
+				queues = l.Items
+			}
+			break
+		}
+	}
+	r.s.ProvisioningChecks = provisioningChecks(checks, configs, queues)
 	if len(r.s.ProvisioningChecks) == 0 {
 		return
 	}
