@@ -277,6 +277,20 @@ func (r *Reconciler) seatPod(pg *schedulingv1beta1.PodGroup, m *corev1.Pod, i in
 	if a := m.Spec.Affinity; a != nil && a.NodeAffinity != nil {
 		p.Spec.Affinity = &corev1.Affinity{NodeAffinity: a.NodeAffinity.DeepCopy()}
 	}
+	// The gang's topology constraints (one zone, one placement group…): the seats keep together
+	// by each key, so Karpenter launches the batch where the whole gang can be placed.
+	if sc := pg.Spec.SchedulingConstraints; sc != nil && len(sc.Topology) > 0 {
+		if p.Spec.Affinity == nil {
+			p.Spec.Affinity = &corev1.Affinity{}
+		}
+		p.Spec.Affinity.PodAffinity = &corev1.PodAffinity{}
+		for _, tc := range sc.Topology {
+			p.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution = append(p.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution, corev1.PodAffinityTerm{
+				LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{berthv1alpha1.SeatForNativeGroupLabel: string(pg.UID)}},
+				TopologyKey:   tc.Key,
+			})
+		}
+	}
 	return p
 }
 
