@@ -300,6 +300,19 @@ func createNativeGang(t *testing.T, ns, name string, protect bool) (*schedulingv
 	}
 	gpus := resource.MustParse("8")
 	var names []string
+	// Gone before the namespace is: Karpenter cannot evict pods from a terminating namespace,
+	// so nodes they run on would outlive the test.
+	t.Cleanup(func() {
+		for _, n := range names {
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: n}}
+			if err := c.Delete(context.Background(), p, client.GracePeriodSeconds(0)); client.IgnoreNotFound(err) != nil {
+				t.Errorf("deleting member %s: %v", n, err)
+			}
+		}
+		if err := c.Delete(context.Background(), pg); client.IgnoreNotFound(err) != nil {
+			t.Errorf("deleting PodGroup %s: %v", pg.Name, err)
+		}
+	})
 	for i := range 4 {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", name, i), Namespace: ns},
 			Spec: corev1.PodSpec{
