@@ -42,9 +42,9 @@ const podGroupInitiallyScheduled = "PodGroupInitiallyScheduled"
 
 // Options configure the controller; zero values take the defaults.
 type Options struct {
-	// SeatNamespace is where seats live (berth's namespace); "berth-system" when empty.
+	// SeatNamespace is where seats live (berth's namespace); seat.DefaultNamespace when empty.
 	SeatNamespace string
-	// SeatImage is the seats' image; registry.k8s.io/pause:3.10 when empty.
+	// SeatImage is the seats' image; seat.DefaultImage when empty.
 	SeatImage string
 	// ProvisioningTimeout, RetryAfter: see the Default* constants.
 	ProvisioningTimeout, RetryAfter time.Duration
@@ -62,10 +62,10 @@ type Reconciler struct {
 // New builds the controller.
 func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *events.Recorder, opts Options) *Reconciler {
 	if opts.SeatNamespace == "" {
-		opts.SeatNamespace = "berth-system"
+		opts.SeatNamespace = seat.DefaultNamespace
 	}
 	if opts.SeatImage == "" {
-		opts.SeatImage = "registry.k8s.io/pause:3.10"
+		opts.SeatImage = seat.DefaultImage
 	}
 	if opts.ProvisioningTimeout <= 0 {
 		opts.ProvisioningTimeout = DefaultProvisioningTimeout

@@ -46,9 +46,9 @@ const Name = "provisioningrequest"
 
 // Options configure the controller; the zero value takes the defaults.
 type Options struct {
-	// SeatNamespace is where seats live (berth's own namespace); "berth-system" when empty.
+	// SeatNamespace is where seats live (berth's own namespace); seat.DefaultNamespace when empty.
 	SeatNamespace string
-	// SeatImage is the seats' container image; registry.k8s.io/pause:3.10 when empty.
+	// SeatImage is the seats' container image; seat.DefaultImage when empty.
 	SeatImage string
 	// BookingTime is how long provisioned capacity is held for the consuming pods;
 	// DefaultBookingTime when zero.
@@ -72,10 +72,10 @@ type Reconciler struct {
 // New builds the controller.
 func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *events.Recorder, opts Options) *Reconciler {
 	if opts.SeatNamespace == "" {
-		opts.SeatNamespace = "berth-system"
+		opts.SeatNamespace = seat.DefaultNamespace
 	}
 	if opts.SeatImage == "" {
-		opts.SeatImage = "registry.k8s.io/pause:3.10"
+		opts.SeatImage = seat.DefaultImage
 	}
 	if opts.BookingTime <= 0 {
 		opts.BookingTime = DefaultBookingTime

@@ -17,6 +17,14 @@ import (
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
+// Where seats live and what they run, when the controller is not told otherwise.
+const (
+	// DefaultNamespace is berth's own namespace, where seats are created.
+	DefaultNamespace = "berth-system"
+	// DefaultImage is the seats' container image.
+	DefaultImage = "registry.k8s.io/pause:3.10"
+)
+
 // Pod is a seat named name in namespace ns, running image, that stands for pod m: m's requests
 // (limits where the API requires them), host ports, scheduler, node selector and tolerations,
 // berth's labels, karpenter.sh/do-not-disrupt, the seat PriorityClass and a locked-down

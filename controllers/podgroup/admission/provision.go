@@ -34,10 +34,10 @@ import (
 // lifted, so kube-scheduler binds the members into the capacity the seats held.
 
 // DefaultSeatImage is the container image of seat pods; it only has to start and sleep.
-const DefaultSeatImage = "registry.k8s.io/pause:3.10"
+const DefaultSeatImage = seatpkg.DefaultImage
 
 // DefaultSeatNamespace is where seat pods live when ProvisioningOptions.SeatNamespace is empty.
-const DefaultSeatNamespace = "berth-system"
+const DefaultSeatNamespace = seatpkg.DefaultNamespace
 
 // Retry backoff after a failed provisioning attempt: base doubling per attempt, capped.
 const (
