@@ -28,23 +28,36 @@ const FieldOwner = client.FieldOwner("berth-rig")
 // InstallCRDsFromDir applies every CustomResourceDefinition in the *.yaml files of dir and waits
 // until each is established.
 func (r *Rig) InstallCRDsFromDir(ctx context.Context, dir string) error {
+	objs, err := readManifestDir(dir)
+	if err != nil {
+		return err
+	}
+	return r.installCRDObjects(ctx, objs)
+}
+
+// readManifestDir decodes the objects of the *.yaml files of dir, in file-name order.
+func readManifestDir(dir string) ([]*unstructured.Unstructured, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil {
-		return fmt.Errorf("rig: listing CRDs in %s: %w", dir, err)
+		return nil, fmt.Errorf("rig: listing CRDs in %s: %w", dir, err)
 	}
 	if len(files) == 0 {
-		return fmt.Errorf("rig: no CRD files in %s", dir)
+		return nil, fmt.Errorf("rig: no CRD files in %s (run hack/build-tools.sh)", dir)
 	}
 	sort.Strings(files)
-	var docs [][]byte
+	var out []*unstructured.Unstructured
 	for _, f := range files {
 		data, err := os.ReadFile(f)
 		if err != nil {
-			return fmt.Errorf("rig: reading %s: %w", f, err)
+			return nil, fmt.Errorf("rig: reading %s: %w", f, err)
 		}
-		docs = append(docs, data)
+		objs, err := DecodeManifests(data)
+		if err != nil {
+			return nil, fmt.Errorf("rig: %s: %w", f, err)
+		}
+		out = append(out, objs...)
 	}
-	return r.InstallCRDs(ctx, bytes.Join(docs, []byte("\n---\n")))
+	return out, nil
 }
 
 // InstallCRDs applies the CustomResourceDefinitions in a multi-document YAML stream and waits
@@ -54,6 +67,12 @@ func (r *Rig) InstallCRDs(ctx context.Context, manifests []byte) error {
 	if err != nil {
 		return fmt.Errorf("rig: %w", err)
 	}
+	return r.installCRDObjects(ctx, objs)
+}
+
+// installCRDObjects applies the CustomResourceDefinitions among objs and waits until each is
+// established.
+func (r *Rig) installCRDObjects(ctx context.Context, objs []*unstructured.Unstructured) error {
 	var names []string
 	for _, o := range objs {
 		if o.GetKind() != "CustomResourceDefinition" {

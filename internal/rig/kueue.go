@@ -184,42 +184,22 @@ func kueueWebhookClient(port int, path string) map[string]any {
 
 // installKueueCRDs applies Kueue's CRDs, with the conversion webhook on those Kueue converts.
 func (r *Rig) installKueueCRDs(ctx context.Context, port int) error {
-	dir := filepath.Join(r.opts.ToolsDir, "crds", "kueue")
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		return fmt.Errorf("rig: no Kueue CRDs in %s (run hack/build-tools.sh): %w", dir, err)
+	objs, err := readManifestDir(filepath.Join(r.opts.ToolsDir, "crds", "kueue"))
+	if err != nil {
+		return err
 	}
-	var names []string
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			return fmt.Errorf("rig: %w", err)
+	for _, o := range objs {
+		if !kueueConversionCRDs[o.GetName()] {
+			continue
 		}
-		objs, err := DecodeManifests(data)
-		if err != nil {
-			return fmt.Errorf("rig: %s: %w", f, err)
-		}
-		for _, o := range objs {
-			if kueueConversionCRDs[o.GetName()] {
-				conv := map[string]any{"strategy": "Webhook", "webhook": map[string]any{
-					"clientConfig": kueueWebhookClient(port, "/convert"), "conversionReviewVersions": []any{"v1"},
-				}}
-				if err := unstructured.SetNestedField(o.Object, conv, "spec", "conversion"); err != nil {
-					return fmt.Errorf("rig: CRD %s: %w", o.GetName(), err)
-				}
-			}
-			if err := r.Apply(ctx, o); err != nil {
-				return err
-			}
-			names = append(names, o.GetName())
+		conv := map[string]any{"strategy": "Webhook", "webhook": map[string]any{
+			"clientConfig": kueueWebhookClient(port, "/convert"), "conversionReviewVersions": []any{"v1"},
+		}}
+		if err := unstructured.SetNestedField(o.Object, conv, "spec", "conversion"); err != nil {
+			return fmt.Errorf("rig: CRD %s: %w", o.GetName(), err)
 		}
 	}
-	for _, name := range names {
-		if err := r.waitEstablished(ctx, name); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.installCRDObjects(ctx, objs)
 }
 
 // installKueueWebhooks creates Kueue's webhook configurations under the names its certificate
