@@ -17,8 +17,13 @@ import (
 //	GET /latency         → the fleet's time-to-first-token histogram since it started, every
 //	                       replica that served included (also those gone)
 //	GET /metrics         → with an InferencePool, the endpoint picker's metrics (404 without)
+//	PUT /replay          → replays the request trace in the body (Azure LLM inference trace
+//	                       CSV: TIMESTAMP,ContextTokens,GeneratedTokens) from now, each request
+//	                       at its time with its lengths; a malformed trace is a 400 naming lines
+//	GET /replay          → the replay's progress and its requests' exact TTFT quantiles
 func (f *Fleet) AdminHandler() http.Handler {
 	mux := http.NewServeMux()
+	mux.HandleFunc("/replay", f.serveReplay)
 	mux.HandleFunc("/load", f.serveLoad)
 	mux.HandleFunc("/metrics", f.servePickerMetrics)
 	mux.HandleFunc("/latency", func(w http.ResponseWriter, _ *http.Request) {
@@ -44,6 +49,30 @@ func (f *Fleet) servePickerMetrics(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "# HELP llm_d_epp_flow_control_queue_size Number of requests held in the flow control queue.\n# TYPE llm_d_epp_flow_control_queue_size gauge\n")
 		fmt.Fprintf(w, "llm_d_epp_flow_control_queue_size{fairness_id=\"default\",inference_pool=%q,model_name=%q,priority=\"0\",target_model_name=%q} %d\n",
 			f.pool, f.cfg.Model, f.cfg.Model, st.Held)
+	}
+}
+
+func (f *Fleet) serveReplay(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		rep, ok := f.Replay()
+		if !ok {
+			http.Error(w, "no replay: PUT /replay with a request trace first", http.StatusNotFound)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(rep)
+	case http.MethodPut:
+		reqs, err := ReadAzureTrace(http.MaxBytesReader(w, r.Body, 256<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(f.StartReplay(reqs))
+	default:
+		w.Header().Set("Allow", "GET, HEAD, PUT")
+		http.Error(w, fmt.Sprintf("method %s is not allowed on /replay: PUT a request trace, GET its progress", r.Method), http.StatusMethodNotAllowed)
 	}
 }
 

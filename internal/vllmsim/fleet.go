@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -51,6 +52,9 @@ type Fleet struct {
 	lost      uint64
 
 	starts uint64 // replicas started, to give each its own length draws
+
+	// latency is every request's exact time to first token since the last replay began.
+	latency latencyLog
 
 	setMu   sync.Mutex // serialises SetAddresses and Close
 	mu      sync.Mutex // guards servers and closed
@@ -190,6 +194,7 @@ func (f *Fleet) start(ctx context.Context, addr string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
+	r.SetObserver(&f.latency)
 	h, err := r.Handler()
 	if err != nil {
 		return nil, err
@@ -353,6 +358,92 @@ func (f *Fleet) TTFT() Histogram {
 		out = newHistogram(ttftBuckets)
 	}
 	return out
+}
+
+// StartReplay replays reqs from now over the fleet's replicas and starts a fresh exact
+// latency record for them.
+func (f *Fleet) StartReplay(reqs []TraceRequest) ReplayStatus {
+	f.latency.reset()
+	f.load.Replay(reqs, f.clock.Now())
+	st, _ := f.load.ReplayStatus()
+	return st
+}
+
+// ReplayReport is a replay's progress and its requests' exact latencies so far.
+type ReplayReport struct {
+	Replay ReplayStatus `json:"replay"`
+	// FirstTokens is how many requests got their first token; TTFT their exact quantiles in
+	// seconds (p50, p95, p99).
+	FirstTokens int                `json:"firstTokens"`
+	TTFT        map[string]float64 `json:"ttftSeconds"`
+	// Arrived and Lost are the fleet's counters (LoadStatus).
+	Arrived uint64 `json:"arrived"`
+	Lost    uint64 `json:"lost"`
+}
+
+// Replay reports the replay in progress; ok is false when none was started.
+func (f *Fleet) Replay() (ReplayReport, bool) {
+	st, ok := f.load.ReplayStatus()
+	if !ok {
+		return ReplayReport{}, false
+	}
+	ls := f.Status()
+	n, q := f.latency.quantiles(0.5, 0.95, 0.99)
+	return ReplayReport{Replay: st, FirstTokens: n, Arrived: ls.Arrived, Lost: ls.Lost,
+		TTFT: map[string]float64{"p50": q[0], "p95": q[1], "p99": q[2]}}, true
+}
+
+// maxLatencyRecords bounds the exact latency record (8 MB): a replay longer than that keeps
+// its first requests' latencies.
+const maxLatencyRecords = 1 << 20
+
+// latencyLog records every request's time to first token; it is the Observer of every
+// replica of a Fleet.
+type latencyLog struct {
+	mu   sync.Mutex
+	ttft []float64
+}
+
+func (l *latencyLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ttft = nil
+}
+
+// FirstToken records one request's time to first token.
+func (l *latencyLog) FirstToken(arrived, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.ttft) < maxLatencyRecords {
+		l.ttft = append(l.ttft, at.Sub(arrived).Seconds())
+	}
+}
+
+// Finished is part of Observer; the log keeps first tokens only.
+func (*latencyLog) Finished(time.Time, time.Time, time.Time, int) {}
+
+// quantiles returns how many first tokens were recorded and their qs-quantiles (nearest
+// rank; NaN without any).
+func (l *latencyLog) quantiles(qs ...float64) (int, []float64) {
+	l.mu.Lock()
+	v := slices.Clone(l.ttft)
+	l.mu.Unlock()
+	slices.Sort(v)
+	out := make([]float64, len(qs))
+	for i, q := range qs {
+		out[i] = Quantile(v, q)
+	}
+	return len(v), out
+}
+
+// Quantile is the nearest-rank q-quantile of sorted values: the smallest value with at least
+// q of them at or below it; NaN for none.
+func Quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
 // mergeHistogram adds b to a (same bounds; an empty a takes b's).

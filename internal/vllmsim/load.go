@@ -3,6 +3,7 @@ package vllmsim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -34,6 +35,86 @@ type LoadGenerator struct {
 	rand arrivals
 	// arrived counts every request generated.
 	arrived uint64
+	// replay is a trace being replayed from replayStart; replayNext the first not yet emitted.
+	replay      []TraceRequest
+	replayStart time.Time
+	replayNext  int
+	// robin is the round-robin cursor of replayed requests.
+	robin int
+}
+
+// SizedReceiver is a Receiver that takes requests with their own lengths, as a trace gives
+// them; *Replica is one. Replayed requests go to receivers that are not with default lengths.
+type SizedReceiver interface {
+	Receiver
+	// SubmitRequest enqueues one request that arrived at at with its lengths.
+	SubmitRequest(at time.Time, prompt, output int)
+}
+
+// ReplayStatus is how far a trace replay has got.
+type ReplayStatus struct {
+	// Requests is the trace's length; Emitted how many have arrived so far.
+	Requests int `json:"requests"`
+	Emitted  int `json:"emitted"`
+	// Started is when the replay began.
+	Started time.Time `json:"started"`
+	// Duration is the trace's span, first to last arrival.
+	Duration time.Duration `json:"duration"`
+}
+
+// Replay makes the generator emit reqs (sorted by At), each at start+At with its own lengths,
+// on top of the rate's arrivals (set the rate to 0 for the trace alone). A replay replaces any
+// earlier one.
+func (g *LoadGenerator) Replay(reqs []TraceRequest, start time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.replay = slices.Clone(reqs)
+	slices.SortStableFunc(g.replay, func(a, b TraceRequest) int { return int(a.At - b.At) })
+	g.replayStart, g.replayNext = start, 0
+}
+
+// ReplayStatus reports the replay's progress; ok is false when none was started.
+func (g *LoadGenerator) ReplayStatus() (ReplayStatus, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.replay == nil {
+		return ReplayStatus{}, false
+	}
+	st := ReplayStatus{Requests: len(g.replay), Emitted: g.replayNext, Started: g.replayStart}
+	if n := len(g.replay); n > 0 {
+		st.Duration = g.replay[n-1].At - g.replay[0].At
+	}
+	return st, true
+}
+
+// emitReplay hands out the replayed requests due by now, round-robin, each at its own time.
+// With no receivers they are dropped like the rate's (counted as arrived), or held.
+func (g *LoadGenerator) emitReplay(now time.Time, receivers []Receiver) int {
+	n := 0
+	for ; g.replayNext < len(g.replay); g.replayNext++ {
+		r := g.replay[g.replayNext]
+		at := g.replayStart.Add(r.At)
+		if at.After(now) {
+			break
+		}
+		g.arrived++
+		n++
+		if len(receivers) == 0 {
+			if g.hold {
+				g.held++
+				g.queued = true
+			}
+			continue
+		}
+		g.robin %= len(receivers)
+		if sr, ok := receivers[g.robin].(SizedReceiver); ok {
+			sr.SubmitRequest(at, r.Prompt, r.Output)
+		} else {
+			receivers[g.robin].Submit(1, at)
+		}
+		g.robin++
+	}
+	return n
 }
 
 // Arrived is the number of requests generated since the start (held and dropped ones too).
@@ -140,6 +221,7 @@ func (g *LoadGenerator) Step(now time.Time, receivers []Receiver) int {
 	}
 	g.last = now
 	g.arrived += uint64(max(n, 0))
+	replayed := g.emitReplay(now, receivers)
 	if len(receivers) == 0 {
 		if g.hold && n > 0 {
 			g.held += n
@@ -150,7 +232,7 @@ func (g *LoadGenerator) Step(now time.Time, receivers []Receiver) int {
 	n += g.held
 	g.held = 0
 	if n <= 0 {
-		return 0
+		return replayed
 	}
 	counts := make([]int, len(receivers))
 	for range n {
@@ -163,5 +245,5 @@ func (g *LoadGenerator) Step(now time.Time, receivers []Receiver) int {
 			receivers[i].Submit(c, now)
 		}
 	}
-	return n
+	return n + replayed
 }

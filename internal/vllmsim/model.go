@@ -90,6 +90,22 @@ type EngineStats struct {
 	// PromptLength holds finished requests' prompt lengths in tokens, observed on completion
 	// as vLLM does (vllm:request_prompt_tokens).
 	PromptLength Histogram
+	// BusySeconds is the time the engine had a step in flight (only under Config.Tokens): what
+	// a GPU's duty cycle (DCGM_FI_DEV_GPU_UTIL) measures, busy whatever the batch size.
+	BusySeconds float64
+}
+
+// Observer receives every request's milestones as the engine produces them (only under
+// Config.Tokens), for callers that need each request's latency rather than histograms: the
+// economics simulator and trace replays. Calls come from Step, with the replica locked: an
+// Observer must not call back into the replica.
+type Observer interface {
+	// FirstToken is called when a request that arrived at arrived gets its first token at at.
+	FirstToken(arrived, at time.Time)
+	// Finished is called when a request completes at at, having generated output tokens
+	// after its first token at first; its inter-token latency averaged
+	// (at−first)/(output−1).
+	Finished(arrived, first, at time.Time, output int)
 }
 
 type request struct {
@@ -106,6 +122,8 @@ type engine struct {
 	stats   EngineStats
 	// tok runs the engine under Config.Tokens instead of waiting and running.
 	tok *tokenEngine
+	// obs, if set, receives each request's milestones (token model only).
+	obs Observer
 }
 
 // Replica emulates one vLLM server. It is safe for concurrent use; time moves only through
@@ -145,6 +163,31 @@ func NewReplica(cfg Config, now time.Time) (*Replica, error) {
 
 // Config returns the replica's configuration with defaults filled in.
 func (r *Replica) Config() Config { return r.cfg }
+
+// SetObserver makes o receive every request's milestones from now on (nil: none).
+func (r *Replica) SetObserver(o Observer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.engines {
+		e.obs = o
+	}
+}
+
+// SubmitRequest enqueues one request that arrived at at with its own lengths — a trace's —
+// on the next engine in turn. Under the token model the lengths are clamped to max-model-len
+// as vLLM would reject longer ones; under the fixed model they are ignored (every request
+// takes ServiceTime).
+func (r *Replica) SubmitRequest(at time.Time, prompt, output int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e := r.engines[r.next]
+	r.next = (r.next + 1) % len(r.engines)
+	if e.tok != nil {
+		e.tok.submitSized(at, prompt, output, &r.cfg)
+		return
+	}
+	e.waiting = append(e.waiting, request{arrived: at})
+}
 
 // Submit enqueues n requests that arrived at time at, spread round-robin over the engines.
 // They are admitted on the next Step.

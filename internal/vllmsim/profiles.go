@@ -20,10 +20,10 @@ const (
 // github.com/Azure/AzurePublicDataset, AzureLLMInferenceDataset2023.md; the Splitwise paper):
 // medians of ContextTokens and GeneratedTokens and σ of their logarithms, fitted to its CSV.
 const (
-	azureConvPromptMedian     = 1020
-	azureConvPromptSigma      = 0.99
-	azureConvGenerationMedian = 129
-	azureConvGenerationSigma  = 0.86
+	AzureConvPromptMedian     = 1020
+	AzureConvPromptSigma      = 0.99
+	AzureConvGenerationMedian = 129
+	AzureConvGenerationSigma  = 0.86
 )
 
 // profiles are the built-in parameter sets. Hardware figures are datasheet values (NVIDIA L4:
@@ -48,9 +48,9 @@ var profiles = map[string]Config{
 		MaxNumSeqs:       256,
 		KVBlocksTotal:    2048, // (0.9 × 22.5 GiB − 14.96 GiB weights − 1.2 GiB) / (16 × 128 KiB)
 		Engines:          1,
-		PromptTokens:     azureConvPromptMedian,
-		GenerationTokens: azureConvGenerationMedian,
-		Spread:           LengthSpread{Prompt: azureConvPromptSigma, Generation: azureConvGenerationSigma},
+		PromptTokens:     AzureConvPromptMedian,
+		GenerationTokens: AzureConvGenerationMedian,
+		Spread:           LengthSpread{Prompt: AzureConvPromptSigma, Generation: AzureConvGenerationSigma},
 		Tokens: &TokenModel{
 			WeightBytes:         16.06e9,
 			KVBytesPerToken:     2 * 32 * 8 * 128 * 2,
@@ -68,9 +68,9 @@ var profiles = map[string]Config{
 		MaxNumSeqs:       1024,
 		KVBlocksTotal:    14500, // 2 × (0.9 × 79.2 GiB − 32.9 GiB weights − 3 GiB) / (16 × 320 KiB)
 		Engines:          1,
-		PromptTokens:     azureConvPromptMedian,
-		GenerationTokens: azureConvGenerationMedian,
-		Spread:           LengthSpread{Prompt: azureConvPromptSigma, Generation: azureConvGenerationSigma},
+		PromptTokens:     AzureConvPromptMedian,
+		GenerationTokens: AzureConvGenerationMedian,
+		Spread:           LengthSpread{Prompt: AzureConvPromptSigma, Generation: AzureConvGenerationSigma},
 		Tokens: &TokenModel{
 			WeightBytes:         70.6e9,
 			KVBytesPerToken:     2 * 80 * 8 * 128 * 2,

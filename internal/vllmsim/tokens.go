@@ -85,7 +85,9 @@ func (m *TokenModel) Validate() error {
 // tseq is one request in the token model.
 type tseq struct {
 	arrived, admitted, lastToken time.Time
-	prompt, output               int
+	// first is when the first token came (kept across a preemption).
+	first          time.Time
+	prompt, output int
 	// computed is the context tokens whose KV is in the cache; generated the output tokens
 	// sampled. pending() tokens go into the next step: the prompt (and, after a preemption,
 	// the output so far) while prefilling, the last sampled token while decoding.
@@ -107,10 +109,10 @@ type scheduledSeq struct {
 type tokenEngine struct {
 	waiting, running []*tseq
 	usedBlocks       int
-	// inflight is the step in flight, ending at stepEnd; empty when idle.
-	inflight []scheduledSeq
-	stepEnd  time.Time
-	rng      *rand.Rand
+	// inflight is the step in flight, from stepStart to stepEnd; empty when idle.
+	inflight           []scheduledSeq
+	stepStart, stepEnd time.Time
+	rng                *rand.Rand
 }
 
 func newTokenEngine(seed uint64, engine int) *tokenEngine {
@@ -122,6 +124,14 @@ func (t *tokenEngine) submit(at time.Time, cfg *Config) {
 	m := cfg.Tokens
 	prompt := t.draw(cfg.PromptTokens, cfg.Spread.Prompt, 1, m.MaxModelLen-1)
 	output := t.draw(cfg.GenerationTokens, cfg.Spread.Generation, 1, m.MaxModelLen-prompt)
+	t.waiting = append(t.waiting, &tseq{arrived: at, prompt: prompt, output: output})
+}
+
+// submitSized queues a request with given lengths, clamped to what max-model-len allows.
+func (t *tokenEngine) submitSized(at time.Time, prompt, output int, cfg *Config) {
+	m := cfg.Tokens
+	prompt = min(max(prompt, 1), m.MaxModelLen-1)
+	output = min(max(output, 1), m.MaxModelLen-prompt)
 	t.waiting = append(t.waiting, &tseq{arrived: at, prompt: prompt, output: output})
 }
 
@@ -179,6 +189,7 @@ func (t *tokenEngine) startStep(e *engine, at time.Time, cfg *Config) bool {
 	budget := m.MaxNumBatchedTokens
 	t.inflight = t.inflight[:0]
 	var kvRead float64
+	preemptions := e.stats.Preemptions
 	for i := 0; i < len(t.running) && budget > 0; i++ {
 		s := t.running[i]
 		n := min(s.pending(), budget)
@@ -189,7 +200,9 @@ func (t *tokenEngine) startStep(e *engine, at time.Time, cfg *Config) bool {
 		budget -= n
 		kvRead += float64(s.computed + n)
 	}
-	for len(t.waiting) > 0 && budget > 0 && len(t.running) < cfg.MaxNumSeqs {
+	// As vLLM v1's scheduler, no waiting request is admitted in a step that had to preempt a
+	// running one: the cache is short already.
+	for len(t.waiting) > 0 && budget > 0 && len(t.running) < cfg.MaxNumSeqs && e.stats.Preemptions == preemptions {
 		s := t.waiting[0]
 		if s.arrived.After(at) {
 			break
@@ -216,6 +229,7 @@ func (t *tokenEngine) startStep(e *engine, at time.Time, cfg *Config) bool {
 	tokens := float64(m.MaxNumBatchedTokens - budget)
 	memory := (m.WeightBytes + kvRead*m.KVBytesPerToken) / m.Bandwidth
 	compute := tokens * m.FLOPsPerToken / m.FLOPS
+	t.stepStart = at
 	t.stepEnd = at.Add(m.StepOverhead + time.Duration(math.Max(memory, compute)*float64(time.Second)))
 	return true
 }
@@ -245,6 +259,7 @@ func blocksFor(tokens, blockSize int) int { return (tokens + blockSize - 1) / bl
 // finishStep applies the step that ended at end: its tokens are computed, every sequence whose
 // context is complete samples a token, and finished ones leave.
 func (t *tokenEngine) finishStep(e *engine, end time.Time, cfg *Config) {
+	e.stats.BusySeconds += end.Sub(t.stepStart).Seconds()
 	for _, sc := range t.inflight {
 		s := sc.s
 		s.computed += sc.n
@@ -258,6 +273,10 @@ func (t *tokenEngine) finishStep(e *engine, end time.Time, cfg *Config) {
 			e.stats.PromptTokens += uint64(s.prompt)
 			e.stats.TTFT.observe(end.Sub(s.arrived).Seconds())
 			e.stats.QueueTime.observe(s.admitted.Sub(s.arrived).Seconds())
+			s.first = end
+			if e.obs != nil {
+				e.obs.FirstToken(s.arrived, end)
+			}
 		} else if !s.lastToken.IsZero() {
 			e.stats.ITL.observe(end.Sub(s.lastToken).Seconds())
 		}
@@ -274,6 +293,9 @@ func (t *tokenEngine) finishStep(e *engine, end time.Time, cfg *Config) {
 		e.stats.RequestSuccess++
 		e.stats.PromptLength.observe(float64(s.prompt))
 		e.stats.E2ELatency.observe(end.Sub(s.arrived).Seconds())
+		if e.obs != nil {
+			e.obs.Finished(s.arrived, s.first, end, s.output)
+		}
 	}
 	clear(t.running[len(kept):])
 	t.running = kept
