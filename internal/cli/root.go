@@ -55,6 +55,6 @@ Run 'berth dev up' for a local cluster with real Kubernetes and Karpenter on loo
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newControllerCommand(), newAgentCommand(), newDevCommand(), kubecmd.NodePools(), kubecmd.Version(), kubecmd.Doctor(), kubecmd.Why(), newScalerCommand())
+	root.AddCommand(newControllerCommand(), newAgentCommand(), newDevCommand(), newSimulateCommand(), kubecmd.NodePools(), kubecmd.Version(), kubecmd.Doctor(), kubecmd.Why(), newScalerCommand())
 	return root
 }

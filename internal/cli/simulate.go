@@ -1,0 +1,227 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/berth-dev/berth/internal/simulate"
+	"github.com/berth-dev/berth/internal/vllmsim"
+)
+
+type simulateFlags struct {
+	trace, jobs, out, writeTrace, writeJobs string
+	fleet                                   string
+	synthetic                               simulate.Synthetic
+	syntheticJobs                           simulate.SyntheticJobs
+	trigger                                 map[string]string
+	min, max                                int
+	warmUp                                  time.Duration
+	nodeGPUs                                int
+	slo                                     simulate.SLO
+	noInference, noTraining, noConsolidate  bool
+	limitGPUs                               int
+}
+
+func newSimulateCommand() *cobra.Command {
+	f := simulateFlags{synthetic: simulate.DefaultSynthetic, syntheticJobs: simulate.DefaultSyntheticJobs, slo: simulate.DefaultSLO}
+	cmd := &cobra.Command{
+		Use:   "simulate",
+		Short: "Replay request and training-job traces through berth's decisions and today's setups; report SLOs, GPU-hours and dollars",
+		Long: `Replay traces offline, on a simulated clock, through berth's own decision code — the scaler's
+replica policy, gang placement and whole-gang provisioning — and through what platforms run
+today: an HPA on the GPU duty cycle, a KEDA prometheus trigger on vllm:num_requests_waiting,
+KubeAI-style concurrency, kube-scheduler with Karpenter alone, and gang scheduling without whole
+provisioning. Replicas run vllm-sim's token-level vLLM engine model; nodes take their GPU
+family's launch time and replicas their model load; costs come from berth's GPU catalogue.
+
+Requests come from --trace (the Azure LLM inference trace format:
+TIMESTAMP,ContextTokens,GeneratedTokens) or, without it, from a synthetic day (--duration,
+--rate, --diurnal, --burst-*, --seed). Jobs come from --jobs
+(arrival_seconds,members,gpus_per_member,duration_seconds) or a synthetic day of them.
+
+The report (report.md and PNG plots) goes to --out; docs/economics.md explains the model.
+
+  berth simulate --out /tmp/sim                       # a synthetic day of both
+  berth simulate --trace AzureLLMInferenceTrace_conv.csv --no-training --out /tmp/azure`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runSimulate(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.trace, "trace", "", "request trace in the Azure LLM inference trace format (default: synthetic)")
+	fl.StringVar(&f.jobs, "jobs", "", "training-job trace: arrival_seconds,members,gpus_per_member,duration_seconds (default: synthetic)")
+	fl.StringVar(&f.out, "out", "berth-simulate", "folder the report and its plots are written to")
+	fl.StringVar(&f.writeTrace, "write-trace", "", "also write the request trace replayed (synthetic or read) to this file")
+	fl.StringVar(&f.writeJobs, "write-jobs", "", "also write the job trace replayed to this file")
+	fl.StringVar(&f.fleet, "fleet", "l4", "serving fleet: l4 (Llama-3.1-8B on g6.xlarge) or h100 (Llama-3.3-70B FP8, 2 H100s per replica on p5.48xlarge)")
+	fl.StringToStringVar(&f.trigger, "trigger", nil, "berth's ScaledObject trigger metadata (default: docs/economics.md's for the fleet), e.g. targetConcurrency=8,targetTTFTSeconds=3")
+	fl.IntVar(&f.min, "min", 1, "minimum replicas of every policy")
+	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "only launch instance sizes with this many GPUs (a nodeSelector on karpenter.k8s.aws/instance-gpu-count); 0: any size, Karpenter packs a scale-up's replicas onto the cheapest size that holds them")
+	fl.DurationVar(&f.warmUp, "warm-up", simulate.DefaultWarmUp, "the start of the request trace replayed but not measured (the fleet starts at --min)")
+	fl.IntVar(&f.max, "max", 64, "maximum replicas of every policy")
+	fl.DurationVar(&f.slo.TTFT, "slo-ttft", f.slo.TTFT, "SLO: time to first token")
+	fl.DurationVar(&f.slo.ITL, "slo-itl", f.slo.ITL, "SLO: mean time per output token of a request")
+	fl.DurationVar(&f.slo.Timeout, "timeout", f.slo.Timeout, "clients give up after this long without a first token")
+	fl.DurationVar(&f.synthetic.Duration, "duration", f.synthetic.Duration, "synthetic requests and jobs: how long")
+	fl.Float64Var(&f.synthetic.MeanRate, "rate", f.synthetic.MeanRate, "synthetic requests: mean arrivals per second")
+	fl.Float64Var(&f.synthetic.Diurnal, "diurnal", f.synthetic.Diurnal, "synthetic requests: daily swing 0–1 (peak (1+d)× and trough (1−d)× the mean)")
+	fl.DurationVar(&f.synthetic.Period, "period", f.synthetic.Period, "synthetic requests: length of a day")
+	fl.DurationVar(&f.synthetic.PeakAt, "peak-at", f.synthetic.PeakAt, "synthetic requests: when in the day the rate peaks")
+	fl.DurationVar(&f.synthetic.BurstEvery, "burst-every", f.synthetic.BurstEvery, "synthetic requests: mean time between bursts (0: none)")
+	fl.DurationVar(&f.synthetic.BurstLength, "burst-length", f.synthetic.BurstLength, "synthetic requests: burst length")
+	fl.Float64Var(&f.synthetic.BurstFactor, "burst-factor", f.synthetic.BurstFactor, "synthetic requests: rate multiplier in a burst")
+	fl.Uint64Var(&f.synthetic.Seed, "seed", f.synthetic.Seed, "seed of the synthetic traces")
+	fl.Float64Var(&f.syntheticJobs.PerHour, "jobs-per-hour", f.syntheticJobs.PerHour, "synthetic jobs: mean arrivals per hour")
+	fl.IntVar(&f.limitGPUs, "limit-gpus", 64, "training NodePool's GPU limit")
+	fl.BoolVar(&f.noInference, "no-inference", false, "skip the request replay")
+	fl.BoolVar(&f.noTraining, "no-training", false, "skip the training-job replay")
+	fl.BoolVar(&f.noConsolidate, "no-consolidation", false, "skip the consolidation comparison (berth on H100 nodes with and without its guard)")
+	return cmd
+}
+
+func runSimulate(cmd *cobra.Command, f simulateFlags) error {
+	o, err := simulateOptions(f)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	rep, err := simulate.Run(o)
+	if err != nil {
+		return err
+	}
+	if err := rep.Write(f.out); err != nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	fmt.Fprintf(out, "simulated in %s; report: %s\n", time.Since(start).Round(time.Millisecond), filepath.Join(f.out, "report.md"))
+	for _, g := range rep.Goals() {
+		met := "not met"
+		if g.Met {
+			met = "met"
+		}
+		fmt.Fprintf(out, "  %-55s %-12s %-40s %s\n", g.Name, g.Want, g.Got, met)
+	}
+	return nil
+}
+
+// simulateOptions reads the traces (or generates them) and builds the run.
+func simulateOptions(f simulateFlags) (simulate.Options, error) {
+	var o simulate.Options
+	var errs []error
+	fleet, trigger, err := fleetPreset(f.fleet)
+	if err != nil {
+		return o, err
+	}
+	if len(f.trigger) > 0 {
+		trigger = f.trigger
+	}
+	fleet.Min, fleet.Max, fleet.SLO, fleet.WarmUp = f.min, f.max, f.slo, f.warmUp
+	if f.nodeGPUs > 0 {
+		if fleet.Sizes, err = simulate.SizesWithGPUs(fleet.Family, f.nodeGPUs); err != nil {
+			return o, fmt.Errorf("--node-gpus: %w", err)
+		}
+	}
+	o.Fleet, o.Trigger, o.Behavior, o.SyncPeriod = fleet, trigger, simulate.BerthBehavior, 15*time.Second
+	if !f.noInference {
+		if f.trace != "" {
+			o.Requests, err = readTrace(f.trace)
+			o.RequestSource = fmt.Sprintf("%s (%d requests)", filepath.Base(f.trace), len(o.Requests))
+		} else {
+			o.Requests, err = f.synthetic.Generate()
+			o.RequestSource = fmt.Sprintf("synthetic, %d requests over %s (mean %.2f/s, diurnal %.2f, bursts %.0f× for %s every %s, seed %d)",
+				len(o.Requests), f.synthetic.Duration, f.synthetic.MeanRate, f.synthetic.Diurnal, f.synthetic.BurstFactor, f.synthetic.BurstLength, f.synthetic.BurstEvery, f.synthetic.Seed)
+		}
+		errs = append(errs, err)
+		if err == nil && f.writeTrace != "" {
+			errs = append(errs, writeFile(f.writeTrace, func(w *os.File) error { return vllmsim.WriteAzureTrace(w, o.Requests) }))
+		}
+		if !f.noConsolidate {
+			h, err := simulate.H100Fleet()
+			errs = append(errs, err)
+			h.Max, h.SLO, h.WarmUp = min(f.max, 16), f.slo, f.warmUp
+			o.ConsolidationFleet, o.ConsolidationTrigger = &h, simulate.BerthTrigger
+		}
+	}
+	if !f.noTraining {
+		o.Cluster, err = simulate.P5Cluster()
+		errs = append(errs, err)
+		o.Cluster.LimitGPUs = f.limitGPUs
+		if f.jobs != "" {
+			o.Jobs, err = readJobs(f.jobs)
+			o.JobSource = fmt.Sprintf("%s (%d jobs)", filepath.Base(f.jobs), len(o.Jobs))
+		} else {
+			sj := f.syntheticJobs
+			sj.Duration, sj.Seed = f.synthetic.Duration, f.synthetic.Seed
+			o.Jobs, err = sj.Generate()
+			o.JobSource = fmt.Sprintf("synthetic, %d jobs over %s (%.1f an hour; shapes %s; compute median %s, σ %.1f)",
+				len(o.Jobs), sj.Duration, sj.PerHour, shapes(sj.Sizes), sj.DurationMedian, sj.DurationSigma)
+		}
+		errs = append(errs, err)
+		if err == nil && f.writeJobs != "" {
+			errs = append(errs, writeFile(f.writeJobs, func(w *os.File) error { return simulate.WriteJobs(w, o.Jobs) }))
+		}
+	}
+	if f.noInference && f.noTraining {
+		errs = append(errs, errors.New("--no-inference and --no-training leave nothing to simulate"))
+	}
+	return o, errors.Join(errs...)
+}
+
+// fleetPreset is a named serving fleet and berth's trigger for it.
+func fleetPreset(name string) (simulate.Fleet, map[string]string, error) {
+	switch name {
+	case "l4":
+		f, err := simulate.L4Fleet()
+		return f, simulate.L4Trigger, err
+	case "h100":
+		f, err := simulate.H100Fleet()
+		return f, simulate.BerthTrigger, err
+	}
+	return simulate.Fleet{}, nil, fmt.Errorf("--fleet %q: want l4 or h100", name)
+}
+
+func shapes(ss []simulate.JobShape) string {
+	var parts []string
+	for _, s := range ss {
+		parts = append(parts, fmt.Sprintf("%d×%d GPUs %.0f %%", s.Members, s.GPUsPerMember, 100*s.Weight))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ", ")
+}
+
+func readTrace(path string) ([]vllmsim.TraceRequest, error) {
+	return readWith(path, "--trace", vllmsim.ReadAzureTrace)
+}
+
+func readJobs(path string) ([]simulate.Job, error) {
+	return readWith(path, "--jobs", simulate.ReadJobs)
+}
+
+// readWith reads the file at path with read; errors name the flag and the file.
+func readWith[T any](path, flag string, read func(io.Reader) (T, error)) (T, error) {
+	var zero T
+	f, err := os.Open(path)
+	if err != nil {
+		return zero, fmt.Errorf("%s: %w", flag, err)
+	}
+	v, err := read(f)
+	if err = errors.Join(err, f.Close()); err != nil {
+		return zero, fmt.Errorf("%s %s: %w", flag, path, err)
+	}
+	return v, nil
+}
+
+func writeFile(path string, write func(*os.File) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(write(f), f.Close())
+}

@@ -1,0 +1,482 @@
+package simulate
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/berth-dev/berth/internal/gpu"
+	"github.com/berth-dev/berth/internal/vllmsim"
+)
+
+// epoch is the simulated clock's zero.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// pod is one replica of the Deployment.
+type pod struct {
+	seq          int
+	created      time.Duration
+	pendingSince time.Duration
+	node         *node
+	bound, ready time.Duration
+	replica      *vllmsim.Replica
+	history      []reading
+}
+
+// reading is what a replica's counters said at one moment.
+type reading struct {
+	at                        time.Duration
+	waiting, running          int
+	kvUsage                   float64
+	ttft, itl                 vllmsim.Histogram
+	busy, tokens, preemptions float64
+	promptSum, prompts        float64
+}
+
+// node is one Karpenter node (NodeClaim) of the fleet's NodePool.
+type node struct {
+	size            gpu.Size
+	slots           int
+	launched, ready time.Duration
+	pods            []*pod // bound or nominated
+	changed         time.Duration
+}
+
+// InferenceResult is what one autoscaler did with one trace.
+type InferenceResult struct {
+	// Autoscaler names the policy.
+	Autoscaler string
+	// Requests is how many arrived; Good how many met the SLO (TTFT and ITL); Failed found no
+	// serving replica; Lost were queued or running on a replica that was removed (scaled away
+	// or evicted by consolidation); LostToConsolidation is the part of Lost consolidation caused;
+	// TimedOut got no first token within the SLO's timeout (or none at all).
+	Requests, Good, Failed, Lost, LostToConsolidation, TimedOut int
+	// TTFT and ITL are quantiles in seconds over the requests that got a first token (ITL: each
+	// request's mean time per output token).
+	TTFTP50, TTFTP95, TTFTP99, ITLP95, ITLP99 float64
+	// GPUHours and Dollars are the nodes' GPU-hours and cost from the first arrival to the last;
+	// NodeLaunches counts the nodes launched.
+	GPUHours, Dollars float64
+	NodeLaunches      int
+	// Series is the run over time, one point per bucket, for the report's plots.
+	Series []Point
+	// Duration is the trace's span.
+	Duration time.Duration
+}
+
+// Violations is the requests that did not meet the SLO.
+func (r InferenceResult) Violations() int { return r.Requests - r.Good }
+
+// Attainment is the fraction of requests that met the SLO.
+func (r InferenceResult) Attainment() float64 {
+	if r.Requests == 0 {
+		return 1
+	}
+	return float64(r.Good) / float64(r.Requests)
+}
+
+// Point is one bucket of a run's time series.
+type Point struct {
+	// At is the bucket's start.
+	At time.Duration
+	// Replicas is the mean serving replicas; Desired the Deployment's replicas at the end;
+	// Nodes the mean nodes.
+	Replicas, Nodes float64
+	Desired         int
+	// Waiting is the mean requests waiting in the engines' queues.
+	Waiting float64
+	// TTFTP95 is the p95 time to first token of the requests that got it in the bucket (NaN:
+	// none).
+	TTFTP95 float64
+}
+
+// RunInference replays trace through fleet f sized by a, and measures it. It is
+// deterministic: the same inputs give the same result.
+func RunInference(f Fleet, trace []vllmsim.TraceRequest, a Autoscaler) (*InferenceResult, error) {
+	if err := f.Validate(); err != nil {
+		return nil, err
+	}
+	if len(trace) == 0 {
+		return nil, fmt.Errorf("%s: the trace has no request", a.Name())
+	}
+	s := newFleetSim(f, trace, a)
+	s.run()
+	return s.result(), nil
+}
+
+// fleetSim is one run's state.
+type fleetSim struct {
+	f     Fleet
+	trace []vllmsim.TraceRequest
+	a     Autoscaler
+	now   time.Duration
+	end   time.Duration // last arrival
+
+	pods   []*pod // live, by creation
+	nodes  []*node
+	seq    int
+	spec   int
+	robin  int
+	next   int // next arrival
+	rec    recorder
+	res    InferenceResult
+	series seriesBuilder
+
+	lastDisrupt time.Duration
+}
+
+func newFleetSim(f Fleet, trace []vllmsim.TraceRequest, a Autoscaler) *fleetSim {
+	end := trace[len(trace)-1].At
+	s := &fleetSim{f: f, trace: trace, a: a, end: end, lastDisrupt: -time.Hour}
+	s.rec = recorder{slo: f.SLO, from: epoch.Add(f.WarmUp)}
+	measured := 0
+	for _, r := range trace {
+		if r.At >= f.WarmUp {
+			measured++
+		}
+	}
+	s.res = InferenceResult{Autoscaler: a.Name(), Requests: measured, Duration: end}
+	s.series = newSeriesBuilder(end)
+	s.rec.series = &s.series
+	// The run starts warm at the minimum: Min replicas serving on the nodes Karpenter would
+	// have launched for them.
+	for placed := 0; placed < f.Min; {
+		k := min(f.Min-placed, f.maxSlots())
+		size, _ := f.cheapestFor(k)
+		n := s.launch(size)
+		n.ready = 0
+		s.res.NodeLaunches-- // there before the trace
+		for range k {
+			p := s.addPod()
+			s.bind(p, n)
+			s.serve(p)
+		}
+		placed += k
+	}
+	s.spec = f.Min
+	return s
+}
+
+// run steps until every request has finished or timed out.
+func (s *fleetSim) run() {
+	drain := s.end + s.f.SLO.Timeout + 10*time.Minute
+	for s.now = s.f.Tick; ; s.now += s.f.Tick {
+		s.lifecycle()
+		s.arrivals()
+		for _, p := range s.pods {
+			if p.replica != nil {
+				p.replica.Step(epoch.Add(s.now))
+			}
+		}
+		s.read()
+		if want, ok := s.a.Step(s.now, s.view()); ok {
+			s.scale(min(max(want, s.f.Min), s.f.Max))
+		}
+		s.consolidate()
+		s.account()
+
+		if s.next >= len(s.trace) && (s.rec.outstanding(s.res.Requests, s.res.Failed+s.res.Lost) == 0 || s.now >= drain) {
+			break
+		}
+	}
+}
+
+// lifecycle moves nodes and pods along: nodes become ready, pods bind and load their model,
+// Karpenter launches nodes for pods that have waited out its batching window.
+func (s *fleetSim) lifecycle() {
+	for _, p := range s.pods {
+		if p.node != nil && p.bound == never && s.now >= p.node.ready {
+			p.bound = s.now
+		}
+		if p.bound != never && p.replica == nil && s.now >= p.bound+s.f.ModelLoad {
+			s.serve(p)
+		}
+	}
+	var unplaced []*pod
+	for _, p := range s.pods {
+		if p.node != nil {
+			continue
+		}
+		if n := s.leastAllocated(); n != nil { // kube-scheduler: the Ready node with most room
+			s.bind(p, n)
+			p.bound = s.now
+			continue
+		}
+		if s.now-p.pendingSince >= s.f.ProvisionDelay {
+			unplaced = append(unplaced, p)
+		}
+	}
+	// Karpenter: in-flight nodes with room first, then new nodes, each packed with as many of
+	// the rest as one size holds, launched as the cheapest size that holds them.
+	var rest []*pod
+	for _, p := range unplaced {
+		if n := s.inFlight(); n != nil {
+			s.bind(p, n)
+			continue
+		}
+		rest = append(rest, p)
+	}
+	for len(rest) > 0 {
+		k := min(len(rest), s.f.maxSlots())
+		size, _ := s.f.cheapestFor(k)
+		n := s.launch(size)
+		for _, p := range rest[:k] {
+			s.bind(p, n)
+		}
+		rest = rest[k:]
+	}
+}
+
+// inFlight is the first node still launching with a free slot (Karpenter nominates pods to
+// the capacity it is already launching).
+func (s *fleetSim) inFlight() *node {
+	for _, n := range s.nodes {
+		if len(n.pods) < n.slots && s.now < n.ready {
+			return n
+		}
+	}
+	return nil
+}
+
+// leastAllocated is the Ready node with the most free slots (kube-scheduler's default
+// scoring, LeastAllocated), the first of them on a tie; nil when none has room.
+func (s *fleetSim) leastAllocated() *node {
+	var best *node
+	for _, n := range s.nodes {
+		if s.now >= n.ready && len(n.pods) < n.slots && (best == nil || n.slots-len(n.pods) > best.slots-len(best.pods)) {
+			best = n
+		}
+	}
+	return best
+}
+
+func (s *fleetSim) launch(size gpu.Size) *node {
+	n := &node{size: size, slots: s.f.slots(size), launched: s.now, ready: s.now + s.f.NodeLaunch, changed: s.now}
+	s.nodes = append(s.nodes, n)
+	s.res.NodeLaunches++
+	return n
+}
+
+func (s *fleetSim) bind(p *pod, n *node) {
+	p.node = n
+	n.pods = append(n.pods, p)
+	n.changed = s.now
+}
+
+func (s *fleetSim) addPod() *pod {
+	s.seq++
+	p := &pod{seq: s.seq, created: s.now, pendingSince: s.now, bound: never, ready: never}
+	s.pods = append(s.pods, p)
+	return p
+}
+
+// serve starts p's engine: its model is loaded.
+func (s *fleetSim) serve(p *pod) {
+	cfg := s.f.Engine
+	cfg.Seed += uint64(p.seq)
+	r, err := vllmsim.NewReplica(cfg, epoch.Add(s.now))
+	if err != nil {
+		panic(fmt.Sprintf("simulate: the validated engine config failed: %v", err))
+	}
+	r.SetObserver(&s.rec)
+	p.replica, p.ready = r, s.now
+	if p.bound == never {
+		p.bound = s.now
+	}
+}
+
+// arrivals routes the requests of the last tick round-robin over the serving replicas, each
+// at its own time; with none serving they fail, like a Service without endpoints.
+func (s *fleetSim) arrivals() {
+	var serving []*pod
+	for _, p := range s.pods {
+		if p.replica != nil {
+			serving = append(serving, p)
+		}
+	}
+	for ; s.next < len(s.trace) && s.trace[s.next].At <= s.now; s.next++ {
+		r := s.trace[s.next]
+		if len(serving) == 0 {
+			if r.At >= s.f.WarmUp {
+				s.res.Failed++
+			}
+			continue
+		}
+		s.robin %= len(serving)
+		serving[s.robin].replica.SubmitRequest(epoch.Add(r.At), r.Prompt, r.Output)
+		s.robin++
+	}
+}
+
+// historyKeep is how much of each replica's readings is kept: the scaler's longest window
+// (one minute) and a scrape.
+const historyKeep = 75 * time.Second
+
+// read records every serving replica's counters, as a scrape would.
+func (s *fleetSim) read() {
+	for _, p := range s.pods {
+		if p.replica == nil {
+			continue
+		}
+		rd := reading{at: s.now}
+		for i, e := range p.replica.Snapshot() {
+			rd.waiting += e.Waiting
+			rd.running += e.Running
+			rd.kvUsage += e.KVCacheUsage
+			rd.busy += e.BusySeconds
+			rd.tokens += float64(e.PromptTokens + e.GenerationTokens)
+			rd.preemptions += float64(e.Preemptions)
+			rd.promptSum += e.PromptLength.Sum
+			rd.prompts += float64(e.PromptLength.Count)
+			if i == 0 {
+				rd.ttft, rd.itl = e.TTFT, e.ITL
+			} else {
+				rd.ttft, rd.itl = addHist(rd.ttft, e.TTFT), addHist(rd.itl, e.ITL)
+			}
+		}
+		rd.kvUsage /= float64(p.replica.Config().Engines)
+		p.history = append(p.history, rd)
+		drop := 0
+		for drop < len(p.history)-1 && s.now-p.history[drop+1].at >= historyKeep {
+			drop++
+		}
+		p.history = p.history[drop:]
+	}
+}
+
+func addHist(a, b vllmsim.Histogram) vllmsim.Histogram {
+	out := vllmsim.Histogram{Bounds: a.Bounds, Buckets: slices.Clone(a.Buckets), Count: a.Count + b.Count, Sum: a.Sum + b.Sum}
+	for i := range out.Buckets {
+		out.Buckets[i] += b.Buckets[i]
+	}
+	return out
+}
+
+// scale sets the Deployment's replicas: new pods are pending; removed ones go in the
+// ReplicaSet's order — unbound first, then still loading, then the most recently ready.
+func (s *fleetSim) scale(want int) {
+	for s.spec < want {
+		s.addPod()
+		s.spec++
+	}
+	for s.spec > want {
+		victim := 0
+		for i, p := range s.pods {
+			if deleteBefore(p, s.pods[victim]) {
+				victim = i
+			}
+		}
+		s.remove(s.pods[victim], false)
+		s.spec--
+	}
+}
+
+// deleteBefore orders pods for deletion as the ReplicaSet controller does: unassigned before
+// assigned, not serving before serving, then pods sharing their node with more replicas, then
+// the most recently ready.
+func deleteBefore(p, q *pod) bool {
+	if rank(p) != rank(q) {
+		return rank(p) < rank(q)
+	}
+	if p.node != nil && q.node != nil && len(p.node.pods) != len(q.node.pods) {
+		return len(p.node.pods) > len(q.node.pods)
+	}
+	return p.ready >= q.ready
+}
+
+// rank is a pod's readiness class for deletion: lower goes first.
+func rank(p *pod) int {
+	switch {
+	case p.node == nil:
+		return 0
+	case p.replica == nil:
+		return 1
+	}
+	return 2
+}
+
+// remove deletes a pod: its queued and running requests are lost.
+func (s *fleetSim) remove(p *pod, evicted bool) {
+	if p.replica != nil && s.now >= s.f.WarmUp {
+		running, waiting := p.replica.Queue()
+		s.res.Lost += running + waiting
+		if evicted {
+			s.res.LostToConsolidation += running + waiting
+		}
+	}
+	if n := p.node; n != nil {
+		n.pods = slices.DeleteFunc(n.pods, func(q *pod) bool { return q == p })
+		n.changed = s.now
+	}
+	s.pods = slices.DeleteFunc(s.pods, func(q *pod) bool { return q == p })
+}
+
+// consolidationValidation is how long Karpenter waits between two disruption decisions.
+const consolidationValidation = 15 * time.Second
+
+// consolidate is Karpenter's disruption of the fleet's nodes: empty nodes after
+// ConsolidateAfter; under WhenEmptyOrUnderutilized without the guard, a partly used node
+// whose replicas fit the other ready nodes' free slots: its replicas are evicted (the
+// ReplicaSet recreates them, they load their model again) and the node goes.
+func (s *fleetSim) consolidate() {
+	s.nodes = slices.DeleteFunc(s.nodes, func(n *node) bool {
+		if len(n.pods) == 0 && s.now >= n.ready && s.now-n.changed >= s.f.ConsolidateAfter {
+			return true
+		}
+		return false
+	})
+	if s.f.Consolidation != WhenEmptyOrUnderutilized || s.f.Guard || s.now-s.lastDisrupt < consolidationValidation {
+		return
+	}
+	for _, n := range s.nodes {
+		if len(n.pods) == 0 || len(n.pods) == n.slots || s.now < n.ready || s.now-n.changed < s.f.ConsolidateAfter {
+			continue
+		}
+		free := 0
+		for _, o := range s.nodes {
+			if o != n && s.now >= o.ready {
+				free += o.slots - len(o.pods)
+			}
+		}
+		if free < len(n.pods) {
+			continue
+		}
+		for _, p := range slices.Clone(n.pods) {
+			s.remove(p, true)
+			s.addPod() // the ReplicaSet's replacement
+		}
+		s.nodes = slices.DeleteFunc(s.nodes, func(o *node) bool { return o == n })
+		s.lastDisrupt = s.now
+		return
+	}
+}
+
+// account adds the tick's node time (up to the last arrival) and the series' samples.
+func (s *fleetSim) account() {
+	if s.now > s.f.WarmUp && s.now <= s.end+s.f.Tick {
+		h := s.f.Tick.Hours()
+		for _, n := range s.nodes {
+			s.res.GPUHours += float64(n.size.GPUs) * h
+			s.res.Dollars += s.f.pricePerHour(n.size) * h
+		}
+	}
+	serving, waiting := 0, 0
+	for _, p := range s.pods {
+		if p.replica != nil {
+			serving++
+			_, w := p.replica.Queue()
+			waiting += w
+		}
+	}
+	s.series.sample(s.now, serving, len(s.nodes), s.spec, waiting)
+}
+
+func (s *fleetSim) result() *InferenceResult {
+	r := s.res
+	r.Good = s.rec.good
+	r.TimedOut = s.rec.timedOut + s.rec.outstanding(r.Requests, r.Failed+r.Lost)
+	r.TTFTP50, r.TTFTP95, r.TTFTP99 = s.rec.ttft.quantile(0.5), s.rec.ttft.quantile(0.95), s.rec.ttft.quantile(0.99)
+	r.ITLP95, r.ITLP99 = s.rec.itl.quantile(0.95), s.rec.itl.quantile(0.99)
+	r.Series = s.series.points()
+	return &r
+}

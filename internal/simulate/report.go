@@ -1,0 +1,288 @@
+package simulate
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Report is one `berth simulate` run: what was replayed and what every policy did with it.
+type Report struct {
+	// Requests says where the request trace came from; Fleet and SLO what it ran on.
+	Requests string
+	Fleet    Fleet
+	// Inference holds one result per autoscaler, berth first; Policies describes each.
+	Inference []*InferenceResult
+	Policies  map[string]string
+	// Consolidation holds, when run, berth on a multi-replica-per-node fleet with Karpenter's
+	// WhenEmptyOrUnderutilized, without the guard and with it; ConsolidationFleet is that fleet.
+	Consolidation      []*InferenceResult
+	ConsolidationFleet *Fleet
+	// Jobs says where the job trace came from; Cluster what it ran on; Training one result per
+	// policy, berth first.
+	Jobs     string
+	Cluster  Cluster
+	Training []*TrainingResult
+}
+
+// Goal is one of the targets docs/economics.md sets berth, checked on a report.
+type Goal struct {
+	// Name says what is compared; Want the target; Got what this run measured.
+	Name, Want, Got string
+	// Met is whether the run meets it; Known false when the run has nothing to check it on.
+	Met, Known bool
+}
+
+// inference returns the result of the named autoscaler.
+func (r *Report) inference(name string) *InferenceResult {
+	for _, res := range r.Inference {
+		if res.Autoscaler == name {
+			return res
+		}
+	}
+	return nil
+}
+
+// Goals checks the run against berth's goals: ≥ 10× fewer SLO-violating requests than the
+// duty-cycle HPA at no more GPU-hours; at least the KEDA waiting trigger's SLO attainment at
+// ≤ 0.9× its GPU-hours; no idle GPU-hours from partial gangs.
+func (r *Report) Goals() []Goal {
+	var out []Goal
+	b := r.inference(BerthName)
+	if d := r.inference((&DutyCycle{}).Name()); b != nil && d != nil {
+		ratio := float64(d.Violations()) / math.Max(1, float64(b.Violations()))
+		out = append(out, Goal{Name: "SLO-violating requests vs HPA on duty cycle", Want: "≥ 10× fewer",
+			Got: fmt.Sprintf("%.1f× fewer (%d vs %d)", ratio, b.Violations(), d.Violations()), Met: ratio >= 10, Known: true})
+		g := b.GPUHours / d.GPUHours
+		out = append(out, Goal{Name: "GPU-hours vs HPA on duty cycle", Want: "≤ 1.0×",
+			Got: fmt.Sprintf("%.2f× (%.1f vs %.1f)", g, b.GPUHours, d.GPUHours), Met: g <= 1, Known: true})
+	}
+	if k := r.inference((&KEDAWaiting{}).Name()); b != nil && k != nil {
+		out = append(out, Goal{Name: "SLO attainment vs KEDA on vllm:num_requests_waiting", Want: "≥",
+			Got: fmt.Sprintf("%.2f %% vs %.2f %%", 100*b.Attainment(), 100*k.Attainment()), Met: b.Attainment() >= k.Attainment(), Known: true})
+		g := b.GPUHours / k.GPUHours
+		out = append(out, Goal{Name: "GPU-hours vs KEDA on vllm:num_requests_waiting", Want: "≤ 0.9×",
+			Got: fmt.Sprintf("%.2f× (%.1f vs %.1f)", g, b.GPUHours, k.GPUHours), Met: g <= 0.9, Known: true})
+	}
+	for _, t := range r.Training {
+		if t.Policy == string(PolicyBerth) {
+			out = append(out, Goal{Name: "idle GPU-hours from partial gangs", Want: "0",
+				Got: fmt.Sprintf("%.2f", t.PartialIdleGPUHours), Met: t.PartialIdleGPUHours == 0, Known: true})
+		}
+	}
+	return out
+}
+
+// Write writes report.md and its plots into dir.
+func (r *Report) Write(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("report folder: %w", err)
+	}
+	plots, err := r.plots(dir)
+	if err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, "report.md"))
+	if err != nil {
+		return fmt.Errorf("writing the report: %w", err)
+	}
+	err = r.Markdown(f, plots)
+	return errors.Join(err, f.Close())
+}
+
+// Markdown writes the report's tables, the goals and links to plots (file names in dir).
+func (r *Report) Markdown(w io.Writer, plots []string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# berth simulate\n\n")
+	if len(r.Inference) > 0 {
+		f := r.Fleet
+		fmt.Fprintf(&b, "## Inference\n\nRequests: %s.\n\n", r.Requests)
+		fmt.Fprintf(&b, "Fleet: %s, %d GPU and %.0f cores per replica on %s nodes (%s), node launch %s, model load %s, %d–%d replicas, %s after %s; the first %s is a warm-up, not measured. SLO: TTFT ≤ %s and mean ITL ≤ %s per request; clients give up after %s.\n\n",
+			f.Engine.Model, f.GPUsPerReplica, f.ReplicaCPU, f.Family.Name, sizeNames(f), f.NodeLaunch, f.ModelLoad, f.Min, f.Max, f.Consolidation, f.ConsolidateAfter, f.WarmUp, f.SLO.TTFT, f.SLO.ITL, f.SLO.Timeout)
+		inferenceTable(&b, r.Inference)
+		fmt.Fprintf(&b, "\nPolicies:\n\n")
+		for _, res := range r.Inference {
+			fmt.Fprintf(&b, "- **%s**: %s\n", res.Autoscaler, r.Policies[res.Autoscaler])
+		}
+	}
+	if len(r.Consolidation) > 0 && r.ConsolidationFleet != nil {
+		f := r.ConsolidationFleet
+		fmt.Fprintf(&b, "\n## Consolidation\n\nberth on %s nodes (up to %d replicas per node) under Karpenter's %s after %s, without berth's guard and with it:\n\n",
+			f.Family.Name, f.maxSlots(), WhenEmptyOrUnderutilized, f.ConsolidateAfter)
+		inferenceTable(&b, r.Consolidation)
+	}
+	if len(r.Training) > 0 {
+		c := r.Cluster
+		fmt.Fprintf(&b, "\n## Training\n\nJobs: %s.\n\nCluster: %s (%d GPUs, %s per node-hour), NodePool limit %d GPUs, node launch %s, %s after %s, checkpoints every %s, rendezvous timeout %s, berth's provisioning timeout %s.\n\n",
+			r.Jobs, c.Family.InstanceType(c.Size), c.Size.GPUs, usd(c.Size.OnDemandUSD), c.LimitGPUs, c.NodeLaunch, c.Consolidation, c.ConsolidateAfter, c.CheckpointEvery, c.RendezvousTimeout, c.ProvisioningTimeout)
+		b.WriteString("| policy | jobs done | wait p50 | wait p95 | mean JCT | GPU-hours | busy | idle in partial gangs | held for gangs | booting | free | lost to evictions | evictions | rendezvous restarts | cost |\n")
+		b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, t := range r.Training {
+			fmt.Fprintf(&b, "| %s | %d/%d | %s | %s | %s | %.0f | %.0f | %.1f | %.1f | %.0f | %.0f | %.1f | %d | %d | %s |\n",
+				t.Policy, t.Completed, t.Jobs-t.Unplaceable, t.WaitP50.Round(time.Second), t.WaitP95.Round(time.Second), t.JCTMean.Round(time.Second),
+				t.GPUHours, t.BusyGPUHours, t.PartialIdleGPUHours, t.HeldGPUHours, t.BootingGPUHours, t.FreeGPUHours, t.LostGPUHours, t.Evictions, t.Restarts, usd(t.Dollars))
+		}
+	}
+	if goals := r.Goals(); len(goals) > 0 {
+		b.WriteString("\n## Goals\n\n| goal | target | this run | met |\n|---|---|---|---|\n")
+		for _, g := range goals {
+			met := "no"
+			if g.Met {
+				met = "yes"
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", g.Name, g.Want, g.Got, met)
+		}
+	}
+	if len(plots) > 0 {
+		b.WriteString("\n## Plots\n\n")
+		for _, p := range plots {
+			fmt.Fprintf(&b, "![%s](%s)\n\n", strings.TrimSuffix(p, ".png"), p)
+		}
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func inferenceTable(b *strings.Builder, rs []*InferenceResult) {
+	b.WriteString("| policy | SLO attainment | SLO-violating | failed | lost (to consolidation) | timed out | TTFT p50 | TTFT p95 | TTFT p99 | ITL p95 | ITL p99 | GPU-hours | cost | nodes launched |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		fmt.Fprintf(b, "| %s | %.2f %% | %d | %d | %d (%d) | %d | %s | %s | %s | %s | %s | %.1f | %s | %d |\n",
+			r.Autoscaler, 100*r.Attainment(), r.Violations(), r.Failed, r.Lost, r.LostToConsolidation, r.TimedOut,
+			secs(r.TTFTP50), secs(r.TTFTP95), secs(r.TTFTP99), secs(r.ITLP95), secs(r.ITLP99), r.GPUHours, usd(r.Dollars), r.NodeLaunches)
+	}
+}
+
+// sizeNames says which instance types Karpenter may launch for the fleet.
+func sizeNames(f Fleet) string {
+	var names []string
+	for _, s := range f.sizes() {
+		names = append(names, f.Family.InstanceType(s))
+	}
+	return "Karpenter picks among " + strings.Join(names, ", ")
+}
+
+func secs(s float64) string {
+	switch {
+	case math.IsNaN(s):
+		return "–"
+	case s < 1:
+		return fmt.Sprintf("%.0f ms", 1000*s)
+	}
+	return fmt.Sprintf("%.2f s", s)
+}
+
+func usd(d float64) string { return fmt.Sprintf("$%.2f", d) }
+
+// plots draws the report's figures into dir and returns their file names.
+func (r *Report) plots(dir string) ([]string, error) {
+	var names []string
+	var errs []error
+	add := func(name string, p *plot.Plot, err error) {
+		if err == nil {
+			err = p.Save(10*vg.Inch, 4*vg.Inch, filepath.Join(dir, name))
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("plot %s: %w", name, err))
+			return
+		}
+		names = append(names, name)
+	}
+	if len(r.Inference) > 0 {
+		hours := r.Inference[0].Duration >= 3*time.Hour
+		p, err := seriesPlot("Serving replicas", "replicas", r.Inference, hours, false, func(p Point) float64 { return p.Replicas })
+		add("replicas.png", p, err)
+		p, err = seriesPlot("Requests waiting in the engines' queues", "requests", r.Inference, hours, false, func(p Point) float64 { return p.Waiting })
+		add("queue.png", p, err)
+		p, err = seriesPlot("TTFT p95 per interval", "seconds (log)", r.Inference, hours, true, func(p Point) float64 { return p.TTFTP95 })
+		add("ttft.png", p, err)
+	}
+	if len(r.Training) > 0 {
+		p, err := trainingPlot(r.Training)
+		add("training.png", p, err)
+	}
+	return names, errors.Join(errs...)
+}
+
+func seriesPlot(title, y string, rs []*InferenceResult, hours, logY bool, v func(Point) float64) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text, p.Y.Label.Text = "minutes", y
+	if hours {
+		p.X.Label.Text = "hours"
+	}
+	if logY {
+		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, plot.LogTicks{Prec: -1}
+	}
+	for i, r := range rs {
+		var xys plotter.XYs
+		for _, pt := range r.Series {
+			val := v(pt)
+			if math.IsNaN(val) || math.IsInf(val, 0) || (logY && val <= 0) {
+				continue
+			}
+			x := pt.At.Minutes()
+			if hours {
+				x = pt.At.Hours()
+			}
+			xys = append(xys, plotter.XY{X: x, Y: val})
+		}
+		if len(xys) == 0 {
+			continue
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return nil, err
+		}
+		l.Color = plotutil.Color(i)
+		l.Width = vg.Points(1.2)
+		p.Add(l)
+		p.Legend.Add(r.Autoscaler, l)
+	}
+	p.Legend.Top = true
+	return p, nil
+}
+
+func trainingPlot(ts []*TrainingResult) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "Training: GPUs computing (solid) and GPUs launched (dashed)"
+	p.X.Label.Text, p.Y.Label.Text = "hours", "GPUs"
+	for i, t := range ts {
+		for _, dashed := range []bool{false, true} {
+			var xys plotter.XYs
+			for _, pt := range t.Series {
+				y := pt.BusyGPUs
+				if dashed {
+					y = pt.NodeGPUs
+				}
+				xys = append(xys, plotter.XY{X: pt.At.Hours(), Y: y})
+			}
+			if len(xys) == 0 {
+				continue
+			}
+			l, err := plotter.NewLine(xys)
+			if err != nil {
+				return nil, err
+			}
+			l.Color = plotutil.Color(i)
+			if dashed {
+				l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+			} else {
+				p.Legend.Add(t.Policy, l)
+			}
+			p.Add(l)
+		}
+	}
+	p.Legend.Top = true
+	return p, nil
+}

@@ -1,0 +1,110 @@
+package simulate
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/berth-dev/berth/internal/gpu"
+	"github.com/berth-dev/berth/internal/vllmsim"
+)
+
+// BerthName is berth's name in reports.
+const BerthName = "berth"
+
+// Options is one simulation: a request trace through a fleet under berth and the baselines,
+// optionally berth on a multi-replica-per-node fleet with and without its guard, and a
+// training-job trace through a cluster under every training policy.
+type Options struct {
+	// Requests is the request trace; RequestSource says where it came from. Empty: no
+	// inference part.
+	Requests      []vllmsim.TraceRequest
+	RequestSource string
+	// Fleet is the serving fleet; Trigger berth's ScaledObject trigger metadata, Behavior its
+	// HPA behavior and SyncPeriod the HPA's.
+	Fleet      Fleet
+	Trigger    map[string]string
+	Behavior   HPABehavior
+	SyncPeriod time.Duration
+	// ConsolidationFleet, when set, also replays the requests through berth on that fleet
+	// under WhenEmptyOrUnderutilized, without the guard and with it, with ConsolidationTrigger.
+	ConsolidationFleet   *Fleet
+	ConsolidationTrigger map[string]string
+	// Jobs is the training-job trace and JobSource where it came from; Cluster the pool it
+	// runs on. Empty: no training part.
+	Jobs      []Job
+	JobSource string
+	Cluster   Cluster
+}
+
+// Run runs every part of o and returns the report.
+func Run(o Options) (*Report, error) {
+	r := &Report{Requests: o.RequestSource, Fleet: o.Fleet, Jobs: o.JobSource, Cluster: o.Cluster, Policies: map[string]string{}}
+	var errs []error
+	if len(o.Requests) > 0 {
+		berth, err := NewBerth(BerthName, o.Trigger, o.Behavior, o.SyncPeriod, o.Fleet.Min, o.Fleet.Max)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range []Autoscaler{berth, NewDutyCycle(o.Fleet.Min, o.Fleet.Max), NewKEDAWaiting(o.Fleet.Min, o.Fleet.Max), NewKubeAI(o.Fleet.Min, o.Fleet.Max)} {
+			res, err := RunInference(o.Fleet, o.Requests, a)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", a.Name(), err))
+				continue
+			}
+			r.Inference = append(r.Inference, res)
+			r.Policies[a.Name()] = a.Describe()
+		}
+	}
+	if cf := o.ConsolidationFleet; cf != nil && len(o.Requests) > 0 {
+		r.ConsolidationFleet = cf
+		for _, guard := range []bool{false, true} {
+			f := *cf
+			f.Consolidation, f.Guard = WhenEmptyOrUnderutilized, guard
+			name := BerthName + " without guard"
+			if guard {
+				name = BerthName + " with guard"
+			}
+			a, err := NewBerth(name, o.ConsolidationTrigger, o.Behavior, o.SyncPeriod, f.Min, f.Max)
+			if err != nil {
+				return nil, err
+			}
+			res, err := RunInference(f, o.Requests, a)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", name, err))
+				continue
+			}
+			r.Consolidation = append(r.Consolidation, res)
+		}
+	}
+	if len(o.Jobs) > 0 {
+		for _, p := range TrainingPolicies() {
+			res, err := RunTraining(o.Cluster, o.Jobs, p)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("training under %s: %w", p, err))
+				continue
+			}
+			r.Training = append(r.Training, res)
+		}
+	}
+	return r, errors.Join(errs...)
+}
+
+// H100Fleet is Llama-3.3-70B in FP8 on two H100s per replica (the vllmsim H100 profile), four
+// replicas per p5.48xlarge, the family's launch time, a 5-minute model load (140 GB of weights),
+// 1 to 16 replicas, Karpenter's default WhenEmptyOrUnderutilized after 5 minutes, the first 30
+// minutes a warm-up.
+func H100Fleet() (Fleet, error) {
+	engine, err := vllmsim.Profile(vllmsim.ProfileH100Llama70B)
+	if err != nil {
+		return Fleet{}, err
+	}
+	fam, ok := gpu.ByGPU("h100")
+	if !ok {
+		return Fleet{}, errors.New("the GPU catalogue has no H100 family")
+	}
+	return Fleet{Engine: engine, Family: fam, GPUsPerReplica: 2, ReplicaCPU: 16,
+		NodeLaunch: LaunchTimes["h100"], ProvisionDelay: 2 * time.Second, ModelLoad: 5 * time.Minute,
+		Consolidation: WhenEmptyOrUnderutilized, ConsolidateAfter: 5 * time.Minute, Min: 1, Max: 16, Tick: time.Second, SLO: DefaultSLO,
+		WarmUp: DefaultWarmUp}, nil
+}
