@@ -1,9 +1,11 @@
 package rigtest
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os/exec"
@@ -144,4 +146,51 @@ func (v *VLLMSim) get(ctx context.Context, path string, out any) error {
 		return fmt.Errorf("reading the vllm-sim %s: %w", path, err)
 	}
 	return nil
+}
+
+// Replay replays a request trace over the emulator's replicas from now (PUT /replay).
+func (v *VLLMSim) Replay(ctx context.Context, trace []vllmsim.TraceRequest) (vllmsim.ReplayStatus, error) {
+	var body bytes.Buffer
+	if err := vllmsim.WriteAzureTrace(&body, trace); err != nil {
+		return vllmsim.ReplayStatus{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, v.Admin+"/replay", &body)
+	if err != nil {
+		return vllmsim.ReplayStatus{}, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return vllmsim.ReplayStatus{}, fmt.Errorf("starting the vllm-sim replay: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(resp.Body)
+		return vllmsim.ReplayStatus{}, fmt.Errorf("starting the vllm-sim replay: %s: %s", resp.Status, msg)
+	}
+	var st vllmsim.ReplayStatus
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// ReplayReport is the replay's progress and its requests' exact TTFT quantiles (GET /replay).
+func (v *VLLMSim) ReplayReport(ctx context.Context) (vllmsim.ReplayReport, error) {
+	var r vllmsim.ReplayReport
+	return r, v.get(ctx, "/replay", &r)
+}
+
+// StartAutoscalingRig brings up what berth's scaler is tested against end to end: the cluster
+// with Karpenter's kwok provider (GPU instance types from instanceTypesFile), the real KEDA,
+// the berth binary and `berth scaler` with flags. It returns the binary and the scaler.
+func StartAutoscalingRig(ctx context.Context, r *rig.Rig, kwok rig.KwokOptions, instanceTypesFile string, flags ...string) (string, *Scaler, error) {
+	if err := StartKarpenterCluster(ctx, r, kwok, instanceTypesFile); err != nil {
+		return "", nil, err
+	}
+	if err := r.StartKEDA(ctx); err != nil {
+		return "", nil, err
+	}
+	bin, err := BuildBerth(r)
+	if err != nil {
+		return "", nil, err
+	}
+	s, err := StartScaler(ctx, r, bin, flags...)
+	return bin, s, err
 }

@@ -32,20 +32,11 @@ const (
 
 func TestMain(m *testing.M) {
 	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
-		if err := rigtest.StartKarpenterCluster(ctx, r, rig.KwokOptions{NodeReadyDelay: 2 * time.Second}, instanceTypes); err != nil {
-			return err
-		}
-		if err := r.StartKEDA(ctx); err != nil {
-			return err
-		}
-		bin, err := rigtest.BuildBerth(r)
+		bin, s, err := rigtest.StartAutoscalingRig(ctx, r, rig.KwokOptions{NodeReadyDelay: 2 * time.Second}, instanceTypes, "--stream-interval=500ms")
 		if err != nil {
 			return err
 		}
-		berthBin = bin
-		if scalerProc, err = rigtest.StartScaler(ctx, r, bin, "--stream-interval=500ms"); err != nil {
-			return err
-		}
+		berthBin, scalerProc = bin, s
 		// One replica serves 8 sequences for 2 s each: 4 requests/s; a full batch uses 88% of
 		// the KV cache.
 		sim, err = rigtest.StartVLLMSim(ctx, r, bin, namespace, "app="+appLabel, metricsPort,
