@@ -24,6 +24,7 @@ type simulateFlags struct {
 	trigger                                 map[string]string
 	min, max                                int
 	warmUp                                  time.Duration
+	warmUpSet                               bool
 	nodeGPUs                                int
 	slo                                     simulate.SLO
 	noInference, noTraining, noConsolidate  bool
@@ -64,7 +65,7 @@ The report (report.md and PNG plots) goes to --out; docs/economics.md explains t
 	fl.StringToStringVar(&f.trigger, "trigger", nil, "berth's ScaledObject trigger metadata (default: docs/economics.md's for the fleet), e.g. targetConcurrency=8,targetTTFTSeconds=3")
 	fl.IntVar(&f.min, "min", 1, "minimum replicas of every policy")
 	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "only launch instance sizes with this many GPUs (a nodeSelector on karpenter.k8s.aws/instance-gpu-count); 0: any size, Karpenter packs a scale-up's replicas onto the cheapest size that holds them")
-	fl.DurationVar(&f.warmUp, "warm-up", simulate.DefaultWarmUp, "the start of the request trace replayed but not measured (the fleet starts at --min)")
+	fl.DurationVar(&f.warmUp, "warm-up", simulate.DefaultWarmUp, "the start of the request trace replayed but not measured (the fleet starts at --min); unset, at most a tenth of the trace")
 	fl.IntVar(&f.max, "max", 64, "maximum replicas of every policy")
 	fl.DurationVar(&f.slo.TTFT, "slo-ttft", f.slo.TTFT, "SLO: time to first token")
 	fl.DurationVar(&f.slo.ITL, "slo-itl", f.slo.ITL, "SLO: mean time per output token of a request")
@@ -87,6 +88,7 @@ The report (report.md and PNG plots) goes to --out; docs/economics.md explains t
 }
 
 func runSimulate(cmd *cobra.Command, f simulateFlags) error {
+	f.warmUpSet = cmd.Flags().Changed("warm-up")
 	o, err := simulateOptions(f)
 	if err != nil {
 		return err
@@ -139,13 +141,17 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 				len(o.Requests), f.synthetic.Duration, f.synthetic.MeanRate, f.synthetic.Diurnal, f.synthetic.BurstFactor, f.synthetic.BurstLength, f.synthetic.BurstEvery, f.synthetic.Seed)
 		}
 		errs = append(errs, err)
+		if n := len(o.Requests); n > 0 && !f.warmUpSet {
+			// A short trace keeps most of itself: at most a tenth of it is warm-up.
+			o.Fleet.WarmUp = min(o.Fleet.WarmUp, o.Requests[n-1].At/10)
+		}
 		if err == nil && f.writeTrace != "" {
 			errs = append(errs, writeFile(f.writeTrace, func(w *os.File) error { return vllmsim.WriteAzureTrace(w, o.Requests) }))
 		}
 		if !f.noConsolidate {
 			h, err := simulate.H100Fleet()
 			errs = append(errs, err)
-			h.Max, h.SLO, h.WarmUp = min(f.max, 16), f.slo, f.warmUp
+			h.Max, h.SLO, h.WarmUp = min(f.max, 16), f.slo, o.Fleet.WarmUp
 			o.ConsolidationFleet, o.ConsolidationTrigger = &h, simulate.BerthTrigger
 		}
 	}

@@ -60,12 +60,17 @@ func (r *Report) Goals() []Goal {
 	var out []Goal
 	b := r.inference(BerthName)
 	if d := r.inference((&DutyCycle{}).Name()); b != nil && d != nil {
-		ratio := float64(d.Violations()) / math.Max(1, float64(b.Violations()))
-		out = append(out, Goal{Name: "SLO-violating requests vs HPA on duty cycle", Want: "≥ 10× fewer",
-			Got: fmt.Sprintf("%.1f× fewer (%d vs %d)", ratio, b.Violations(), d.Violations()), Met: ratio >= 10, Known: true})
-		g := b.GPUHours / d.GPUHours
+		g := Goal{Name: "SLO-violating requests vs HPA on duty cycle", Want: "≥ 10× fewer", Known: true}
+		if b.Violations() == 0 {
+			g.Got, g.Met = fmt.Sprintf("none (vs %d)", d.Violations()), true
+		} else {
+			ratio := float64(d.Violations()) / float64(b.Violations())
+			g.Got, g.Met = fmt.Sprintf("%.1f× fewer (%d vs %d)", ratio, b.Violations(), d.Violations()), ratio >= 10
+		}
+		out = append(out, g)
+		h := b.GPUHours / d.GPUHours
 		out = append(out, Goal{Name: "GPU-hours vs HPA on duty cycle", Want: "≤ 1.0×",
-			Got: fmt.Sprintf("%.2f× (%.1f vs %.1f)", g, b.GPUHours, d.GPUHours), Met: g <= 1, Known: true})
+			Got: fmt.Sprintf("%.2f× (%.1f vs %.1f)", h, b.GPUHours, d.GPUHours), Met: h <= 1, Known: true})
 	}
 	if k := r.inference((&KEDAWaiting{}).Name()); b != nil && k != nil {
 		out = append(out, Goal{Name: "SLO attainment vs KEDA on vllm:num_requests_waiting", Want: "≥",

@@ -1,0 +1,59 @@
+package cli
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSimulateCommandWritesAReport(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace.csv")
+	if err := os.WriteFile(trace, []byte("TIMESTAMP,ContextTokens,GeneratedTokens\n0,500,40\n0.5,800,60\n2,1200,30\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	jobs := filepath.Join(dir, "jobs.csv")
+	if err := os.WriteFile(jobs, []byte("arrival_seconds,members,gpus_per_member,duration_seconds\n0,2,8,600\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newSimulateCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"--trace", trace, "--jobs", jobs, "--no-consolidation", "--out", filepath.Join(dir, "report")})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report", "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(md), "trace.csv (3 requests)") || !strings.Contains(string(md), "jobs.csv (1 jobs)") {
+		t.Errorf("report.md does not name its traces:\n%s", md)
+	}
+	if !strings.Contains(out.String(), "idle GPU-hours from partial gangs") {
+		t.Errorf("the command does not print the goals:\n%s", out.String())
+	}
+}
+
+func TestSimulateCommandRejectsBadInput(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--fleet", "a10"}, `--fleet "a10"`},
+		{[]string{"--trace", "/nonexistent.csv"}, "--trace"},
+		{[]string{"--no-inference", "--no-training"}, "nothing to simulate"},
+		{[]string{"--node-gpus", "3", "--no-training"}, "no size with 3 GPUs"},
+		{[]string{"--rate", "-1", "--no-training"}, "mean rate"},
+	} {
+		cmd := newSimulateCommand()
+		cmd.SetArgs(append(tc.args, "--out", t.TempDir()))
+		cmd.SetOut(&bytes.Buffer{})
+		cmd.SetErr(&bytes.Buffer{})
+		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+}
