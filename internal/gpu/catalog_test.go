@@ -6,6 +6,7 @@ import (
 	"os"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 	"testing"
+	"time"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
@@ -98,5 +99,13 @@ func TestKwokInstanceTypesCarryGPULabels(t *testing.T) {
 	}
 	if _, ok := byName["m5.large"].Resources[berthv1alpha1.GPUResource]; ok {
 		t.Error("CPU type m5.large advertises nvidia.com/gpu")
+	}
+}
+
+func TestEveryGPUFamilyHasALaunchTime(t *testing.T) {
+	for _, f := range GPUFamilies() {
+		if f.LaunchTime <= 0 || f.LaunchTime > 15*time.Minute {
+			t.Errorf("%s: launch time %s, want a positive estimate under 15 minutes", f.Name, f.LaunchTime)
+		}
 	}
 }

@@ -75,14 +75,6 @@ type SLO struct {
 // than people read), and clients that give up after 60 s without a token.
 var DefaultSLO = SLO{TTFT: 2 * time.Second, ITL: 150 * time.Millisecond, Timeout: time.Minute}
 
-// LaunchTimes are the node launch times assumed per GPU family (EC2 launch, boot of the EKS
-// GPU AMI, NVIDIA driver and device plugin until the GPUs are allocatable): the large
-// multi-GPU instances take longer to boot and initialise their GPUs and fabric.
-var LaunchTimes = map[string]time.Duration{
-	"l4": 110 * time.Second, "a10g": 110 * time.Second, "l40s": 120 * time.Second,
-	"a100": 300 * time.Second, "h100": 360 * time.Second, "h200": 360 * time.Second,
-}
-
 // L4Fleet is an L4 fleet serving Llama-3.1-8B: replicas of one L4 and 4 cores (as the rig's
 // vLLM Deployment asks) on any g6 size Karpenter picks, the vllmsim L4 profile, the family's launch time, a 90 s model load (vllmsim.DefaultModelLoad), 1 to 16
 // replicas, WhenEmpty after 30 s, the first 30 minutes a warm-up.
@@ -96,7 +88,7 @@ func L4Fleet() (Fleet, error) {
 		return Fleet{}, errors.New("the GPU catalogue has no L4 family")
 	}
 	return Fleet{Engine: engine, Family: fam, GPUsPerReplica: 1, ReplicaCPU: 4,
-		NodeLaunch: LaunchTimes["l4"], ProvisionDelay: 2 * time.Second, ModelLoad: vllmsim.DefaultModelLoad,
+		NodeLaunch: fam.LaunchTime, ProvisionDelay: 2 * time.Second, ModelLoad: vllmsim.DefaultModelLoad,
 		Consolidation: WhenEmpty, ConsolidateAfter: 30 * time.Second, Min: 1, Max: 16, Tick: time.Second, SLO: DefaultSLO,
 		WarmUp: DefaultWarmUp}, nil
 }

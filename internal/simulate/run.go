@@ -104,7 +104,7 @@ func H100Fleet() (Fleet, error) {
 		return Fleet{}, errors.New("the GPU catalogue has no H100 family")
 	}
 	return Fleet{Engine: engine, Family: fam, GPUsPerReplica: 2, ReplicaCPU: 16,
-		NodeLaunch: LaunchTimes["h100"], ProvisionDelay: 2 * time.Second, ModelLoad: 5 * time.Minute,
+		NodeLaunch: fam.LaunchTime, ProvisionDelay: 2 * time.Second, ModelLoad: 5 * time.Minute,
 		Consolidation: WhenEmptyOrUnderutilized, ConsolidateAfter: 5 * time.Minute, Min: 1, Max: 16, Tick: time.Second, SLO: DefaultSLO,
 		WarmUp: DefaultWarmUp}, nil
 }

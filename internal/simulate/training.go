@@ -76,7 +76,7 @@ func P5Cluster() (Cluster, error) {
 	if !ok {
 		return Cluster{}, errors.New("the GPU catalogue has no H100 family")
 	}
-	return Cluster{Family: fam, Size: fam.Sizes[0], LimitGPUs: 64, NodeLaunch: LaunchTimes["h100"], ProvisionDelay: 10 * time.Second,
+	return Cluster{Family: fam, Size: fam.Sizes[0], LimitGPUs: 64, NodeLaunch: fam.LaunchTime, ProvisionDelay: 10 * time.Second,
 		Consolidation: WhenEmptyOrUnderutilized, ConsolidateAfter: 5 * time.Minute, CheckpointEvery: 30 * time.Minute,
 		RendezvousTimeout: 15 * time.Minute, ProvisioningTimeout: time.Duration(berthv1alpha1.DefaultProvisioningTimeoutSeconds) * time.Second,
 		Tick: 5 * time.Second}, nil
