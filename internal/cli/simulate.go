@@ -61,7 +61,7 @@ The report (report.md and PNG plots) goes to --out; docs/economics.md explains t
 	fl.StringVar(&f.out, "out", "berth-simulate", "folder the report and its plots are written to")
 	fl.StringVar(&f.writeTrace, "write-trace", "", "also write the request trace replayed (synthetic or read) to this file")
 	fl.StringVar(&f.writeJobs, "write-jobs", "", "also write the job trace replayed to this file")
-	fl.StringVar(&f.fleet, "fleet", "l4", "serving fleet: l4 (Llama-3.1-8B on g6.xlarge) or h100 (Llama-3.3-70B FP8, 2 H100s per replica on p5.48xlarge)")
+	fl.StringVar(&f.fleet, "fleet", "l4", "serving fleet: l4 (Llama-3.1-8B, 1 L4 and 4 cores per replica on g6 nodes) or h100 (Llama-3.3-70B FP8, 2 H100s per replica on p5.48xlarge)")
 	fl.StringToStringVar(&f.trigger, "trigger", nil, "berth's ScaledObject trigger metadata (default: docs/economics.md's for the fleet), e.g. targetConcurrency=8,targetTTFTSeconds=3")
 	fl.IntVar(&f.min, "min", 1, "minimum replicas of every policy")
 	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "only launch instance sizes with this many GPUs (a nodeSelector on karpenter.k8s.aws/instance-gpu-count); 0: any size, Karpenter packs a scale-up's replicas onto the cheapest size that holds them")

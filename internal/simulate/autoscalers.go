@@ -223,20 +223,23 @@ func (d *DutyCycle) Describe() string {
 	return fmt.Sprintf("HPA on DCGM_FI_DEV_GPU_UTIL (avg over %s, scraped every %s), target %.0f %% per pod, default behavior", d.Window, d.Scrape, d.Target)
 }
 
-// Step implements Autoscaler with the HPA's pods-metric arithmetic: pods without a value
-// (starting) count as 0 % on a scale-up and as the target on a scale-down.
+// Step implements Autoscaler with the HPA's pods-metric arithmetic (calcPlainMetricReplicas):
+// the usage ratio over the pods that report the metric; pods not serving yet are Pending (the
+// model still loading) and the HPA ignores them.
 func (d *DutyCycle) Step(now time.Duration, v View) (int, bool) {
 	if !due(now, d.SyncPeriod) {
 		return 0, false
 	}
 	asOf := now - now%d.Scrape
 	var sum float64
-	reported, missing := 0, 0
+	reported := 0
 	for _, p := range v.pods {
+		if p.replica == nil {
+			continue
+		}
 		l, okL := p.latestAt(asOf)
 		b, okB := p.latestAt(asOf - d.Window)
-		if p.replica == nil || !okL || !okB || l.at == b.at {
-			missing++
+		if !okL || !okB || l.at == b.at {
 			continue
 		}
 		sum += math.Min(100, 100*(l.busy-b.busy)/(l.at-b.at).Seconds())
@@ -248,18 +251,6 @@ func (d *DutyCycle) Step(now time.Duration, v View) (int, bool) {
 	ratio := sum / float64(reported) / d.Target
 	if withinTolerance(ratio, d.hpa.behavior) {
 		return d.hpa.normalize(now, v.Spec, v.Spec), true
-	}
-	if missing > 0 {
-		fill := 0.0
-		if ratio < 1 {
-			fill = d.Target
-		}
-		newRatio := (sum + fill*float64(missing)) / float64(reported+missing) / d.Target
-		if withinTolerance(newRatio, d.hpa.behavior) || (newRatio > 1) != (ratio > 1) {
-			return d.hpa.normalize(now, v.Spec, v.Spec), true
-		}
-		ratio = newRatio
-		reported += missing
 	}
 	return d.hpa.normalize(now, v.Spec, int(math.Ceil(ratio*float64(reported)))), true
 }

@@ -108,7 +108,7 @@ func (f Fleet) Validate() error {
 	check(f.GPUsPerReplica >= 1 && f.ReplicaCPU >= 0 && f.maxSlots() > 0, "a replica (%d GPUs, %.1f cores) fits no instance type of %s", f.GPUsPerReplica, f.ReplicaCPU, f.Family.Name)
 	check(f.NodeLaunch >= 0 && f.ProvisionDelay >= 0 && f.ModelLoad >= 0 && f.ConsolidateAfter >= 0, "delays must not be negative")
 	check(f.Min >= 1 && f.Max >= f.Min, "replicas must be 1 ≤ min ≤ max, got %d and %d", f.Min, f.Max)
-	check(f.Tick > 0 && f.Tick <= 5*time.Second, "tick must be between 0 and 5 s, got %s", f.Tick)
+	check(f.Tick > 0 && f.Tick <= time.Second && time.Second%f.Tick == 0, "tick must divide a second (every controller period is whole seconds), got %s", f.Tick)
 	check(f.WarmUp >= 0, "warm-up must not be negative, got %s", f.WarmUp)
 	check(f.Consolidation == WhenEmpty || f.Consolidation == WhenEmptyOrUnderutilized, "consolidation must be %s or %s, got %q", WhenEmpty, WhenEmptyOrUnderutilized, f.Consolidation)
 	check(f.SLO.TTFT > 0 && f.SLO.ITL > 0 && f.SLO.Timeout >= f.SLO.TTFT, "the SLO needs positive TTFT and ITL targets and a timeout at least the TTFT target")

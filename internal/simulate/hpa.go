@@ -68,11 +68,11 @@ func (h *hpa) normalize(now time.Duration, current, rec int) int {
 		h.recs = h.recs[1:]
 	}
 	up, down := rec, rec
-	for _, r := range h.recs {
-		if now-r.at <= h.behavior.Up.Window {
+	for _, r := range h.recs { // strictly within the window, as the HPA's cutoff.After
+		if now-r.at < h.behavior.Up.Window {
 			up = min(up, r.n)
 		}
-		if now-r.at <= h.behavior.Down.Window {
+		if now-r.at < h.behavior.Down.Window {
 			down = max(down, r.n)
 		}
 	}
@@ -95,7 +95,10 @@ func (h *hpa) normalize(now time.Duration, current, rec int) int {
 	return out
 }
 
-// limit is the furthest the policies let the count go from current in one direction.
+// limit is the furthest the policies let the count go from current in one direction
+// (calculateScaleUpLimitWithScalingRules and calculateScaleDownLimitWithBehaviors): each
+// policy's count at the start of its period is current minus the replicas added plus those
+// removed since; a Percent policy rounds up when scaling up and truncates when scaling down.
 func (h *hpa) limit(now time.Duration, current int, r HPARules, up bool) int {
 	if len(r.Policies) == 0 {
 		if up {
@@ -103,18 +106,13 @@ func (h *hpa) limit(now time.Duration, current int, r HPARules, up bool) int {
 		}
 		return 0
 	}
-	best := -1
+	var best int
+	found := false
 	for _, p := range r.Policies {
-		// The count at the start of the period: current minus the changes since.
 		start := current
 		for _, e := range h.events {
 			if now-e.at < p.Period {
-				if up && e.change > 0 {
-					start -= e.change
-				}
-				if !up && e.change < 0 {
-					start -= e.change
-				}
+				start -= e.change
 			}
 		}
 		var v int
@@ -124,11 +122,12 @@ func (h *hpa) limit(now time.Duration, current int, r HPARules, up bool) int {
 		case up:
 			v = start + p.Value
 		case p.Percent:
-			v = int(math.Ceil(float64(start) * (1 - float64(p.Value)/100)))
+			v = int(float64(start) * (1 - float64(p.Value)/100))
 		default:
 			v = start - p.Value
 		}
-		// Up: Max picks the highest bound, Min the lowest; down: Max picks the lowest.
+		// selectPolicy Max allows the largest change (up: the highest bound, down: the lowest);
+		// Min the smallest.
 		better := v > best
 		if !up {
 			better = v < best
@@ -136,8 +135,8 @@ func (h *hpa) limit(now time.Duration, current int, r HPARules, up bool) int {
 		if r.SelectMin {
 			better = !better
 		}
-		if best == -1 || better {
-			best = v
+		if !found || better {
+			best, found = v, true
 		}
 	}
 	return best

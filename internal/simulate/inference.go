@@ -54,7 +54,8 @@ type InferenceResult struct {
 	// TTFT and ITL are quantiles in seconds over the requests that got a first token (ITL: each
 	// request's mean time per output token).
 	TTFTP50, TTFTP95, TTFTP99, ITLP95, ITLP99 float64
-	// GPUHours and Dollars are the nodes' GPU-hours and cost from the first arrival to the last;
+	// GPUHours and Dollars are the nodes' GPU-hours and cost from the end of the warm-up to the
+	// last arrival;
 	// NodeLaunches counts the nodes launched.
 	GPUHours, Dollars float64
 	NodeLaunches      int
@@ -99,6 +100,9 @@ func RunInference(f Fleet, trace []vllmsim.TraceRequest, a Autoscaler) (*Inferen
 	if len(trace) == 0 {
 		return nil, fmt.Errorf("%s: the trace has no request", a.Name())
 	}
+	if last := trace[len(trace)-1].At; f.WarmUp >= last {
+		return nil, fmt.Errorf("the warm-up (%s) covers the whole trace (%s): nothing would be measured", f.WarmUp, last)
+	}
 	s := newFleetSim(f, trace, a)
 	s.run()
 	return s.result(), nil
@@ -123,6 +127,8 @@ type fleetSim struct {
 	series seriesBuilder
 
 	lastDisrupt time.Duration
+	// lostBeforeFirst counts the lost requests that never had a first token.
+	lostBeforeFirst int
 }
 
 func newFleetSim(f Fleet, trace []vllmsim.TraceRequest, a Autoscaler) *fleetSim {
@@ -303,7 +309,9 @@ func (s *fleetSim) arrivals() {
 			continue
 		}
 		s.robin %= len(serving)
-		serving[s.robin].replica.SubmitRequest(epoch.Add(r.At), r.Prompt, r.Output)
+		if !serving[s.robin].replica.SubmitRequest(epoch.Add(r.At), r.Prompt, r.Output) && r.At >= s.f.WarmUp {
+			s.res.Failed++ // a prompt longer than the engine serves: vLLM answers 400
+		}
 		s.robin++
 	}
 }
@@ -387,7 +395,7 @@ func deleteBefore(p, q *pod) bool {
 // rank is a pod's readiness class for deletion: lower goes first.
 func rank(p *pod) int {
 	switch {
-	case p.node == nil:
+	case p.node == nil || p.bound == never: // unscheduled (nominated to a node still launching)
 		return 0
 	case p.replica == nil:
 		return 1
@@ -397,12 +405,20 @@ func rank(p *pod) int {
 
 // remove deletes a pod: its queued and running requests are lost.
 func (s *fleetSim) remove(p *pod, evicted bool) {
-	if p.replica != nil && s.now >= s.f.WarmUp {
-		running, waiting := p.replica.Queue()
-		s.res.Lost += running + waiting
-		if evicted {
-			s.res.LostToConsolidation += running + waiting
-		}
+	if p.replica != nil {
+		from := epoch.Add(s.f.WarmUp)
+		p.replica.Unfinished(func(arrived time.Time, first bool) {
+			if arrived.Before(from) {
+				return // not measured
+			}
+			s.res.Lost++
+			if evicted {
+				s.res.LostToConsolidation++
+			}
+			if !first {
+				s.lostBeforeFirst++
+			}
+		})
 	}
 	if n := p.node; n != nil {
 		n.pods = slices.DeleteFunc(n.pods, func(q *pod) bool { return q == p })
@@ -474,7 +490,9 @@ func (s *fleetSim) account() {
 func (s *fleetSim) result() *InferenceResult {
 	r := s.res
 	r.Good = s.rec.good
-	r.TimedOut = s.rec.timedOut + s.rec.outstanding(r.Requests, r.Failed+r.Lost)
+	// Timed out: a first token after the client gave up, or none at all (neither failed nor
+	// lost before it came).
+	r.TimedOut = s.rec.timedOut + max(0, r.Requests-r.Failed-s.rec.firstTokens-s.lostBeforeFirst)
 	r.TTFTP50, r.TTFTP95, r.TTFTP99 = s.rec.ttft.quantile(0.5), s.rec.ttft.quantile(0.95), s.rec.ttft.quantile(0.99)
 	r.ITLP95, r.ITLP99 = s.rec.itl.quantile(0.95), s.rec.itl.quantile(0.99)
 	r.Series = s.series.points()

@@ -9,6 +9,7 @@ type recorder struct {
 	from                     time.Time
 	ttft, itl                samples
 	good, finished, timedOut int
+	firstTokens              int
 	series                   *seriesBuilder
 }
 
@@ -18,6 +19,7 @@ func (r *recorder) FirstToken(arrived, at time.Time) {
 		return
 	}
 	d := at.Sub(arrived)
+	r.firstTokens++
 	r.ttft.add(d.Seconds())
 	if d > r.slo.Timeout {
 		r.timedOut++

@@ -145,7 +145,9 @@ type tnode struct {
 	pods            []*tpod
 	nominated       []*tpod
 	changed         time.Duration
-	obj             *corev1.Node
+	// wanted is when a pending pod last fitted the node's free GPUs.
+	wanted time.Duration
+	obj    *corev1.Node
 }
 
 type tpod struct {
@@ -197,7 +199,8 @@ func RunTraining(c Cluster, jobs []Job, p TrainingPolicy) (*TrainingResult, erro
 	}
 	for i, j := range jobs {
 		tj := &tjob{Job: j, id: i, retryAt: noTime, partialSince: noTime, attemptStart: noTime, seatNodes: map[*tnode]bool{}}
-		if j.GPUsPerMember > int(c.Size.GPUs) || tj.gpus() > c.LimitGPUs {
+		if perNode := int(c.Size.GPUs) / j.GPUsPerMember; perNode == 0 || (j.Members+perNode-1)/perNode*int(c.Size.GPUs) > c.LimitGPUs {
+			// A member larger than a node, or a gang whose nodes exceed the NodePool's limit.
 			s.res.Unplaceable++
 			continue
 		}
@@ -454,8 +457,11 @@ func (s *trainSim) visiblePending() []*tpod {
 	return out
 }
 
-// provision is Karpenter: pending pods go to in-flight nodes with room, then to new nodes
-// packed first-fit largest first, within the NodePool's GPU limit.
+// provision is Karpenter: a pending pod that fits the free GPUs of a Ready node (less what
+// other pending pods were already given there) needs no new capacity; the others go to
+// in-flight nodes with room, then to new nodes packed first-fit largest first, within the
+// NodePool's GPU limit. Seats bind where they fit; nominations end once the node is Ready
+// (kube-scheduler binds the pod there or it is pending again).
 func (s *trainSim) provision() {
 	pods := s.visiblePending()
 	sort.SliceStable(pods, func(a, b int) bool { return pods[a].gpus > pods[b].gpus })
@@ -467,9 +473,29 @@ func (s *trainSim) provision() {
 		}
 		return r
 	}
+	ready := s.readyNodes()
+	taken := map[*tnode]int{}
 	for _, p := range pods {
 		if p.nominated != nil {
 			continue
+		}
+		if p.seat {
+			if n := s.leastAllocated(p.gpus, nil); n != nil {
+				s.bind(p, n)
+				continue
+			}
+		}
+		fits := false
+		for _, n := range ready {
+			if room(n)-taken[n] >= p.gpus {
+				taken[n] += p.gpus
+				n.wanted = s.now // Karpenter nominates the pod there: not a node to consolidate
+				fits = true
+				break
+			}
+		}
+		if fits {
+			continue // existing capacity holds it: Karpenter launches nothing for it
 		}
 		var target *tnode
 		for _, n := range s.nodes {
@@ -488,16 +514,20 @@ func (s *trainSim) provision() {
 		p.nominated = target
 		target.nominated = append(target.nominated, p)
 	}
-	// Nominated pods bind when their node is Ready (kube-scheduler, then the seats).
-	for _, n := range s.nodes {
-		if s.now < n.ready {
-			continue
+	for _, n := range ready {
+		if len(n.nominated) > 0 {
+			// Karpenter counts consolidateAfter from the node's initialization; the pods it was
+			// launched for still want it.
+			n.changed, n.wanted = max(n.changed, n.ready), s.now
 		}
 		for _, p := range slices.Clone(n.nominated) {
 			if p.seat && s.free(n) >= p.gpus {
 				s.bind(p, n)
+				continue
 			}
+			p.nominated = nil
 		}
+		n.nominated = n.nominated[:0]
 	}
 }
 
@@ -507,7 +537,7 @@ func (s *trainSim) launch() *tnode {
 	gpus := resource.MustParse(strconv.FormatInt(s.c.Size.GPUs, 10))
 	obj := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{corev1.LabelHostname: name}},
 		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{berthv1alpha1.GPUResource: gpus, corev1.ResourcePods: resource.MustParse("110")}}}
-	n := &tnode{name: name, launched: s.now, ready: s.now + s.c.NodeLaunch, changed: s.now, obj: obj}
+	n := &tnode{name: name, launched: s.now, ready: s.now + s.c.NodeLaunch, changed: s.now, wanted: noTime, obj: obj}
 	s.nodes = append(s.nodes, n)
 	return n
 }

@@ -13,14 +13,14 @@ import (
 // them again.
 func (s *trainSim) consolidate() {
 	s.dropNodes(func(n *tnode) bool {
-		return len(n.pods) == 0 && len(n.nominated) == 0 && s.now >= n.ready && s.now-n.changed >= s.c.ConsolidateAfter
+		return len(n.pods) == 0 && len(n.nominated) == 0 && n.wanted != s.now && s.now >= n.ready && s.now-n.changed >= s.c.ConsolidateAfter
 	})
 	if s.c.Consolidation != WhenEmptyOrUnderutilized || s.now-s.lastDisrupt < consolidationValidation {
 		return
 	}
 	guard := s.p == PolicyBerth && !s.c.Unguarded
 	for _, n := range s.nodes {
-		if len(n.pods) == 0 || len(n.nominated) > 0 || s.now < n.ready || s.now-n.changed < s.c.ConsolidateAfter || !s.movable(n, guard) {
+		if len(n.pods) == 0 || len(n.nominated) > 0 || n.wanted == s.now || s.now < n.ready || s.now-n.changed < s.c.ConsolidateAfter || !s.movable(n, guard) {
 			continue
 		}
 		for _, p := range slices.Clone(n.pods) {
@@ -42,10 +42,19 @@ func (s *trainSim) dropNodes(gone func(*tnode) bool) {
 
 // movable reports whether every pod on n may be disrupted and fits the other Ready nodes.
 func (s *trainSim) movable(n *tnode, guard bool) bool {
-	free := map[*tnode]int{}
-	for _, o := range s.readyNodes() {
-		if o != n {
-			free[o] = s.free(o)
+	others := slices.DeleteFunc(s.readyNodes(), func(o *tnode) bool { return o == n })
+	free := make([]int, len(others))
+	for i, o := range others {
+		free[i] = s.free(o)
+	}
+	// Karpenter's simulation schedules the pending pods too: capacity they fit is not free
+	// for the pods a drain would move.
+	for _, p := range s.visiblePending() {
+		for i := range free {
+			if free[i] >= p.gpus {
+				free[i] -= p.gpus
+				break
+			}
 		}
 	}
 	for _, p := range n.pods {
@@ -53,9 +62,9 @@ func (s *trainSim) movable(n *tnode, guard bool) bool {
 			return false
 		}
 		placed := false
-		for o, f := range free {
-			if f >= p.gpus {
-				free[o] -= p.gpus
+		for i := range free {
+			if free[i] >= p.gpus {
+				free[i] -= p.gpus
 				placed = true
 				break
 			}

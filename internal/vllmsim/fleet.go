@@ -88,6 +88,9 @@ type LoadStatus struct {
 	// queued or running on a replica when it stopped serving (a deleted pod's).
 	Arrived uint64 `json:"arrived"`
 	Lost    uint64 `json:"lost"`
+	// Rejected counts replayed requests a replica refused: prompts longer than its
+	// max-model-len, which vLLM answers with a 400.
+	Rejected uint64 `json:"rejected,omitempty"`
 }
 
 // NewFleet returns a fleet that serves no address yet.
@@ -287,7 +290,7 @@ func (f *Fleet) Status() LoadStatus {
 	f.retiredMu.Lock()
 	lost := f.lost
 	f.retiredMu.Unlock()
-	st := LoadStatus{Rate: f.load.Rate(), Pattern: f.load.Pattern(), Held: f.load.Held(), Arrived: f.load.Arrived(), Lost: lost}
+	st := LoadStatus{Rate: f.load.Rate(), Pattern: f.load.Pattern(), Held: f.load.Held(), Arrived: f.load.Arrived(), Lost: lost, Rejected: f.load.Rejected()}
 	for _, r := range f.replicas() {
 		running, waiting := r.Queue()
 		st.Replicas++
@@ -376,9 +379,10 @@ type ReplayReport struct {
 	// seconds (p50, p95, p99).
 	FirstTokens int                `json:"firstTokens"`
 	TTFT        map[string]float64 `json:"ttftSeconds"`
-	// Arrived and Lost are the fleet's counters (LoadStatus).
-	Arrived uint64 `json:"arrived"`
-	Lost    uint64 `json:"lost"`
+	// Arrived, Lost and Rejected are the fleet's counters (LoadStatus).
+	Arrived  uint64 `json:"arrived"`
+	Lost     uint64 `json:"lost"`
+	Rejected uint64 `json:"rejected"`
 }
 
 // Replay reports the replay in progress; ok is false when none was started.
@@ -389,7 +393,7 @@ func (f *Fleet) Replay() (ReplayReport, bool) {
 	}
 	ls := f.Status()
 	n, q := f.latency.quantiles(0.5, 0.95, 0.99)
-	return ReplayReport{Replay: st, FirstTokens: n, Arrived: ls.Arrived, Lost: ls.Lost,
+	return ReplayReport{Replay: st, FirstTokens: n, Arrived: ls.Arrived, Lost: ls.Lost, Rejected: ls.Rejected,
 		TTFT: map[string]float64{"p50": q[0], "p95": q[1], "p99": q[2]}}, true
 }
 

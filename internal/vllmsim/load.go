@@ -41,14 +41,24 @@ type LoadGenerator struct {
 	replayNext  int
 	// robin is the round-robin cursor of replayed requests.
 	robin int
+	// rejected counts replayed requests a server refused (a prompt longer than it serves).
+	rejected uint64
+}
+
+// Rejected is the number of replayed requests a server refused.
+func (g *LoadGenerator) Rejected() uint64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.rejected
 }
 
 // SizedReceiver is a Receiver that takes requests with their own lengths, as a trace gives
 // them; *Replica is one. Replayed requests go to receivers that are not with default lengths.
 type SizedReceiver interface {
 	Receiver
-	// SubmitRequest enqueues one request that arrived at at with its lengths.
-	SubmitRequest(at time.Time, prompt, output int)
+	// SubmitRequest enqueues one request that arrived at at with its lengths; false when the
+	// server rejects it (a prompt longer than it serves).
+	SubmitRequest(at time.Time, prompt, output int) bool
 }
 
 // ReplayStatus is how far a trace replay has got.
@@ -108,7 +118,9 @@ func (g *LoadGenerator) emitReplay(now time.Time, receivers []Receiver) int {
 		}
 		g.robin %= len(receivers)
 		if sr, ok := receivers[g.robin].(SizedReceiver); ok {
-			sr.SubmitRequest(at, r.Prompt, r.Output)
+			if !sr.SubmitRequest(at, r.Prompt, r.Output) {
+				g.rejected++
+			}
 		} else {
 			receivers[g.robin].Submit(1, at)
 		}

@@ -174,19 +174,24 @@ func (r *Replica) SetObserver(o Observer) {
 }
 
 // SubmitRequest enqueues one request that arrived at at with its own lengths — a trace's —
-// on the next engine in turn. Under the token model the lengths are clamped to max-model-len
-// as vLLM would reject longer ones; under the fixed model they are ignored (every request
-// takes ServiceTime).
-func (r *Replica) SubmitRequest(at time.Time, prompt, output int) {
+// on the next engine in turn, and reports whether it was accepted. Under the token model a
+// prompt that fills max-model-len is rejected, as vLLM answers 400, and the output stops where
+// max-model-len does; under the fixed model the lengths are ignored (every request takes
+// ServiceTime).
+func (r *Replica) SubmitRequest(at time.Time, prompt, output int) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e := r.engines[r.next]
+	if e.tok != nil && prompt >= r.cfg.Tokens.MaxModelLen {
+		return false
+	}
 	r.next = (r.next + 1) % len(r.engines)
 	if e.tok != nil {
 		e.tok.submitSized(at, prompt, output, &r.cfg)
-		return
+		return true
 	}
 	e.waiting = append(e.waiting, request{arrived: at})
+	return true
 }
 
 // Submit enqueues n requests that arrived at time at, spread round-robin over the engines.
@@ -313,6 +318,30 @@ func (r *Replica) Snapshot() []EngineStats {
 		out[i] = s
 	}
 	return out
+}
+
+// Unfinished calls visit for every request the replica holds, queued or running: when it
+// arrived and whether it has had its first token. The economics simulator uses it to account
+// for the requests a removed replica loses.
+func (r *Replica) Unfinished(visit func(arrived time.Time, firstToken bool)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.engines {
+		if e.tok != nil {
+			for _, q := range [][]*tseq{e.tok.waiting, e.tok.running} {
+				for _, s := range q {
+					visit(s.arrived, s.firstToken)
+				}
+			}
+			continue
+		}
+		for _, q := range e.waiting {
+			visit(q.arrived, q.preempted)
+		}
+		for _, q := range e.running {
+			visit(q.arrived, true) // the fixed model's first token comes at admission
+		}
+	}
 }
 
 // Queue returns the requests running and waiting, summed over the engines.

@@ -127,10 +127,11 @@ func (t *tokenEngine) submit(at time.Time, cfg *Config) {
 	t.waiting = append(t.waiting, &tseq{arrived: at, prompt: prompt, output: output})
 }
 
-// submitSized queues a request with given lengths, clamped to what max-model-len allows.
+// submitSized queues a request with given lengths (a prompt under max-model-len), its output
+// cut where max-model-len is reached.
 func (t *tokenEngine) submitSized(at time.Time, prompt, output int, cfg *Config) {
 	m := cfg.Tokens
-	prompt = min(max(prompt, 1), m.MaxModelLen-1)
+	prompt = max(prompt, 1)
 	output = min(max(output, 1), m.MaxModelLen-prompt)
 	t.waiting = append(t.waiting, &tseq{arrived: at, prompt: prompt, output: output})
 }

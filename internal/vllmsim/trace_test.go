@@ -138,3 +138,25 @@ func TestAdminReplay(t *testing.T) {
 		t.Errorf("GET /replay: %d, want 200", c)
 	}
 }
+
+func TestAPromptLongerThanTheModelIsRejected(t *testing.T) {
+	cfg, err := Profile(ProfileL4Llama8B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewReplica(cfg, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.SubmitRequest(time.Unix(0, 0), cfg.Tokens.MaxModelLen, 10) {
+		t.Error("a prompt of max-model-len tokens was accepted; vLLM answers 400")
+	}
+	if !r.SubmitRequest(time.Unix(0, 0), cfg.Tokens.MaxModelLen-1, 10) {
+		t.Error("a prompt one token under max-model-len was rejected")
+	}
+	n := 0
+	r.Unfinished(func(time.Time, bool) { n++ })
+	if n != 1 {
+		t.Errorf("%d requests held, want the one accepted", n)
+	}
+}
