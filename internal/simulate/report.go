@@ -242,20 +242,33 @@ func seriesPlot(title, y string, rs []*InferenceResult, hours, logY bool, v func
 			}
 			xys = append(xys, plotter.XY{X: x, Y: val})
 		}
-		if len(xys) == 0 {
-			continue
-		}
-		l, err := plotter.NewLine(xys)
-		if err != nil {
+		if err := addLine(p, xys, i, r.Autoscaler, false); err != nil {
 			return nil, err
 		}
-		l.Color = plotutil.Color(i)
-		l.Width = vg.Points(1.2)
-		p.Add(l)
-		p.Legend.Add(r.Autoscaler, l)
 	}
 	p.Legend.Top = true
 	return p, nil
+}
+
+// addLine draws xys in the i-th colour, solid with a legend entry or dashed without; no
+// points, no line.
+func addLine(p *plot.Plot, xys plotter.XYs, i int, name string, dashed bool) error {
+	if len(xys) == 0 {
+		return nil
+	}
+	l, err := plotter.NewLine(xys)
+	if err != nil {
+		return err
+	}
+	l.Color = plotutil.Color(i)
+	l.Width = vg.Points(1.2)
+	if dashed {
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
+	} else {
+		p.Legend.Add(name, l)
+	}
+	p.Add(l)
+	return nil
 }
 
 func trainingPlot(ts []*TrainingResult) (*plot.Plot, error) {
@@ -272,20 +285,9 @@ func trainingPlot(ts []*TrainingResult) (*plot.Plot, error) {
 				}
 				xys = append(xys, plotter.XY{X: pt.At.Hours(), Y: y})
 			}
-			if len(xys) == 0 {
-				continue
-			}
-			l, err := plotter.NewLine(xys)
-			if err != nil {
+			if err := addLine(p, xys, i, t.Policy, dashed); err != nil {
 				return nil, err
 			}
-			l.Color = plotutil.Color(i)
-			if dashed {
-				l.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
-			} else {
-				p.Legend.Add(t.Policy, l)
-			}
-			p.Add(l)
 		}
 	}
 	p.Legend.Top = true
