@@ -52,10 +52,13 @@ const (
 	// HeldNoReadyReplica: no replica is ready (the others are stalled), so nothing measures
 	// the load and nothing is removed.
 	HeldNoReadyReplica Held = "no_ready_replica"
+	// HeldLearning: the SLO signal has not yet seen what a replica carries at the SLO, or has
+	// no arrival rate, so it holds the fleet (the TTFT and ITL constraints still add replicas).
+	HeldLearning Held = "learning"
 )
 
 // HeldReasons lists every Held reason, in documentation order.
-func HeldReasons() []Held { return []Held{HeldStarting, HeldPartial, HeldNoReadyReplica} }
+func HeldReasons() []Held { return []Held{HeldStarting, HeldPartial, HeldNoReadyReplica, HeldLearning} }
 
 // Decision is the outcome of one evaluation.
 type Decision struct {
@@ -142,6 +145,10 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 	// Sizing signals first: they say how many replicas the load needs.
 	for _, s := range t.Signals() {
 		if s.Constraint() {
+			continue
+		}
+		if s == SignalSLO {
+			d.add(decideSLO(o, t, headroom, d.Current, d.Partial))
 			continue
 		}
 		target := t.Target(s)

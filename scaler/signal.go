@@ -43,6 +43,10 @@ const (
 	// guard, not a size — above it replicas are added before the caches fill and vLLM starts
 	// preempting; at or under it (or unknown) it asks for nothing.
 	SignalKVSaturation Signal = "kv_saturation"
+	// SignalSLO sizes the fleet on its SLO (ttftSLOSeconds, itlSLOSeconds, sloAttainment): the
+	// demand forecast one cold start ahead over the request rate one replica carries at the SLO,
+	// learned online from the replicas' own windows (FleetModel).
+	SignalSLO Signal = "slo"
 )
 
 // MetricName is the metric name berth gives KEDA for a signal (KEDA prefixes it with the
@@ -71,6 +75,8 @@ func (s Signal) MetricName() string {
 		return "berth-kv-tokens"
 	case SignalKVSaturation:
 		return "berth-kv-saturation"
+	case SignalSLO:
+		return "berth-slo-replicas"
 	}
 	return ""
 }
@@ -83,7 +89,7 @@ func (s Signal) Constraint() bool {
 
 // AllSignals lists every signal, in documentation order.
 func AllSignals() []Signal {
-	return []Signal{SignalQueue, SignalConcurrency, SignalQueuedPromptTokens, SignalKVCache, SignalKVTokens, SignalTokens,
+	return []Signal{SignalSLO, SignalQueue, SignalConcurrency, SignalQueuedPromptTokens, SignalKVCache, SignalKVTokens, SignalTokens,
 		SignalTTFT, SignalITL, SignalPreemption, SignalKVSaturation, SignalFollow}
 }
 
@@ -177,6 +183,26 @@ func (h Histogram) Quantile(q float64) float64 {
 	return lower + (h.Bounds[i]-lower)*(rank-below)/in
 }
 
+// FractionAtOrBelow estimates the fraction of observations at or below x, interpolating
+// linearly inside the bucket that holds x as Quantile does; NaN without observations.
+func (h Histogram) FractionAtOrBelow(x float64) float64 {
+	total := h.Total()
+	if total <= 0 || len(h.Bounds) == 0 {
+		return math.NaN()
+	}
+	lower, below := 0.0, 0.0
+	for i, b := range h.Bounds {
+		if x < b {
+			if math.IsInf(b, 1) {
+				return below / total
+			}
+			return (below + (h.Counts[i]-below)*(x-lower)/(b-lower)) / total
+		}
+		lower, below = b, h.Counts[i]
+	}
+	return 1
+}
+
 // Sample is what one replica reported at one moment, summed across its engines.
 type Sample struct {
 	// At is when the sample was taken (scrape time, or the series' timestamp in Prometheus).
@@ -261,6 +287,19 @@ type Observation struct {
 	FollowReplicas float64
 	// OldestSample is the age of the oldest sample used.
 	OldestSample time.Duration
+	// Windows is each sampled replica's last window, for SignalSLO's capacity model (empty
+	// when the trigger has no SLO).
+	Windows []ReplicaWindow
+	// Arrivals is the requests per second that arrived at the ArrivalsSampled replicas with a
+	// window; NaN when no replica has one.
+	Arrivals        float64
+	ArrivalsSampled int
+	// Startup is the longest start-up (created to ready) of the ready replicas that started
+	// recently; 0 when none did.
+	Startup time.Duration
+	// Model is what berth has learned of the fleet (kept by the caller between evaluations and
+	// fed each observation with FleetModel.Learn); nil: nothing.
+	Model *FleetModel
 }
 
 // Pod is a replica of a scale target as the API reports it. Pods being deleted are left out.

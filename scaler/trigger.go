@@ -59,6 +59,12 @@ const (
 	KeyMetricsPort          = "metricsPort"
 	KeyMetricsPath          = "metricsPath"
 	KeyModel                = "model"
+	KeyTTFTSLOSeconds       = "ttftSLOSeconds"
+	KeyITLSLOSeconds        = "itlSLOSeconds"
+	KeySLOAttainment        = "sloAttainment"
+	KeyColdStartSeconds     = "coldStartSeconds"
+	KeyHeadroomQuantile     = "headroomQuantile"
+	KeyMaxHeadroom          = "maxHeadroom"
 	KeyTargetQueueDepth     = "targetQueueDepth"
 	KeyTargetConcurrency    = "targetConcurrency"
 	KeyTargetKVCacheUsage   = "targetKVCacheUsage"
@@ -119,6 +125,8 @@ type Trigger struct {
 	MetricsPath string
 	// Model, when set, counts only series whose model_name is this.
 	Model string
+	// SLO is the objective SignalSLO sizes the fleet to meet (SLO.TTFT 0: not used).
+	SLO SLO
 	// TargetQueueDepth is the waiting requests one replica should hold (0: queue not used).
 	TargetQueueDepth float64
 	// TargetConcurrency is the requests, running plus waiting, one replica should hold (0: not
@@ -205,6 +213,9 @@ func ParseTrigger(md map[string]string) (*Trigger, error) {
 		return nil, err
 	}
 	if err := p.targets(t); err != nil {
+		return nil, err
+	}
+	if err := p.slo(t); err != nil {
 		return nil, err
 	}
 	if err := p.follow(t); err != nil {
@@ -318,6 +329,9 @@ func (t *Trigger) checkRoleTargets(p parser) (err error) {
 		if t.TargetITL > 0 {
 			return &InvalidKeyError{KeyTargetITLSeconds, "", "not used by role prefill (a prefill instance generates no tokens after the first); put it on the decode ScaledObject"}
 		}
+		if t.SLO.ITL > 0 {
+			return &InvalidKeyError{KeyITLSLOSeconds, "", "not used by role prefill (a prefill instance generates no tokens after the first); put the ITL objective on the decode ScaledObject"}
+		}
 		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 && t.TargetTokens == 0 && t.TargetQueuedPromptTokens == 0 {
 			t.TargetQueuedPromptTokens = DefaultPrefillQueuedPromptTokens
 		}
@@ -327,6 +341,9 @@ func (t *Trigger) checkRoleTargets(p parser) (err error) {
 				err = t.checkKVSaturation(p)
 			}
 		}()
+		if t.SLO.TTFT > 0 {
+			return &InvalidKeyError{KeyTTFTSLOSeconds, "", "not used by role decode (a decode instance's first token is the prefill fleet's); size the prefill ScaledObject (role prefill or both) on the SLO"}
+		}
 		if t.TargetQueueDepth > 0 || t.TargetTTFT > 0 || t.TargetQueuedPromptTokens > 0 {
 			return &InvalidKeyError{KeyRole, "decode", "decode scales on the KV cache (targetKVCacheUsage, targetKVTokens) and targetConcurrency, with targetITLSeconds as its SLO; remove targetQueueDepth, targetQueuedPromptTokens and targetTTFTSeconds or use role prefill or both"}
 		}
@@ -341,10 +358,10 @@ func (t *Trigger) checkRoleTargets(p parser) (err error) {
 			return err
 		}
 		if t.TargetQueueDepth == 0 && t.TargetConcurrency == 0 && t.TargetKVCacheUsage == 0 && t.TargetTokens == 0 &&
-			t.TargetKVTokens == 0 && t.TargetQueuedPromptTokens == 0 {
-			key, want := KeyTargetQueueDepth, "set at least one of targetQueueDepth, targetConcurrency, targetQueuedPromptTokens, targetKVCacheUsage, targetKVTokens, targetTokensPerSecond (or a role, which has defaults)"
+			t.TargetKVTokens == 0 && t.TargetQueuedPromptTokens == 0 && t.SLO.TTFT == 0 {
+			key, want := KeyTTFTSLOSeconds, "set ttftSLOSeconds (berth sizes the fleet on its SLO) or at least one of targetQueueDepth, targetConcurrency, targetQueuedPromptTokens, targetKVCacheUsage, targetKVTokens, targetTokensPerSecond (or a role, which has defaults)"
 			if t.TargetTTFT > 0 || t.TargetITL > 0 || t.MaxPreemptions > 0 || t.KVSaturation > 0 {
-				key, want = KeyTargetTTFTSeconds, "targetTTFTSeconds, targetITLSeconds, maxPreemptionsPerMinute and kvSaturation add replicas when violated and never size a fleet down; set targetQueueDepth, targetConcurrency or targetKVCacheUsage to size it"
+				key, want = KeyTargetTTFTSeconds, "targetTTFTSeconds, targetITLSeconds, maxPreemptionsPerMinute and kvSaturation add replicas when violated and never size a fleet down; set ttftSLOSeconds (the SLO sizes the fleet), targetQueueDepth, targetConcurrency or targetKVCacheUsage to size it"
 				switch {
 				case t.TargetTTFT > 0:
 				case t.TargetITL > 0:
@@ -486,7 +503,8 @@ func isLabelName(s string) bool {
 
 // AcceptedKeys lists every trigger metadata key berth reads, in documentation order.
 func AcceptedKeys() []string {
-	return []string{KeyPodSelector, KeyMetricsPort, KeyMetricsPath, KeyModel, KeyTargetQueueDepth, KeyTargetConcurrency,
+	return []string{KeyPodSelector, KeyMetricsPort, KeyMetricsPath, KeyModel, KeyTTFTSLOSeconds, KeyITLSLOSeconds, KeySLOAttainment,
+		KeyColdStartSeconds, KeyHeadroomQuantile, KeyMaxHeadroom, KeyTargetQueueDepth, KeyTargetConcurrency,
 		KeyTargetQueuedPrompt, KeyTargetKVCacheUsage, KeyTargetKVTokens, KeyKVSaturation, KeyTargetTokens, KeyTargetTTFTSeconds, KeyTargetITLSeconds, KeyMaxPreemptions, KeyFollow, KeyFollowRatio, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
 		KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL, KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv,
 		KeyPrometheusPasswordFromEnv}
@@ -495,6 +513,9 @@ func AcceptedKeys() []string {
 // Signals lists the signals this trigger scales on, in a fixed order.
 func (t *Trigger) Signals() []Signal {
 	var out []Signal
+	if t.SLO.TTFT > 0 {
+		out = append(out, SignalSLO)
+	}
 	if t.TargetQueueDepth > 0 {
 		out = append(out, SignalQueue)
 	}
@@ -554,7 +575,7 @@ func (t *Trigger) Target(s Signal) float64 {
 		return t.TargetKVTokens
 	case SignalKVSaturation:
 		return t.KVSaturation
-	case SignalFollow:
+	case SignalFollow, SignalSLO:
 		return 1 // replicas
 	}
 	return 0
@@ -630,6 +651,53 @@ func (p parser) follow(t *Trigger) error {
 			return &InvalidKeyError{KeyFollowRatio, ratio, "want a number > 0: this fleet's replicas per replica of the followed one, e.g. 0.5 for one prefill replica per two decode replicas"}
 		}
 		t.FollowRatio = f
+	}
+	return nil
+}
+
+// slo reads the SLO keys: ttftSLOSeconds turns SignalSLO on; the others need it.
+func (p parser) slo(t *Trigger) error {
+	var err error
+	if t.SLO.TTFT, err = p.target(KeyTTFTSLOSeconds, "time to first token in seconds the SLO holds requests to", math.Inf(1)); err != nil {
+		return err
+	}
+	if t.SLO.ITL, err = p.target(KeyITLSLOSeconds, "inter-token latency in seconds the SLO holds tokens to", math.Inf(1)); err != nil {
+		return err
+	}
+	t.SLO.Attainment, t.SLO.HeadroomQuantile, t.SLO.MaxHeadroom = DefaultSLOAttainment, DefaultHeadroomQuantile, DefaultMaxHeadroom
+	for _, k := range []struct {
+		key, want string
+		lo, hi    float64
+		dst       *float64
+	}{
+		{KeySLOAttainment, "want the fraction of requests that must meet the SLO, from 0.5 to 0.9999 (default 0.99)", 0.5, 0.9999, &t.SLO.Attainment},
+		{KeyHeadroomQuantile, "want the quantile of the fleet's own bursts held as headroom, from 0 (none) to 1 (the largest seen; default 0.9)", 0, 1, &t.SLO.HeadroomQuantile},
+		{KeyMaxHeadroom, "want the most headroom as a multiple of the demand, from 1 (none) to 10 (default 2)", 1, 10, &t.SLO.MaxHeadroom},
+	} {
+		v, ok := p.get(k.key)
+		if !ok {
+			continue
+		}
+		f, perr := strconv.ParseFloat(v, 64)
+		if perr != nil || math.IsNaN(f) || f < k.lo || f > k.hi {
+			return &InvalidKeyError{k.key, v, k.want}
+		}
+		*k.dst = f
+	}
+	if v, ok := p.get(KeyColdStartSeconds); ok {
+		n, perr := strconv.Atoi(v)
+		if perr != nil || n < 1 || n > 7200 {
+			return &InvalidKeyError{KeyColdStartSeconds, v, "want whole seconds from 1 to 7200 from a scale-up to a new replica serving (node launch plus model load); unset, berth learns it from the replicas' start-ups"}
+		}
+		t.SLO.ColdStart = time.Duration(n) * time.Second
+	}
+	if t.SLO.TTFT > 0 {
+		return nil
+	}
+	for _, k := range []string{KeyITLSLOSeconds, KeySLOAttainment, KeyColdStartSeconds, KeyHeadroomQuantile, KeyMaxHeadroom} {
+		if _, ok := p.get(k); ok {
+			return &InvalidKeyError{k, "", "only used with ttftSLOSeconds, which sizes the fleet on its SLO; set it"}
+		}
 	}
 	return nil
 }

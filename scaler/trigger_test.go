@@ -39,7 +39,7 @@ func TestParseTriggerErrors(t *testing.T) {
 		key     string
 		message string
 	}{
-		{map[string]string{}, "targetQueueDepth", "at least one of"},
+		{map[string]string{}, "ttftSLOSeconds", "at least one of"},
 		{map[string]string{"targetQueueDeph": "4"}, "targetQueueDeph", "unknown key; accepted keys: podSelector"},
 		{map[string]string{"targetQueueDepth": "-1"}, "targetQueueDepth", "want a number > 0"},
 		{map[string]string{"targetQueueDepth": "0.0001"}, "targetQueueDepth", "smallest is 0.001"},

@@ -1,0 +1,322 @@
+package scaler
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// SLO is a trigger's service-level objective: what SignalSLO sizes the fleet to meet. The
+// fleet is sized from the demand (requests arriving per second, forecast over one cold start)
+// and what one replica can carry at the SLO, which berth learns online from the replicas'
+// own windows (FleetModel) instead of a per-replica number the user must guess.
+type SLO struct {
+	// TTFT is the time to first token a request must get within, in seconds (0: no SLO).
+	TTFT float64
+	// ITL is the inter-token latency a request's tokens must come within, in seconds (0:
+	// none).
+	ITL float64
+	// Attainment is the fraction of requests that must meet the SLO (0.5–0.9999).
+	Attainment float64
+	// ColdStart is how far ahead the demand is forecast: a node launch plus a model load of the
+	// fleet's family. 0: learned from the replicas' own start-up times (DefaultColdStart until
+	// one is seen).
+	ColdStart time.Duration
+	// HeadroomQuantile is the quantile of the fleet's own recent bursts held as headroom: the
+	// ratio of the peak demand within one cold start to the demand at its start, over the
+	// model's history (0: no burst headroom, the trend alone).
+	HeadroomQuantile float64
+	// MaxHeadroom caps the burst headroom as a multiple of the demand (the GPU budget of the
+	// headroom: 1.5 holds at most half as many replicas again as the demand needs).
+	MaxHeadroom float64
+}
+
+// SLO defaults.
+const (
+	// DefaultSLOAttainment is sloAttainment's default.
+	DefaultSLOAttainment = 0.99
+	// DefaultColdStart is the forecast horizon before berth has seen a replica start.
+	DefaultColdStart = 5 * time.Minute
+	// DefaultHeadroomQuantile is headroomQuantile's default.
+	DefaultHeadroomQuantile = 0.9
+	// DefaultMaxHeadroom is maxHeadroom's default.
+	DefaultMaxHeadroom = 2.0
+)
+
+// ReplicaWindow is one ready replica's last window (the scaler's one-minute window of counter
+// deltas): what FleetModel learns a replica's capacity from.
+type ReplicaWindow struct {
+	// Span is the window's length.
+	Span time.Duration
+	// Finished is the requests that left the replica in the window (completed or aborted).
+	Finished float64
+	// Arrived is the requests that arrived: Finished plus the growth of those running and
+	// waiting.
+	Arrived float64
+	// TTFT and ITL are the window's latency histograms (deltas).
+	TTFT, ITL Histogram
+	// Waiting is the requests waiting at both the window's start and its end, the smaller of
+	// the two: a replica that had a queue through its window served at its limit.
+	Waiting float64
+}
+
+// minWindowSpan is the shortest window a capacity is learned from.
+const minWindowSpan = 30 * time.Second
+
+// minWindowFirstTokens is the fewest first tokens a window needs to say whether it met the
+// SLO.
+const minWindowFirstTokens = 3
+
+// FleetModel is what berth has learned of one fleet: the request rate one replica carries at
+// the SLO, the demand's recent history (for the trend and the burst headroom) and how long a
+// replica takes to start. The scaler keeps one per ScaledObject between evaluations and feeds
+// it every observation (Learn); Decide only reads it. The zero value knows nothing.
+type FleetModel struct {
+	// Capacity is the requests per second one replica carries at the SLO (0: not learned yet).
+	Capacity float64
+	// GoodMax is the highest request rate a replica served within the SLO: a lower bound of
+	// Capacity, which sizes the fleet until a replica has been seen at its limit.
+	GoodMax float64
+	// ColdStart is the longest recent start-up of a replica (created to ready); 0: none seen.
+	ColdStart time.Duration
+	// demand is the fleet's arrival rate at each evaluation, oldest first.
+	demand []demandPoint
+	// last is the previous Learn's time.
+	last time.Time
+}
+
+type demandPoint struct {
+	at   time.Time
+	rate float64
+}
+
+// Learning rates of FleetModel.Capacity (per informative window) and its exploration (per
+// minute a loaded fleet meets its SLO).
+const (
+	capacityRate = 0.5
+	exploreRate  = 0.02
+	// exploreLoad is the share of Capacity a fleet's replicas must serve on average for their
+	// meeting the SLO to say that a replica can carry more.
+	exploreLoad = 0.8
+	// demandHistory is how much of the demand's history is kept.
+	demandHistory = 2 * time.Hour
+)
+
+// Learn folds one observation into m. Every window that met the SLO at a rate above Capacity
+// raises it towards that rate; every window that missed it with requests waiting at a rate
+// below Capacity lowers it (the replica was at its limit); a fleet that meets the SLO at
+// exploreLoad of Capacity or more raises it slowly, so a capacity learned low does not hold
+// the fleet large for good. The first window that missed the SLO with requests waiting sets
+// it. Windows too short or with too few first tokens say nothing.
+func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
+	if slo.TTFT <= 0 {
+		return
+	}
+	attain := slo.Attainment
+	if attain <= 0 {
+		attain = DefaultSLOAttainment
+	}
+	informative, allGood, served := 0, true, 0.0
+	for _, w := range o.Windows {
+		if w.Span < minWindowSpan || w.TTFT.Total() < minWindowFirstTokens {
+			continue
+		}
+		rate := w.Finished / w.Span.Seconds()
+		good := !missed(w.TTFT.Total(), w.within(slo), attain)
+		informative++
+		served += rate
+		allGood = allGood && good
+		switch {
+		case good:
+			m.GoodMax = max(m.GoodMax, rate)
+			if m.Capacity > 0 && rate > m.Capacity {
+				m.Capacity += capacityRate * (rate - m.Capacity)
+			}
+		case w.Waiting > 0 && m.Capacity == 0:
+			m.Capacity = 0.9 * rate
+		case w.Waiting > 0 && rate < m.Capacity:
+			m.Capacity += capacityRate * (rate - m.Capacity)
+		}
+	}
+	if !m.last.IsZero() && informative > 0 && allGood && m.Capacity > 0 && served/float64(informative) >= exploreLoad*m.Capacity {
+		m.Capacity *= 1 + exploreRate*now.Sub(m.last).Minutes()
+	}
+	if o.Startup > m.ColdStart {
+		m.ColdStart = o.Startup
+	}
+	m.last = now
+	if !math.IsNaN(o.Arrivals) && o.ArrivalsSampled > 0 {
+		m.demand = append(m.demand, demandPoint{now, o.Arrivals})
+	}
+	drop := 0
+	for drop < len(m.demand) && now.Sub(m.demand[drop].at) > demandHistory {
+		drop++
+	}
+	m.demand = m.demand[drop:]
+}
+
+// missed reports whether a window of n requests of which the fraction within met the SLO
+// missed an attainment target: more misses than the target allows plus two standard
+// deviations of the binomial count plus one — a window of a few requests does not miss the
+// target on one slow request, and a replica serving within its capacity is not taken for one
+// at its limit by chance.
+func missed(n, within, attain float64) bool {
+	misses := (1 - within) * n
+	allowed := (1 - attain) * n
+	return misses > allowed+2*math.Sqrt(n*attain*(1-attain))+1
+}
+
+// within is the fraction of the window's requests that met the SLO, as far as the histograms
+// tell: the fraction of first tokens within the TTFT and, with an ITL objective, of tokens
+// within it — the smaller.
+func (w ReplicaWindow) within(slo SLO) float64 {
+	f := w.TTFT.FractionAtOrBelow(slo.TTFT)
+	if slo.ITL > 0 && w.ITL.Total() > 0 {
+		f = min(f, w.ITL.FractionAtOrBelow(slo.ITL))
+	}
+	return f
+}
+
+// carry is the request rate one replica is sized for: Capacity once learned, else GoodMax (a
+// lower bound, never an overestimate); 0 when nothing is known.
+func (m *FleetModel) carry() float64 {
+	if m == nil {
+		return 0
+	}
+	if m.Capacity > 0 {
+		return m.Capacity
+	}
+	return m.GoodMax
+}
+
+// horizon is how far ahead the demand is forecast: the trigger's coldStartSeconds, else the
+// longest start-up seen, else DefaultColdStart.
+func (m *FleetModel) horizon(slo SLO) time.Duration {
+	switch {
+	case slo.ColdStart > 0:
+		return slo.ColdStart
+	case m != nil && m.ColdStart > 0:
+		return m.ColdStart
+	}
+	return DefaultColdStart
+}
+
+// trendWindow is the span of recent demand the trend is fitted over.
+const trendWindow = 5 * time.Minute
+
+// Forecast is the demand the fleet is sized for, in requests per second: the larger of the
+// demand now times the burst headroom and the demand's trend extrapolated one cold start
+// ahead. Headroom is the multiplier the fleet's own history asked for.
+type Forecast struct {
+	// Now is the demand measured now; Trend its linear extrapolation one horizon ahead (Now
+	// without a trend); Headroom the burst multiplier (1 without history).
+	Now, Trend, Headroom float64
+	// Horizon is how far ahead it looks.
+	Horizon time.Duration
+}
+
+// Rate is the forecast demand.
+func (f Forecast) Rate() float64 { return max(f.Now*f.Headroom, f.Trend) }
+
+// forecast is the demand forecast at now for demand rate (the latest measurement).
+func (m *FleetModel) forecast(rate float64, slo SLO) Forecast {
+	h := m.horizon(slo)
+	f := Forecast{Now: rate, Trend: rate, Headroom: 1, Horizon: h}
+	if m == nil || len(m.demand) < 2 {
+		return f
+	}
+	now := m.demand[len(m.demand)-1].at
+	if slope, ok := m.slope(now.Add(-trendWindow)); ok && slope > 0 {
+		f.Trend = rate + slope*h.Seconds()
+	}
+	if slo.HeadroomQuantile > 0 {
+		f.Headroom = m.headroom(h, slo)
+	}
+	return f
+}
+
+// slope is the least-squares slope of the demand since from, in requests per second per
+// second; false with fewer than three points.
+func (m *FleetModel) slope(from time.Time) (float64, bool) {
+	var n, sx, sy, sxx, sxy float64
+	for _, p := range m.demand {
+		if p.at.Before(from) {
+			continue
+		}
+		x := p.at.Sub(from).Seconds()
+		n++
+		sx, sy, sxx, sxy = sx+x, sy+p.rate, sxx+x*x, sxy+x*p.rate
+	}
+	den := n*sxx - sx*sx
+	if n < 3 || den <= 0 {
+		return 0, false
+	}
+	return (n*sxy - sx*sy) / den, true
+}
+
+// minHeadroomSamples is the fewest past points whose next horizon is known that a burst
+// headroom is learned from.
+const minHeadroomSamples = 10
+
+// headroom is the slo.HeadroomQuantile of the ratios, over the history, of the peak demand
+// within h after a point to the demand at it — how much more than now the fleet's own past
+// asked for within one cold start — between 1 and slo.MaxHeadroom.
+func (m *FleetModel) headroom(h time.Duration, slo SLO) float64 {
+	var ratios []float64
+	end := 0
+	for i, p := range m.demand {
+		if p.rate <= 0 || m.demand[len(m.demand)-1].at.Sub(p.at) < h {
+			continue
+		}
+		end = max(end, i)
+		peak := p.rate
+		for end+1 < len(m.demand) && m.demand[end+1].at.Sub(p.at) <= h {
+			end++
+		}
+		for _, q := range m.demand[i+1 : end+1] {
+			peak = max(peak, q.rate)
+		}
+		ratios = append(ratios, peak/p.rate)
+	}
+	if len(ratios) < minHeadroomSamples {
+		return 1
+	}
+	slices.Sort(ratios)
+	r := ratios[min(len(ratios)-1, int(slo.HeadroomQuantile*float64(len(ratios))))]
+	capH := slo.MaxHeadroom
+	if capH < 1 {
+		capH = DefaultMaxHeadroom
+	}
+	return min(max(r, 1), capH)
+}
+
+// decideSLO is SignalSLO's decision: the replicas that carry the forecast demand plus the
+// backlog drained over one cold start at the learned capacity. Replicas still starting count
+// as the capacity they will be, never as a hold: demand beyond them scales up at once. With
+// nothing learned yet, or no arrival rate, it holds the fleet (never scales on missing data);
+// the TTFT and ITL constraints still add replicas.
+func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial bool) SignalDecision {
+	sd := SignalDecision{Signal: SignalSLO, Target: 1}
+	carry := o.Model.carry()
+	if carry <= 0 || math.IsNaN(o.Arrivals) || o.ArrivalsSampled == 0 {
+		sd.Desired, sd.Held = current, HeldLearning
+		if o.Ready == 0 {
+			sd.Held = HeldNoReadyReplica
+		}
+		return sd
+	}
+	fc := o.Model.forecast(o.Arrivals, t.SLO)
+	backlog := (o.Waiting + o.Upstream) / fc.Horizon.Seconds()
+	sd.Raw = (fc.Rate() + backlog) / carry
+	need := ceilCount(sd.Raw)
+	switch {
+	case need >= current:
+		sd.Desired = need
+	case partial:
+		sd.Desired, sd.Held = current, HeldPartial
+	default:
+		sd.Desired = min(current, ceilCount(sd.Raw/headroom))
+	}
+	sd.Value = metricValue(sd.Desired, 1)
+	return sd
+}
