@@ -129,8 +129,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, reason := range finishedReasons {
 			var n uint64
-			if reason == "stop" {
+			switch reason {
+			case "stop":
 				n = s.RequestSuccess
+			case "abort":
+				n = s.Aborted
 			}
 			counter(c.success, n, reason)
 		}

@@ -49,6 +49,8 @@ func TestMetricsExposition(t *testing.T) {
 	r.Submit(6, t0)
 	r.Step(t0)
 	r.Step(t0.Add(1500 * time.Millisecond))
+	r.Submit(2, t0.Add(time.Second)) // one queued per engine, then aborted
+	r.Abort(t0.Add(1500 * time.Millisecond))
 	fams := scrape(t, serveReplica(t, r).URL)
 
 	for _, tc := range []struct {
@@ -118,16 +120,16 @@ func TestMetricsExposition(t *testing.T) {
 			t.Errorf("kv usage = %v, want 1*50/1000", v)
 		}
 	}
-	var stop float64
+	byReason := map[string]float64{}
 	for _, m := range fams[MetricRequestSuccess].Metric {
 		for _, l := range m.Label {
-			if l.GetName() == LabelFinishedReason && l.GetValue() == "stop" {
-				stop += m.GetCounter().GetValue()
+			if l.GetName() == LabelFinishedReason {
+				byReason[l.GetValue()] += m.GetCounter().GetValue()
 			}
 		}
 	}
-	if stop != 4 {
-		t.Errorf("request_success{finished_reason=stop} sums to %v, want 4", stop)
+	if byReason["stop"] != 4 || byReason["abort"] != 2 {
+		t.Errorf("request_success by finished_reason %v, want stop 4 and abort 2", byReason)
 	}
 	var ttftCount uint64
 	for _, m := range fams[MetricTTFT].Metric {

@@ -1,6 +1,7 @@
 package vllmsim
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -74,6 +75,9 @@ type EngineStats struct {
 	PromptTokens uint64
 	// GenerationTokens counts generated tokens (on completion).
 	GenerationTokens uint64
+	// Aborted counts requests aborted before their first token because their client gave up
+	// (Replica.Abort; vllm:request_success_total{finished_reason="abort"}).
+	Aborted uint64
 	// Preemptions counts preempted sequences (only with Config.KVGrowth: otherwise blocks are
 	// reserved in full on admission and it stays 0).
 	Preemptions uint64
@@ -106,6 +110,14 @@ type Observer interface {
 	// after its first token at first; its inter-token latency averaged
 	// (at−first)/(output−1).
 	Finished(arrived, first, at time.Time, output int)
+}
+
+// AbortObserver is an Observer that is also told of every request Replica.Abort removes.
+type AbortObserver interface {
+	Observer
+	// Aborted is called when a request that arrived at arrived is aborted, without a first
+	// token.
+	Aborted(arrived time.Time)
 }
 
 type request struct {
@@ -342,6 +354,46 @@ func (r *Replica) Unfinished(visit func(arrived time.Time, firstToken bool)) {
 			visit(q.arrived, true) // the fixed model's first token comes at admission
 		}
 	}
+}
+
+// Abort removes every request that arrived before olderThan and has had no first token, from
+// the queue and from running, as vLLM aborts the request of a client that disconnected: a
+// running one frees its KV blocks, and one in the step in flight gets nothing from that step
+// (whose time is spent all the same). It returns how many went, counts them in
+// EngineStats.Aborted and tells an AbortObserver. Under the fixed model only queued requests
+// go: a running one had its first token on admission.
+func (r *Replica) Abort(olderThan time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range r.engines {
+		n += e.abort(olderThan)
+	}
+	return n
+}
+
+// abort is Abort on one engine.
+func (e *engine) abort(olderThan time.Time) int {
+	var gone []time.Time
+	if e.tok != nil {
+		gone = e.tok.abort(olderThan)
+		e.stats.KVBlocksUsed = e.tok.usedBlocks
+	} else {
+		e.waiting = slices.DeleteFunc(e.waiting, func(q request) bool {
+			if q.preempted || !q.arrived.Before(olderThan) {
+				return false
+			}
+			gone = append(gone, q.arrived)
+			return true
+		})
+	}
+	e.stats.Aborted += uint64(len(gone))
+	if o, ok := e.obs.(AbortObserver); ok {
+		for _, at := range gone {
+			o.Aborted(at)
+		}
+	}
+	return len(gone)
 }
 
 // Queue returns the requests running and waiting, summed over the engines.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -95,6 +96,7 @@ type tseq struct {
 	blocks              int
 	firstToken          bool // the first token was observed (a recompute observes no second)
 	queued              bool // the queue time was observed
+	aborted             bool // gone (Replica.Abort): the step in flight leaves it alone
 }
 
 func (s *tseq) pending() int { return s.prompt + s.generated - s.computed }
@@ -255,6 +257,25 @@ func (t *tokenEngine) reserve(e *engine, s *tseq, n int, cfg *Config) bool {
 	return true
 }
 
+// abort drops the sequences that arrived before olderThan without a first token, freeing
+// their blocks, and returns their arrivals; one in the step in flight is marked so that the
+// step's end skips it.
+func (t *tokenEngine) abort(olderThan time.Time) []time.Time {
+	var gone []time.Time
+	drop := func(s *tseq) bool {
+		if s.firstToken || !s.arrived.Before(olderThan) {
+			return false
+		}
+		gone = append(gone, s.arrived)
+		t.usedBlocks -= s.blocks
+		s.blocks, s.aborted = 0, true
+		return true
+	}
+	t.waiting = slices.DeleteFunc(t.waiting, drop)
+	t.running = slices.DeleteFunc(t.running, drop)
+	return gone
+}
+
 func blocksFor(tokens, blockSize int) int { return (tokens + blockSize - 1) / blockSize }
 
 // finishStep applies the step that ended at end: its tokens are computed, every sequence whose
@@ -263,6 +284,9 @@ func (t *tokenEngine) finishStep(e *engine, end time.Time, cfg *Config) {
 	e.stats.BusySeconds += end.Sub(t.stepStart).Seconds()
 	for _, sc := range t.inflight {
 		s := sc.s
+		if s.aborted {
+			continue
+		}
 		s.computed += sc.n
 		if s.pending() > 0 {
 			continue // prefill goes on in the next step
