@@ -78,6 +78,10 @@ type Decision struct {
 	Active bool
 	// Partial is true when some ready replicas had no fresh sample.
 	Partial bool
+	// Capacity is the request rate per replica the SLO signal sized on (0: no SLO signal or
+	// nothing learned); Forecast the demand it sized for.
+	Capacity float64
+	Forecast Forecast
 }
 
 // Signal returns the decision for s, if the trigger scales on it.
@@ -148,7 +152,9 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 			continue
 		}
 		if s == SignalSLO {
-			d.add(decideSLO(o, t, headroom, d.Current, d.Partial))
+			sd, fc, carry := decideSLO(o, t, headroom, d.Current, d.Partial)
+			d.Capacity, d.Forecast = carry, fc
+			d.add(sd)
 			continue
 		}
 		target := t.Target(s)

@@ -47,3 +47,20 @@ func (r *Replicas) stall(reason StallReason) {
 	}
 	r.Stalled[reason]++
 }
+
+// StartupMemory is how long after a replica became ready its start-up still counts as the
+// fleet's recent cold start (RecentStartup).
+const StartupMemory = time.Hour
+
+// RecentStartup is the longest start-up, from created to ready, of the ready pods that
+// became ready within StartupMemory of now; 0 when none did (or their times are unknown).
+func RecentStartup(ready []Pod, now time.Time) time.Duration {
+	var longest time.Duration
+	for _, p := range ready {
+		if p.ReadyAt.IsZero() || p.Created.IsZero() || now.Sub(p.ReadyAt) > StartupMemory {
+			continue
+		}
+		longest = max(longest, p.ReadyAt.Sub(p.Created))
+	}
+	return longest
+}

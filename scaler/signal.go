@@ -228,6 +228,11 @@ type Sample struct {
 	// PromptTokens and Prompts are the cumulative sum and count of finished requests' prompt
 	// lengths (vllm:request_prompt_tokens): their ratio is the mean prompt length.
 	PromptTokens, Prompts float64
+	// Finished is the cumulative count of requests that left the engine, completed or aborted
+	// (vllm:request_success_total over every finished_reason); HasFinished is false when the
+	// page has no such series.
+	Finished    float64
+	HasFinished bool
 }
 
 // QueuedPromptTokens estimates the prompt tokens a replica has waiting: its waiting requests
@@ -310,6 +315,9 @@ type Pod struct {
 	Ready bool
 	// Created is when the pod was created: how long a pod that is not ready has been starting.
 	Created time.Time
+	// ReadyAt is when a ready pod's Ready condition last turned true (zero when unknown):
+	// with Created, how long the replica took to start.
+	ReadyAt time.Time
 	// Stuck, for a pod that is not ready, says why it will not become ready by itself ("" when
 	// it may): a crash-looping or unpullable container, or no node and none coming.
 	Stuck StallReason

@@ -85,6 +85,13 @@ type FleetModel struct {
 	last time.Time
 }
 
+// Clone is a copy of m that shares nothing with it.
+func (m *FleetModel) Clone() FleetModel {
+	c := *m
+	c.demand = slices.Clone(m.demand)
+	return c
+}
+
 type demandPoint struct {
 	at   time.Time
 	rate float64
@@ -295,7 +302,7 @@ func (m *FleetModel) headroom(h time.Duration, slo SLO) float64 {
 // as the capacity they will be, never as a hold: demand beyond them scales up at once. With
 // nothing learned yet, or no arrival rate, it holds the fleet (never scales on missing data);
 // the TTFT and ITL constraints still add replicas.
-func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial bool) SignalDecision {
+func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial bool) (SignalDecision, Forecast, float64) {
 	sd := SignalDecision{Signal: SignalSLO, Target: 1}
 	carry := o.Model.carry()
 	if carry <= 0 || math.IsNaN(o.Arrivals) || o.ArrivalsSampled == 0 {
@@ -303,7 +310,7 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 		if o.Ready == 0 {
 			sd.Held = HeldNoReadyReplica
 		}
-		return sd
+		return sd, Forecast{}, carry
 	}
 	fc := o.Model.forecast(o.Arrivals, t.SLO)
 	backlog := (o.Waiting + o.Upstream) / fc.Horizon.Seconds()
@@ -318,5 +325,5 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 		sd.Desired = min(current, ceilCount(sd.Raw/headroom))
 	}
 	sd.Value = metricValue(sd.Desired, 1)
-	return sd
+	return sd, fc, carry
 }

@@ -257,6 +257,9 @@ func ParseTrigger(md map[string]string) (*Trigger, error) {
 			return nil, &InvalidKeyError{KeySource, v, "want one of pods, prometheus"}
 		}
 	}
+	if t.SLO.TTFT > 0 && t.Source == SourcePrometheus {
+		return nil, &InvalidKeyError{KeyTTFTSLOSeconds, "", "sizes the fleet from each replica's own window (finished requests, first tokens), which source pods reads; remove source prometheus or size on targetQueueDepth or targetConcurrency"}
+	}
 	return t, p.prometheus(t)
 }
 

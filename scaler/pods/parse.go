@@ -21,16 +21,19 @@ import (
 // Metric families berth reads. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc; both
 // are understood. SGLang's equivalents make it a second engine.
 const (
-	VLLMWaiting      = "vllm:num_requests_waiting"
-	VLLMRunning      = "vllm:num_requests_running"
-	VLLMKVUsage      = "vllm:kv_cache_usage_perc"
-	VLLMKVUsageOld   = "vllm:gpu_cache_usage_perc"
-	VLLMTTFT         = "vllm:time_to_first_token_seconds"
-	VLLMITL          = "vllm:inter_token_latency_seconds"
-	VLLMITLOld       = "vllm:time_per_output_token_seconds"
-	VLLMPreemptions  = "vllm:num_preemptions_total"
-	VLLMPrompt       = "vllm:prompt_tokens_total"
-	VLLMGeneration   = "vllm:generation_tokens_total"
+	VLLMWaiting     = "vllm:num_requests_waiting"
+	VLLMRunning     = "vllm:num_requests_running"
+	VLLMKVUsage     = "vllm:kv_cache_usage_perc"
+	VLLMKVUsageOld  = "vllm:gpu_cache_usage_perc"
+	VLLMTTFT        = "vllm:time_to_first_token_seconds"
+	VLLMITL         = "vllm:inter_token_latency_seconds"
+	VLLMITLOld      = "vllm:time_per_output_token_seconds"
+	VLLMPreemptions = "vllm:num_preemptions_total"
+	VLLMPrompt      = "vllm:prompt_tokens_total"
+	VLLMGeneration  = "vllm:generation_tokens_total"
+	// VLLMSuccess counts finished requests by finished_reason (stop, length, abort): with the
+	// queue gauges, the requests that arrived.
+	VLLMSuccess      = "vllm:request_success_total"
 	SGLangPrompt     = "sglang:prompt_tokens_total"
 	SGLangGeneration = "sglang:generation_tokens_total"
 	SGLangWaiting    = "sglang:num_queue_reqs"
@@ -89,6 +92,8 @@ func (r Reading) Sample(model string) (scaler.Sample, error) {
 		out.PromptTokens += s.PromptTokens
 		out.Prompts += s.Prompts
 		out.Tokens += s.Tokens
+		out.Finished += s.Finished
+		out.HasFinished = out.HasFinished || s.HasFinished
 		out.ITL.Add(s.ITL)
 	}
 	if kvN > 0 {
@@ -130,7 +135,7 @@ func Parse(in io.Reader, at time.Time) (Reading, error) {
 // page carries dozens of histograms) are skipped before parsing.
 var neededFamilies = map[string]bool{
 	VLLMWaiting: true, VLLMRunning: true, VLLMKVUsage: true, VLLMKVUsageOld: true, VLLMTTFT: true, VLLMITL: true, VLLMITLOld: true, VLLMPreemptions: true,
-	VLLMPrompt: true, VLLMGeneration: true, SGLangPrompt: true, SGLangGeneration: true,
+	VLLMPrompt: true, VLLMGeneration: true, VLLMSuccess: true, SGLangPrompt: true, SGLangGeneration: true,
 	SGLangWaiting: true, SGLangRunning: true, SGLangTokenUsage: true, SGLangTTFT: true, SGLangITL: true,
 	VLLMCacheConfig: true, VLLMPromptLength: true, SGLangUsedTokens: true,
 }
@@ -259,6 +264,7 @@ func (pp *pageParser) gauges() error {
 		{VLLMPreemptions, func(a *modelAcc, v float64) { a.s.Preemptions += v }},
 		{VLLMPrompt, func(a *modelAcc, v float64) { a.s.Tokens += v }},
 		{VLLMGeneration, func(a *modelAcc, v float64) { a.s.Tokens += v }},
+		{VLLMSuccess, func(a *modelAcc, v float64) { a.s.Finished += v; a.s.HasFinished = true }},
 		{SGLangPrompt, func(a *modelAcc, v float64) { a.s.Tokens += v }},
 		{SGLangGeneration, func(a *modelAcc, v float64) { a.s.Tokens += v }},
 		{VLLMWaiting, func(a *modelAcc, v float64) { a.s.Waiting += v; a.hasQueue = true }},
@@ -399,7 +405,7 @@ func counterValue(f *dto.MetricFamily, m *dto.Metric) (float64, bool) {
 }
 
 // counterFamilies are the counters among the families gauges reads.
-var counterFamilies = map[string]bool{VLLMPreemptions: true, VLLMPrompt: true, VLLMGeneration: true, SGLangPrompt: true, SGLangGeneration: true}
+var counterFamilies = map[string]bool{VLLMSuccess: true, VLLMPreemptions: true, VLLMPrompt: true, VLLMGeneration: true, SGLangPrompt: true, SGLangGeneration: true}
 
 func wantType(family string) string {
 	if counterFamilies[family] {

@@ -212,6 +212,9 @@ type Result struct {
 	// TokensPerSecond is the replica's prompt plus generated tokens per second over the window
 	// (when Windowed).
 	TokensPerSecond float64
+	// Window is the replica's window for the SLO signal's capacity model; nil when the replica
+	// has no window yet or its pages do not count finished requests.
+	Window *scaler.ReplicaWindow
 }
 
 // Observe reads the ready pods of a scale target and folds their samples into an observation;
@@ -221,7 +224,7 @@ type Result struct {
 // without an IP yet) are starting or stalled (scaler.SplitReplicas).
 func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.Pod, every time.Duration) (scaler.Observation, []Result) {
 	now := s.opts.Clock.Now()
-	o := scaler.Observation{TTFTP95: math.NaN(), ITLP95: math.NaN(), PreemptionsPerMinute: math.NaN()}
+	o := scaler.Observation{TTFTP95: math.NaN(), ITLP95: math.NaN(), PreemptionsPerMinute: math.NaN(), Arrivals: math.NaN()}
 	withIP := make([]scaler.Pod, len(pods))
 	for i, p := range pods {
 		p.Ready = p.Ready && p.IP != ""
@@ -230,6 +233,7 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 	split := scaler.SplitReplicas(withIP, now, t.StartupTimeout)
 	ready := split.Ready
 	o.Starting, o.Stalled = split.Starting, split.Stalled
+	o.Startup = scaler.RecentStartup(ready, now)
 	o.Ready = len(ready)
 	results := make([]Result, len(ready))
 	var wg sync.WaitGroup
@@ -280,6 +284,14 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 		if t.TargetITL > 0 {
 			itl.Add(r.ITL)
 		}
+		if w := r.Window; w != nil && t.SLO.TTFT > 0 && w.Span > 0 {
+			o.Windows = append(o.Windows, *w)
+			if math.IsNaN(o.Arrivals) {
+				o.Arrivals = 0
+			}
+			o.Arrivals += w.Arrived / w.Span.Seconds()
+			o.ArrivalsSampled++
+		}
 		if r.Windowed {
 			if math.IsNaN(o.PreemptionsPerMinute) {
 				o.PreemptionsPerMinute = 0
@@ -314,7 +326,7 @@ func (s *Scraper) replica(ctx context.Context, t *scaler.Trigger, p scaler.Pod, 
 		return res
 	}
 	res.Sample, res.TTFT, res.ITL = d.sample, d.ttft, d.itl
-	res.PreemptionsPerMinute, res.Windowed, res.TokensPerSecond = d.preemptPerMin, d.windowed, d.tokensPerSec
+	res.PreemptionsPerMinute, res.Windowed, res.TokensPerSecond, res.Window = d.preemptPerMin, d.windowed, d.tokensPerSec, d.window
 	res.Fresh = s.opts.Clock.Since(latest.At) <= s.opts.MaxAge
 	return res
 }
@@ -328,6 +340,7 @@ type derivedSample struct {
 	preemptPerMin float64
 	tokensPerSec  float64
 	windowed      bool
+	window        *scaler.ReplicaWindow
 	err           error
 }
 
@@ -345,10 +358,23 @@ func derive(pages []Reading, model string, window time.Duration) derivedSample {
 				d.preemptPerMin = counterDelta(sample.Preemptions, old.Preemptions) / span * 60
 				d.tokensPerSec = counterDelta(sample.Tokens, old.Tokens) / span
 				d.windowed = true
+				d.window = replicaWindow(sample, old, latest.At.Sub(base.At), d.ttft, d.itl)
 			}
 		}
 	}
 	return d
+}
+
+// replicaWindow is the window from old to sample for the SLO signal; nil when the pages do
+// not count finished requests.
+func replicaWindow(sample, old scaler.Sample, span time.Duration, ttft, itl scaler.Histogram) *scaler.ReplicaWindow {
+	if !sample.HasFinished || !old.HasFinished {
+		return nil
+	}
+	w := &scaler.ReplicaWindow{Span: span, Finished: counterDelta(sample.Finished, old.Finished), TTFT: ttft, ITL: itl,
+		Waiting: min(sample.Waiting, old.Waiting)}
+	w.Arrived = max(0, w.Finished+sample.Waiting+sample.Running-old.Waiting-old.Running)
+	return w
 }
 
 // counterDelta is a counter's growth from old to now; after a reset (it went down) the

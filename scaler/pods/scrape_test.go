@@ -439,3 +439,60 @@ func TestParallelIsOneLimit(t *testing.T) {
 		t.Errorf("replicas sampled per call = %v, want every one read", sampled)
 	}
 }
+
+// TestSLOWindow: with an SLO trigger each replica's window carries its finished requests
+// (vllm:request_success_total over every finished_reason), the requests that arrived
+// (finished plus the growth of the queue), the window's first tokens and the queue held
+// through it; the fleet's arrival rate is their sum.
+func TestSLOWindow(t *testing.T) {
+	reps, qtr, pods := fleet(t, 1)
+	tr, err := scaler.ParseTrigger(map[string]string{"ttftSLOSeconds": "2", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop, abort, waiting, firstTokens atomic.Int64
+	reps[0].Set(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "vllm:num_requests_waiting %d\nvllm:num_requests_running 4\n# TYPE vllm:request_success_total counter\n"+
+			"vllm:request_success_total{finished_reason=\"stop\"} %d\nvllm:request_success_total{finished_reason=\"abort\"} %d\n"+
+			"# TYPE vllm:time_to_first_token_seconds histogram\nvllm:time_to_first_token_seconds_bucket{le=\"1\"} %d\n"+
+			"vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} %d\nvllm:time_to_first_token_seconds_sum 1\nvllm:time_to_first_token_seconds_count %d\n",
+			waiting.Load(), stop.Load(), abort.Load(), firstTokens.Load(), firstTokens.Load(), firstTokens.Load())
+	})
+	clk := clocktesting.NewFakeClock(time.Now())
+	s := New(Options{Clock: clk, TTFTWindow: time.Minute})
+	stop.Store(100)
+	waiting.Store(3)
+	if o, _ := s.Observe(context.Background(), tr, pods, 0); len(o.Windows) != 0 || !math.IsNaN(o.Arrivals) {
+		t.Fatalf("one page: windows %v, arrivals %v; want none and NaN (unknown, not zero)", o.Windows, o.Arrivals)
+	}
+	clk.Step(time.Minute)
+	stop.Store(124)
+	abort.Store(6)
+	waiting.Store(9)
+	firstTokens.Store(30)
+	o, _ := s.Observe(context.Background(), tr, pods, 0)
+	if len(o.Windows) != 1 || o.ArrivalsSampled != 1 {
+		t.Fatalf("two pages a minute apart: %d windows, %d replicas with arrivals; want 1 and 1", len(o.Windows), o.ArrivalsSampled)
+	}
+	w := o.Windows[0]
+	if w.Span != time.Minute || w.Finished != 30 || w.Arrived != 36 || w.Waiting != 3 || w.TTFT.Total() != 30 {
+		t.Errorf("window = span %s, finished %v, arrived %v, waiting %v, first tokens %v; want 1m, 30 (24 stopped, 6 aborted), 36 (and 6 more waiting), 3 (held through), 30",
+			w.Span, w.Finished, w.Arrived, w.Waiting, w.TTFT.Total())
+	}
+	if math.Abs(o.Arrivals-0.6) > 1e-9 {
+		t.Errorf("arrivals = %v req/s, want 0.6", o.Arrivals)
+	}
+}
+
+func TestRecentStartup(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	ready := []scaler.Pod{
+		{Name: "old", Created: now.Add(-3 * time.Hour), ReadyAt: now.Add(-3*time.Hour + 10*time.Minute)},
+		{Name: "cold", Created: now.Add(-10 * time.Minute), ReadyAt: now.Add(-10*time.Minute + 210*time.Second)},
+		{Name: "warm", Created: now.Add(-5 * time.Minute), ReadyAt: now.Add(-5*time.Minute + 70*time.Second)},
+		{Name: "unknown", Created: now.Add(-time.Minute)},
+	}
+	if got := scaler.RecentStartup(ready, now); got != 210*time.Second {
+		t.Errorf("RecentStartup = %s, want 3m30s: the longest of the last hour's start-ups (a start-up three hours ago is forgotten)", got)
+	}
+}

@@ -37,6 +37,55 @@ type Engine struct {
 
 	series series
 	owns   owns
+	models models
+}
+
+// models keeps each ScaledObject's FleetModel between evaluations: what its SLO signal has
+// learned of the fleet.
+type models struct {
+	mu sync.Mutex
+	m  map[[2]string]*modelAt
+}
+
+type modelAt struct {
+	model   scaler.FleetModel
+	learned time.Time
+}
+
+// minLearnInterval is the shortest time between two lessons of one model: KEDA asks IsActive
+// and GetMetrics of the same window, which must not count twice.
+const minLearnInterval = 5 * time.Second
+
+// learn folds o into the ScaledObject's model and returns a copy for Decide.
+func (m *models) learn(ns, name string, o scaler.Observation, slo scaler.SLO, now time.Time) *scaler.FleetModel {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil {
+		m.m = map[[2]string]*modelAt{}
+	}
+	k := [2]string{ns, name}
+	ma := m.m[k]
+	if ma == nil {
+		ma = &modelAt{}
+		m.m[k] = ma
+	}
+	if now.Sub(ma.learned) >= minLearnInterval {
+		ma.model.Learn(o, slo, now)
+		ma.learned = now
+	}
+	cp := ma.model.Clone()
+	return &cp
+}
+
+// expire forgets the models of ScaledObjects not evaluated since before.
+func (m *models) expire(before time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k, ma := range m.m {
+		if ma.learned.Before(before) {
+			delete(m.m, k)
+		}
+	}
 }
 
 // followFresh is how recent a followed ScaledObject's evaluation must be to count.
@@ -152,6 +201,9 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 		}
 	}
 	ev.Observation.FollowReplicas = e.owns.floor(namespace, t, e.clock().Now())
+	if t.SLO.TTFT > 0 {
+		ev.Observation.Model = e.models.learn(namespace, name, ev.Observation, t.SLO, e.clock().Now())
+	}
 	ev.Decision, err = e.Policy.Decide(ev.Observation, t)
 	if err != nil {
 		return ev, &evalError{reasonNoFreshData, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}
@@ -175,6 +227,7 @@ func firstErr(rs []pods.Result) error {
 // ExpireSeries drops the metric series of ScaledObjects not evaluated within d.
 func (e *Engine) ExpireSeries(d time.Duration) {
 	e.series.expire(e.clock().Now().Add(-d))
+	e.models.expire(e.clock().Now().Add(-d))
 }
 
 func (e *Engine) clock() clock.PassiveClock {

@@ -42,7 +42,7 @@ var (
 	}, []string{labelNamespace, labelScaledObject, labelReason})
 	signalValue = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "signal_value",
-		Help: "A ScaledObject's raw signal at its last evaluation: total waiting requests (queue), total running plus waiting requests (concurrency), total KV-cache usage over ready replicas (kv_cache), prompt plus generated tokens per second over ready replicas (tokens), p95 time to first token in seconds (ttft), p95 inter-token latency in seconds (itl), preemptions per minute per replica (preemptions), estimated prompt tokens waiting (queued_prompt_tokens), KV-cache tokens in use (kv_tokens), mean KV-cache usage (kv_saturation), the followed ScaledObject's count times followRatio (follow).",
+		Help: "A ScaledObject's raw signal at its last evaluation: total waiting requests (queue), total running plus waiting requests (concurrency), total KV-cache usage over ready replicas (kv_cache), prompt plus generated tokens per second over ready replicas (tokens), p95 time to first token in seconds (ttft), p95 inter-token latency in seconds (itl), preemptions per minute per replica (preemptions), estimated prompt tokens waiting (queued_prompt_tokens), KV-cache tokens in use (kv_tokens), mean KV-cache usage (kv_saturation), the followed ScaledObject's count times followRatio (follow), the replicas the forecast demand needs at the learned capacity (slo).",
 	}, []string{labelNamespace, labelScaledObject, labelSignal})
 	signalTarget = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "signal_target",
@@ -55,6 +55,18 @@ var (
 	currentReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "current_replicas",
 		Help: "Live replicas of the scale target: ready, starting and stalled.",
+	}, []string{labelNamespace, labelScaledObject})
+	replicaCapacity = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "replica_capacity_requests_per_second",
+		Help: "Requests per second one replica carries at the ScaledObject's SLO, as berth has learned it from the replicas' windows (0: not learned yet; the SLO signal holds the fleet).",
+	}, []string{labelNamespace, labelScaledObject})
+	demandForecast = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "demand_forecast_requests_per_second",
+		Help: "The demand the SLO signal sized the fleet for: the arrival rate now times the burst headroom, or its trend one cold start ahead, whichever is larger.",
+	}, []string{labelNamespace, labelScaledObject})
+	demandHeadroom = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "demand_headroom_ratio",
+		Help: "The burst headroom the SLO signal holds: the headroomQuantile of the fleet's own recent bursts within one cold start (1: none).",
 	}, []string{labelNamespace, labelScaledObject})
 	maxReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "max_replicas",
@@ -74,7 +86,7 @@ var (
 	}, []string{labelNamespace, labelScaledObject})
 	held = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "held",
-		Help: "1 when the last evaluation held a ScaledObject at its current replicas instead of following its signals, by reason: starting (replicas within the startup timeout are the capacity asked for), partial (no scale-down on partial data), no_ready_replica (nothing ready to measure).",
+		Help: "1 when the last evaluation held a ScaledObject at its current replicas instead of following its signals, by reason: starting (replicas within the startup timeout are the capacity asked for), partial (no scale-down on partial data), no_ready_replica (nothing ready to measure), learning (the SLO signal has not yet learned what a replica carries, or has no arrival rate).",
 	}, []string{labelNamespace, labelScaledObject, labelReason})
 	heldSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "held_seconds",
@@ -98,7 +110,7 @@ var (
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{requestDuration, scrapeDuration, scrapeErrors, evaluationErrors, signalValue, signalTarget,
 		desiredReplicas, currentReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active, held, heldSeconds,
-		startupTimeout, stalledReplicas}
+		startupTimeout, stalledReplicas, replicaCapacity, demandForecast, demandHeadroom}
 }
 
 // ObserveScrape records one scrape or query of source.
@@ -159,7 +171,7 @@ func (s *series) expire(before time.Time) {
 		delete(s.heldSince, k)
 		match := prometheus.Labels{labelNamespace: k[0], labelScaledObject: k[1]}
 		for _, v := range []*prometheus.GaugeVec{signalValue, signalTarget, desiredReplicas, currentReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active,
-			held, heldSeconds, startupTimeout, stalledReplicas} {
+			held, heldSeconds, startupTimeout, stalledReplicas, replicaCapacity, demandForecast, demandHeadroom} {
 			v.DeletePartialMatch(match)
 		}
 		evaluationErrors.DeletePartialMatch(match)
@@ -174,6 +186,11 @@ func record(ns, name string, t *scaler.Trigger, d scaler.Decision, o scaler.Obse
 		signalTarget.WithLabelValues(ns, name, string(s.Signal)).Set(s.Target)
 	}
 	desiredReplicas.WithLabelValues(ns, name).Set(float64(d.Desired))
+	if t.SLO.TTFT > 0 {
+		replicaCapacity.WithLabelValues(ns, name).Set(d.Capacity)
+		demandForecast.WithLabelValues(ns, name).Set(d.Forecast.Rate())
+		demandHeadroom.WithLabelValues(ns, name).Set(d.Forecast.Headroom)
+	}
 	currentReplicas.WithLabelValues(ns, name).Set(float64(d.Current))
 	if max > 0 {
 		maxReplicas.WithLabelValues(ns, name).Set(float64(max))

@@ -1,6 +1,8 @@
 package targets
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -70,7 +72,7 @@ func SlimPod(obj any) (any, error) {
 	slim.Status.Phase, slim.Status.PodIP = p.Status.Phase, p.Status.PodIP
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady || c.Type == corev1.PodScheduled {
-			slim.Status.Conditions = append(slim.Status.Conditions, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason})
+			slim.Status.Conditions = append(slim.Status.Conditions, corev1.PodCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, LastTransitionTime: c.LastTransitionTime})
 		}
 	}
 	slim.Status.InitContainerStatuses = slimStatuses(p.Status.InitContainerStatuses)
@@ -96,4 +98,14 @@ func ready(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// readyAt is when a ready pod's Ready condition turned true; zero when it is not ready.
+func readyAt(p *corev1.Pod) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
 }
