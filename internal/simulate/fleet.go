@@ -23,6 +23,17 @@ const (
 	WhenEmptyOrUnderutilized Consolidation = "WhenEmptyOrUnderutilized"
 )
 
+// Routing is how requests are spread over the serving replicas.
+type Routing string
+
+const (
+	// RoundRobin is a Service's: each request goes to the next serving replica in turn.
+	RoundRobin Routing = "round-robin"
+	// LeastOutstanding is an endpoint picker's (a gateway's): each request goes to the serving
+	// replica with the fewest requests running and waiting, the oldest replica on a tie.
+	LeastOutstanding Routing = "least-outstanding"
+)
+
 // Fleet describes the serving fleet and the cluster under it: the engine every replica runs,
 // the nodes Karpenter launches for it, and the time each step of a scale-up takes.
 type Fleet struct {
@@ -41,9 +52,20 @@ type Fleet struct {
 	// Spot bills the nodes at the family's spot discount.
 	Spot bool
 	// NodeLaunch is from Karpenter's NodeClaim to a Ready node; ProvisionDelay from a pod
-	// becoming pending to Karpenter's NodeClaim (its batching window); ModelLoad from a pod
-	// bound to its node to serving (image pull, weights, CUDA graphs).
-	NodeLaunch, ProvisionDelay, ModelLoad time.Duration
+	// becoming pending to Karpenter's NodeClaim (its batching window).
+	NodeLaunch, ProvisionDelay time.Duration
+	// ImagePull is what pulling the serving image takes, once per node: the first pod that
+	// starts on a node without the image waits for the pull, and so does a pod that starts
+	// while it runs; a later pod on that node does not, even after the first is gone. ModelLoad
+	// is from the image on the node to serving (weights, CUDA graphs), paid by every pod. A
+	// zero ImagePull makes ModelLoad the whole start.
+	ImagePull, ModelLoad time.Duration
+	// DrainTimeout is the pods' terminationGracePeriodSeconds: a serving pod scaled down or
+	// evicted gets SIGTERM, takes no new request and finishes the ones it holds for up to this
+	// long, as vLLM does; what it still holds then is lost. Zero: lost at once.
+	DrainTimeout time.Duration
+	// Routing is how requests reach the serving replicas (empty: RoundRobin).
+	Routing Routing
 	// Consolidation and ConsolidateAfter are the NodePool's disruption settings; Guard is
 	// berth's guard: serving replicas are do-not-disrupt, so only empty nodes go.
 	Consolidation    Consolidation
@@ -76,8 +98,10 @@ type SLO struct {
 var DefaultSLO = SLO{TTFT: 2 * time.Second, ITL: 150 * time.Millisecond, Timeout: time.Minute}
 
 // L4Fleet is an L4 fleet serving Llama-3.1-8B: replicas of one L4 and 4 cores (as the rig's
-// vLLM Deployment asks) on any g6 size Karpenter picks, the vllmsim L4 profile, the family's launch time, a 90 s model load (vllmsim.DefaultModelLoad), 1 to 16
-// replicas, WhenEmpty after 30 s, the first 30 minutes a warm-up.
+// vLLM Deployment asks) on any g6 size Karpenter picks, the vllmsim L4 profile, the family's
+// launch time, a 30 s image pull on a fresh node and a 60 s model load (together
+// vllmsim.DefaultModelLoad), a 60 s drain, round-robin routing, 1 to 16 replicas, WhenEmpty
+// after 30 s, the first 30 minutes a warm-up.
 func L4Fleet() (Fleet, error) {
 	engine, err := vllmsim.Profile(vllmsim.ProfileL4Llama8B)
 	if err != nil {
@@ -88,10 +112,19 @@ func L4Fleet() (Fleet, error) {
 		return Fleet{}, errors.New("the GPU catalogue has no L4 family")
 	}
 	return Fleet{Engine: engine, Family: fam, GPUsPerReplica: 1, ReplicaCPU: 4,
-		NodeLaunch: fam.LaunchTime, ProvisionDelay: 2 * time.Second, ModelLoad: vllmsim.DefaultModelLoad,
+		NodeLaunch: fam.LaunchTime, ProvisionDelay: 2 * time.Second, ImagePull: l4ImagePull, ModelLoad: vllmsim.DefaultModelLoad - l4ImagePull,
+		DrainTimeout: DefaultDrainTimeout, Routing: RoundRobin,
 		Consolidation: WhenEmpty, ConsolidateAfter: 30 * time.Second, Min: 1, Max: 16, Tick: time.Second, SLO: DefaultSLO,
 		WarmUp: DefaultWarmUp}, nil
 }
+
+// l4ImagePull is the vLLM image's pull on a fresh g6 node: the part of
+// vllmsim.DefaultModelLoad a warm node skips.
+const l4ImagePull = 30 * time.Second
+
+// DefaultDrainTimeout is the preset fleets' drain: twice Kubernetes' default
+// terminationGracePeriodSeconds (30 s), time for the generations in flight to finish.
+const DefaultDrainTimeout = time.Minute
 
 // Validate reports what keeps f from describing a fleet.
 func (f Fleet) Validate() error {
@@ -106,7 +139,8 @@ func (f Fleet) Validate() error {
 	}
 	check(f.Engine.Tokens != nil, "the engine must run the token model (a vllmsim profile): the simulator replays each request's lengths")
 	check(f.GPUsPerReplica >= 1 && f.ReplicaCPU >= 0 && f.maxSlots() > 0, "a replica (%d GPUs, %.1f cores) fits no instance type of %s", f.GPUsPerReplica, f.ReplicaCPU, f.Family.Name)
-	check(f.NodeLaunch >= 0 && f.ProvisionDelay >= 0 && f.ModelLoad >= 0 && f.ConsolidateAfter >= 0, "delays must not be negative")
+	check(f.NodeLaunch >= 0 && f.ProvisionDelay >= 0 && f.ImagePull >= 0 && f.ModelLoad >= 0 && f.DrainTimeout >= 0 && f.ConsolidateAfter >= 0, "delays must not be negative")
+	check(f.Routing == "" || f.Routing == RoundRobin || f.Routing == LeastOutstanding, "routing must be %s or %s, got %q", RoundRobin, LeastOutstanding, f.Routing)
 	check(f.Min >= 1 && f.Max >= f.Min, "replicas must be 1 ≤ min ≤ max, got %d and %d", f.Min, f.Max)
 	check(f.Tick > 0 && f.Tick <= time.Second && time.Second%f.Tick == 0, "tick must divide a second (every controller period is whole seconds), got %s", f.Tick)
 	check(f.WarmUp >= 0, "warm-up must not be negative, got %s", f.WarmUp)
@@ -116,6 +150,14 @@ func (f Fleet) Validate() error {
 		return fmt.Errorf("invalid fleet: %w", err)
 	}
 	return nil
+}
+
+// routing is f's routing, RoundRobin when unset.
+func (f Fleet) routing() Routing {
+	if f.Routing == "" {
+		return RoundRobin
+	}
+	return f.Routing
 }
 
 // SizesWithGPUs is the family's sizes with exactly gpus GPUs: what a nodeSelector on

@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -19,8 +20,14 @@ type pod struct {
 	pendingSince time.Duration
 	node         *node
 	bound, ready time.Duration
-	replica      *vllmsim.Replica
-	history      []reading
+	// loaded is when its model is loaded, once it has started on its node.
+	loaded  time.Duration
+	replica *vllmsim.Replica
+	history []reading
+	// terminated is when it got SIGTERM (never: it has not); evicted says consolidation
+	// evicted it.
+	terminated time.Duration
+	evicted    bool
 }
 
 // reading is what a replica's counters said at one moment.
@@ -38,8 +45,14 @@ type node struct {
 	size            gpu.Size
 	slots           int
 	launched, ready time.Duration
-	pods            []*pod // bound or nominated
+	pods            []*pod // bound or nominated, terminating ones too
 	changed         time.Duration
+	// imagePulled says the serving image is on the node or being pulled, done at pulledAt (a
+	// node launched with the image has it with a zero pulledAt); draining that consolidation
+	// is draining it: it takes no pod and goes once empty.
+	imagePulled bool
+	pulledAt    time.Duration
+	draining    bool
 }
 
 // InferenceResult is what one autoscaler did with one trace.
@@ -49,8 +62,11 @@ type InferenceResult struct {
 	// Requests is how many arrived; Good how many met the SLO (TTFT and ITL); Failed found no
 	// serving replica; Lost were queued or running on a replica that was removed (scaled away
 	// or evicted by consolidation); LostToConsolidation is the part of Lost consolidation caused;
-	// TimedOut got no first token within the SLO's timeout (or none at all).
-	Requests, Good, Failed, Lost, LostToConsolidation, TimedOut int
+	// TimedOut got no first token within the SLO's timeout (or none at all: the engine aborts
+	// them when the client gives up). Unattainable had a prompt whose prefill alone, on an idle
+	// replica, takes longer than the SLO's TTFT (or that max-model-len rejects): no fleet
+	// could serve them well, and they are part of the violations.
+	Requests, Good, Failed, Lost, LostToConsolidation, TimedOut, Unattainable int
 	// TTFT and ITL are quantiles in seconds over the requests that got a first token (ITL: each
 	// request's mean time per output token).
 	TTFTP50, TTFTP95, TTFTP99, ITLP95, ITLP99 float64
@@ -67,6 +83,10 @@ type InferenceResult struct {
 
 // Violations is the requests that did not meet the SLO.
 func (r InferenceResult) Violations() int { return r.Requests - r.Good }
+
+// AttainableViolations is the violations less the unattainable requests (every one of them is
+// a violation): those an autoscaler could have avoided, for comparing policies.
+func (r InferenceResult) AttainableViolations() int { return max(0, r.Violations()-r.Unattainable) }
 
 // Attainment is the fraction of requests that met the SLO.
 func (r InferenceResult) Attainment() float64 {
@@ -103,9 +123,32 @@ func RunInference(f Fleet, trace []vllmsim.TraceRequest, a Autoscaler) (*Inferen
 	if last := trace[len(trace)-1].At; f.WarmUp >= last {
 		return nil, fmt.Errorf("the warm-up (%s) covers the whole trace (%s): nothing would be measured", f.WarmUp, last)
 	}
-	s := newFleetSim(f, trace, a)
+	longest, err := longestAttainable(f)
+	if err != nil {
+		return nil, err
+	}
+	s := newFleetSim(f, trace, a, longest)
 	s.run()
 	return s.result(), nil
+}
+
+// longestAttainable is the longest prompt whose prefill on an idle replica meets the SLO's
+// TTFT (0: none does), by bisection: the idle TTFT grows with the prompt.
+func longestAttainable(f Fleet) (int, error) {
+	lo, hi := 0, f.Engine.Tokens.MaxModelLen-1
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		d, err := vllmsim.IdleTTFT(f.Engine, mid)
+		if err != nil {
+			return 0, fmt.Errorf("the longest prompt that can meet the TTFT SLO: %w", err)
+		}
+		if d <= f.SLO.TTFT {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo, nil
 }
 
 // fleetSim is one run's state.
@@ -129,19 +172,24 @@ type fleetSim struct {
 	lastDisrupt time.Duration
 	// lostBeforeFirst counts the lost requests that never had a first token.
 	lostBeforeFirst int
+	// terminating are the pods draining after SIGTERM: no requests, not in the scaler's view.
+	terminating []*pod
 }
 
-func newFleetSim(f Fleet, trace []vllmsim.TraceRequest, a Autoscaler) *fleetSim {
+// newFleetSim starts a run; prompts longer than longest cannot meet the TTFT SLO.
+func newFleetSim(f Fleet, trace []vllmsim.TraceRequest, a Autoscaler, longest int) *fleetSim {
 	end := trace[len(trace)-1].At
 	s := &fleetSim{f: f, trace: trace, a: a, end: end, lastDisrupt: -time.Hour}
 	s.rec = recorder{slo: f.SLO, from: epoch.Add(f.WarmUp)}
-	measured := 0
+	s.res = InferenceResult{Autoscaler: a.Name(), Duration: end}
 	for _, r := range trace {
 		if r.At >= f.WarmUp {
-			measured++
+			s.res.Requests++
+			if r.Prompt > longest {
+				s.res.Unattainable++
+			}
 		}
 	}
-	s.res = InferenceResult{Autoscaler: a.Name(), Requests: measured, Duration: end}
 	s.series = newSeriesBuilder(end)
 	s.rec.series = &s.series
 	// The run starts warm at the minimum: Min replicas serving on the nodes Karpenter would
@@ -150,7 +198,7 @@ func newFleetSim(f Fleet, trace []vllmsim.TraceRequest, a Autoscaler) *fleetSim 
 		k := min(f.Min-placed, f.maxSlots())
 		size, _ := f.cheapestFor(k)
 		n := s.launch(size)
-		n.ready = 0
+		n.ready, n.imagePulled = 0, true
 		s.res.NodeLaunches-- // there before the trace
 		for range k {
 			p := s.addPod()
@@ -169,11 +217,8 @@ func (s *fleetSim) run() {
 	for s.now = s.f.Tick; ; s.now += s.f.Tick {
 		s.lifecycle()
 		s.arrivals()
-		for _, p := range s.pods {
-			if p.replica != nil {
-				p.replica.Step(epoch.Add(s.now))
-			}
-		}
+		s.stepReplicas()
+		s.reap()
 		s.read()
 		if want, ok := s.a.Step(s.now, s.view()); ok {
 			s.scale(min(max(want, s.f.Min), s.f.Max))
@@ -192,9 +237,9 @@ func (s *fleetSim) run() {
 func (s *fleetSim) lifecycle() {
 	for _, p := range s.pods {
 		if p.node != nil && p.bound == never && s.now >= p.node.ready {
-			p.bound = s.now
+			s.start(p)
 		}
-		if p.bound != never && p.replica == nil && s.now >= p.bound+s.f.ModelLoad {
+		if p.bound != never && p.replica == nil && s.now >= p.loaded {
 			s.serve(p)
 		}
 	}
@@ -205,7 +250,7 @@ func (s *fleetSim) lifecycle() {
 		}
 		if n := s.leastAllocated(); n != nil { // kube-scheduler: the Ready node with most room
 			s.bind(p, n)
-			p.bound = s.now
+			s.start(p)
 			continue
 		}
 		if s.now-p.pendingSince >= s.f.ProvisionDelay {
@@ -233,6 +278,16 @@ func (s *fleetSim) lifecycle() {
 	}
 }
 
+// start starts p's container on its Ready node: the image is pulled first if the node has not
+// got it (a pull under way is waited for), then the model loads.
+func (s *fleetSim) start(p *pod) {
+	n := p.node
+	if !n.imagePulled {
+		n.imagePulled, n.pulledAt = true, s.now+s.f.ImagePull
+	}
+	p.bound, p.loaded = s.now, max(s.now, n.pulledAt)+s.f.ModelLoad
+}
+
 // inFlight is the first node still launching with a free slot (Karpenter nominates pods to
 // the capacity it is already launching).
 func (s *fleetSim) inFlight() *node {
@@ -245,11 +300,12 @@ func (s *fleetSim) inFlight() *node {
 }
 
 // leastAllocated is the Ready node with the most free slots (kube-scheduler's default
-// scoring, LeastAllocated), the first of them on a tie; nil when none has room.
+// scoring, LeastAllocated), the first of them on a tie; nil when none has room. A draining
+// node is cordoned.
 func (s *fleetSim) leastAllocated() *node {
 	var best *node
 	for _, n := range s.nodes {
-		if s.now >= n.ready && len(n.pods) < n.slots && (best == nil || n.slots-len(n.pods) > best.slots-len(best.pods)) {
+		if s.now >= n.ready && !n.draining && len(n.pods) < n.slots && (best == nil || n.slots-len(n.pods) > best.slots-len(best.pods)) {
 			best = n
 		}
 	}
@@ -271,7 +327,7 @@ func (s *fleetSim) bind(p *pod, n *node) {
 
 func (s *fleetSim) addPod() *pod {
 	s.seq++
-	p := &pod{seq: s.seq, created: s.now, pendingSince: s.now, bound: never, ready: never}
+	p := &pod{seq: s.seq, created: s.now, pendingSince: s.now, bound: never, ready: never, loaded: never, terminated: never}
 	s.pods = append(s.pods, p)
 	return p
 }
@@ -291,8 +347,9 @@ func (s *fleetSim) serve(p *pod) {
 	}
 }
 
-// arrivals routes the requests of the last tick round-robin over the serving replicas, each
-// at its own time; with none serving they fail, like a Service without endpoints.
+// arrivals routes the requests of the last tick over the serving replicas (terminating ones
+// take none), each at its own time; with none serving they fail, like a Service without
+// endpoints.
 func (s *fleetSim) arrivals() {
 	var serving []*pod
 	for _, p := range s.pods {
@@ -308,11 +365,47 @@ func (s *fleetSim) arrivals() {
 			}
 			continue
 		}
-		s.robin %= len(serving)
-		if !serving[s.robin].replica.SubmitRequest(epoch.Add(r.At), r.Prompt, r.Output) && r.At >= s.f.WarmUp {
+		if !s.route(serving).replica.SubmitRequest(epoch.Add(r.At), r.Prompt, r.Output) && r.At >= s.f.WarmUp {
 			s.res.Failed++ // a prompt longer than the engine serves: vLLM answers 400
 		}
-		s.robin++
+	}
+}
+
+// route picks the serving replica a request goes to.
+func (s *fleetSim) route(serving []*pod) *pod {
+	if s.f.Routing == LeastOutstanding {
+		return leastOutstanding(serving)
+	}
+	s.robin %= len(serving)
+	p := serving[s.robin]
+	s.robin++
+	return p
+}
+
+// leastOutstanding is the replica with the fewest requests running and waiting, the first of
+// them on a tie. The counts are the engines' as of the last step plus what was routed since,
+// as a gateway counts the requests it has in flight.
+func leastOutstanding(serving []*pod) *pod {
+	best, fewest := serving[0], math.MaxInt
+	for _, p := range serving {
+		if running, waiting := p.replica.Queue(); running+waiting < fewest {
+			best, fewest = p, running+waiting
+		}
+	}
+	return best
+}
+
+// stepReplicas advances every replica, terminating ones too, to now, and aborts the requests
+// whose clients gave up: no first token within the SLO's timeout.
+func (s *fleetSim) stepReplicas() {
+	giveUp := epoch.Add(s.now - s.f.SLO.Timeout)
+	for _, ps := range [][]*pod{s.pods, s.terminating} {
+		for _, p := range ps {
+			if p.replica != nil {
+				p.replica.Step(epoch.Add(s.now))
+				p.replica.Abort(giveUp)
+			}
+		}
 	}
 }
 
@@ -374,7 +467,7 @@ func (s *fleetSim) scale(want int) {
 				victim = i
 			}
 		}
-		s.remove(s.pods[victim], false)
+		s.terminate(s.pods[victim], false)
 		s.spec--
 	}
 }
@@ -386,8 +479,8 @@ func deleteBefore(p, q *pod) bool {
 	if rank(p) != rank(q) {
 		return rank(p) < rank(q)
 	}
-	if p.node != nil && q.node != nil && len(p.node.pods) != len(q.node.pods) {
-		return len(p.node.pods) > len(q.node.pods)
+	if p.node != nil && q.node != nil && p.node.replicas() != q.node.replicas() {
+		return p.node.replicas() > q.node.replicas()
 	}
 	return p.ready >= q.ready
 }
@@ -403,8 +496,50 @@ func rank(p *pod) int {
 	return 2
 }
 
-// remove deletes a pod: its queued and running requests are lost.
-func (s *fleetSim) remove(p *pod, evicted bool) {
+// replicas is the pods on n that are not terminating (the ReplicaSet's active pods).
+func (n *node) replicas() int {
+	k := 0
+	for _, p := range n.pods {
+		if p.terminated == never {
+			k++
+		}
+	}
+	return k
+}
+
+// terminate deletes p as the API server does (evicted: consolidation evicts it). A serving pod
+// with requests gets SIGTERM and drains: it leaves the scaler's view and the routing but
+// stays on its node, stepping, until reap removes it. Any other pod goes at once.
+func (s *fleetSim) terminate(p *pod, evicted bool) {
+	p.evicted = evicted
+	if p.replica == nil || s.f.DrainTimeout == 0 || idle(p) {
+		s.remove(p)
+		return
+	}
+	p.terminated = s.now
+	s.pods = slices.DeleteFunc(s.pods, func(q *pod) bool { return q == p })
+	s.terminating = append(s.terminating, p)
+}
+
+// idle reports whether p's replica holds no request.
+func idle(p *pod) bool {
+	running, waiting := p.replica.Queue()
+	return running+waiting == 0
+}
+
+// reap removes the terminating pods that have drained or whose drain timeout has passed (what
+// they still hold is lost).
+func (s *fleetSim) reap() {
+	for _, p := range slices.Clone(s.terminating) {
+		if idle(p) || s.now-p.terminated >= s.f.DrainTimeout {
+			s.remove(p)
+		}
+	}
+}
+
+// remove deletes a pod at once: its queued and running requests are lost (to consolidation
+// when it was evicted).
+func (s *fleetSim) remove(p *pod) {
 	if p.replica != nil {
 		from := epoch.Add(s.f.WarmUp)
 		p.replica.Unfinished(func(arrived time.Time, first bool) {
@@ -412,7 +547,7 @@ func (s *fleetSim) remove(p *pod, evicted bool) {
 				return // not measured
 			}
 			s.res.Lost++
-			if evicted {
+			if p.evicted {
 				s.res.LostToConsolidation++
 			}
 			if !first {
@@ -425,6 +560,7 @@ func (s *fleetSim) remove(p *pod, evicted bool) {
 		n.changed = s.now
 	}
 	s.pods = slices.DeleteFunc(s.pods, func(q *pod) bool { return q == p })
+	s.terminating = slices.DeleteFunc(s.terminating, func(q *pod) bool { return q == p })
 }
 
 // consolidationValidation is how long Karpenter waits between two disruption decisions.
@@ -432,36 +568,36 @@ const consolidationValidation = 15 * time.Second
 
 // consolidate is Karpenter's disruption of the fleet's nodes: empty nodes after
 // ConsolidateAfter; under WhenEmptyOrUnderutilized without the guard, a partly used node
-// whose replicas fit the other ready nodes' free slots: its replicas are evicted (the
-// ReplicaSet recreates them, they load their model again) and the node goes.
+// whose replicas fit the other ready nodes' free slots: it is cordoned, its replicas are
+// evicted (the ReplicaSet recreates them at once, they load their model again) and drain, and
+// the node goes once they have.
 func (s *fleetSim) consolidate() {
 	s.nodes = slices.DeleteFunc(s.nodes, func(n *node) bool {
-		if len(n.pods) == 0 && s.now >= n.ready && s.now-n.changed >= s.f.ConsolidateAfter {
-			return true
-		}
-		return false
+		return len(n.pods) == 0 && (n.draining || s.now >= n.ready && s.now-n.changed >= s.f.ConsolidateAfter)
 	})
 	if s.f.Consolidation != WhenEmptyOrUnderutilized || s.f.Guard || s.now-s.lastDisrupt < consolidationValidation {
 		return
 	}
 	for _, n := range s.nodes {
-		if len(n.pods) == 0 || len(n.pods) == n.slots || s.now < n.ready || s.now-n.changed < s.f.ConsolidateAfter {
+		if len(n.pods) == 0 || len(n.pods) == n.slots || n.draining || n.replicas() < len(n.pods) ||
+			s.now < n.ready || s.now-n.changed < s.f.ConsolidateAfter {
 			continue
 		}
 		free := 0
 		for _, o := range s.nodes {
-			if o != n && s.now >= o.ready {
+			if o != n && !o.draining && s.now >= o.ready {
 				free += o.slots - len(o.pods)
 			}
 		}
 		if free < len(n.pods) {
 			continue
 		}
+		n.draining = true
 		for _, p := range slices.Clone(n.pods) {
-			s.remove(p, true)
+			s.terminate(p, true)
 			s.addPod() // the ReplicaSet's replacement
 		}
-		s.nodes = slices.DeleteFunc(s.nodes, func(o *node) bool { return o == n })
+		s.nodes = slices.DeleteFunc(s.nodes, func(o *node) bool { return o == n && len(o.pods) == 0 })
 		s.lastDisrupt = s.now
 		return
 	}
@@ -483,6 +619,10 @@ func (s *fleetSim) account() {
 			_, w := p.replica.Queue()
 			waiting += w
 		}
+	}
+	for _, p := range s.terminating {
+		_, w := p.replica.Queue()
+		waiting += w
 	}
 	s.series.sample(s.now, serving, len(s.nodes), s.spec, waiting)
 }

@@ -11,6 +11,8 @@ type recorder struct {
 	good, finished, timedOut int
 	firstTokens              int
 	series                   *seriesBuilder
+	// aborted counts the requests an engine aborted when their client gave up.
+	aborted int
 }
 
 // FirstToken records a request's time to first token.
@@ -43,9 +45,17 @@ func (r *recorder) Finished(arrived, first, at time.Time, output int) {
 	}
 }
 
-// outstanding is how many requests have neither finished nor been counted as failed or lost.
+// Aborted records a request its engine aborted: its client gave up without a first token.
+func (r *recorder) Aborted(arrived time.Time) {
+	if !arrived.Before(r.from) {
+		r.aborted++
+	}
+}
+
+// outstanding is how many requests have neither finished nor been aborted nor been counted as
+// failed or lost (gone).
 func (r *recorder) outstanding(requests, gone int) int {
-	return max(0, requests-gone-r.finished)
+	return max(0, requests-gone-r.finished-r.aborted)
 }
 
 // seriesBuilder folds a run into buckets for the report's plots.

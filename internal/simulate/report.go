@@ -54,18 +54,20 @@ func (r *Report) inference(name string) *InferenceResult {
 }
 
 // Goals checks the run against berth's goals: ≥ 10× fewer SLO-violating requests than the
-// duty-cycle HPA at no more GPU-hours; at least the KEDA waiting trigger's SLO attainment at
-// ≤ 0.9× its GPU-hours; no idle GPU-hours from partial gangs.
+// duty-cycle HPA (of the attainable ones) at no more GPU-hours; at least the KEDA waiting
+// trigger's SLO attainment at ≤ 0.9× its GPU-hours; no idle GPU-hours from partial gangs.
 func (r *Report) Goals() []Goal {
 	var out []Goal
 	b := r.inference(BerthName)
 	if d := r.inference((&DutyCycle{}).Name()); b != nil && d != nil {
 		g := Goal{Name: "SLO-violating requests vs HPA on duty cycle", Want: "≥ 10× fewer", Known: true}
-		if b.Violations() == 0 {
-			g.Got, g.Met = fmt.Sprintf("none (vs %d)", d.Violations()), true
+		// Unattainable requests violate the SLO under any policy: they are left out.
+		bv, dv := b.AttainableViolations(), d.AttainableViolations()
+		if bv == 0 {
+			g.Got, g.Met = fmt.Sprintf("none (vs %d), of attainable requests", dv), true
 		} else {
-			ratio := float64(d.Violations()) / float64(b.Violations())
-			g.Got, g.Met = fmt.Sprintf("%.1f× fewer (%d vs %d)", ratio, b.Violations(), d.Violations()), ratio >= 10
+			ratio := float64(dv) / float64(bv)
+			g.Got, g.Met = fmt.Sprintf("%.1f× fewer (%d vs %d), of attainable requests", ratio, bv, dv), ratio >= 10
 		}
 		out = append(out, g)
 		h := b.GPUHours / d.GPUHours
@@ -112,8 +114,8 @@ func (r *Report) Markdown(w io.Writer, plots []string) error {
 	if len(r.Inference) > 0 {
 		f := r.Fleet
 		fmt.Fprintf(&b, "## Inference\n\nRequests: %s.\n\n", r.Requests)
-		fmt.Fprintf(&b, "Fleet: %s, %d GPU and %.0f cores per replica on %s nodes (%s), node launch %s, model load %s, %d–%d replicas, %s after %s; the first %s is a warm-up, not measured. SLO: TTFT ≤ %s and mean ITL ≤ %s per request; clients give up after %s.\n\n",
-			f.Engine.Model, f.GPUsPerReplica, f.ReplicaCPU, f.Family.Name, sizeNames(f), f.NodeLaunch, f.ModelLoad, f.Min, f.Max, f.Consolidation, f.ConsolidateAfter, f.WarmUp, f.SLO.TTFT, f.SLO.ITL, f.SLO.Timeout)
+		fmt.Fprintf(&b, "Fleet: %s, %d GPU and %.0f cores per replica on %s nodes (%s), node launch %s, image pull %s (once per node) and model load %s (every pod), %d–%d replicas, %s routing, drain %s, %s after %s; the first %s is a warm-up, not measured. SLO: TTFT ≤ %s and mean ITL ≤ %s per request; clients give up after %s and the engine aborts their requests. Unattainable requests have a prompt whose prefill alone on an idle replica misses the TTFT SLO.\n\n",
+			f.Engine.Model, f.GPUsPerReplica, f.ReplicaCPU, f.Family.Name, sizeNames(f), f.NodeLaunch, f.ImagePull, f.ModelLoad, f.Min, f.Max, f.routing(), f.DrainTimeout, f.Consolidation, f.ConsolidateAfter, f.WarmUp, f.SLO.TTFT, f.SLO.ITL, f.SLO.Timeout)
 		inferenceTable(&b, r.Inference)
 		fmt.Fprintf(&b, "\nPolicies:\n\n")
 		for _, res := range r.Inference {
@@ -159,11 +161,11 @@ func (r *Report) Markdown(w io.Writer, plots []string) error {
 }
 
 func inferenceTable(b *strings.Builder, rs []*InferenceResult) {
-	b.WriteString("| policy | SLO attainment | SLO-violating | failed | lost (to consolidation) | timed out | TTFT p50 | TTFT p95 | TTFT p99 | ITL p95 | ITL p99 | GPU-hours | cost | nodes launched |\n")
-	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| policy | SLO attainment | SLO-violating | unattainable | failed | lost (to consolidation) | timed out | TTFT p50 | TTFT p95 | TTFT p99 | ITL p95 | ITL p99 | GPU-hours | cost | nodes launched |\n")
+	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, r := range rs {
-		fmt.Fprintf(b, "| %s | %.2f %% | %d | %d | %d (%d) | %d | %s | %s | %s | %s | %s | %.1f | %s | %d |\n",
-			r.Autoscaler, 100*r.Attainment(), r.Violations(), r.Failed, r.Lost, r.LostToConsolidation, r.TimedOut,
+		fmt.Fprintf(b, "| %s | %.2f %% | %d | %d | %d | %d (%d) | %d | %s | %s | %s | %s | %s | %.1f | %s | %d |\n",
+			r.Autoscaler, 100*r.Attainment(), r.Violations(), r.Unattainable, r.Failed, r.Lost, r.LostToConsolidation, r.TimedOut,
 			secs(r.TTFTP50), secs(r.TTFTP95), secs(r.TTFTP99), secs(r.ITLP95), secs(r.ITLP99), r.GPUHours, usd(r.Dollars), r.NodeLaunches)
 	}
 }

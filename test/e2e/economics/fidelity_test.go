@@ -101,7 +101,10 @@ func TestSimulatorAgreesWithTheRig(t *testing.T) {
 	}
 
 	// The simulator, with the rig's environment.
-	f.NodeLaunch, f.ModelLoad, f.ProvisionDelay = mean(m.launch), mean(m.load), 2*time.Second
+	// The rig's pods are ContainerCreating for the whole measured load: no image pull apart;
+	// its emulator drops a deleted pod and its requests at once (vllmsim.PodAddresses): no drain.
+	f.NodeLaunch, f.ImagePull, f.ModelLoad, f.ProvisionDelay = mean(m.launch), 0, mean(m.load), 2*time.Second
+	f.DrainTimeout = 0
 	f.ConsolidateAfter = mean(m.emptyToGone)
 	if f.ConsolidateAfter == 0 {
 		f.ConsolidateAfter = 45 * time.Second
