@@ -29,10 +29,14 @@ type simulateFlags struct {
 	slo                                     simulate.SLO
 	noInference, noTraining, noConsolidate  bool
 	limitGPUs                               int
+	drainTimeout, imagePull, modelLoad      time.Duration
+	imagePullSet, modelLoadSet              bool
+	routing, lengths, lengthsFrom           string
 }
 
 func newSimulateCommand() *cobra.Command {
-	f := simulateFlags{synthetic: simulate.DefaultSynthetic, syntheticJobs: simulate.DefaultSyntheticJobs, slo: simulate.DefaultSLO}
+	f := simulateFlags{synthetic: simulate.DefaultSynthetic, syntheticJobs: simulate.DefaultSyntheticJobs, slo: simulate.DefaultSLO,
+		routing: string(simulate.RoundRobin), lengths: string(simulate.LengthsTrace)}
 	cmd := &cobra.Command{
 		Use:   "simulate",
 		Short: "Replay request and training-job traces through berth's decisions and today's setups; report SLOs, GPU-hours and dollars",
@@ -45,8 +49,15 @@ family's launch time and replicas their model load; costs come from berth's GPU 
 
 Requests come from --trace (the Azure LLM inference trace format:
 TIMESTAMP,ContextTokens,GeneratedTokens) or, without it, from a synthetic day (--duration,
---rate, --diurnal, --burst-*, --seed). Jobs come from --jobs
+--rate, --diurnal, --burst-*, --seed) whose requests take their (prompt, output) lengths from
+rows of a real trace (--lengths): --lengths-from, or the one embedded in berth, the Azure LLM
+inference trace 2023's conversation hour (CC-BY-4.0, © Microsoft: "Azure LLM inference trace
+2023, Microsoft, https://github.com/Azure/AzurePublicDataset"). Jobs come from --jobs
 (arrival_seconds,members,gpus_per_member,duration_seconds) or a synthetic day of them.
+
+Clients give up after --timeout without a first token and the engine aborts their requests;
+replicas scaled down or evicted drain for --drain-timeout; requests are routed --routing; a
+pod on a fresh node waits for --image-pull before its --model-load.
 
 The report (report.md and PNG plots) goes to --out; docs/economics.md explains the model.
 
@@ -69,7 +80,11 @@ The report (report.md and PNG plots) goes to --out; docs/economics.md explains t
 	fl.IntVar(&f.max, "max", 64, "maximum replicas of every policy")
 	fl.DurationVar(&f.slo.TTFT, "slo-ttft", f.slo.TTFT, "SLO: time to first token")
 	fl.DurationVar(&f.slo.ITL, "slo-itl", f.slo.ITL, "SLO: mean time per output token of a request")
-	fl.DurationVar(&f.slo.Timeout, "timeout", f.slo.Timeout, "clients give up after this long without a first token")
+	fl.DurationVar(&f.slo.Timeout, "timeout", f.slo.Timeout, "clients give up after this long without a first token; the engine aborts their requests")
+	fl.DurationVar(&f.drainTimeout, "drain-timeout", simulate.DefaultDrainTimeout, "terminationGracePeriodSeconds: a serving replica scaled down or evicted takes no new request and finishes its own for up to this long (0: they are lost at once)")
+	fl.StringVar(&f.routing, "routing", f.routing, "how requests reach the replicas: round-robin (a Service) or least-outstanding (an endpoint picker: the replica with the fewest requests running and waiting)")
+	fl.DurationVar(&f.imagePull, "image-pull", 0, "serving image pull, once per node: the first pod on a node waits for it, later ones do not (default: the --fleet preset's)")
+	fl.DurationVar(&f.modelLoad, "model-load", 0, "model load after the image (weights, CUDA graphs), paid by every pod (default: the --fleet preset's)")
 	fl.DurationVar(&f.synthetic.Duration, "duration", f.synthetic.Duration, "synthetic requests and jobs: how long")
 	fl.Float64Var(&f.synthetic.MeanRate, "rate", f.synthetic.MeanRate, "synthetic requests: mean arrivals per second")
 	fl.Float64Var(&f.synthetic.Diurnal, "diurnal", f.synthetic.Diurnal, "synthetic requests: daily swing 0–1 (peak (1+d)× and trough (1−d)× the mean)")
@@ -79,6 +94,8 @@ The report (report.md and PNG plots) goes to --out; docs/economics.md explains t
 	fl.DurationVar(&f.synthetic.BurstLength, "burst-length", f.synthetic.BurstLength, "synthetic requests: burst length")
 	fl.Float64Var(&f.synthetic.BurstFactor, "burst-factor", f.synthetic.BurstFactor, "synthetic requests: rate multiplier in a burst")
 	fl.Uint64Var(&f.synthetic.Seed, "seed", f.synthetic.Seed, "seed of the synthetic traces")
+	fl.StringVar(&f.lengths, "lengths", f.lengths, "synthetic requests: trace (each request's prompt and output lengths, together, from a random row of the Azure conversation trace or --lengths-from) or lognormal (each independently log-normal around the Azure trace's medians, a heavier tail than the trace's)")
+	fl.StringVar(&f.lengthsFrom, "lengths-from", "", "synthetic requests, --lengths trace: the trace whose rows the lengths come from, in --trace's format (default: the embedded Azure conversation trace)")
 	fl.Float64Var(&f.syntheticJobs.PerHour, "jobs-per-hour", f.syntheticJobs.PerHour, "synthetic jobs: mean arrivals per hour")
 	fl.IntVar(&f.limitGPUs, "limit-gpus", 64, "training NodePool's GPU limit")
 	fl.BoolVar(&f.noInference, "no-inference", false, "skip the request replay")
@@ -89,6 +106,7 @@ The report (report.md and PNG plots) goes to --out; docs/economics.md explains t
 
 func runSimulate(cmd *cobra.Command, f simulateFlags) error {
 	f.warmUpSet = cmd.Flags().Changed("warm-up")
+	f.imagePullSet, f.modelLoadSet = cmd.Flags().Changed("image-pull"), cmd.Flags().Changed("model-load")
 	o, err := simulateOptions(f)
 	if err != nil {
 		return err
@@ -117,18 +135,9 @@ func runSimulate(cmd *cobra.Command, f simulateFlags) error {
 func simulateOptions(f simulateFlags) (simulate.Options, error) {
 	var o simulate.Options
 	var errs []error
-	fleet, trigger, err := fleetPreset(f.fleet)
+	fleet, trigger, err := flagFleet(f)
 	if err != nil {
 		return o, err
-	}
-	if len(f.trigger) > 0 {
-		trigger = f.trigger
-	}
-	fleet.Min, fleet.Max, fleet.SLO, fleet.WarmUp = f.min, f.max, f.slo, f.warmUp
-	if f.nodeGPUs > 0 {
-		if fleet.Sizes, err = simulate.SizesWithGPUs(fleet.Family, f.nodeGPUs); err != nil {
-			return o, fmt.Errorf("--node-gpus: %w", err)
-		}
 	}
 	o.Fleet, o.Trigger, o.Behavior, o.SyncPeriod = fleet, trigger, simulate.BerthBehavior, 15*time.Second
 	if !f.noInference {
@@ -136,9 +145,7 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 			o.Requests, err = readTrace(f.trace)
 			o.RequestSource = fmt.Sprintf("%s (%d requests)", filepath.Base(f.trace), len(o.Requests))
 		} else {
-			o.Requests, err = f.synthetic.Generate()
-			o.RequestSource = fmt.Sprintf("synthetic, %d requests over %s (mean %.2f/s, diurnal %.2f, bursts %.0f× for %s every %s, seed %d)",
-				len(o.Requests), f.synthetic.Duration, f.synthetic.MeanRate, f.synthetic.Diurnal, f.synthetic.BurstFactor, f.synthetic.BurstLength, f.synthetic.BurstEvery, f.synthetic.Seed)
+			o.Requests, o.RequestSource, err = syntheticRequests(f)
 		}
 		errs = append(errs, err)
 		if n := len(o.Requests); n > 0 && !f.warmUpSet {
@@ -152,6 +159,7 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 			h, err := simulate.H100Fleet()
 			errs = append(errs, err)
 			h.Max, h.SLO, h.WarmUp = min(f.max, 16), f.slo, o.Fleet.WarmUp
+			h.DrainTimeout, h.Routing = fleet.DrainTimeout, fleet.Routing
 			o.ConsolidationFleet, o.ConsolidationTrigger = &h, simulate.BerthTrigger
 		}
 	}
@@ -178,6 +186,69 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 		errs = append(errs, errors.New("--no-inference and --no-training leave nothing to simulate"))
 	}
 	return o, errors.Join(errs...)
+}
+
+// flagFleet is the serving fleet and berth's trigger for it the flags describe.
+func flagFleet(f simulateFlags) (simulate.Fleet, map[string]string, error) {
+	fleet, trigger, err := fleetPreset(f.fleet)
+	if err != nil {
+		return fleet, nil, err
+	}
+	if len(f.trigger) > 0 {
+		trigger = f.trigger
+	}
+	fleet.Min, fleet.Max, fleet.SLO, fleet.WarmUp = f.min, f.max, f.slo, f.warmUp
+	if f.nodeGPUs > 0 {
+		if fleet.Sizes, err = simulate.SizesWithGPUs(fleet.Family, f.nodeGPUs); err != nil {
+			return fleet, nil, fmt.Errorf("--node-gpus: %w", err)
+		}
+	}
+	switch r := simulate.Routing(f.routing); r {
+	case simulate.RoundRobin, simulate.LeastOutstanding:
+		fleet.Routing = r
+	default:
+		return fleet, nil, fmt.Errorf("--routing %q: want %s or %s", f.routing, simulate.RoundRobin, simulate.LeastOutstanding)
+	}
+	fleet.DrainTimeout = f.drainTimeout
+	if f.imagePullSet {
+		fleet.ImagePull = f.imagePull
+	}
+	if f.modelLoadSet {
+		fleet.ModelLoad = f.modelLoad
+	}
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--drain-timeout", fleet.DrainTimeout}, {"--image-pull", fleet.ImagePull}, {"--model-load", fleet.ModelLoad}} {
+		if d.v < 0 {
+			return fleet, nil, fmt.Errorf("%s %s: must not be negative", d.flag, d.v)
+		}
+	}
+	return fleet, trigger, nil
+}
+
+// syntheticRequests draws the synthetic request trace the flags describe and says what it is.
+func syntheticRequests(f simulateFlags) ([]vllmsim.TraceRequest, string, error) {
+	s := f.synthetic
+	s.Lengths = simulate.Lengths(f.lengths)
+	lengths := "lengths from the Azure LLM inference trace 2023 (conversation), CC-BY-4.0 © Microsoft"
+	switch {
+	case s.Lengths != simulate.LengthsTrace && s.Lengths != simulate.LengthsLogNormal:
+		return nil, "", fmt.Errorf("--lengths %q: want %s or %s", f.lengths, simulate.LengthsTrace, simulate.LengthsLogNormal)
+	case f.lengthsFrom != "" && s.Lengths != simulate.LengthsTrace:
+		return nil, "", fmt.Errorf("--lengths-from needs --lengths %s, got %s", simulate.LengthsTrace, s.Lengths)
+	case f.lengthsFrom != "":
+		var err error
+		if s.LengthTrace, err = readWith(f.lengthsFrom, "--lengths-from", vllmsim.ReadAzureTrace); err != nil {
+			return nil, "", err
+		}
+		lengths = "lengths from " + filepath.Base(f.lengthsFrom)
+	case s.Lengths == simulate.LengthsLogNormal:
+		lengths = fmt.Sprintf("log-normal lengths, medians %d and %d tokens", s.PromptMedian, s.OutputMedian)
+	}
+	reqs, err := s.Generate()
+	return reqs, fmt.Sprintf("synthetic, %d requests over %s (mean %.2f/s, diurnal %.2f, bursts %.0f× for %s every %s, %s, seed %d)",
+		len(reqs), s.Duration, s.MeanRate, s.Diurnal, s.BurstFactor, s.BurstLength, s.BurstEvery, lengths, s.Seed), err
 }
 
 // fleetPreset is a named serving fleet and berth's trigger for it.

@@ -47,6 +47,13 @@ func TestSimulateCommandRejectsBadInput(t *testing.T) {
 		{[]string{"--no-inference", "--no-training"}, "nothing to simulate"},
 		{[]string{"--node-gpus", "3", "--no-training"}, "no size with 3 GPUs"},
 		{[]string{"--rate", "-1", "--no-training"}, "mean rate"},
+		{[]string{"--routing", "random", "--no-training"}, `--routing "random": want round-robin or least-outstanding`},
+		{[]string{"--drain-timeout", "-1s", "--no-training"}, "--drain-timeout -1s: must not be negative"},
+		{[]string{"--image-pull", "-1s", "--no-training"}, "--image-pull -1s"},
+		{[]string{"--model-load", "-1s", "--no-training"}, "--model-load -1s"},
+		{[]string{"--lengths", "uniform", "--no-training"}, `--lengths "uniform": want trace or lognormal`},
+		{[]string{"--lengths", "lognormal", "--lengths-from", "x.csv", "--no-training"}, "--lengths-from needs --lengths trace"},
+		{[]string{"--lengths-from", "/nonexistent.csv", "--no-training"}, "--lengths-from"},
 	} {
 		cmd := newSimulateCommand()
 		cmd.SetArgs(append(tc.args, "--out", t.TempDir()))
@@ -54,6 +61,30 @@ func TestSimulateCommandRejectsBadInput(t *testing.T) {
 		cmd.SetErr(&bytes.Buffer{})
 		if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: %v, want an error naming %q", tc.args, err, tc.want)
+		}
+	}
+}
+
+func TestSimulateCommandFleetAndLengthFlags(t *testing.T) {
+	dir := t.TempDir()
+	lengths := filepath.Join(dir, "lengths.csv")
+	if err := os.WriteFile(lengths, []byte("TIMESTAMP,ContextTokens,GeneratedTokens\n0,300,20\n1,700,50\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newSimulateCommand()
+	cmd.SetOut(&bytes.Buffer{})
+	cmd.SetArgs([]string{"--no-training", "--no-consolidation", "--duration", "10m", "--rate", "0.3", "--lengths-from", lengths,
+		"--routing", "least-outstanding", "--image-pull", "10s", "--model-load", "20s", "--drain-timeout", "2m", "--out", filepath.Join(dir, "report")})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "report", "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"lengths from lengths.csv", "image pull 10s (once per node) and model load 20s", "least-outstanding routing", "drain 2m0s", "| unattainable |"} {
+		if !strings.Contains(string(md), want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md)
 		}
 	}
 }
