@@ -145,15 +145,18 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 			m.Capacity += capacityRate * (rate - m.Capacity)
 		}
 	}
-	if !m.last.IsZero() && informative > 0 && allGood && m.Capacity > 0 && served/float64(informative) >= exploreLoad*m.Capacity {
+	// The fleet runs below Capacity by its burst headroom on purpose: what says a replica may
+	// carry more is the load the demand alone would put on it.
+	if !m.last.IsZero() && informative > 0 && allGood && m.Capacity > 0 &&
+		served/float64(informative)*m.headroom(m.horizon(slo), slo) >= exploreLoad*m.Capacity {
 		m.Capacity *= 1 + exploreRate*now.Sub(m.last).Minutes()
 	}
 	if o.Startup > m.ColdStart {
 		m.ColdStart = o.Startup
 	}
 	m.last = now
-	if !math.IsNaN(o.Arrivals) && o.ArrivalsSampled > 0 {
-		m.demand = append(m.demand, demandPoint{now, o.Arrivals})
+	if rate, _, ok := o.arrivalRate(); ok {
+		m.demand = append(m.demand, demandPoint{now, rate})
 	}
 	drop := 0
 	for drop < len(m.demand) && now.Sub(m.demand[drop].at) > demandHistory {
@@ -305,14 +308,16 @@ func (m *FleetModel) headroom(h time.Duration, slo SLO) float64 {
 func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial bool) (SignalDecision, Forecast, float64) {
 	sd := SignalDecision{Signal: SignalSLO, Target: 1}
 	carry := o.Model.carry()
-	if carry <= 0 || math.IsNaN(o.Arrivals) || o.ArrivalsSampled == 0 {
+	if _, _, ok := o.arrivalRate(); carry <= 0 || !ok {
 		sd.Desired, sd.Held = current, HeldLearning
 		if o.Ready == 0 {
 			sd.Held = HeldNoReadyReplica
 		}
 		return sd, Forecast{}, carry
 	}
-	fc := o.Model.forecast(o.Arrivals, t.SLO)
+	arrivals, extrapolated, _ := o.arrivalRate()
+	partial = partial || extrapolated
+	fc := o.Model.forecast(arrivals, t.SLO)
 	backlog := (o.Waiting + o.Upstream) / fc.Horizon.Seconds()
 	sd.Raw = (fc.Rate() + backlog) / carry
 	need := ceilCount(sd.Raw)
@@ -326,4 +331,18 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 	}
 	sd.Value = metricValue(sd.Desired, 1)
 	return sd, fc, carry
+}
+
+// arrivalRate is the fleet's arrival rate: Arrivals scaled from the replicas with a window to
+// every ready one (extrapolated true), since a replica that has just become ready takes its
+// share of the arrivals at once — a lower bound still, as a router that prefers the least
+// loaded sends a new replica more. ok is false when no replica has a window.
+func (o Observation) arrivalRate() (rate float64, extrapolated, ok bool) {
+	if math.IsNaN(o.Arrivals) || o.ArrivalsSampled == 0 {
+		return 0, false, false
+	}
+	if o.ArrivalsSampled < o.Ready {
+		return o.Arrivals * float64(o.Ready) / float64(o.ArrivalsSampled), true, true
+	}
+	return o.Arrivals, false, true
 }

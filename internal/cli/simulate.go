@@ -32,6 +32,8 @@ type simulateFlags struct {
 	drainTimeout, imagePull, modelLoad      time.Duration
 	imagePullSet, modelLoadSet              bool
 	routing, lengths, lengthsFrom           string
+	frontier, oracle                        bool
+	kedaThreshold, kubeAITarget             float64
 }
 
 func newSimulateCommand() *cobra.Command {
@@ -73,10 +75,14 @@ The report (report.md and PNG plots) goes to --out; docs/economics.md explains t
 	fl.StringVar(&f.writeTrace, "write-trace", "", "also write the request trace replayed (synthetic or read) to this file")
 	fl.StringVar(&f.writeJobs, "write-jobs", "", "also write the job trace replayed to this file")
 	fl.StringVar(&f.fleet, "fleet", "l4", "serving fleet: l4 (Llama-3.1-8B, 1 L4 and 4 cores per replica on g6 nodes) or h100 (Llama-3.3-70B FP8, 2 H100s per replica on p5.48xlarge)")
-	fl.StringToStringVar(&f.trigger, "trigger", nil, "berth's ScaledObject trigger metadata (default: docs/economics.md's for the fleet), e.g. targetConcurrency=8,targetTTFTSeconds=3")
+	fl.StringToStringVar(&f.trigger, "trigger", nil, "berth's ScaledObject trigger metadata (default: the SLO itself, ttftSLOSeconds and itlSLOSeconds from --slo-ttft and --slo-itl), e.g. targetConcurrency=8,targetTTFTSeconds=3")
+	fl.BoolVar(&f.frontier, "frontier", true, "also replay the requests through fixed fleets of every size up to --max (the static-N frontier every policy is judged against at its GPU-hours)")
+	fl.BoolVar(&f.oracle, "oracle", true, "also replay the requests through the clairvoyant oracle (knows every arrival and the cold start; its per-replica capacity profiled on the trace's lengths)")
+	fl.Float64Var(&f.kedaThreshold, "keda-threshold", simulate.TunedKEDAThreshold, "the KEDA baseline's vllm:num_requests_waiting threshold per replica (default: tuned on the synthetic day of seed 1, docs/economics.md)")
+	fl.Float64Var(&f.kubeAITarget, "kubeai-target", simulate.TunedKubeAITarget, "the KubeAI baseline's requests in flight per replica (default: tuned on the synthetic day of seed 1, docs/economics.md)")
 	fl.IntVar(&f.min, "min", 1, "minimum replicas of every policy")
 	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "only launch instance sizes with this many GPUs (a nodeSelector on karpenter.k8s.aws/instance-gpu-count); 0: any size, Karpenter packs a scale-up's replicas onto the cheapest size that holds them")
-	fl.DurationVar(&f.warmUp, "warm-up", simulate.DefaultWarmUp, "the start of the request trace replayed but not measured (the fleet starts at --min); unset, at most a tenth of the trace")
+	fl.DurationVar(&f.warmUp, "warm-up", simulate.DefaultWarmUp, "the start of the request trace replayed but not measured (the fleet starts at --min); unset, a tenth of a short trace but at least three cold starts of the fleet (one to see the load, one to meet it, one to settle) and at most half of it")
 	fl.IntVar(&f.max, "max", 64, "maximum replicas of every policy")
 	fl.DurationVar(&f.slo.TTFT, "slo-ttft", f.slo.TTFT, "SLO: time to first token")
 	fl.DurationVar(&f.slo.ITL, "slo-itl", f.slo.ITL, "SLO: mean time per output token of a request")
@@ -140,6 +146,10 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 		return o, err
 	}
 	o.Fleet, o.Trigger, o.Behavior, o.SyncPeriod = fleet, trigger, simulate.BerthBehavior, 15*time.Second
+	o.Frontier, o.Oracle, o.KEDAThreshold, o.KubeAITarget = f.frontier, f.oracle, f.kedaThreshold, f.kubeAITarget
+	if f.kedaThreshold <= 0 || f.kubeAITarget <= 0 {
+		return o, fmt.Errorf("--keda-threshold %v and --kubeai-target %v: both must be positive", f.kedaThreshold, f.kubeAITarget)
+	}
 	if !f.noInference {
 		if f.trace != "" {
 			o.Requests, err = readTrace(f.trace)
@@ -149,8 +159,7 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 		}
 		errs = append(errs, err)
 		if n := len(o.Requests); n > 0 && !f.warmUpSet {
-			// A short trace keeps most of itself: at most a tenth of it is warm-up.
-			o.Fleet.WarmUp = min(o.Fleet.WarmUp, o.Requests[n-1].At/10)
+			o.Fleet.WarmUp = simulate.TraceWarmUp(o.Fleet, o.Requests[n-1].At)
 		}
 		if err == nil && f.writeTrace != "" {
 			errs = append(errs, writeFile(f.writeTrace, func(w *os.File) error { return vllmsim.WriteAzureTrace(w, o.Requests) }))
@@ -160,7 +169,7 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 			errs = append(errs, err)
 			h.Max, h.SLO, h.WarmUp = min(f.max, 16), f.slo, o.Fleet.WarmUp
 			h.DrainTimeout, h.Routing = fleet.DrainTimeout, fleet.Routing
-			o.ConsolidationFleet, o.ConsolidationTrigger = &h, simulate.BerthTrigger
+			o.ConsolidationFleet, o.ConsolidationTrigger = &h, simulate.SLOTrigger(f.slo)
 		}
 	}
 	if !f.noTraining {
@@ -190,10 +199,11 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 
 // flagFleet is the serving fleet and berth's trigger for it the flags describe.
 func flagFleet(f simulateFlags) (simulate.Fleet, map[string]string, error) {
-	fleet, trigger, err := fleetPreset(f.fleet)
+	fleet, err := fleetPreset(f.fleet)
 	if err != nil {
 		return fleet, nil, err
 	}
+	trigger := simulate.SLOTrigger(f.slo)
 	if len(f.trigger) > 0 {
 		trigger = f.trigger
 	}
@@ -252,16 +262,14 @@ func syntheticRequests(f simulateFlags) ([]vllmsim.TraceRequest, string, error) 
 }
 
 // fleetPreset is a named serving fleet and berth's trigger for it.
-func fleetPreset(name string) (simulate.Fleet, map[string]string, error) {
+func fleetPreset(name string) (simulate.Fleet, error) {
 	switch name {
 	case "l4":
-		f, err := simulate.L4Fleet()
-		return f, simulate.L4Trigger, err
+		return simulate.L4Fleet()
 	case "h100":
-		f, err := simulate.H100Fleet()
-		return f, simulate.BerthTrigger, err
+		return simulate.H100Fleet()
 	}
-	return simulate.Fleet{}, nil, fmt.Errorf("--fleet %q: want l4 or h100", name)
+	return simulate.Fleet{}, fmt.Errorf("--fleet %q: want l4 or h100", name)
 }
 
 func shapes(ss []simulate.JobShape) string {

@@ -75,6 +75,8 @@ type Berth struct {
 	policy  scaler.Policy
 	hpa     hpa
 	label   string
+	// model is what the scaler has learned of the fleet (its SLO signal's capacity model).
+	model scaler.FleetModel
 }
 
 // BerthTrigger is the trigger of examples/vllm-scaledobject.yaml, what docs/scaler.md tells
@@ -115,7 +117,12 @@ func (b *Berth) Step(now time.Duration, v View) (int, bool) {
 	if !due(now, b.SyncPeriod) {
 		return 0, false
 	}
-	d, err := b.policy.Decide(b.observe(v), b.trigger)
+	o := b.observe(v)
+	if b.trigger.SLO.TTFT > 0 {
+		b.model.Learn(o, b.trigger.SLO, epoch.Add(now))
+		o.Model = &b.model
+	}
+	d, err := b.policy.Decide(o, b.trigger)
 	if err != nil {
 		return 0, false // no fresh data: KEDA's fallback keeps the fleet (never scale on missing data)
 	}
@@ -132,7 +139,7 @@ func (b *Berth) Step(now time.Duration, v View) (int, bool) {
 
 // observe builds the scaler's Observation from the pods, as scaler/pods does from their pages.
 func (b *Berth) observe(v View) scaler.Observation {
-	o := scaler.Observation{TTFTP95: math.NaN(), ITLP95: math.NaN(), PreemptionsPerMinute: math.NaN(), FollowReplicas: math.NaN()}
+	o := scaler.Observation{TTFTP95: math.NaN(), ITLP95: math.NaN(), PreemptionsPerMinute: math.NaN(), FollowReplicas: math.NaN(), Arrivals: math.NaN()}
 	var ttft, itl scaler.Histogram
 	var preempt float64
 	windowed := 0
@@ -149,6 +156,9 @@ func (b *Berth) observe(v View) scaler.Observation {
 			continue
 		}
 		o.Ready++
+		if v.now-p.ready <= scaler.StartupMemory {
+			o.Startup = max(o.Startup, p.ready-p.created)
+		}
 		latest, ok := p.latestAt(v.now)
 		if !ok {
 			continue
@@ -168,9 +178,17 @@ func (b *Berth) observe(v View) scaler.Observation {
 			}
 		}
 		if l, base, ok := p.window(b.TTFTWindow); ok {
-			ttft.Add(promHist(l.ttft).Sub(promHist(base.ttft)))
-			itl.Add(promHist(l.itl).Sub(promHist(base.itl)))
-			if span := (l.at - base.at).Seconds(); span > 0 {
+			w := scaler.ReplicaWindow{Span: l.at - base.at, Finished: l.finished - base.finished,
+				TTFT: promHist(l.ttft).Sub(promHist(base.ttft)), ITL: promHist(l.itl).Sub(promHist(base.itl)), Waiting: float64(min(l.waiting, base.waiting))}
+			w.Arrived = w.Finished + float64(l.waiting+l.running-base.waiting-base.running)
+			ttft.Add(w.TTFT)
+			itl.Add(w.ITL)
+			if span := w.Span.Seconds(); span > 0 {
+				if b.trigger.SLO.TTFT > 0 {
+					o.Windows = append(o.Windows, w)
+					o.Arrivals = nanSum(o.Arrivals, w.Arrived/span)
+					o.ArrivalsSampled++
+				}
 				preempt += (l.preemptions - base.preemptions) / span * 60
 				o.TokensPerSecond += (l.tokens - base.tokens) / span
 				o.TokensSampled++
@@ -183,6 +201,14 @@ func (b *Berth) observe(v View) scaler.Observation {
 		o.PreemptionsPerMinute = preempt
 	}
 	return o
+}
+
+// nanSum adds x to a sum that starts as NaN (nothing yet).
+func nanSum(sum, x float64) float64 {
+	if math.IsNaN(sum) {
+		return x
+	}
+	return sum + x
 }
 
 // promHist is a vllmsim histogram as the scaler reads it from /metrics: cumulative counts

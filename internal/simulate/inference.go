@@ -37,7 +37,9 @@ type reading struct {
 	kvUsage                   float64
 	ttft, itl                 vllmsim.Histogram
 	busy, tokens, preemptions float64
-	promptSum, prompts        float64
+	// finished counts the requests that left the engine: completed (or aborted).
+	finished           float64
+	promptSum, prompts float64
 }
 
 // node is one Karpenter node (NodeClaim) of the fleet's NodePool.
@@ -109,6 +111,9 @@ type Point struct {
 	// TTFTP95 is the p95 time to first token of the requests that got it in the bucket (NaN:
 	// none).
 	TTFTP95 float64
+	// Arrived is the measured requests that arrived in the bucket, Attainable those of them
+	// that could meet the SLO, Good those that did.
+	Arrived, Attainable, Good int
 }
 
 // RunInference replays trace through fleet f sized by a, and measures it. It is
@@ -182,15 +187,16 @@ func newFleetSim(f Fleet, trace []vllmsim.TraceRequest, a Autoscaler, longest in
 	s := &fleetSim{f: f, trace: trace, a: a, end: end, lastDisrupt: -time.Hour}
 	s.rec = recorder{slo: f.SLO, from: epoch.Add(f.WarmUp)}
 	s.res = InferenceResult{Autoscaler: a.Name(), Duration: end}
+	s.series = newSeriesBuilder(end)
 	for _, r := range trace {
 		if r.At >= f.WarmUp {
 			s.res.Requests++
 			if r.Prompt > longest {
 				s.res.Unattainable++
 			}
+			s.series.arrival(r.At, r.Prompt <= longest)
 		}
 	}
-	s.series = newSeriesBuilder(end)
 	s.rec.series = &s.series
 	// The run starts warm at the minimum: Min replicas serving on the nodes Karpenter would
 	// have launched for them.
@@ -425,6 +431,7 @@ func (s *fleetSim) read() {
 			rd.running += e.Running
 			rd.kvUsage += e.KVCacheUsage
 			rd.busy += e.BusySeconds
+			rd.finished += float64(e.RequestSuccess + e.Aborted)
 			rd.tokens += float64(e.PromptTokens + e.GenerationTokens)
 			rd.preemptions += float64(e.Preemptions)
 			rd.promptSum += e.PromptLength.Sum

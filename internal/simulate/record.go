@@ -42,6 +42,7 @@ func (r *recorder) Finished(arrived, first, at time.Time, output int) {
 	r.itl.add(tpot.Seconds())
 	if first.Sub(arrived) <= r.slo.TTFT && tpot <= r.slo.ITL {
 		r.good++
+		r.series.good(arrived.Sub(epoch))
 	}
 }
 
@@ -93,6 +94,19 @@ func (b *seriesBuilder) sample(at time.Duration, serving, nodes, desired, waitin
 	p.Desired = desired
 	b.n[i]++
 }
+
+// arrival counts a measured request in the bucket of its arrival, and whether it can meet
+// the SLO at all.
+func (b *seriesBuilder) arrival(at time.Duration, attainable bool) {
+	p := &b.pts[b.bucket(at)]
+	p.Arrived++
+	if attainable {
+		p.Attainable++
+	}
+}
+
+// good counts a request that met the SLO in the bucket of its arrival.
+func (b *seriesBuilder) good(arrived time.Duration) { b.pts[b.bucket(arrived)].Good++ }
 
 func (b *seriesBuilder) firstToken(at time.Duration, ttft float64) {
 	b.ttft[b.bucket(at)].add(ttft)

@@ -24,6 +24,8 @@ type Report struct {
 	// Inference holds one result per autoscaler, berth first; Policies describes each.
 	Inference []*InferenceResult
 	Policies  map[string]string
+	// Frontier is the static-N frontier, when measured.
+	Frontier Frontier
 	// Consolidation holds, when run, berth on a multi-replica-per-node fleet with Karpenter's
 	// WhenEmptyOrUnderutilized, without the guard and with it; ConsolidationFleet is that fleet.
 	Consolidation      []*InferenceResult
@@ -74,6 +76,20 @@ func (r *Report) Goals() []Goal {
 		out = append(out, Goal{Name: "GPU-hours vs HPA on duty cycle", Want: "≤ 1.0×",
 			Got: fmt.Sprintf("%.2f× (%.1f vs %.1f)", h, b.GPUHours, d.GPUHours), Met: h <= 1, Known: true})
 	}
+	if b != nil && len(r.Frontier) > 0 {
+		at, _ := r.Frontier.At(b.GPUHours)
+		v := float64(b.AttainableViolations())
+		out = append(out, Goal{Name: "SLO-violating (attainable) vs the static-N frontier at equal GPU-hours", Want: "fewer (≥ 2× on a day)",
+			Got: fmt.Sprintf("%s (%d vs %.1f at %.1f GPU-hours)", fewer(v, at), b.AttainableViolations(), at, b.GPUHours), Met: v < at || (v == 0 && at == 0), Known: true})
+	}
+	if o := r.inference((&Oracle{}).Name()); b != nil && o != nil {
+		g := b.GPUHours / o.GPUHours
+		out = append(out, Goal{Name: "GPU-hours vs the oracle (clairvoyant)", Want: "≤ 1.25×",
+			Got: fmt.Sprintf("%.2f× (%.1f vs %.1f)", g, b.GPUHours, o.GPUHours), Met: g <= 1.25, Known: true})
+		bv, ov := b.AttainableViolations(), o.AttainableViolations()
+		out = append(out, Goal{Name: "SLO-violating (attainable) vs the oracle", Want: "≤ 2×",
+			Got: fmt.Sprintf("%d vs %d", bv, ov), Met: bv <= 2*ov, Known: true})
+	}
 	if k := r.inference((&KEDAWaiting{}).Name()); b != nil && k != nil {
 		out = append(out, Goal{Name: "SLO attainment vs KEDA on vllm:num_requests_waiting", Want: "≥",
 			Got: fmt.Sprintf("%.2f %% vs %.2f %%", 100*b.Attainment(), 100*k.Attainment()), Met: b.Attainment() >= k.Attainment(), Known: true})
@@ -122,6 +138,9 @@ func (r *Report) Markdown(w io.Writer, plots []string) error {
 			fmt.Fprintf(&b, "- **%s**: %s\n", res.Autoscaler, r.Policies[res.Autoscaler])
 		}
 	}
+	if len(r.Frontier) > 0 {
+		frontierTable(&b, r.Frontier, r.Inference)
+	}
 	if len(r.Consolidation) > 0 && r.ConsolidationFleet != nil {
 		f := r.ConsolidationFleet
 		fmt.Fprintf(&b, "\n## Consolidation\n\nberth on %s nodes (up to %d replicas per node) under Karpenter's %s after %s, without berth's guard and with it:\n\n",
@@ -158,6 +177,38 @@ func (r *Report) Markdown(w io.Writer, plots []string) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// frontierTable writes the static-N frontier and where each policy stands against it at its
+// own GPU-hours.
+func frontierTable(b *strings.Builder, fr Frontier, rs []*InferenceResult) {
+	b.WriteString("\n### The static-N frontier\n\nFixed fleets of each size, warm from the start (the same warm-up left out): the SLO-violating attainable requests a fixed fleet has at each cost.\n\n")
+	b.WriteString("| fixed fleet | GPU-hours | SLO attainment | SLO-violating (attainable) |\n|---|---|---|---|\n")
+	for _, p := range fr {
+		fmt.Fprintf(b, "| %d | %.1f | %.2f %% | %d |\n", p.N, p.GPUHours, 100*p.Attainment, p.AttainableViolation)
+	}
+	b.WriteString("\n| policy | GPU-hours | SLO-violating (attainable) | the frontier at those GPU-hours | vs the frontier |\n|---|---|---|---|---|\n")
+	for _, r := range rs {
+		at, in := fr.At(r.GPUHours)
+		note := ""
+		if !in {
+			note = " (outside the frontier's span: its nearest end)"
+		}
+		fmt.Fprintf(b, "| %s | %.1f | %d | %.1f%s | %s |\n", r.Autoscaler, r.GPUHours, r.AttainableViolations(), at, note, fewer(float64(r.AttainableViolations()), at))
+	}
+}
+
+// fewer says how many times fewer a than b is ("2.0× fewer", "1.5× more", "none (vs 3)").
+func fewer(a, b float64) string {
+	switch {
+	case a == 0 && b == 0:
+		return "equal (none)"
+	case a == 0:
+		return fmt.Sprintf("none (vs %.1f)", b)
+	case a <= b:
+		return fmt.Sprintf("%.2f× fewer", b/a)
+	}
+	return fmt.Sprintf("%.2f× more", a/b)
 }
 
 func inferenceTable(b *strings.Builder, rs []*InferenceResult) {
@@ -249,6 +300,13 @@ func seriesPlot(title, y string, rs []*InferenceResult, hours, logY bool, v func
 		}
 	}
 	p.Legend.Top = true
+	switch {
+	case !logY:
+	case !(p.Y.Min > 0 && p.Y.Max >= p.Y.Min): // nothing drawn: a log axis needs a positive range
+		p.Y.Min, p.Y.Max = 0.01, 1
+	case p.Y.Max == p.Y.Min: // one value: the plot would widen it by ±1, below zero
+		p.Y.Min, p.Y.Max = p.Y.Min/2, p.Y.Max*2
+	}
 	return p, nil
 }
 

@@ -26,6 +26,12 @@ type Options struct {
 	Trigger    map[string]string
 	Behavior   HPABehavior
 	SyncPeriod time.Duration
+	// KEDAThreshold and KubeAITarget configure those baselines (0: their defaults).
+	KEDAThreshold, KubeAITarget float64
+	// Frontier also replays the requests through fixed fleets of every size up to Fleet.Max
+	// (the static-N frontier); Oracle through the clairvoyant policy (Oracle), whose
+	// per-replica capacity is calibrated on that frontier (measured for it too).
+	Frontier, Oracle bool
 	// ConsolidationFleet, when set, also replays the requests through berth on that fleet
 	// under WhenEmptyOrUnderutilized, without the guard and with it, with ConsolidationTrigger.
 	ConsolidationFleet   *Fleet
@@ -46,7 +52,28 @@ func Run(o Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		for _, a := range []Autoscaler{berth, NewDutyCycle(o.Fleet.Min, o.Fleet.Max), NewKEDAWaiting(o.Fleet.Min, o.Fleet.Max), NewKubeAI(o.Fleet.Min, o.Fleet.Max)} {
+		keda, kubeai := NewKEDAWaiting(o.Fleet.Min, o.Fleet.Max), NewKubeAI(o.Fleet.Min, o.Fleet.Max)
+		if o.KEDAThreshold > 0 {
+			keda.Threshold = o.KEDAThreshold
+		}
+		if o.KubeAITarget > 0 {
+			kubeai.TargetRequests = o.KubeAITarget
+		}
+		policies := []Autoscaler{berth, NewDutyCycle(o.Fleet.Min, o.Fleet.Max), keda, kubeai}
+		if o.Frontier || o.Oracle {
+			fr, err := MeasureFrontier(o.Fleet, o.Requests, 1, o.Fleet.Max)
+			errs = append(errs, err)
+			r.Frontier = fr
+		}
+		if o.Oracle {
+			oracle, err := NewOracle(o.Fleet, r.Frontier)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("the oracle: %w", err))
+			} else {
+				policies = append(policies, oracle)
+			}
+		}
+		for _, a := range policies {
 			res, err := RunInference(o.Fleet, o.Requests, a)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", a.Name(), err))
@@ -91,7 +118,8 @@ func Run(o Options) (*Report, error) {
 }
 
 // H100Fleet is Llama-3.3-70B in FP8 on two H100s per replica (the vllmsim H100 profile), four
-// replicas per p5.48xlarge, the family's launch time, a 5-minute model load (140 GB of weights),
+// replicas per p5.48xlarge, the family's launch time, a one-minute image pull on a fresh node
+// and a 4-minute model load (70 GB of FP8 weights, CUDA graphs), a minute's drain,
 // 1 to 16 replicas, Karpenter's default WhenEmptyOrUnderutilized after 5 minutes, the first 30
 // minutes a warm-up.
 func H100Fleet() (Fleet, error) {
@@ -104,7 +132,8 @@ func H100Fleet() (Fleet, error) {
 		return Fleet{}, errors.New("the GPU catalogue has no H100 family")
 	}
 	return Fleet{Engine: engine, Family: fam, GPUsPerReplica: 2, ReplicaCPU: 16,
-		NodeLaunch: fam.LaunchTime, ProvisionDelay: 2 * time.Second, ModelLoad: 5 * time.Minute,
+		NodeLaunch: fam.LaunchTime, ProvisionDelay: 2 * time.Second, ImagePull: time.Minute, ModelLoad: 4 * time.Minute,
+		DrainTimeout: DefaultDrainTimeout, Routing: RoundRobin,
 		Consolidation: WhenEmptyOrUnderutilized, ConsolidateAfter: 5 * time.Minute, Min: 1, Max: 16, Tick: time.Second, SLO: DefaultSLO,
 		WarmUp: DefaultWarmUp}, nil
 }

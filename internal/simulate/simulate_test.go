@@ -253,8 +253,8 @@ func TestReportWritesTablesGoalsAndPlots(t *testing.T) {
 		t.Fatal(err)
 	}
 	jobs := []Job{{At: 0, Members: 2, GPUsPerMember: 8, Duration: 30 * time.Minute}, {At: time.Minute, Members: 4, GPUsPerMember: 8, Duration: time.Hour}}
-	rep, err := Run(Options{Requests: trace, RequestSource: "test", Fleet: f, Trigger: L4Trigger, Behavior: BerthBehavior, SyncPeriod: 15 * time.Second,
-		Jobs: jobs, JobSource: "two jobs", Cluster: c})
+	rep, err := Run(Options{Requests: trace, RequestSource: "test", Fleet: f, Trigger: SLOTrigger(f.SLO), Behavior: BerthBehavior, SyncPeriod: 15 * time.Second,
+		Jobs: jobs, JobSource: "two jobs", Cluster: c, Frontier: true, Oracle: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,8 @@ func TestReportWritesTablesGoalsAndPlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| berth |", "| unattainable |", "image pull 30s (once per node) and model load 1m0s", "| hpa-duty-cycle |", "| keda-waiting |", "| kubeai-concurrency |", "| kube-scheduler |", "## Goals", "idle GPU-hours from partial gangs", "replicas.png", "training.png"} {
+	for _, want := range []string{"| berth |", "| unattainable |", "image pull 30s (once per node) and model load 1m0s", "| hpa-duty-cycle |", "| keda-waiting |", "| kubeai-concurrency |", "| oracle |", "### The static-N frontier", "| fixed fleet | GPU-hours |",
+		"vs the static-N frontier at equal GPU-hours", "GPU-hours vs the oracle", "| kube-scheduler |", "## Goals", "idle GPU-hours from partial gangs", "replicas.png", "training.png"} {
 		if !strings.Contains(string(md), want) {
 			t.Errorf("report.md lacks %q", want)
 		}
