@@ -84,6 +84,18 @@ type Decision struct {
 	Forecast Forecast
 }
 
+// HeadroomReplicas is how many of the SLO signal's replicas are burst headroom: those the
+// forecast asks for beyond what the expected demand and the backlog need. Held as
+// serving replicas they absorb a burst at once; held as warm seats (nodes up, the serving
+// image pulled) a burst's replicas pay only their model load. 0 without an SLO signal.
+func (d Decision) HeadroomReplicas() int {
+	if d.Capacity <= 0 {
+		return 0
+	}
+	f := d.Forecast
+	return max(0, ceilCount((f.Rate()+f.Backlog)/d.Capacity)-ceilCount((f.Expected+f.Backlog)/d.Capacity))
+}
+
 // Signal returns the decision for s, if the trigger scales on it.
 func (d Decision) Signal(s Signal) (SignalDecision, bool) {
 	for _, sd := range d.Signals {

@@ -37,10 +37,12 @@ const (
 	DefaultSLOAttainment = 0.99
 	// DefaultColdStart is the forecast horizon before berth has seen a replica start.
 	DefaultColdStart = 5 * time.Minute
-	// DefaultHeadroomQuantile is headroomQuantile's default.
-	DefaultHeadroomQuantile = 0.9
-	// DefaultMaxHeadroom is maxHeadroom's default.
-	DefaultMaxHeadroom = 2.0
+	// DefaultHeadroomQuantile is headroomQuantile's default: the fleet's bursts are covered as
+	// often as sloAttainment's default asks requests to meet the SLO (chosen with berth
+	// simulate on the synthetic day of seed 1; docs/economics.md).
+	DefaultHeadroomQuantile = 0.99
+	// DefaultMaxHeadroom is maxHeadroom's default: a burst of three times the demand.
+	DefaultMaxHeadroom = 3.0
 )
 
 // ReplicaWindow is one ready replica's last window (the scaler's one-minute window of counter
@@ -81,6 +83,8 @@ type FleetModel struct {
 	ColdStart time.Duration
 	// demand is the fleet's arrival rate at each evaluation, oldest first.
 	demand []demandPoint
+	// stats is what the demand's history says, refreshed every statsEvery.
+	stats demandStats
 	// last is the previous Learn's time.
 	last time.Time
 }
@@ -92,21 +96,37 @@ func (m *FleetModel) Clone() FleetModel {
 	return c
 }
 
+// demandPoint is the demand at one evaluation: the rate measured, its baseline (the median
+// over baselineWindow, which a burst shorter than half of it does not move) and the
+// baseline's slope then.
+// demandStats is what the demand's history says of one horizon: the persistence of a
+// deviation from the baseline and the burst headroom, as of at.
+type demandStats struct {
+	at                    time.Time
+	horizon               time.Duration
+	quantile, maxHeadroom float64
+	persistence, headroom float64
+}
+
+// statsEvery is how often the demand's statistics are computed again (each is a pass over a
+// day of history).
+const statsEvery = time.Minute
+
 type demandPoint struct {
-	at   time.Time
-	rate float64
+	at                time.Time
+	rate, base, slope float64
 }
 
 // Learning rates of FleetModel.Capacity (per informative window) and its exploration (per
 // minute a loaded fleet meets its SLO).
 const (
 	capacityRate = 0.5
-	exploreRate  = 0.02
+	exploreRate  = 0.005
 	// exploreLoad is the share of Capacity a fleet's replicas must serve on average for their
 	// meeting the SLO to say that a replica can carry more.
 	exploreLoad = 0.8
 	// demandHistory is how much of the demand's history is kept.
-	demandHistory = 2 * time.Hour
+	demandHistory = 24 * time.Hour
 )
 
 // Learn folds one observation into m. Every window that met the SLO at a rate above Capacity
@@ -148,7 +168,7 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 	// The fleet runs below Capacity by its burst headroom on purpose: what says a replica may
 	// carry more is the load the demand alone would put on it.
 	if !m.last.IsZero() && informative > 0 && allGood && m.Capacity > 0 &&
-		served/float64(informative)*m.headroom(m.horizon(slo), slo) >= exploreLoad*m.Capacity {
+		served/float64(informative)*m.currentHeadroom(slo) >= exploreLoad*m.Capacity {
 		m.Capacity *= 1 + exploreRate*now.Sub(m.last).Minutes()
 	}
 	if o.Startup > m.ColdStart {
@@ -156,13 +176,28 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 	}
 	m.last = now
 	if rate, _, ok := o.arrivalRate(); ok {
-		m.demand = append(m.demand, demandPoint{now, rate})
+		m.record(now, rate)
 	}
 	drop := 0
 	for drop < len(m.demand) && now.Sub(m.demand[drop].at) > demandHistory {
 		drop++
 	}
 	m.demand = m.demand[drop:]
+	st := m.stats
+	if h := m.horizon(slo); now.Sub(st.at) >= statsEvery || st.horizon != h || st.quantile != slo.HeadroomQuantile || st.maxHeadroom != slo.MaxHeadroom {
+		m.stats = m.computeStats(h, slo, now)
+	}
+}
+
+// computeStats is the demand's statistics for horizon h as of now.
+func (m *FleetModel) computeStats(h time.Duration, slo SLO, now time.Time) demandStats {
+	pairs := m.pairs(h)
+	st := demandStats{at: now, horizon: h, quantile: slo.HeadroomQuantile, maxHeadroom: slo.MaxHeadroom,
+		persistence: persistence(pairs, h), headroom: 1}
+	if slo.HeadroomQuantile > 0 {
+		st.headroom = headroom(pairs, h, st.persistence, slo)
+	}
+	return st
 }
 
 // missed reports whether a window of n requests of which the fraction within met the SLO
@@ -174,6 +209,14 @@ func missed(n, within, attain float64) bool {
 	misses := (1 - within) * n
 	allowed := (1 - attain) * n
 	return misses > allowed+2*math.Sqrt(n*attain*(1-attain))+1
+}
+
+// currentHeadroom is the burst headroom the model holds now (1 without history).
+func (m *FleetModel) currentHeadroom(slo SLO) float64 {
+	if len(m.demand) == 0 {
+		return 1
+	}
+	return m.forecast(m.demand[len(m.demand)-1].rate, slo).Headroom
 }
 
 // within is the fraction of the window's requests that met the SLO, as far as the histograms
@@ -211,82 +254,140 @@ func (m *FleetModel) horizon(slo SLO) time.Duration {
 	return DefaultColdStart
 }
 
-// trendWindow is the span of recent demand the trend is fitted over.
-const trendWindow = 5 * time.Minute
+// baselineWindow is the span whose median demand is the baseline: bursts shorter than half of
+// it leave it where it was.
+const baselineWindow = 10 * time.Minute
 
-// Forecast is the demand the fleet is sized for, in requests per second: the larger of the
-// demand now times the burst headroom and the demand's trend extrapolated one cold start
-// ahead. Headroom is the multiplier the fleet's own history asked for.
-type Forecast struct {
-	// Now is the demand measured now; Trend its linear extrapolation one horizon ahead (Now
-	// without a trend); Headroom the burst multiplier (1 without history).
-	Now, Trend, Headroom float64
-	// Horizon is how far ahead it looks.
-	Horizon time.Duration
+// record appends the demand measured at now with its baseline and the baseline's slope (over
+// the last baselineWindow).
+func (m *FleetModel) record(now time.Time, rate float64) {
+	first := len(m.demand) // the oldest point within baselineWindow
+	for first > 0 && now.Sub(m.demand[first-1].at) < baselineWindow {
+		first--
+	}
+	recent := make([]float64, 0, len(m.demand)-first+1)
+	for _, q := range m.demand[first:] {
+		recent = append(recent, q.rate)
+	}
+	recent = append(recent, rate)
+	slices.Sort(recent)
+	p := demandPoint{at: now, rate: rate, base: recent[len(recent)/2]}
+	var n, sx, sy, sxx, sxy float64
+	add := func(q demandPoint) {
+		x := q.at.Sub(now).Seconds()
+		n++
+		sx, sy, sxx, sxy = sx+x, sy+q.base, sxx+x*x, sxy+x*q.base
+	}
+	for _, q := range m.demand[first:] {
+		add(q)
+	}
+	add(p)
+	if den := n*sxx - sx*sx; n >= 3 && den > 0 {
+		p.slope = (n*sxy - sx*sy) / den
+	}
+	m.demand = append(m.demand, p)
 }
 
-// Rate is the forecast demand.
-func (f Forecast) Rate() float64 { return max(f.Now*f.Headroom, f.Trend) }
+// Forecast is the demand the fleet is sized for, in requests per second, one cold start
+// ahead — when a replica ordered now can serve: the baseline (the recent median), its trend,
+// and the part of the deviation from it that the fleet's own history says outlives a cold
+// start (Persistence: 0 for bursts that always end sooner, 1 for steps that stay); times the
+// burst headroom its history asks for.
+type Forecast struct {
+	// Now is the demand measured now; Base its baseline; Persistence the share of Now − Base
+	// expected to remain a horizon ahead; Expected the demand expected then; Headroom the burst
+	// multiplier (1 without history).
+	Now, Base, Persistence, Expected, Headroom float64
+	// Horizon is how far ahead it looks.
+	Horizon time.Duration
+	// Backlog is the rate that drains the requests waiting now over one horizon.
+	Backlog float64
+}
 
-// forecast is the demand forecast at now for demand rate (the latest measurement).
+// Rate is the demand sized for: the expected demand times the headroom.
+func (f Forecast) Rate() float64 { return f.Expected * f.Headroom }
+
+// predict is the demand expected h after p with persistence rho.
+func (p demandPoint) predict(h time.Duration, rho float64) float64 {
+	return max(0, p.base+rho*(p.rate-p.base)+max(0, p.slope)*h.Seconds())
+}
+
+// minHeadroomSamples is the fewest past points whose next horizon is known that a persistence
+// or a burst headroom is learned from.
+const minHeadroomSamples = 10
+
+// forecast is the demand forecast from the latest point recorded, rate being the demand
+// measured now (the same as that point's, or the point's own without one).
 func (m *FleetModel) forecast(rate float64, slo SLO) Forecast {
 	h := m.horizon(slo)
-	f := Forecast{Now: rate, Trend: rate, Headroom: 1, Horizon: h}
-	if m == nil || len(m.demand) < 2 {
+	f := Forecast{Now: rate, Base: rate, Persistence: 1, Expected: rate, Headroom: 1, Horizon: h}
+	if m == nil || len(m.demand) == 0 {
 		return f
 	}
-	now := m.demand[len(m.demand)-1].at
-	if slope, ok := m.slope(now.Add(-trendWindow)); ok && slope > 0 {
-		f.Trend = rate + slope*h.Seconds()
+	last := m.demand[len(m.demand)-1]
+	last.rate = rate
+	st := m.stats
+	if st.at.IsZero() || st.horizon != h || st.quantile != slo.HeadroomQuantile || st.maxHeadroom != slo.MaxHeadroom {
+		st = m.computeStats(h, slo, last.at)
 	}
-	if slo.HeadroomQuantile > 0 {
-		f.Headroom = m.headroom(h, slo)
-	}
+	f.Base, f.Persistence, f.Headroom = last.base, st.persistence, st.headroom
+	f.Expected = last.predict(h, f.Persistence)
 	return f
 }
 
-// slope is the least-squares slope of the demand since from, in requests per second per
-// second; false with fewer than three points.
-func (m *FleetModel) slope(from time.Time) (float64, bool) {
-	var n, sx, sy, sxx, sxy float64
-	for _, p := range m.demand {
-		if p.at.Before(from) {
-			continue
-		}
-		x := p.at.Sub(from).Seconds()
-		n++
-		sx, sy, sxx, sxy = sx+x, sy+p.rate, sxx+x*x, sxy+x*p.rate
-	}
-	den := n*sxx - sx*sx
-	if n < 3 || den <= 0 {
-		return 0, false
-	}
-	return (n*sxy - sx*sy) / den, true
+// horizonPair is a past point and the demand one horizon after it: the peak within and the
+// last at its end.
+type horizonPair struct {
+	p          demandPoint
+	peak, then float64
 }
 
-// minHeadroomSamples is the fewest past points whose next horizon is known that a burst
-// headroom is learned from.
-const minHeadroomSamples = 10
-
-// headroom is the slo.HeadroomQuantile of the ratios, over the history, of the peak demand
-// within h after a point to the demand at it — how much more than now the fleet's own past
-// asked for within one cold start — between 1 and slo.MaxHeadroom.
-func (m *FleetModel) headroom(h time.Duration, slo SLO) float64 {
-	var ratios []float64
+// pairs are the history's points whose next horizon h has passed, with what came in it.
+func (m *FleetModel) pairs(h time.Duration) []horizonPair {
+	out := make([]horizonPair, 0, len(m.demand))
 	end := 0
 	for i, p := range m.demand {
-		if p.rate <= 0 || m.demand[len(m.demand)-1].at.Sub(p.at) < h {
-			continue
+		if m.demand[len(m.demand)-1].at.Sub(p.at) < h {
+			break
 		}
 		end = max(end, i)
-		peak := p.rate
 		for end+1 < len(m.demand) && m.demand[end+1].at.Sub(p.at) <= h {
 			end++
 		}
+		hp := horizonPair{p: p, peak: p.rate, then: m.demand[end].rate}
 		for _, q := range m.demand[i+1 : end+1] {
-			peak = max(peak, q.rate)
+			hp.peak = max(hp.peak, q.rate)
 		}
-		ratios = append(ratios, peak/p.rate)
+		out = append(out, hp)
+	}
+	return out
+}
+
+// persistence is the least-squares share of a deviation from the baseline that is still there
+// a horizon later, between 0 and 1; 1 (trust what is measured) without enough history or
+// deviations.
+func persistence(pairs []horizonPair, h time.Duration) float64 {
+	var num, den float64
+	for _, hp := range pairs {
+		d := hp.p.rate - hp.p.base
+		num += d * (hp.then - hp.p.predict(h, 0))
+		den += d * d
+	}
+	if len(pairs) < minHeadroomSamples || den <= 1e-9 {
+		return 1
+	}
+	return min(max(num/den, 0), 1)
+}
+
+// headroom is the slo.HeadroomQuantile of the ratios, over the history, of the peak demand
+// within a horizon after a point to what was expected of it — how much more than forecast the
+// fleet's own past asked for within one cold start — between 1 and slo.MaxHeadroom.
+func headroom(pairs []horizonPair, h time.Duration, rho float64, slo SLO) float64 {
+	var ratios []float64
+	for _, hp := range pairs {
+		if e := hp.p.predict(h, rho); e > 0 {
+			ratios = append(ratios, hp.peak/e)
+		}
 	}
 	if len(ratios) < minHeadroomSamples {
 		return 1
@@ -318,9 +419,11 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 	arrivals, extrapolated, _ := o.arrivalRate()
 	partial = partial || extrapolated
 	fc := o.Model.forecast(arrivals, t.SLO)
-	backlog := (o.Waiting + o.Upstream) / fc.Horizon.Seconds()
-	sd.Raw = (fc.Rate() + backlog) / carry
-	need := ceilCount(sd.Raw)
+	fc.Backlog = (o.Waiting + o.Upstream) / fc.Horizon.Seconds()
+	sd.Raw = (fc.Rate() + fc.Backlog) / carry
+	// Replicas serving the demand now stay while it lasts, even where the forecast says a
+	// burst will be over before any new replica could serve.
+	need := max(ceilCount(sd.Raw), min(current, ceilCount(fc.Now/carry)))
 	switch {
 	case need >= current:
 		sd.Desired = need

@@ -104,42 +104,50 @@ func TestFleetModelExplores(t *testing.T) {
 	loaded := Observation{Windows: []ReplicaWindow{window(25, 25, 25, 0)}, Arrivals: math.NaN()} // 0.42/s: 83 % of capacity
 	m.Learn(loaded, slo, now)
 	m.Learn(loaded, slo, now.Add(time.Minute))
-	if want := 0.5 * 1.02; math.Abs(m.Capacity-want) > 1e-9 {
+	if want := 0.5 * (1 + exploreRate); math.Abs(m.Capacity-want) > 1e-9 {
 		t.Errorf("a loaded fleet that meets its SLO: capacity %v, want %v (it may carry more)", m.Capacity, want)
 	}
 	idle := Observation{Windows: []ReplicaWindow{window(6, 6, 6, 0)}, Arrivals: math.NaN()}
 	m.Learn(idle, slo, now.Add(2*time.Minute))
-	if want := 0.5 * 1.02; math.Abs(m.Capacity-want) > 1e-9 {
+	if want := 0.5 * (1 + exploreRate); math.Abs(m.Capacity-want) > 1e-9 {
 		t.Errorf("an idle fleet: capacity %v, want %v (meeting the SLO far below it says nothing)", m.Capacity, want)
 	}
 }
 
 func TestForecast(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	slo := SLO{TTFT: 2, ColdStart: 2 * time.Minute, HeadroomQuantile: 0.9, MaxHeadroom: 3}
+	slo := SLO{TTFT: 2, ColdStart: 2 * time.Minute}
 	ramp := FleetModel{}
-	for i := range 21 { // 5 minutes rising 1 req/s a minute
-		ramp.demand = append(ramp.demand, demandPoint{start.Add(time.Duration(i) * 15 * time.Second), 5 + float64(i)/4})
+	rate := 0.0
+	for i := range 81 { // 20 minutes rising 1 req/s a minute
+		rate = 5 + float64(i)/4
+		ramp.record(start.Add(time.Duration(i)*15*time.Second), rate)
 	}
-	if f := ramp.forecast(10, SLO{TTFT: 2, ColdStart: 2 * time.Minute}); math.Abs(f.Trend-12) > 1e-6 || f.Rate() != f.Trend {
-		t.Errorf("a ramp of 1 req/s per minute, 2 minutes ahead of 10: trend %v (rate %v), want 12", f.Trend, f.Rate())
+	if f := ramp.forecast(rate, slo); math.Abs(f.Expected-(rate+2)) > 0.3 || math.Abs(f.Persistence-1) > 0.05 {
+		t.Errorf("a ramp of 1 req/s per minute, 2 minutes ahead of %v: expected %v (persistence %v), want about %v and 1", rate, f.Expected, f.Persistence, rate+2)
 	}
 	bursty := FleetModel{}
 	for i := range 240 { // an hour at 4 req/s with a 12 req/s minute every 10 minutes
-		rate := 4.0
+		rate = 4.0
 		if i%40 >= 36 {
 			rate = 12
 		}
-		bursty.demand = append(bursty.demand, demandPoint{start.Add(time.Duration(i) * 15 * time.Second), rate})
+		bursty.record(start.Add(time.Duration(i)*15*time.Second), rate)
 	}
-	f := bursty.forecast(4, slo)
-	if math.Abs(f.Headroom-3) > 1e-9 {
-		t.Errorf("bursts of 3× within a cold start of 2 min every 10 min (a fifth of the points see one coming): headroom %v, want 3 at the 0.9 quantile", f.Headroom)
+	slo.HeadroomQuantile, slo.MaxHeadroom = 0.9, 3
+	f := bursty.forecast(12, slo)
+	if f.Persistence > 0.1 || math.Abs(f.Expected-4) > 0.2 {
+		t.Errorf("in a burst that always ends within a cold start: persistence %v, expected %v; want about 0 and the baseline 4 (no replicas chased after it)", f.Persistence, f.Expected)
 	}
-	if f := bursty.forecast(4, SLO{TTFT: 2, ColdStart: 2 * time.Minute, HeadroomQuantile: 0.5, MaxHeadroom: 3}); f.Headroom != 1 {
+	if math.Abs(f.Headroom-3) > 1e-9 || math.Abs(f.Rate()-12) > 0.6 {
+		t.Errorf("bursts of 3× within a cold start of 2 min every 10 min (three tenths of the points see one coming): headroom %v (rate %v), want 3 at the 0.9 quantile", f.Headroom, f.Rate())
+	}
+	slo.HeadroomQuantile = 0.5
+	if f := bursty.forecast(4, slo); f.Headroom != 1 {
 		t.Errorf("at the median no burst is coming: headroom %v, want 1", f.Headroom)
 	}
-	if f := bursty.forecast(4, SLO{TTFT: 2, ColdStart: 2 * time.Minute, HeadroomQuantile: 0.9, MaxHeadroom: 1.5}); f.Headroom != 1.5 {
+	slo.HeadroomQuantile, slo.MaxHeadroom = 0.9, 1.5
+	if f := bursty.forecast(4, slo); f.Headroom != 1.5 {
 		t.Errorf("maxHeadroom 1.5 caps it: headroom %v", f.Headroom)
 	}
 }
@@ -162,6 +170,8 @@ func TestDecideSLO(t *testing.T) {
 			obs: Observation{Ready: 4, Sampled: 4, Starting: 3, Arrivals: 3.2, ArrivalsSampled: 4, Model: model}, want: 7},
 		{name: "a backlog is drained over one cold start, not sized as demand",
 			obs: Observation{Ready: 4, Sampled: 4, Arrivals: 3, Waiting: 200, ArrivalsSampled: 4, Model: model}, want: 8},
+		{name: "replicas serving a burst stay while it lasts",
+			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 4.8, ArrivalsSampled: 10, Model: burstModel(t)}, want: 10},
 		{name: "scale-down keeps the policy's headroom",
 			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 3.2, ArrivalsSampled: 10, Model: model}, want: 8},
 		{name: "no scale-down on partial data",
@@ -188,5 +198,59 @@ func TestDecideSLO(t *testing.T) {
 				t.Errorf("the value makes the HPA compute %v replicas, want %d", got, sd.Desired)
 			}
 		})
+	}
+}
+
+// burstModel has learned that bursts of this fleet end within a cold start: the demand is 1.5
+// requests per second with 6 for one minute in every ten.
+func burstModel(t *testing.T) *FleetModel {
+	t.Helper()
+	m := &FleetModel{Capacity: 0.5}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 240 {
+		rate := 1.5
+		if i%40 >= 36 {
+			rate = 6
+		}
+		m.record(start.Add(time.Duration(i)*15*time.Second), rate)
+	}
+	if f := m.forecast(4.8, trig(t, sloTrigger).SLO); f.Expected > 2 {
+		t.Fatalf("the burst model expects %v a cold start ahead: it should know its bursts end", f.Expected)
+	}
+	return m
+}
+
+// BenchmarkSLODecision is one evaluation of the SLO signal for a fleet of 64 replicas with a
+// day of demand history: the lesson (Learn, with its statistics refreshed every statsEvery)
+// and the decision.
+func BenchmarkSLODecision(b *testing.B) {
+	tr, err := ParseTrigger(map[string]string{"ttftSLOSeconds": "2", "itlSLOSeconds": "0.15"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := &FleetModel{Capacity: 0.6}
+	for i := range 5760 { // a day at 15 s
+		rate := 10 + 5*math.Sin(float64(i)/900)
+		if i%360 < 8 {
+			rate *= 3
+		}
+		m.record(start.Add(time.Duration(i)*15*time.Second), rate)
+	}
+	windows := make([]ReplicaWindow, 64)
+	for i := range windows {
+		windows[i] = window(30, 30, 30, 0)
+	}
+	o := Observation{Ready: 64, Sampled: 64, Arrivals: 20, ArrivalsSampled: 64, Windows: windows,
+		TTFTP95: math.NaN(), ITLP95: math.NaN(), PreemptionsPerMinute: math.NaN(), FollowReplicas: math.NaN()}
+	now := start.Add(24 * time.Hour)
+	b.ReportAllocs()
+	for b.Loop() {
+		now = now.Add(15 * time.Second)
+		m.Learn(o, tr.SLO, now)
+		o.Model = m
+		if _, err := DefaultPolicy.Decide(o, tr); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -34,6 +34,7 @@ type simulateFlags struct {
 	routing, lengths, lengthsFrom           string
 	frontier, oracle                        bool
 	kedaThreshold, kubeAITarget             float64
+	warmSeats                               int
 }
 
 func newSimulateCommand() *cobra.Command {
@@ -76,6 +77,7 @@ The report (report.md and PNG plots) goes to --out; docs/economics.md explains t
 	fl.StringVar(&f.writeJobs, "write-jobs", "", "also write the job trace replayed to this file")
 	fl.StringVar(&f.fleet, "fleet", "l4", "serving fleet: l4 (Llama-3.1-8B, 1 L4 and 4 cores per replica on g6 nodes) or h100 (Llama-3.3-70B FP8, 2 H100s per replica on p5.48xlarge)")
 	fl.StringToStringVar(&f.trigger, "trigger", nil, "berth's ScaledObject trigger metadata (default: the SLO itself, ttftSLOSeconds and itlSLOSeconds from --slo-ttft and --slo-itl), e.g. targetConcurrency=8,targetTTFTSeconds=3")
+	fl.IntVar(&f.warmSeats, "warm-seats", 0, "hold up to this many of berth's burst-headroom replicas as warm seats (nodes up, the serving image pulled, no replica) instead of serving replicas; a scale-up's replica takes one and pays only --model-load")
 	fl.BoolVar(&f.frontier, "frontier", true, "also replay the requests through fixed fleets of every size up to --max (the static-N frontier every policy is judged against at its GPU-hours)")
 	fl.BoolVar(&f.oracle, "oracle", true, "also replay the requests through the clairvoyant oracle (knows every arrival and the cold start; its per-replica capacity profiled on the trace's lengths)")
 	fl.Float64Var(&f.kedaThreshold, "keda-threshold", simulate.TunedKEDAThreshold, "the KEDA baseline's vllm:num_requests_waiting threshold per replica (default: tuned on the synthetic day of seed 1, docs/economics.md)")
@@ -146,7 +148,10 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 		return o, err
 	}
 	o.Fleet, o.Trigger, o.Behavior, o.SyncPeriod = fleet, trigger, simulate.BerthBehavior, 15*time.Second
-	o.Frontier, o.Oracle, o.KEDAThreshold, o.KubeAITarget = f.frontier, f.oracle, f.kedaThreshold, f.kubeAITarget
+	o.Frontier, o.Oracle, o.KEDAThreshold, o.KubeAITarget, o.WarmSeats = f.frontier, f.oracle, f.kedaThreshold, f.kubeAITarget, f.warmSeats
+	if f.warmSeats < 0 {
+		return o, fmt.Errorf("--warm-seats %d: must not be negative", f.warmSeats)
+	}
 	if f.kedaThreshold <= 0 || f.kubeAITarget <= 0 {
 		return o, fmt.Errorf("--keda-threshold %v and --kubeai-target %v: both must be positive", f.kedaThreshold, f.kubeAITarget)
 	}
@@ -155,7 +160,7 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 			o.Requests, err = readTrace(f.trace)
 			o.RequestSource = fmt.Sprintf("%s (%d requests)", filepath.Base(f.trace), len(o.Requests))
 		} else {
-			o.Requests, o.RequestSource, err = syntheticRequests(f)
+			o.Requests, o.Bursts, o.RequestSource, err = syntheticRequests(f)
 		}
 		errs = append(errs, err)
 		if n := len(o.Requests); n > 0 && !f.warmUpSet {
@@ -238,26 +243,26 @@ func flagFleet(f simulateFlags) (simulate.Fleet, map[string]string, error) {
 }
 
 // syntheticRequests draws the synthetic request trace the flags describe and says what it is.
-func syntheticRequests(f simulateFlags) ([]vllmsim.TraceRequest, string, error) {
+func syntheticRequests(f simulateFlags) ([]vllmsim.TraceRequest, []time.Duration, string, error) {
 	s := f.synthetic
 	s.Lengths = simulate.Lengths(f.lengths)
 	lengths := "lengths from the Azure LLM inference trace 2023 (conversation), CC-BY-4.0 © Microsoft"
 	switch {
 	case s.Lengths != simulate.LengthsTrace && s.Lengths != simulate.LengthsLogNormal:
-		return nil, "", fmt.Errorf("--lengths %q: want %s or %s", f.lengths, simulate.LengthsTrace, simulate.LengthsLogNormal)
+		return nil, nil, "", fmt.Errorf("--lengths %q: want %s or %s", f.lengths, simulate.LengthsTrace, simulate.LengthsLogNormal)
 	case f.lengthsFrom != "" && s.Lengths != simulate.LengthsTrace:
-		return nil, "", fmt.Errorf("--lengths-from needs --lengths %s, got %s", simulate.LengthsTrace, s.Lengths)
+		return nil, nil, "", fmt.Errorf("--lengths-from needs --lengths %s, got %s", simulate.LengthsTrace, s.Lengths)
 	case f.lengthsFrom != "":
 		var err error
 		if s.LengthTrace, err = readWith(f.lengthsFrom, "--lengths-from", vllmsim.ReadAzureTrace); err != nil {
-			return nil, "", err
+			return nil, nil, "", err
 		}
 		lengths = "lengths from " + filepath.Base(f.lengthsFrom)
 	case s.Lengths == simulate.LengthsLogNormal:
 		lengths = fmt.Sprintf("log-normal lengths, medians %d and %d tokens", s.PromptMedian, s.OutputMedian)
 	}
-	reqs, err := s.Generate()
-	return reqs, fmt.Sprintf("synthetic, %d requests over %s (mean %.2f/s, diurnal %.2f, bursts %.0f× for %s every %s, %s, seed %d)",
+	reqs, bursts, err := s.GenerateWithBursts()
+	return reqs, bursts, fmt.Sprintf("synthetic, %d requests over %s (mean %.2f/s, diurnal %.2f, bursts %.0f× for %s every %s, %s, seed %d)",
 		len(reqs), s.Duration, s.MeanRate, s.Diurnal, s.BurstFactor, s.BurstLength, s.BurstEvery, lengths, s.Seed), err
 }
 

@@ -75,9 +75,18 @@ type Berth struct {
 	policy  scaler.Policy
 	hpa     hpa
 	label   string
+	// WarmSeats, when positive, holds up to that many of the SLO signal's burst headroom
+	// replicas as warm seats instead of serving replicas (Decision.HeadroomReplicas).
+	WarmSeats int
+
 	// model is what the scaler has learned of the fleet (its SLO signal's capacity model).
 	model scaler.FleetModel
+	// seats is the warm seats the last decision asked for.
+	seats int
 }
+
+// Seats implements SeatKeeper.
+func (b *Berth) Seats() int { return b.seats }
 
 // BerthTrigger is the trigger of examples/vllm-scaledobject.yaml, what docs/scaler.md tells
 // users to start from.
@@ -126,14 +135,22 @@ func (b *Berth) Step(now time.Duration, v View) (int, bool) {
 	if err != nil {
 		return 0, false // no fresh data: KEDA's fallback keeps the fleet (never scale on missing data)
 	}
+	seats := 0
+	if b.WarmSeats > 0 {
+		seats = min(b.WarmSeats, d.HeadroomReplicas())
+	}
 	rec := 0
 	for _, sd := range d.Signals {
 		n := sd.Desired
+		if sd.Signal == scaler.SignalSLO {
+			n -= seats // the headroom waits on warm seats, not as serving replicas
+		}
 		if v.Spec > 0 && withinTolerance(float64(n)/float64(v.Spec), b.Behavior) {
 			n = v.Spec
 		}
 		rec = max(rec, n)
 	}
+	b.seats = seats
 	return b.hpa.normalize(now, v.Spec, rec), true
 }
 

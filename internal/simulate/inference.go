@@ -55,6 +55,10 @@ type node struct {
 	imagePulled bool
 	pulledAt    time.Duration
 	draining    bool
+	// seat says a warm seat holds the node: berth's lowest-priority seat pod, running the
+	// serving image (pulled once the node is Ready), which a replica preempts when no other
+	// node has room.
+	seat bool
 }
 
 // InferenceResult is what one autoscaler did with one trace.
@@ -69,6 +73,10 @@ type InferenceResult struct {
 	// replica, takes longer than the SLO's TTFT (or that max-model-len rejects): no fleet
 	// could serve them well, and they are part of the violations.
 	Requests, Good, Failed, Lost, LostToConsolidation, TimedOut, Unattainable int
+	// Startups is every replica created after the warm-up that came to serve; SeatsTaken how
+	// many of them took a warm seat.
+	Startups   []Startup
+	SeatsTaken int
 	// TTFT and ITL are quantiles in seconds over the requests that got a first token (ITL: each
 	// request's mean time per output token).
 	TTFTP50, TTFTP95, TTFTP99, ITLP95, ITLP99 float64
@@ -82,6 +90,16 @@ type InferenceResult struct {
 	// Duration is the trace's span.
 	Duration time.Duration
 }
+
+// SeatKeeper is an Autoscaler that also holds warm seats: nodes launched ahead with the serving
+// image pulled, which a scale-up's replica takes and so pays only its model load.
+type SeatKeeper interface {
+	// Seats is how many warm seats to hold now.
+	Seats() int
+}
+
+// Startup is one replica's start: created (the scale-up) to serving.
+type Startup struct{ Created, Serving time.Duration }
 
 // Violations is the requests that did not meet the SLO.
 func (r InferenceResult) Violations() int { return r.Requests - r.Good }
@@ -229,6 +247,9 @@ func (s *fleetSim) run() {
 		if want, ok := s.a.Step(s.now, s.view()); ok {
 			s.scale(min(max(want, s.f.Min), s.f.Max))
 		}
+		if k, ok := s.a.(SeatKeeper); ok {
+			s.keepSeats(k.Seats())
+		}
 		s.consolidate()
 		s.account()
 
@@ -255,6 +276,15 @@ func (s *fleetSim) lifecycle() {
 			continue
 		}
 		if n := s.leastAllocated(); n != nil { // kube-scheduler: the Ready node with most room
+			s.bind(p, n)
+			s.start(p)
+			continue
+		}
+		if n := s.readySeat(); n != nil { // no room without preemption: the replica preempts a seat
+			n.seat = false
+			if p.created >= s.f.WarmUp {
+				s.res.SeatsTaken++
+			}
 			s.bind(p, n)
 			s.start(p)
 			continue
@@ -298,7 +328,7 @@ func (s *fleetSim) start(p *pod) {
 // the capacity it is already launching).
 func (s *fleetSim) inFlight() *node {
 	for _, n := range s.nodes {
-		if len(n.pods) < n.slots && s.now < n.ready {
+		if len(n.pods) < n.slots && s.now < n.ready && !n.seat {
 			return n
 		}
 	}
@@ -311,11 +341,44 @@ func (s *fleetSim) inFlight() *node {
 func (s *fleetSim) leastAllocated() *node {
 	var best *node
 	for _, n := range s.nodes {
-		if s.now >= n.ready && !n.draining && len(n.pods) < n.slots && (best == nil || n.slots-len(n.pods) > best.slots-len(best.pods)) {
+		if s.now >= n.ready && !n.draining && !n.seat && len(n.pods) < n.slots && (best == nil || n.slots-len(n.pods) > best.slots-len(best.pods)) {
 			best = n
 		}
 	}
 	return best
+}
+
+// readySeat is the first Ready node a warm seat holds; nil when none.
+func (s *fleetSim) readySeat() *node {
+	for _, n := range s.nodes {
+		if n.seat && s.now >= n.ready {
+			return n
+		}
+	}
+	return nil
+}
+
+// keepSeats holds want warm seats, each on a node of its own as Karpenter launches one for a
+// pending seat pod: seats taken by replicas are replaced by new nodes, extra ones go (the
+// newest first). A seat's pod pulls the serving image as soon as its node is Ready.
+func (s *fleetSim) keepSeats(want int) {
+	have := 0
+	for _, n := range s.nodes {
+		if n.seat {
+			have++
+		}
+	}
+	for ; have < want; have++ {
+		size, _ := s.f.cheapestFor(1)
+		n := s.launch(size)
+		n.seat, n.imagePulled, n.pulledAt = true, true, n.ready+s.f.ImagePull
+	}
+	for i := len(s.nodes) - 1; i >= 0 && have > want; i-- {
+		if n := s.nodes[i]; n.seat {
+			s.nodes = slices.Delete(s.nodes, i, i+1)
+			have--
+		}
+	}
 }
 
 func (s *fleetSim) launch(size gpu.Size) *node {
@@ -348,6 +411,9 @@ func (s *fleetSim) serve(p *pod) {
 	}
 	r.SetObserver(&s.rec)
 	p.replica, p.ready = r, s.now
+	if p.created >= s.f.WarmUp {
+		s.res.Startups = append(s.res.Startups, Startup{Created: p.created, Serving: s.now})
+	}
 	if p.bound == never {
 		p.bound = s.now
 	}
@@ -580,7 +646,7 @@ const consolidationValidation = 15 * time.Second
 // the node goes once they have.
 func (s *fleetSim) consolidate() {
 	s.nodes = slices.DeleteFunc(s.nodes, func(n *node) bool {
-		return len(n.pods) == 0 && (n.draining || s.now >= n.ready && s.now-n.changed >= s.f.ConsolidateAfter)
+		return len(n.pods) == 0 && !n.seat && (n.draining || s.now >= n.ready && s.now-n.changed >= s.f.ConsolidateAfter)
 	})
 	if s.f.Consolidation != WhenEmptyOrUnderutilized || s.f.Guard || s.now-s.lastDisrupt < consolidationValidation {
 		return

@@ -26,6 +26,8 @@ type Report struct {
 	Policies  map[string]string
 	// Frontier is the static-N frontier, when measured.
 	Frontier Frontier
+	// Bursts is when the trace's bursts began, when known.
+	Bursts []time.Duration
 	// Consolidation holds, when run, berth on a multi-replica-per-node fleet with Karpenter's
 	// WhenEmptyOrUnderutilized, without the guard and with it; ConsolidationFleet is that fleet.
 	Consolidation      []*InferenceResult
@@ -137,6 +139,9 @@ func (r *Report) Markdown(w io.Writer, plots []string) error {
 		for _, res := range r.Inference {
 			fmt.Fprintf(&b, "- **%s**: %s\n", res.Autoscaler, r.Policies[res.Autoscaler])
 		}
+	}
+	if len(r.Inference) > 0 {
+		scaleUpTable(&b, r.Inference, r.Bursts, r.Fleet.WarmUp)
 	}
 	if len(r.Frontier) > 0 {
 		frontierTable(&b, r.Frontier, r.Inference)

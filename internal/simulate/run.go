@@ -20,6 +20,11 @@ type Options struct {
 	// inference part.
 	Requests      []vllmsim.TraceRequest
 	RequestSource string
+	// Bursts is when the trace's bursts began, when known (a synthetic trace): the report
+	// measures each burst to the first new replica serving.
+	Bursts []time.Duration
+	// WarmSeats holds up to that many of berth's burst-headroom replicas as warm seats.
+	WarmSeats int
 	// Fleet is the serving fleet; Trigger berth's ScaledObject trigger metadata, Behavior its
 	// HPA behavior and SyncPeriod the HPA's.
 	Fleet      Fleet
@@ -52,6 +57,8 @@ func Run(o Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
+		berth.WarmSeats = o.WarmSeats
+		r.Bursts = o.Bursts
 		keda, kubeai := NewKEDAWaiting(o.Fleet.Min, o.Fleet.Max), NewKubeAI(o.Fleet.Min, o.Fleet.Max)
 		if o.KEDAThreshold > 0 {
 			keda.Threshold = o.KEDAThreshold

@@ -111,13 +111,19 @@ func (s Synthetic) Rate(t time.Duration) float64 {
 
 // Generate draws the trace.
 func (s Synthetic) Generate() ([]vllmsim.TraceRequest, error) {
+	out, _, err := s.GenerateWithBursts()
+	return out, err
+}
+
+// GenerateWithBursts is Generate that also says when each burst began.
+func (s Synthetic) GenerateWithBursts() ([]vllmsim.TraceRequest, []time.Duration, error) {
 	if err := s.Validate(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rng := rand.New(rand.NewPCG(s.Seed, 0x9e3779b97f4a7c15))
 	lengths, err := s.lengthDraw(rng)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	bursts := s.bursts(rng)
 	peak := s.MeanRate * (1 + s.Diurnal) * max(1, s.BurstFactor)
@@ -143,9 +149,9 @@ func (s Synthetic) Generate() ([]vllmsim.TraceRequest, error) {
 		out = append(out, vllmsim.TraceRequest{At: at, Prompt: prompt, Output: output})
 	}
 	if len(out) == 0 {
-		return nil, errors.New("the synthetic traffic drew no request: raise the rate or the duration")
+		return nil, nil, errors.New("the synthetic traffic drew no request: raise the rate or the duration")
 	}
-	return out, nil
+	return out, bursts, nil
 }
 
 // lengthDraw returns what draws one request's lengths from rng, clamped to MaxTokens.

@@ -68,6 +68,10 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "demand_headroom_ratio",
 		Help: "The burst headroom the SLO signal holds: the headroomQuantile of the fleet's own recent bursts within one cold start (1: none).",
 	}, []string{labelNamespace, labelScaledObject})
+	headroomReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "headroom_replicas",
+		Help: "Of the replicas the SLO signal asks for, those that are burst headroom: beyond what the demand now (or its trend) and the backlog need.",
+	}, []string{labelNamespace, labelScaledObject})
 	maxReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "max_replicas",
 		Help: "The ScaledObject's maxReplicaCount.",
@@ -110,7 +114,7 @@ var (
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{requestDuration, scrapeDuration, scrapeErrors, evaluationErrors, signalValue, signalTarget,
 		desiredReplicas, currentReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active, held, heldSeconds,
-		startupTimeout, stalledReplicas, replicaCapacity, demandForecast, demandHeadroom}
+		startupTimeout, stalledReplicas, replicaCapacity, demandForecast, demandHeadroom, headroomReplicas}
 }
 
 // ObserveScrape records one scrape or query of source.
@@ -171,7 +175,7 @@ func (s *series) expire(before time.Time) {
 		delete(s.heldSince, k)
 		match := prometheus.Labels{labelNamespace: k[0], labelScaledObject: k[1]}
 		for _, v := range []*prometheus.GaugeVec{signalValue, signalTarget, desiredReplicas, currentReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active,
-			held, heldSeconds, startupTimeout, stalledReplicas, replicaCapacity, demandForecast, demandHeadroom} {
+			held, heldSeconds, startupTimeout, stalledReplicas, replicaCapacity, demandForecast, demandHeadroom, headroomReplicas} {
 			v.DeletePartialMatch(match)
 		}
 		evaluationErrors.DeletePartialMatch(match)
@@ -190,6 +194,7 @@ func record(ns, name string, t *scaler.Trigger, d scaler.Decision, o scaler.Obse
 		replicaCapacity.WithLabelValues(ns, name).Set(d.Capacity)
 		demandForecast.WithLabelValues(ns, name).Set(d.Forecast.Rate())
 		demandHeadroom.WithLabelValues(ns, name).Set(d.Forecast.Headroom)
+		headroomReplicas.WithLabelValues(ns, name).Set(float64(d.HeadroomReplicas()))
 	}
 	currentReplicas.WithLabelValues(ns, name).Set(float64(d.Current))
 	if max > 0 {

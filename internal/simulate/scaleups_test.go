@@ -1,0 +1,79 @@
+package simulate
+
+import (
+	"testing"
+	"time"
+
+	"github.com/berth-dev/berth/internal/vllmsim"
+)
+
+// seated asks for want replicas from at on and holds seats warm seats.
+type seated struct {
+	at          time.Duration
+	want, seats int
+}
+
+func (seated) Name() string     { return "seated" }
+func (seated) Describe() string { return "test" }
+func (a seated) Step(now time.Duration, v View) (int, bool) {
+	if now < a.at {
+		return 0, false
+	}
+	return a.want, v.Spec != a.want
+}
+func (a seated) Seats() int { return a.seats }
+
+// TestWarmSeats: a scale-up's replicas take the warm seats and pay only the model load; the
+// seats are launched again for the next one; an unused seat's node is never consolidated.
+func TestWarmSeats(t *testing.T) {
+	f := l4(t)
+	sizes, err := SizesWithGPUs(f.Family, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Sizes, f.WarmUp = sizes, time.Minute
+	var trace []vllmsim.TraceRequest
+	for at := time.Duration(0); at < 30*time.Minute; at += 2 * time.Second {
+		trace = append(trace, vllmsim.TraceRequest{At: at, Prompt: 200, Output: 20})
+	}
+	res, err := RunInference(f, trace, seated{at: 10 * time.Minute, want: 3, seats: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Startups) != 2 || res.SeatsTaken != 2 {
+		t.Fatalf("startups %+v, seats taken %d: want the 2 new replicas on the 2 seats", res.Startups, res.SeatsTaken)
+	}
+	for _, s := range res.Startups {
+		if got := s.Serving - s.Created; got > f.ModelLoad+2*f.Tick {
+			t.Errorf("a replica on a warm seat served %s after its scale-up, want its model load %s", got, f.ModelLoad)
+		}
+	}
+	// 1 replica all along, 2 seats from the start, 2 more seats after the scale-up took the first.
+	if res.NodeLaunches != 4 {
+		t.Errorf("%d nodes launched, want 4 (2 seats, then 2 seats again)", res.NodeLaunches)
+	}
+	cold, err := RunInference(f, trace, seated{at: 10 * time.Minute, want: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cold.StartupQuantile(0.5), f.ProvisionDelay+f.NodeLaunch+f.ImagePull+f.ModelLoad; got < want {
+		t.Errorf("without seats a replica served %s after its scale-up, want at least a cold start %s", got, want)
+	}
+}
+
+func TestBurstResponse(t *testing.T) {
+	r := InferenceResult{Startups: []Startup{
+		{Created: 100 * time.Second, Serving: 200 * time.Second},
+		{Created: 110 * time.Second, Serving: 170 * time.Second},
+		{Created: 1000 * time.Second, Serving: 1300 * time.Second},
+	}}
+	p50, answered, total := r.BurstResponse([]time.Duration{10 * time.Second, 90 * time.Second, 950 * time.Second, 5000 * time.Second}, 60*time.Second)
+	// The burst at 10 s is in the warm-up; 90 s: the first new replica served at 170 s (80 s);
+	// 950 s: at 1300 s (350 s); 5000 s: none.
+	if answered != 2 || total != 3 || p50 != 350*time.Second {
+		t.Errorf("BurstResponse = %s, %d of %d; want 350s (the median of 80 s and 350 s, the upper), 2 of 3", p50, answered, total)
+	}
+	if q := r.StartupQuantile(0.5); q != 100*time.Second {
+		t.Errorf("StartupQuantile(0.5) = %s, want 100s (60, 100, 300)", q)
+	}
+}
