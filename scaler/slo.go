@@ -1,6 +1,7 @@
 package scaler
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -175,7 +176,10 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 		m.ColdStart = o.Startup
 	}
 	m.last = now
-	if rate, _, ok := o.arrivalRate(); ok {
+	// The history keeps only demand every ready replica measured over a whole window: a rate
+	// scaled up from some replicas is a bound, and the short first windows of replicas that
+	// have just joined are noise that the history would take for bursts.
+	if rate, extrapolated, ok := o.arrivalRate(); ok && !extrapolated && o.windowsWhole() {
 		m.record(now, rate)
 	}
 	drop := 0
@@ -379,21 +383,34 @@ func persistence(pairs []horizonPair, h time.Duration) float64 {
 	return min(max(num/den, 0), 1)
 }
 
-// headroom is the slo.HeadroomQuantile of the ratios, over the history, of the peak demand
-// within a horizon after a point to what was expected of it — how much more than forecast the
-// fleet's own past asked for within one cold start — between 1 and slo.MaxHeadroom.
+// headroom is the burst headroom the fleet's own history asks for: the smallest multiple of
+// the forecast that covered slo.HeadroomQuantile of the requests — each point's demand against
+// what was forecast for it one horizon earlier, weighted by that demand (a burst's requests
+// count as many times as they came) — between 1 and slo.MaxHeadroom. The noise of a smooth
+// demand asks for little; bursts that no forecast sees coming ask for their height.
 func headroom(pairs []horizonPair, h time.Duration, rho float64, slo SLO) float64 {
-	var ratios []float64
+	type ratio struct{ r, weight float64 }
+	var ratios []ratio
+	total := 0.0
 	for _, hp := range pairs {
-		if e := hp.p.predict(h, rho); e > 0 {
-			ratios = append(ratios, hp.peak/e)
+		if e := hp.p.predict(h, rho); e > 0 && hp.then > 0 {
+			ratios = append(ratios, ratio{hp.then / e, hp.then})
+			total += hp.then
 		}
 	}
-	if len(ratios) < minHeadroomSamples {
+	// A q-quantile needs 1/(1−q) samples to mean anything: until the history holds them, no
+	// burst headroom (the TTFT and ITL constraints still add replicas).
+	if n := len(ratios); n < minHeadroomSamples || float64(n)*(1-slo.HeadroomQuantile) < 1 {
 		return 1
 	}
-	slices.Sort(ratios)
-	r := ratios[min(len(ratios)-1, int(slo.HeadroomQuantile*float64(len(ratios))))]
+	slices.SortFunc(ratios, func(a, b ratio) int { return cmp.Compare(a.r, b.r) })
+	r, covered := ratios[len(ratios)-1].r, 0.0
+	for _, x := range ratios {
+		if covered += x.weight; covered >= slo.HeadroomQuantile*total {
+			r = x.r
+			break
+		}
+	}
 	capH := slo.MaxHeadroom
 	if capH < 1 {
 		capH = DefaultMaxHeadroom
@@ -434,6 +451,19 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 	}
 	sd.Value = metricValue(sd.Desired, 1)
 	return sd, fc, carry
+}
+
+// windowsWhole reports whether every ready replica has a window of at least minWindowSpan.
+func (o Observation) windowsWhole() bool {
+	if len(o.Windows) < o.Ready {
+		return false
+	}
+	for _, w := range o.Windows {
+		if w.Span < minWindowSpan {
+			return false
+		}
+	}
+	return true
 }
 
 // arrivalRate is the fleet's arrival rate: Arrivals scaled from the replicas with a window to
