@@ -82,18 +82,21 @@ type Decision struct {
 	// nothing learned); Forecast the demand it sized for.
 	Capacity float64
 	Forecast Forecast
+	// sloServing is what the SLO signal asks for without its burst headroom.
+	sloServing int
 }
 
-// HeadroomReplicas is how many of the SLO signal's replicas are burst headroom: those the
-// forecast asks for beyond what the expected demand and the backlog need. Held as
-// serving replicas they absorb a burst at once; held as warm seats (nodes up, the serving
-// image pulled) a burst's replicas pay only their model load. 0 without an SLO signal.
+// HeadroomReplicas is how many of the SLO signal's replicas are burst headroom: those it asks
+// for beyond what it would without the headroom (the same floors and holds). Held as serving
+// replicas they absorb a burst at once; held as warm seats (nodes up, the serving image
+// pulled) a burst's replicas pay only their model load. 0 without an SLO signal, and while
+// the signal is held.
 func (d Decision) HeadroomReplicas() int {
-	if d.Capacity <= 0 {
+	sd, ok := d.Signal(SignalSLO)
+	if !ok || sd.Held != "" {
 		return 0
 	}
-	f := d.Forecast
-	return max(0, ceilCount((f.Rate()+f.Backlog)/d.Capacity)-ceilCount((f.Expected+f.Backlog)/d.Capacity))
+	return max(0, sd.Desired-d.sloServing)
 }
 
 // Signal returns the decision for s, if the trigger scales on it.
@@ -164,8 +167,8 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 			continue
 		}
 		if s == SignalSLO {
-			sd, fc, carry := decideSLO(o, t, headroom, d.Current, d.Partial)
-			d.Capacity, d.Forecast = carry, fc
+			sd, fc, carry, serving := decideSLO(o, t, headroom, d.Current, d.Partial)
+			d.Capacity, d.Forecast, d.sloServing = carry, fc, serving
 			d.add(sd)
 			continue
 		}

@@ -228,11 +228,11 @@ type Sample struct {
 	// PromptTokens and Prompts are the cumulative sum and count of finished requests' prompt
 	// lengths (vllm:request_prompt_tokens): their ratio is the mean prompt length.
 	PromptTokens, Prompts float64
-	// Finished is the cumulative count of requests that left the engine, completed or aborted
-	// (vllm:request_success_total over every finished_reason); HasFinished is false when the
-	// page has no such series.
-	Finished    float64
-	HasFinished bool
+	// Finished is the cumulative count of requests that completed (vllm:request_success_total,
+	// finished_reason stop or length) and Aborted of those aborted (finished_reason abort: the
+	// client gave up); HasFinished is false when the page has no such series.
+	Finished, Aborted float64
+	HasFinished       bool
 }
 
 // QueuedPromptTokens estimates the prompt tokens a replica has waiting: its waiting requests

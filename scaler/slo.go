@@ -23,9 +23,9 @@ type SLO struct {
 	// fleet's family. 0: learned from the replicas' own start-up times (DefaultColdStart until
 	// one is seen).
 	ColdStart time.Duration
-	// HeadroomQuantile is the quantile of the fleet's own recent bursts held as headroom: the
-	// ratio of the peak demand within one cold start to the demand at its start, over the
-	// model's history (0: no burst headroom, the trend alone).
+	// HeadroomQuantile is the share of the fleet's own requests of the last day that the burst
+	// headroom would have covered: each moment's demand against what was forecast for it one
+	// cold start earlier, weighted by the demand (0: no burst headroom).
 	HeadroomQuantile float64
 	// MaxHeadroom caps the burst headroom as a multiple of the demand (the GPU budget of the
 	// headroom: 1.5 holds at most half as many replicas again as the demand needs).
@@ -51,11 +51,14 @@ const (
 type ReplicaWindow struct {
 	// Span is the window's length.
 	Span time.Duration
-	// Finished is the requests that left the replica in the window (completed or aborted).
+	// Finished is the requests the replica completed in the window (aborted ones are not
+	// served: they never count as capacity).
 	Finished float64
-	// Arrived is the requests that arrived: Finished plus the growth of those running and
-	// waiting.
+	// Arrived is the requests that arrived: those completed and aborted plus the growth of
+	// those running and waiting.
 	Arrived float64
+	// End is when the window ends (its newest page): one window is learned from once.
+	End time.Time
 	// TTFT and ITL are the window's latency histograms (deltas).
 	TTFT, ITL Histogram
 	// Waiting is the requests waiting at both the window's start and its end, the smaller of
@@ -80,7 +83,8 @@ type FleetModel struct {
 	// GoodMax is the highest request rate a replica served within the SLO: a lower bound of
 	// Capacity, which sizes the fleet until a replica has been seen at its limit.
 	GoodMax float64
-	// ColdStart is the longest recent start-up of a replica (created to ready); 0: none seen.
+	// ColdStart is the longest start-up (created to ready) of the replicas that became ready
+	// in the hour before the latest one did; 0: none seen.
 	ColdStart time.Duration
 	// demand is the fleet's arrival rate at each evaluation, oldest first.
 	demand []demandPoint
@@ -172,7 +176,7 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 		served/float64(informative)*m.currentHeadroom(slo) >= exploreLoad*m.Capacity {
 		m.Capacity *= 1 + exploreRate*now.Sub(m.last).Minutes()
 	}
-	if o.Startup > m.ColdStart {
+	if o.Startup > 0 { // the longest start-up of the last hour: one slow pod ages out
 		m.ColdStart = o.Startup
 	}
 	m.last = now
@@ -339,12 +343,15 @@ func (m *FleetModel) forecast(rate float64, slo SLO) Forecast {
 	return f
 }
 
-// horizonPair is a past point and the demand one horizon after it: the peak within and the
-// last at its end.
+// horizonPair is a past point and the demand one horizon after it.
 type horizonPair struct {
-	p          demandPoint
-	peak, then float64
+	p    demandPoint
+	then float64
 }
+
+// pairTolerance is how much earlier than one horizon after a point the point compared with it
+// may be: two evaluations.
+const pairTolerance = 30 * time.Second
 
 // pairs are the history's points whose next horizon h has passed, with what came in it.
 func (m *FleetModel) pairs(h time.Duration) []horizonPair {
@@ -358,10 +365,10 @@ func (m *FleetModel) pairs(h time.Duration) []horizonPair {
 		for end+1 < len(m.demand) && m.demand[end+1].at.Sub(p.at) <= h {
 			end++
 		}
-		hp := horizonPair{p: p, peak: p.rate, then: m.demand[end].rate}
-		for _, q := range m.demand[i+1 : end+1] {
-			hp.peak = max(hp.peak, q.rate)
+		if m.demand[end].at.Sub(p.at) < h-pairTolerance {
+			continue // no point a horizon later (the history has a gap): nothing to compare
 		}
+		hp := horizonPair{p: p, then: m.demand[end].rate}
 		out = append(out, hp)
 	}
 	return out
@@ -400,7 +407,7 @@ func headroom(pairs []horizonPair, h time.Duration, rho float64, slo SLO) float6
 	}
 	// A q-quantile needs 1/(1−q) samples to mean anything: until the history holds them, no
 	// burst headroom (the TTFT and ITL constraints still add replicas).
-	if n := len(ratios); n < minHeadroomSamples || float64(n)*(1-slo.HeadroomQuantile) < 1 {
+	if n := len(ratios); n < minHeadroomSamples || (slo.HeadroomQuantile < 1 && float64(n)*(1-slo.HeadroomQuantile) < 1) {
 		return 1
 	}
 	slices.SortFunc(ratios, func(a, b ratio) int { return cmp.Compare(a.r, b.r) })
@@ -423,34 +430,40 @@ func headroom(pairs []horizonPair, h time.Duration, rho float64, slo SLO) float6
 // as the capacity they will be, never as a hold: demand beyond them scales up at once. With
 // nothing learned yet, or no arrival rate, it holds the fleet (never scales on missing data);
 // the TTFT and ITL constraints still add replicas.
-func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial bool) (SignalDecision, Forecast, float64) {
-	sd := SignalDecision{Signal: SignalSLO, Target: 1}
-	carry := o.Model.carry()
+func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial bool) (sd SignalDecision, fc Forecast, carry float64, serving int) {
+	sd = SignalDecision{Signal: SignalSLO, Target: 1}
+	carry = o.Model.carry()
 	if _, _, ok := o.arrivalRate(); carry <= 0 || !ok {
 		sd.Desired, sd.Held = current, HeldLearning
 		if o.Ready == 0 {
 			sd.Held = HeldNoReadyReplica
 		}
-		return sd, Forecast{}, carry
+		return sd, Forecast{}, carry, current
 	}
 	arrivals, extrapolated, _ := o.arrivalRate()
 	partial = partial || extrapolated
-	fc := o.Model.forecast(arrivals, t.SLO)
+	fc = o.Model.forecast(arrivals, t.SLO)
 	fc.Backlog = (o.Waiting + o.Upstream) / fc.Horizon.Seconds()
 	sd.Raw = (fc.Rate() + fc.Backlog) / carry
-	// Replicas serving the demand now stay while it lasts, even where the forecast says a
-	// burst will be over before any new replica could serve.
-	need := max(ceilCount(sd.Raw), min(current, ceilCount(fc.Now/carry)))
+	sd.Desired, sd.Held = sizeSLO(sd.Raw, fc.Now/carry, headroom, current, partial)
+	serving, _ = sizeSLO((fc.Expected+fc.Backlog)/carry, fc.Now/carry, headroom, current, partial)
+	sd.Value = metricValue(sd.Desired, 1)
+	return sd, fc, carry, serving
+}
+
+// sizeSLO is the replicas for a forecast of raw replicas when the demand now needs nowNeed:
+// replicas serving the demand now stay while it lasts, even where the forecast says a burst
+// will be over before any new replica could serve; a scale-down keeps the policy's headroom on
+// both and never happens on partial data.
+func sizeSLO(raw, nowNeed, headroom float64, current int, partial bool) (int, Held) {
+	need := max(ceilCount(raw), min(current, ceilCount(nowNeed)))
 	switch {
 	case need >= current:
-		sd.Desired = need
+		return need, ""
 	case partial:
-		sd.Desired, sd.Held = current, HeldPartial
-	default:
-		sd.Desired = min(current, ceilCount(sd.Raw/headroom))
+		return current, HeldPartial
 	}
-	sd.Value = metricValue(sd.Desired, 1)
-	return sd, fc, carry
+	return min(current, max(ceilCount(raw/headroom), ceilCount(nowNeed/headroom))), ""
 }
 
 // windowsWhole reports whether every ready replica has a window of at least minWindowSpan.

@@ -172,6 +172,10 @@ func TestDecideSLO(t *testing.T) {
 			obs: Observation{Ready: 4, Sampled: 4, Arrivals: 3, Waiting: 200, ArrivalsSampled: 4, Model: model}, want: 8},
 		{name: "replicas serving a burst stay while it lasts",
 			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 4.8, ArrivalsSampled: 10, Model: burstModel(t)}, want: 10},
+		{name: "a scale-down never goes below what the demand now needs",
+			// The burst is forecast to end (expected ~1.5/s: 3 replicas), but 3.2/s now need 7;
+			// removing replicas keeps the policy's 0.8 on them: 8.
+			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 3.2, ArrivalsSampled: 10, Model: burstModel(t)}, want: 8},
 		{name: "scale-down keeps the policy's headroom",
 			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 3.2, ArrivalsSampled: 10, Model: model}, want: 8},
 		{name: "no scale-down on partial data",

@@ -79,7 +79,7 @@ The report (report.md and PNG plots) goes to --out; docs/economics.md explains t
 	fl.StringToStringVar(&f.trigger, "trigger", nil, "berth's ScaledObject trigger metadata (default: the SLO itself, ttftSLOSeconds and itlSLOSeconds from --slo-ttft and --slo-itl), e.g. targetConcurrency=8,targetTTFTSeconds=3")
 	fl.IntVar(&f.warmSeats, "warm-seats", 0, "hold up to this many of berth's burst-headroom replicas as warm seats (nodes up, the serving image pulled, no replica) instead of serving replicas; a scale-up's replica takes one and pays only --model-load")
 	fl.BoolVar(&f.frontier, "frontier", true, "also replay the requests through fixed fleets of every size up to --max (the static-N frontier every policy is judged against at its GPU-hours)")
-	fl.BoolVar(&f.oracle, "oracle", true, "also replay the requests through the clairvoyant oracle (knows every arrival and the cold start; its per-replica capacity profiled on the trace's lengths)")
+	fl.BoolVar(&f.oracle, "oracle", true, "also replay the requests through the clairvoyant oracle (knows every arrival and the cold start: for every 5 minutes the smallest fixed fleet that met the SLO there, ordered one cold start ahead)")
 	fl.Float64Var(&f.kedaThreshold, "keda-threshold", simulate.TunedKEDAThreshold, "the KEDA baseline's vllm:num_requests_waiting threshold per replica (default: tuned on the synthetic day of seed 1, docs/economics.md)")
 	fl.Float64Var(&f.kubeAITarget, "kubeai-target", simulate.TunedKubeAITarget, "the KubeAI baseline's requests in flight per replica (default: tuned on the synthetic day of seed 1, docs/economics.md)")
 	fl.IntVar(&f.min, "min", 1, "minimum replicas of every policy")

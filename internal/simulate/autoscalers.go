@@ -135,14 +135,18 @@ func (b *Berth) Step(now time.Duration, v View) (int, bool) {
 	if err != nil {
 		return 0, false // no fresh data: KEDA's fallback keeps the fleet (never scale on missing data)
 	}
-	seats := 0
-	if b.WarmSeats > 0 {
+	// Warm seats hold the SLO signal's headroom instead of serving replicas; a held decision
+	// keeps the seats it has.
+	seats := b.seats
+	if sd, ok := d.Signal(scaler.SignalSLO); ok && sd.Held == "" {
 		seats = min(b.WarmSeats, d.HeadroomReplicas())
+	} else if !ok {
+		seats = 0
 	}
 	rec := 0
 	for _, sd := range d.Signals {
 		n := sd.Desired
-		if sd.Signal == scaler.SignalSLO {
+		if sd.Signal == scaler.SignalSLO && sd.Held == "" {
 			n -= seats // the headroom waits on warm seats, not as serving replicas
 		}
 		if v.Spec > 0 && withinTolerance(float64(n)/float64(v.Spec), b.Behavior) {
@@ -197,7 +201,8 @@ func (b *Berth) observe(v View) scaler.Observation {
 		if l, base, ok := p.window(b.TTFTWindow); ok {
 			w := scaler.ReplicaWindow{Span: l.at - base.at, Finished: l.finished - base.finished,
 				TTFT: promHist(l.ttft).Sub(promHist(base.ttft)), ITL: promHist(l.itl).Sub(promHist(base.itl)), Waiting: float64(min(l.waiting, base.waiting))}
-			w.Arrived = w.Finished + float64(l.waiting+l.running-base.waiting-base.running)
+			w.Arrived = w.Finished + l.aborted - base.aborted + float64(l.waiting+l.running-base.waiting-base.running)
+			w.End = epoch.Add(l.at)
 			ttft.Add(w.TTFT)
 			itl.Add(w.ITL)
 			if span := w.Span.Seconds(); span > 0 {

@@ -30,10 +30,11 @@ const (
 
 // SLOTrigger is berth's trigger for an SLO: the SLO itself, nothing per replica to guess.
 func SLOTrigger(slo SLO) map[string]string {
-	return map[string]string{
-		"ttftSLOSeconds": strconv.FormatFloat(slo.TTFT.Seconds(), 'f', -1, 64),
-		"itlSLOSeconds":  strconv.FormatFloat(slo.ITL.Seconds(), 'f', -1, 64),
+	md := map[string]string{"ttftSLOSeconds": strconv.FormatFloat(slo.TTFT.Seconds(), 'f', -1, 64)}
+	if slo.ITL > 0 {
+		md["itlSLOSeconds"] = strconv.FormatFloat(slo.ITL.Seconds(), 'f', -1, 64)
 	}
+	return md
 }
 
 // ColdStart is how long a scale-up onto a new node takes before the replica serves: Karpenter's
@@ -201,7 +202,7 @@ func NewOracle(f Fleet, fr Frontier) (*Oracle, error) {
 		measured := false
 		for _, p := range bySize {
 			attainable, good := 0, 0
-			for _, pt := range p.Series[start:min(start+per, len(p.Series))] {
+			for _, pt := range p.Series[min(start, len(p.Series)):min(start+per, len(p.Series))] {
 				attainable, good = attainable+pt.Attainable, good+pt.Good
 			}
 			measured = measured || attainable > 0

@@ -37,8 +37,8 @@ type reading struct {
 	kvUsage                   float64
 	ttft, itl                 vllmsim.Histogram
 	busy, tokens, preemptions float64
-	// finished counts the requests that left the engine: completed (or aborted).
-	finished           float64
+	// finished counts the requests the engine completed, aborted those it aborted.
+	finished, aborted  float64
 	promptSum, prompts float64
 }
 
@@ -497,7 +497,8 @@ func (s *fleetSim) read() {
 			rd.running += e.Running
 			rd.kvUsage += e.KVCacheUsage
 			rd.busy += e.BusySeconds
-			rd.finished += float64(e.RequestSuccess + e.Aborted)
+			rd.finished += float64(e.RequestSuccess)
+			rd.aborted += float64(e.Aborted)
 			rd.tokens += float64(e.PromptTokens + e.GenerationTokens)
 			rd.preemptions += float64(e.Preemptions)
 			rd.promptSum += e.PromptLength.Sum

@@ -34,8 +34,8 @@ type Options struct {
 	// KEDAThreshold and KubeAITarget configure those baselines (0: their defaults).
 	KEDAThreshold, KubeAITarget float64
 	// Frontier also replays the requests through fixed fleets of every size up to Fleet.Max
-	// (the static-N frontier); Oracle through the clairvoyant policy (Oracle), whose
-	// per-replica capacity is calibrated on that frontier (measured for it too).
+	// (the static-N frontier); Oracle through the clairvoyant policy (Oracle), planned from
+	// that frontier's replays (measured for it too).
 	Frontier, Oracle bool
 	// ConsolidationFleet, when set, also replays the requests through berth on that fleet
 	// under WhenEmptyOrUnderutilized, without the guard and with it, with ConsolidationTrigger.
@@ -69,7 +69,9 @@ func Run(o Options) (*Report, error) {
 		policies := []Autoscaler{berth, NewDutyCycle(o.Fleet.Min, o.Fleet.Max), keda, kubeai}
 		if o.Frontier || o.Oracle {
 			fr, err := MeasureFrontier(o.Fleet, o.Requests, 1, o.Fleet.Max)
-			errs = append(errs, err)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("the static-N frontier: %w", err))
+			}
 			r.Frontier = fr
 		}
 		if o.Oracle {

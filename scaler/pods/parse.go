@@ -93,6 +93,7 @@ func (r Reading) Sample(model string) (scaler.Sample, error) {
 		out.Prompts += s.Prompts
 		out.Tokens += s.Tokens
 		out.Finished += s.Finished
+		out.Aborted += s.Aborted
 		out.HasFinished = out.HasFinished || s.HasFinished
 		out.ITL.Add(s.ITL)
 	}
@@ -264,7 +265,6 @@ func (pp *pageParser) gauges() error {
 		{VLLMPreemptions, func(a *modelAcc, v float64) { a.s.Preemptions += v }},
 		{VLLMPrompt, func(a *modelAcc, v float64) { a.s.Tokens += v }},
 		{VLLMGeneration, func(a *modelAcc, v float64) { a.s.Tokens += v }},
-		{VLLMSuccess, func(a *modelAcc, v float64) { a.s.Finished += v; a.s.HasFinished = true }},
 		{SGLangPrompt, func(a *modelAcc, v float64) { a.s.Tokens += v }},
 		{SGLangGeneration, func(a *modelAcc, v float64) { a.s.Tokens += v }},
 		{VLLMWaiting, func(a *modelAcc, v float64) { a.s.Waiting += v; a.hasQueue = true }},
@@ -306,7 +306,46 @@ func (pp *pageParser) gauges() error {
 			}
 		}
 	}
+	if err := pp.successes(); err != nil {
+		return err
+	}
 	return pp.promptLengths()
+}
+
+// successes reads vllm:request_success_total: requests that completed (stop, length) apart from
+// those aborted (a client that gave up), which count as arrived but not as served.
+func (pp *pageParser) successes() error {
+	f := pp.fams[VLLMSuccess]
+	if f == nil {
+		return nil
+	}
+	for _, m := range f.GetMetric() {
+		v, ok := counterValue(f, m)
+		if !ok {
+			return fmt.Errorf("%s: want a counter, the page has a %s", VLLMSuccess, f.GetType())
+		}
+		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 {
+			return fmt.Errorf("%s: value %v", VLLMSuccess, v)
+		}
+		a := pp.acc(m)
+		a.s.HasFinished = true
+		if label(m, "finished_reason") == "abort" {
+			a.s.Aborted += v
+		} else {
+			a.s.Finished += v
+		}
+	}
+	return nil
+}
+
+// label is the value of m's label name ("" when it has none).
+func label(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
 
 // promptLengths reads the sum and count of finished requests' prompt lengths.

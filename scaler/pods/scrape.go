@@ -372,8 +372,8 @@ func replicaWindow(sample, old scaler.Sample, span time.Duration, ttft, itl scal
 		return nil
 	}
 	w := &scaler.ReplicaWindow{Span: span, Finished: counterDelta(sample.Finished, old.Finished), TTFT: ttft, ITL: itl,
-		Waiting: min(sample.Waiting, old.Waiting)}
-	w.Arrived = max(0, w.Finished+sample.Waiting+sample.Running-old.Waiting-old.Running)
+		Waiting: min(sample.Waiting, old.Waiting), End: sample.At}
+	w.Arrived = max(0, w.Finished+counterDelta(sample.Aborted, old.Aborted)+sample.Waiting+sample.Running-old.Waiting-old.Running)
 	return w
 }
 

@@ -440,9 +440,9 @@ func TestParallelIsOneLimit(t *testing.T) {
 	}
 }
 
-// TestSLOWindow: with an SLO trigger each replica's window carries its finished requests
-// (vllm:request_success_total over every finished_reason), the requests that arrived
-// (finished plus the growth of the queue), the window's first tokens and the queue held
+// TestSLOWindow: with an SLO trigger each replica's window carries its completed requests
+// (vllm:request_success_total, aborts apart), the requests that arrived (completed and
+// aborted plus the growth of the queue), the window's first tokens and the queue held
 // through it; the fleet's arrival rate is their sum.
 func TestSLOWindow(t *testing.T) {
 	reps, qtr, pods := fleet(t, 1)
@@ -475,9 +475,9 @@ func TestSLOWindow(t *testing.T) {
 		t.Fatalf("two pages a minute apart: %d windows, %d replicas with arrivals; want 1 and 1", len(o.Windows), o.ArrivalsSampled)
 	}
 	w := o.Windows[0]
-	if w.Span != time.Minute || w.Finished != 30 || w.Arrived != 36 || w.Waiting != 3 || w.TTFT.Total() != 30 {
-		t.Errorf("window = span %s, finished %v, arrived %v, waiting %v, first tokens %v; want 1m, 30 (24 stopped, 6 aborted), 36 (and 6 more waiting), 3 (held through), 30",
-			w.Span, w.Finished, w.Arrived, w.Waiting, w.TTFT.Total())
+	if w.Span != time.Minute || w.Finished != 24 || w.Arrived != 36 || w.Waiting != 3 || w.TTFT.Total() != 30 || !w.End.Equal(clk.Now()) {
+		t.Errorf("window = span %s, finished %v, arrived %v, waiting %v, first tokens %v, end %s; want 1m, 24 (the 6 aborted are not served), 36 (those 30 and 6 more waiting), 3 (held through), 30, now",
+			w.Span, w.Finished, w.Arrived, w.Waiting, w.TTFT.Total(), w.End)
 	}
 	if math.Abs(o.Arrivals-0.6) > 1e-9 {
 		t.Errorf("arrivals = %v req/s, want 0.6", o.Arrivals)

@@ -48,13 +48,11 @@ type models struct {
 }
 
 type modelAt struct {
-	model   scaler.FleetModel
-	learned time.Time
+	model scaler.FleetModel
+	// learned is when the model was last fed; window the end of the newest window it learned
+	// from (KEDA asks IsActive and GetMetrics of the same windows, which count once).
+	learned, window time.Time
 }
-
-// minLearnInterval is the shortest time between two lessons of one model: KEDA asks IsActive
-// and GetMetrics of the same window, which must not count twice.
-const minLearnInterval = 5 * time.Second
 
 // learn folds o into the ScaledObject's model and returns a copy for Decide.
 func (m *models) learn(ns, name string, o scaler.Observation, slo scaler.SLO, now time.Time) *scaler.FleetModel {
@@ -69,12 +67,24 @@ func (m *models) learn(ns, name string, o scaler.Observation, slo scaler.SLO, no
 		ma = &modelAt{}
 		m.m[k] = ma
 	}
-	if now.Sub(ma.learned) >= minLearnInterval {
+	if end := newestWindow(o); end.After(ma.window) {
 		ma.model.Learn(o, slo, now)
-		ma.learned = now
+		ma.window = end
 	}
+	ma.learned = now
 	cp := ma.model.Clone()
 	return &cp
+}
+
+// newestWindow is when the newest of o's replica windows ends (zero without one).
+func newestWindow(o scaler.Observation) time.Time {
+	var end time.Time
+	for _, w := range o.Windows {
+		if w.End.After(end) {
+			end = w.End
+		}
+	}
+	return end
 }
 
 // expire forgets the models of ScaledObjects not evaluated since before.

@@ -62,7 +62,7 @@ var (
 	}, []string{labelNamespace, labelScaledObject})
 	demandForecast = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "demand_forecast_requests_per_second",
-		Help: "The demand the SLO signal sized the fleet for: the arrival rate now times the burst headroom, or its trend one cold start ahead, whichever is larger.",
+		Help: "The demand the SLO signal sized the fleet for, in requests per second: the demand expected one cold start ahead (baseline, trend and the share of a deviation that persists) times the burst headroom.",
 	}, []string{labelNamespace, labelScaledObject})
 	demandHeadroom = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "demand_headroom_ratio",
