@@ -154,11 +154,12 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 			continue
 		}
 		rate := w.Finished / w.Span.Seconds()
-		good := !missed(w.TTFT.Total(), w.within(slo), attain)
+		good, bad := judge(w.TTFT.Total(), w.within(slo), attain)
 		informative++
 		served += rate
 		allGood = allGood && good
 		switch {
+		case !good && !bad: // neither clearly within the SLO nor clearly over it: no lesson
 		case good:
 			m.GoodMax = max(m.GoodMax, rate)
 			if m.Capacity > 0 && rate > m.Capacity {
@@ -208,15 +209,17 @@ func (m *FleetModel) computeStats(h time.Duration, slo SLO, now time.Time) deman
 	return st
 }
 
-// missed reports whether a window of n requests of which the fraction within met the SLO
-// missed an attainment target: more misses than the target allows plus two standard
-// deviations of the binomial count plus one — a window of a few requests does not miss the
-// target on one slow request, and a replica serving within its capacity is not taken for one
-// at its limit by chance.
-func missed(n, within, attain float64) bool {
+// judge says whether a window of n requests of which the fraction within met the SLO clearly
+// met an attainment target (good: no more misses than the target allows, rounded to the
+// nearest request) or clearly missed it (bad: more than it allows plus two standard deviations
+// of the binomial count plus one — a window of a few requests does not miss on one slow
+// request, and a replica within its capacity is not taken for one at its limit by chance).
+// Between the two a window teaches nothing: a capacity learned from windows that barely met
+// the SLO would sit on its edge.
+func judge(n, within, attain float64) (good, bad bool) {
 	misses := (1 - within) * n
 	allowed := (1 - attain) * n
-	return misses > allowed+2*math.Sqrt(n*attain*(1-attain))+1
+	return misses <= allowed+0.5, misses > allowed+2*math.Sqrt(n*attain*(1-attain))+1
 }
 
 // currentHeadroom is the burst headroom the model holds now (1 without history).
@@ -374,6 +377,12 @@ func (m *FleetModel) pairs(h time.Duration) []horizonPair {
 	return out
 }
 
+// minPersistencePairs is the fewest past points with a horizon after them that a persistence is
+// learned from: half an hour of evaluations every 15 s. Until then what is measured is trusted
+// (persistence 1), which reacts to a ramp at once; a share fitted on minutes of noise would
+// say nothing persists and lag it.
+const minPersistencePairs = 120
+
 // persistence is the least-squares share of a deviation from the baseline that is still there
 // a horizon later, between 0 and 1; 1 (trust what is measured) without enough history or
 // deviations.
@@ -384,7 +393,7 @@ func persistence(pairs []horizonPair, h time.Duration) float64 {
 		num += d * (hp.then - hp.p.predict(h, 0))
 		den += d * d
 	}
-	if len(pairs) < minHeadroomSamples || den <= 1e-9 {
+	if len(pairs) < minPersistencePairs || den <= 1e-9 {
 		return 1
 	}
 	return min(max(num/den, 0), 1)
@@ -405,17 +414,19 @@ func headroom(pairs []horizonPair, h time.Duration, rho float64, slo SLO) float6
 			total += hp.then
 		}
 	}
-	// A q-quantile needs 1/(1−q) samples to mean anything: until the history holds them, no
-	// burst headroom (the TTFT and ITL constraints still add replicas).
-	if n := len(ratios); n < minHeadroomSamples || (slo.HeadroomQuantile < 1 && float64(n)*(1-slo.HeadroomQuantile) < 1) {
+	if len(ratios) < minHeadroomSamples {
 		return 1
 	}
 	slices.SortFunc(ratios, func(a, b ratio) int { return cmp.Compare(a.r, b.r) })
 	r, covered := ratios[len(ratios)-1].r, 0.0
-	for _, x := range ratios {
-		if covered += x.weight; covered >= slo.HeadroomQuantile*total {
-			r = x.r
-			break
+	// A q-quantile needs 1/(1−q) samples to mean anything: until the history holds them the
+	// headroom is the largest ratio seen — less known, more held.
+	if float64(len(ratios))*(1-slo.HeadroomQuantile) >= 1 {
+		for _, x := range ratios {
+			if covered += x.weight; covered >= slo.HeadroomQuantile*total {
+				r = x.r
+				break
+			}
 		}
 	}
 	capH := slo.MaxHeadroom
