@@ -66,7 +66,7 @@ var (
 	}, []string{labelNamespace, labelScaledObject})
 	demandHeadroom = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "demand_headroom_ratio",
-		Help: "The burst headroom the SLO signal holds: the headroomQuantile of the fleet's own recent bursts within one cold start (1: none).",
+		Help: "The burst headroom the SLO signal holds, as a multiple of the expected demand: the smallest that covered headroomQuantile of the fleet's requests of the last day against their forecast one cold start earlier (1: none).",
 	}, []string{labelNamespace, labelScaledObject})
 	headroomReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "headroom_replicas",
