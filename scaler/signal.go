@@ -203,6 +203,23 @@ func (h Histogram) FractionAtOrBelow(x float64) float64 {
 	return 1
 }
 
+// FractionAtOrBelowBound is the fraction of observations at or below the first bucket bound at
+// or above x: what the histogram can say of x without guessing inside a bucket (vLLM's TTFT
+// buckets go 1 s, 2.5 s: a linear guess for 2 s counts a third of the first tokens between
+// them as slow, where they are mostly long prompts' prefills just over 1 s). NaN without
+// observations.
+func (h Histogram) FractionAtOrBelowBound(x float64) float64 {
+	total := h.Total()
+	if total <= 0 || len(h.Bounds) == 0 {
+		return math.NaN()
+	}
+	i := sort.SearchFloat64s(h.Bounds, x)
+	if i >= len(h.Bounds) || math.IsInf(h.Bounds[i], 1) {
+		return h.FractionAtOrBelow(x)
+	}
+	return h.Counts[i] / total
+}
+
 // Sample is what one replica reported at one moment, summed across its engines.
 type Sample struct {
 	// At is when the sample was taken (scrape time, or the series' timestamp in Prometheus).

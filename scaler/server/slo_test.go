@@ -32,7 +32,7 @@ func TestSLOSignalLearnsAcrossEvaluations(t *testing.T) {
 				"vllm:request_success_total{finished_reason=\"stop\"} %d\n# TYPE vllm:time_to_first_token_seconds histogram\n"+
 				"vllm:time_to_first_token_seconds_bucket{le=\"1\"} %d\nvllm:time_to_first_token_seconds_bucket{le=\"5\"} %d\n"+
 				"vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} %d\nvllm:time_to_first_token_seconds_sum 1\nvllm:time_to_first_token_seconds_count %d\n",
-				f, f-l, f, f, f)
+				f, f-l, f-l, f, f)
 		})
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
@@ -47,20 +47,21 @@ func TestSLOSignalLearnsAcrossEvaluations(t *testing.T) {
 		t.Fatalf("first call: %d held %q, want 2 held learning", sd.Desired, sd.Held)
 	}
 	clk.Step(time.Minute)
-	finished.Store(30) // 0.5 requests/s per replica, 20 of 30 first tokens late, 6 waiting throughout
+	finished.Store(30) // 0.5 requests/s per replica, 20 of 30 first tokens after 5 s, 6 waiting throughout
 	late.Store(20)
 	ev, err = eng.Evaluate(context.Background(), "inference", "llama", md)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Capacity 0.45/s; 1 request/s arrived over both; 12 waiting drained over 120 s: 1.1/0.45.
-	if sd, _ := ev.Decision.Signal(scaler.SignalSLO); sd.Desired != 3 || sd.Held != "" || ev.Decision.Capacity != 0.45 {
-		t.Fatalf("after a minute at the limit: %d held %q, capacity %v; want 3, not held, 0.45", sd.Desired, sd.Held, ev.Decision.Capacity)
+	// Capacity 0.375/s (three quarters of a saturated fleet's rate); 1 request/s arrived over
+	// both; 12 waiting drained over 120 s: 1.1/0.375.
+	if sd, _ := ev.Decision.Signal(scaler.SignalSLO); sd.Desired != 3 || sd.Held != "" || ev.Decision.Capacity != 0.375 {
+		t.Fatalf("after a minute at the limit: %d held %q, capacity %v; want 3, not held, 0.375", sd.Desired, sd.Held, ev.Decision.Capacity)
 	}
 	var m dto.Metric
-	if err := replicaCapacity.WithLabelValues("inference", "llama").Write(&m); err != nil || m.GetGauge().GetValue() != 0.45 {
+	if err := replicaCapacity.WithLabelValues("inference", "llama").Write(&m); err != nil || m.GetGauge().GetValue() != 0.375 {
 		got := m.GetGauge().GetValue()
-		t.Errorf("berth_scaler_replica_capacity_requests_per_second = %v, want 0.45", got)
+		t.Errorf("berth_scaler_replica_capacity_requests_per_second = %v, want 0.375", got)
 	}
 	clk.Step(time.Hour)
 	eng.ExpireSeries(30 * time.Minute)
