@@ -82,21 +82,33 @@ type Decision struct {
 	// nothing learned); Forecast the demand it sized for.
 	Capacity float64
 	Forecast Forecast
-	// sloServing is what the SLO signal asks for without its burst headroom.
-	sloServing int
+	// Headroom is how many of the SLO signal's replicas are burst headroom: those it asks for
+	// beyond what it would without the headroom (the same floors and holds), warm seats
+	// included. Held as serving replicas they absorb a burst at once; held as warm seats (nodes
+	// up, the serving image pulled) a burst's replicas pay only their model load. 0 without an
+	// SLO signal, and while the signal is held.
+	Headroom int
+	// WarmSeats is how many warm seats the fleet should have (the trigger's warmSeats): the
+	// headroom between minWarmSeats and warmSeats; the SLO signal asks for that much less of
+	// its headroom as serving replicas. -1 while the SLO signal is held: keep what there is.
+	WarmSeats int
 }
 
-// HeadroomReplicas is how many of the SLO signal's replicas are burst headroom: those it asks
-// for beyond what it would without the headroom (the same floors and holds). Held as serving
-// replicas they absorb a burst at once; held as warm seats (nodes up, the serving image
-// pulled) a burst's replicas pay only their model load. 0 without an SLO signal, and while
-// the signal is held.
-func (d Decision) HeadroomReplicas() int {
-	sd, ok := d.Signal(SignalSLO)
-	if !ok || sd.Held != "" {
-		return 0
+// splitSeats holds up to t.WarmSeats of the SLO signal's headroom replicas as warm seats, and
+// at least t.MinWarmSeats: the signal then asks for as many fewer serving replicas as seats
+// stand in for its headroom (seats beyond the headroom take nothing from the serving
+// replicas). A held signal keeps the seats it has (-1).
+func splitSeats(sd SignalDecision, headroom int, t *Trigger) (SignalDecision, int) {
+	if t.WarmSeats == 0 {
+		return sd, 0
 	}
-	return max(0, sd.Desired-d.sloServing)
+	if sd.Held != "" {
+		return sd, -1
+	}
+	seats := min(max(headroom, t.MinWarmSeats), t.WarmSeats)
+	sd.Desired -= min(seats, headroom)
+	sd.Value = metricValue(sd.Desired, sd.Target)
+	return sd, seats
 }
 
 // Signal returns the decision for s, if the trigger scales on it.
@@ -168,7 +180,11 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 		}
 		if s == SignalSLO {
 			sd, fc, carry, serving := decideSLO(o, t, headroom, d.Current, d.Partial)
-			d.Capacity, d.Forecast, d.sloServing = carry, fc, serving
+			d.Capacity, d.Forecast = carry, fc
+			if sd.Held == "" {
+				d.Headroom = max(0, sd.Desired-serving)
+			}
+			sd, d.WarmSeats = splitSeats(sd, d.Headroom, t)
 			d.add(sd)
 			continue
 		}

@@ -65,6 +65,8 @@ const (
 	KeyColdStartSeconds     = "coldStartSeconds"
 	KeyHeadroomQuantile     = "headroomQuantile"
 	KeyMaxHeadroom          = "maxHeadroom"
+	KeyWarmSeats            = "warmSeats"
+	KeyMinWarmSeats         = "minWarmSeats"
 	KeyTargetQueueDepth     = "targetQueueDepth"
 	KeyTargetConcurrency    = "targetConcurrency"
 	KeyTargetKVCacheUsage   = "targetKVCacheUsage"
@@ -127,6 +129,10 @@ type Trigger struct {
 	Model string
 	// SLO is the objective SignalSLO sizes the fleet to meet (SLO.TTFT 0: not used).
 	SLO SLO
+	// WarmSeats is the most of the SLO signal's burst headroom held as warm seats (seat pods
+	// with the fleet's requests and serving image on nodes of their own) instead of serving
+	// replicas; MinWarmSeats the fewest held whatever the headroom. 0: none.
+	WarmSeats, MinWarmSeats int
 	// TargetQueueDepth is the waiting requests one replica should hold (0: queue not used).
 	TargetQueueDepth float64
 	// TargetConcurrency is the requests, running plus waiting, one replica should hold (0: not
@@ -507,7 +513,7 @@ func isLabelName(s string) bool {
 // AcceptedKeys lists every trigger metadata key berth reads, in documentation order.
 func AcceptedKeys() []string {
 	return []string{KeyPodSelector, KeyMetricsPort, KeyMetricsPath, KeyModel, KeyTTFTSLOSeconds, KeyITLSLOSeconds, KeySLOAttainment,
-		KeyColdStartSeconds, KeyHeadroomQuantile, KeyMaxHeadroom, KeyTargetQueueDepth, KeyTargetConcurrency,
+		KeyColdStartSeconds, KeyHeadroomQuantile, KeyMaxHeadroom, KeyWarmSeats, KeyMinWarmSeats, KeyTargetQueueDepth, KeyTargetConcurrency,
 		KeyTargetQueuedPrompt, KeyTargetKVCacheUsage, KeyTargetKVTokens, KeyKVSaturation, KeyTargetTokens, KeyTargetTTFTSeconds, KeyTargetITLSeconds, KeyMaxPreemptions, KeyFollow, KeyFollowRatio, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
 		KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL, KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv,
 		KeyPrometheusPasswordFromEnv}
@@ -694,13 +700,45 @@ func (p parser) slo(t *Trigger) error {
 		}
 		t.SLO.ColdStart = time.Duration(n) * time.Second
 	}
+	if err := p.warmSeats(t); err != nil {
+		return err
+	}
 	if t.SLO.TTFT > 0 {
 		return nil
 	}
-	for _, k := range []string{KeyITLSLOSeconds, KeySLOAttainment, KeyColdStartSeconds, KeyHeadroomQuantile, KeyMaxHeadroom} {
+	for _, k := range []string{KeyITLSLOSeconds, KeySLOAttainment, KeyColdStartSeconds, KeyHeadroomQuantile, KeyMaxHeadroom, KeyWarmSeats, KeyMinWarmSeats} {
 		if _, ok := p.get(k); ok {
 			return &InvalidKeyError{k, "", "only used with ttftSLOSeconds, which sizes the fleet on its SLO; set it"}
 		}
+	}
+	return nil
+}
+
+// maxWarmSeats bounds warmSeats: seats are GPU nodes held idle, a budget in replicas.
+const maxWarmSeats = 1000
+
+// warmSeats reads warmSeats and minWarmSeats: the most and the fewest of the SLO signal's
+// burst headroom replicas held as warm seats.
+func (p parser) warmSeats(t *Trigger) error {
+	for _, k := range []struct {
+		key, want string
+		dst       *int
+	}{
+		{KeyWarmSeats, "want whole replicas from 0 to 1000: the most warm seats (nodes up with the serving image pulled) berth holds for this fleet's burst headroom, its GPU budget", &t.WarmSeats},
+		{KeyMinWarmSeats, "want whole replicas from 0 to warmSeats: the warm seats berth holds whatever the headroom (for bursts the fleet's history has not shown yet)", &t.MinWarmSeats},
+	} {
+		v, ok := p.get(k.key)
+		if !ok {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > maxWarmSeats {
+			return &InvalidKeyError{k.key, v, k.want}
+		}
+		*k.dst = n
+	}
+	if t.MinWarmSeats > t.WarmSeats {
+		return &InvalidKeyError{KeyMinWarmSeats, strconv.Itoa(t.MinWarmSeats), fmt.Sprintf("want at most warmSeats (%d)", t.WarmSeats)}
 	}
 	return nil
 }

@@ -78,6 +78,15 @@ const (
 	// SeatForProvisioningRequestAnnotation on a ProvisioningRequest's seat names the request as
 	// namespace/name.
 	SeatForProvisioningRequestAnnotation = "autoscaling.berth.dev/provisioning-request"
+	// WarmSeatForLabel on a warm seat pod names the ScaledObject (in the seat's namespace)
+	// whose burst headroom it holds: a node up with the fleet's serving image pulled, which a
+	// scale-up's replica takes by preempting the seat (docs/scaler.md#warm-seats).
+	WarmSeatForLabel = "autoscaling.berth.dev/warm-seat-for"
+	// WarmSeatComponent is the ComponentLabel value of warm seats.
+	WarmSeatComponent = "warm-seat"
+	// WarmSeatTemplateLabel on a warm seat is the hash of the seat's spec, made from the
+	// fleet's pod template: a seat of an older template (another image) is replaced.
+	WarmSeatTemplateLabel = "autoscaling.berth.dev/warm-seat-template"
 	// KueueProvisioningController is the controllerName of Kueue's provisioning admission check,
 	// whose ProvisioningRequests berth serves (berth doctor reads it).
 	KueueProvisioningController = "kueue.x-k8s.io/provisioning-request"

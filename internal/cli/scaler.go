@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,11 +22,13 @@ import (
 
 	"github.com/berth-dev/berth/internal/certs"
 	bmetrics "github.com/berth-dev/berth/internal/metrics"
+	"github.com/berth-dev/berth/internal/seat"
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/pods"
 	"github.com/berth-dev/berth/scaler/promsource"
 	"github.com/berth-dev/berth/scaler/server"
 	"github.com/berth-dev/berth/scaler/targets"
+	"github.com/berth-dev/berth/scaler/warmseats"
 )
 
 type scalerFlags struct {
@@ -36,6 +39,8 @@ type scalerFlags struct {
 	streamInterval, shutdownGrace                     time.Duration
 	headroom                                          float64
 	log                                               logFlags
+	warmSeats                                         bool
+	warmSeatPull, warmSeatImage                       string
 }
 
 func newScalerCommand() *cobra.Command {
@@ -70,6 +75,9 @@ math: docs/scaler.md.`,
 	fl.DurationVar(&f.streamInterval, "stream-interval", time.Second, "how often StreamIsActive (external-push triggers) re-evaluates")
 	fl.DurationVar(&f.shutdownGrace, "shutdown-grace", 10*time.Second, "how long in-flight calls may finish on SIGTERM")
 	fl.Float64Var(&f.headroom, "scale-down-headroom", scaler.DefaultPolicy.ScaleDownHeadroom, "fraction (0-1] of each target the remaining replicas may reach after a scale-down")
+	fl.BoolVar(&f.warmSeats, "warm-seats", false, "keep warm seats for ScaledObjects whose trigger sets warmSeats (needs RBAC to create and delete pods and to read Deployments and StatefulSets; docs/scaler.md#warm-seats)")
+	fl.StringVar(&f.warmSeatPull, "warm-seat-pull", string(warmseats.PullImageVolume), "how a warm seat pulls the serving images: image-volume (Kubernetes 1.35+, containerd 2.1+) or init-container (runs each image's /bin/sh -c true)")
+	fl.StringVar(&f.warmSeatImage, "warm-seat-image", seat.DefaultImage, "the warm seats' own container image (a pause image)")
 	return cmd
 }
 
@@ -121,6 +129,12 @@ func newScalerEngine(ctx context.Context, cfg *rest.Config, f scalerFlags) (*ser
 	// Replicas are read in the background at their ScaledObject's cadence; KEDA's calls are
 	// answered from memory.
 	go eng.Pods.Run(ctx, 100*time.Millisecond)
+	if f.warmSeats {
+		eng.Seats = &warmseats.Wants{}
+		keeper := &warmseats.Keeper{Client: api, Pods: podCache, API: api, Wants: eng.Seats, PauseImage: f.warmSeatImage,
+			Pull: warmseats.Pull(f.warmSeatPull), Log: ctrl.Log.WithName("warm-seats")}
+		go keeper.Run(ctx)
+	}
 	return eng, nil
 }
 
@@ -131,6 +145,9 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 	log := ctrl.Log.WithName("scaler")
 	if f.headroom <= 0 || f.headroom > 1 {
 		return fmt.Errorf("--scale-down-headroom %v: want a fraction in (0, 1]", f.headroom)
+	}
+	if !slices.Contains(warmseats.Pulls(), warmseats.Pull(f.warmSeatPull)) {
+		return fmt.Errorf("--warm-seat-pull %q: want %s or %s", f.warmSeatPull, warmseats.PullImageVolume, warmseats.PullInitContainer)
 	}
 	cfg, err := loadConfig(f.kubeconfig)
 	if err != nil {
@@ -153,6 +170,7 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(server.Collectors()...)
+	reg.MustRegister(warmseats.Collectors()...)
 	reg.MustRegister(bmetrics.BuildInfo("scaler"))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if f.metrics.address != "0" {

@@ -75,13 +75,11 @@ type Berth struct {
 	policy  scaler.Policy
 	hpa     hpa
 	label   string
-	// WarmSeats, when positive, holds up to that many of the SLO signal's burst headroom
-	// replicas as warm seats instead of serving replicas (Decision.HeadroomReplicas).
-	WarmSeats int
 
 	// model is what the scaler has learned of the fleet (its SLO signal's capacity model).
 	model scaler.FleetModel
-	// seats is the warm seats the last decision asked for.
+	// seats is the warm seats the last decision asked for (the trigger's warmSeats:
+	// scaler.Decision.WarmSeats).
 	seats int
 }
 
@@ -135,26 +133,19 @@ func (b *Berth) Step(now time.Duration, v View) (int, bool) {
 	if err != nil {
 		return 0, false // no fresh data: KEDA's fallback keeps the fleet (never scale on missing data)
 	}
-	// Warm seats hold the SLO signal's headroom instead of serving replicas; a held decision
-	// keeps the seats it has.
-	seats := b.seats
-	if sd, ok := d.Signal(scaler.SignalSLO); ok && sd.Held == "" {
-		seats = min(b.WarmSeats, d.HeadroomReplicas())
-	} else if !ok {
-		seats = 0
+	// Warm seats hold the SLO signal's headroom instead of serving replicas (the policy asks
+	// for that many fewer); a held decision keeps the seats there are.
+	if d.WarmSeats >= 0 {
+		b.seats = d.WarmSeats
 	}
 	rec := 0
 	for _, sd := range d.Signals {
 		n := sd.Desired
-		if sd.Signal == scaler.SignalSLO && sd.Held == "" {
-			n -= seats // the headroom waits on warm seats, not as serving replicas
-		}
 		if v.Spec > 0 && withinTolerance(float64(n)/float64(v.Spec), b.Behavior) {
 			n = v.Spec
 		}
 		rec = max(rec, n)
 	}
-	b.seats = seats
 	return b.hpa.normalize(now, v.Spec, rec), true
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/berth-dev/berth/scaler/pods"
 	"github.com/berth-dev/berth/scaler/promsource"
 	"github.com/berth-dev/berth/scaler/targets"
+	"github.com/berth-dev/berth/scaler/warmseats"
 )
 
 // Resolver finds a ScaledObject's pods; *targets.Targets is the real one.
@@ -34,6 +35,9 @@ type Engine struct {
 	Prometheus *promsource.Source
 	Policy     scaler.Policy
 	Clock      clock.PassiveClock
+	// Seats, when set, receives the warm seats each GetMetrics evaluation asks for
+	// (scaler.Decision.WarmSeats), for the warm seat keeper.
+	Seats *warmseats.Wants
 
 	series series
 	owns   owns
@@ -223,6 +227,19 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 	heldFor := e.series.heldFor(namespace, name, ev.Decision.Held == scaler.HeldStarting, now)
 	record(namespace, name, t, ev.Decision, ev.Observation, info.MaxReplicas, heldFor, now)
 	return ev, nil
+}
+
+// WantSeats tells the warm seat keeper what the evaluation ev of a ScaledObject asks for:
+// its trigger's warmSeats split of the SLO signal's headroom, or none.
+func (e *Engine) WantSeats(namespace, name string, ev Evaluation) {
+	if e.Seats == nil || ev.Trigger == nil {
+		return
+	}
+	seats := 0
+	if ev.Trigger.WarmSeats > 0 {
+		seats = ev.Decision.WarmSeats
+	}
+	e.Seats.Set(warmseats.Key{Namespace: namespace, Name: name}, seats, e.clock().Now())
 }
 
 func firstErr(rs []pods.Result) error {

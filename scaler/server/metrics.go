@@ -194,7 +194,7 @@ func record(ns, name string, t *scaler.Trigger, d scaler.Decision, o scaler.Obse
 		replicaCapacity.WithLabelValues(ns, name).Set(d.Capacity)
 		demandForecast.WithLabelValues(ns, name).Set(d.Forecast.Rate())
 		demandHeadroom.WithLabelValues(ns, name).Set(d.Forecast.Headroom)
-		headroomReplicas.WithLabelValues(ns, name).Set(float64(d.HeadroomReplicas()))
+		headroomReplicas.WithLabelValues(ns, name).Set(float64(d.Headroom))
 	}
 	currentReplicas.WithLabelValues(ns, name).Set(float64(d.Current))
 	if max > 0 {

@@ -152,6 +152,7 @@ func (s *Server) GetMetrics(ctx context.Context, req *pb.GetMetricsRequest) (*pb
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	s.Engine.WantSeats(ns, name, ev) // the answer that sets the replicas sets the seats
 	sd, ok := ev.Decision.Signal(sig)
 	if !ok {
 		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("metric %q is not one this trigger scales on (role %s, targets set: %v)", req.GetMetricName(), ev.Trigger.Role, ev.Trigger.Signals()))

@@ -1,0 +1,73 @@
+// Package warmseats keeps warm seats for ScaledObjects whose berth trigger holds part of its
+// burst headroom as seats (warmSeats): seat pods with one replica's requests, placement and
+// serving images, at the lowest priority, so that Karpenter keeps a node up for each with the
+// image pulled. A scale-up's replica preempts a seat and pays only its model load; the keeper
+// then creates the seat again, and Karpenter launches its node. The scaler's policy decides
+// how many seats a fleet should have (scaler.Decision.WarmSeats); the Keeper observes the
+// seats there are, decides what to change with the pure Decide, and acts.
+package warmseats
+
+import (
+	"cmp"
+	"slices"
+	"time"
+)
+
+// Seat is what the keeper knows of one warm seat pod.
+type Seat struct {
+	// Name and UID identify the pod (the UID is the delete's precondition).
+	Name, UID string
+	// Template is the hash of the pod template the seat was made from.
+	Template string
+	// Node is the node it is bound to ("" while pending).
+	Node string
+	// Ready is whether it runs: its node is up and the serving image pulled.
+	Ready bool
+	// Created is when it was created.
+	Created time.Time
+}
+
+// Plan is what the keeper does for one fleet: create that many seats, delete those.
+type Plan struct {
+	Create int
+	Delete []Seat
+}
+
+// Decide is the plan that brings seats to want seats of template. Seats of another template
+// go (they pull another image); of those of template, pending ones go before bound ones and
+// the newest before the oldest, so the seats whose nodes are up stay. want < 0 changes nothing
+// (the scaler holds its decision). Seats being deleted are not in seats: a seat preempted by a
+// replica is created again at once.
+func Decide(want int, template string, seats []Seat) Plan {
+	if want < 0 {
+		return Plan{}
+	}
+	var p Plan
+	var current []Seat
+	for _, s := range seats {
+		if s.Template != template {
+			p.Delete = append(p.Delete, s)
+			continue
+		}
+		current = append(current, s)
+	}
+	if len(current) < want {
+		p.Create = want - len(current)
+		return p
+	}
+	// Keep the bound ones, oldest first; delete from the end.
+	slices.SortStableFunc(current, func(a, b Seat) int {
+		if (a.Node == "") != (b.Node == "") {
+			if a.Node == "" {
+				return 1
+			}
+			return -1
+		}
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+	p.Delete = append(p.Delete, current[want:]...)
+	return p
+}

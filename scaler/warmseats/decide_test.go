@@ -1,0 +1,55 @@
+package warmseats
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestDecide(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	seat := func(name, tmpl, node string, age int) Seat {
+		return Seat{Name: name, UID: name + "-uid", Template: tmpl, Node: node, Created: t0.Add(-time.Duration(age) * time.Minute)}
+	}
+	tests := []struct {
+		name  string
+		want  int
+		seats []Seat
+		plan  Plan
+	}{
+		{name: "none yet", want: 3, plan: Plan{Create: 3}},
+		{name: "some there", want: 3, seats: []Seat{seat("a", "t", "n1", 5)}, plan: Plan{Create: 2}},
+		{name: "enough", want: 1, seats: []Seat{seat("a", "t", "n1", 5)}, plan: Plan{}},
+		{name: "too many: pending go first, then the newest", want: 1,
+			seats: []Seat{seat("new", "t", "n2", 1), seat("pending", "t", "", 9), seat("old", "t", "n1", 5)},
+			plan:  Plan{Delete: []Seat{seat("new", "t", "n2", 1), seat("pending", "t", "", 9)}}},
+		{name: "another template is replaced", want: 1, seats: []Seat{seat("a", "old", "n1", 5)},
+			plan: Plan{Create: 1, Delete: []Seat{seat("a", "old", "n1", 5)}}},
+		{name: "none wanted", want: 0, seats: []Seat{seat("a", "t", "n1", 5)}, plan: Plan{Delete: []Seat{seat("a", "t", "n1", 5)}}},
+		{name: "held: nothing changes", want: -1, seats: []Seat{seat("a", "old", "n1", 5)}, plan: Plan{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.plan, Decide(tc.want, "t", tc.seats)); diff != "" {
+				t.Errorf("Decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestWants(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var w Wants
+	a, b := Key{"ns", "a"}, Key{"ns", "b"}
+	w.Set(a, 3, t0)
+	w.Set(a, -1, t0.Add(time.Minute)) // held: keeps 3
+	w.Set(b, -1, t0)                  // held before anything was asked: keep what there is
+	got := w.Fresh(t0.Add(30 * time.Second))
+	if diff := cmp.Diff(map[Key]Want{a: {Seats: 3, At: t0.Add(time.Minute)}}, got); diff != "" {
+		t.Errorf("Fresh (-want +got):\n%s", diff)
+	}
+	if got := w.Fresh(t0); len(got) != 1 {
+		t.Errorf("a stale want is forgotten: %v", got)
+	}
+}

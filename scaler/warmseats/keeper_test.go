@@ -1,0 +1,182 @@
+package warmseats
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/scaler/targets"
+)
+
+// fleet is a vLLM Deployment's pod template: one GPU, an image pulled from a private registry,
+// L4 nodes only, the app's labels.
+func fleet() *appsv1.Deployment {
+	gpu := resource.MustParse("1")
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "inference", Name: "llama"},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "llama"}},
+			Spec: corev1.PodSpec{
+				NodeSelector:     map[string]string{"karpenter.k8s.aws/instance-gpu-name": "l4"},
+				ImagePullSecrets: []corev1.LocalObjectReference{{Name: "registry"}},
+				Tolerations:      []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists}},
+				Containers: []corev1.Container{{Name: "vllm", Image: "registry.example/vllm:v0.11.0",
+					Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), berthv1alpha1.GPUResource: gpu},
+						Limits:   corev1.ResourceList{berthv1alpha1.GPUResource: gpu}}}},
+			},
+		}},
+	}
+}
+
+func TestSeatPod(t *testing.T) {
+	tmpl := fleet().Spec.Template
+	for _, pull := range Pulls() {
+		p, err := SeatPod("inference", "llama", &tmpl, "pause:3.10", pull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Labels["app"] != "" || p.Labels[berthv1alpha1.WarmSeatForLabel] != "llama" || p.Labels[berthv1alpha1.ComponentLabel] != berthv1alpha1.WarmSeatComponent {
+			t.Errorf("%s: labels %v: berth's only, never the fleet's (its ReplicaSet would count the seat)", pull, p.Labels)
+		}
+		if p.Spec.PriorityClassName != berthv1alpha1.SeatPriorityClassName || p.Spec.Containers[0].Image != "pause:3.10" {
+			t.Errorf("%s: priority %q, image %q", pull, p.Spec.PriorityClassName, p.Spec.Containers[0].Image)
+		}
+		if q := p.Spec.Containers[0].Resources.Requests[berthv1alpha1.GPUResource]; q.Value() != 1 || p.Spec.NodeSelector["karpenter.k8s.aws/instance-gpu-name"] != "l4" ||
+			len(p.Spec.ImagePullSecrets) != 1 || len(p.Spec.Tolerations) != 1 {
+			t.Errorf("%s: a seat holds one replica's GPU on the replica's nodes, pulling as it does: %+v", pull, p.Spec)
+		}
+		pulled := ""
+		switch pull {
+		case PullImageVolume:
+			pulled = p.Spec.Volumes[0].Image.Reference
+		case PullInitContainer:
+			pulled = p.Spec.InitContainers[0].Image
+		}
+		if pulled != "registry.example/vllm:v0.11.0" {
+			t.Errorf("%s: the serving image is not pulled: %+v", pull, p.Spec)
+		}
+	}
+	a, _ := SeatPod("inference", "llama", &tmpl, "pause:3.10", PullImageVolume)
+	tmpl.Spec.Containers[0].Args = []string{"--max-num-seqs", "64"}
+	b, _ := SeatPod("inference", "llama", &tmpl, "pause:3.10", PullImageVolume)
+	tmpl.Spec.Containers[0].Image = "registry.example/vllm:v0.12.0"
+	c, _ := SeatPod("inference", "llama", &tmpl, "pause:3.10", PullImageVolume)
+	if h := berthv1alpha1.WarmSeatTemplateLabel; a.Labels[h] != b.Labels[h] || a.Labels[h] == c.Labels[h] {
+		t.Errorf("template hashes %s %s %s: an argument changes no seat, an image does", a.Labels[h], b.Labels[h], c.Labels[h])
+	}
+}
+
+func scaledObject(warmSeats string) *unstructured.Unstructured {
+	so := &unstructured.Unstructured{Object: map[string]any{
+		"metadata": map[string]any{"namespace": "inference", "name": "llama"},
+		"spec": map[string]any{
+			"scaleTargetRef": map[string]any{"name": "llama"},
+			"triggers":       []any{map[string]any{"type": "external-push", "metadata": map[string]any{"ttftSLOSeconds": "2", "warmSeats": warmSeats}}},
+		},
+	}}
+	so.SetGroupVersionKind(targets.ScaledObjectGVK)
+	return so
+}
+
+func newKeeper(t *testing.T, objs ...client.Object) (*Keeper, client.Client, *clocktesting.FakeClock) {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	k := &Keeper{Client: c, Pods: c, API: c, Wants: &Wants{}, PauseImage: "pause", Pull: PullImageVolume, Clock: clk, Log: logr.Discard()}
+	k.started = clk.Now()
+	return k, c, clk
+}
+
+func seats(t *testing.T, c client.Client) []corev1.Pod {
+	t.Helper()
+	var list corev1.PodList
+	if err := c.List(context.Background(), &list, client.MatchingLabels{berthv1alpha1.WarmSeatForLabel: "llama"}); err != nil {
+		t.Fatal(err)
+	}
+	return list.Items
+}
+
+// TestKeeper: the keeper creates what the evaluations ask for, takes seats away when they ask
+// for fewer, leaves a fleet alone that no fresh evaluation speaks for (another scaler replica
+// may), and removes the seats of a ScaledObject that no longer asks for any.
+func TestKeeper(t *testing.T) {
+	ctx := context.Background()
+	k, c, clk := newKeeper(t, fleet(), scaledObject("3"))
+	key := Key{"inference", "llama"}
+	k.Wants.Set(key, 3, clk.Now())
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(seats(t, c)); n != 3 {
+		t.Fatalf("%d seats, want 3", n)
+	}
+	k.Wants.Set(key, 1, clk.Now())
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(seats(t, c)); n != 1 {
+		t.Fatalf("%d seats after asking for 1, want 1", n)
+	}
+	clk.Step(2 * DefaultWantTTL) // no evaluation since: another replica may speak for the fleet
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(seats(t, c)); n != 1 {
+		t.Fatalf("%d seats without a fresh want, want the 1 there was", n)
+	}
+	so := scaledObject("0")
+	cur := scaledObject("")
+	if err := c.Get(ctx, client.ObjectKeyFromObject(so), cur); err != nil {
+		t.Fatal(err)
+	}
+	so.SetResourceVersion(cur.GetResourceVersion())
+	if err := c.Update(ctx, so); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Minute) // past the template cache
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(seats(t, c)); n != 0 {
+		t.Fatalf("%d seats of a ScaledObject that asks for none, want 0", n)
+	}
+}
+
+// TestKeeperAfterRestart: a keeper that has just started deletes nothing it has no want for
+// yet (the evaluations come within seconds).
+func TestKeeperAfterRestart(t *testing.T) {
+	k, c, _ := newKeeper(t, fleet())
+	tmpl := fleet().Spec.Template
+	p, err := SeatPod("inference", "llama", &tmpl, "pause", PullImageVolume)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Name = "llama-warm-a"
+	if err := c.Create(context.Background(), p); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Reconcile(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(seats(t, c)); n != 1 {
+		t.Fatalf("%d seats right after a restart whose ScaledObject is gone, want the 1 there was", n)
+	}
+}

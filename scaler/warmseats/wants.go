@@ -1,0 +1,57 @@
+package warmseats
+
+import (
+	"sync"
+	"time"
+)
+
+// Key names a ScaledObject.
+type Key struct{ Namespace, Name string }
+
+// Want is how many seats the scaler's latest evaluation of a ScaledObject asked for.
+type Want struct {
+	Seats int
+	At    time.Time
+}
+
+// Wants is what the scaler's evaluations ask of the keeper, per ScaledObject. The engine sets
+// it on every GetMetrics evaluation (the call whose answer sets the replicas, and the split
+// between serving replicas and seats); the keeper reads it. Safe for concurrent use.
+type Wants struct {
+	mu sync.Mutex
+	m  map[Key]Want
+}
+
+// Set records that the latest evaluation of k at now asked for seats (< 0: keep what there
+// is; the last count asked stays).
+func (w *Wants) Set(k Key, seats int, now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.m == nil {
+		w.m = map[Key]Want{}
+	}
+	if seats < 0 {
+		old, ok := w.m[k]
+		if !ok {
+			seats = -1
+		} else {
+			seats = old.Seats
+		}
+	}
+	w.m[k] = Want{Seats: seats, At: now}
+}
+
+// Fresh returns the wants set at or after since, and forgets the others.
+func (w *Wants) Fresh(since time.Time) map[Key]Want {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[Key]Want{}
+	for k, v := range w.m {
+		if v.At.Before(since) {
+			delete(w.m, k)
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
