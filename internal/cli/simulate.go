@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 
 	"github.com/berth-dev/berth/internal/simulate"
 	"github.com/berth-dev/berth/internal/vllmsim"
+	"github.com/berth-dev/berth/scaler"
 )
 
 type simulateFlags struct {
@@ -34,7 +37,8 @@ type simulateFlags struct {
 	routing, lengths, lengthsFrom           string
 	frontier, oracle                        bool
 	kedaThreshold, kubeAITarget             float64
-	warmSeats                               int
+	warmSeats, minWarmSeats                 int
+	policies                                []string
 }
 
 func newSimulateCommand() *cobra.Command {
@@ -77,10 +81,12 @@ The report (report.md and PNG plots) goes to --out; docs/economics.md explains t
 	fl.StringVar(&f.writeJobs, "write-jobs", "", "also write the job trace replayed to this file")
 	fl.StringVar(&f.fleet, "fleet", "l4", "serving fleet: l4 (Llama-3.1-8B, 1 L4 and 4 cores per replica on g6 nodes) or h100 (Llama-3.3-70B FP8, 2 H100s per replica on p5.48xlarge)")
 	fl.StringToStringVar(&f.trigger, "trigger", nil, "berth's ScaledObject trigger metadata (default: the SLO itself, ttftSLOSeconds and itlSLOSeconds from --slo-ttft and --slo-itl), e.g. targetConcurrency=8,targetTTFTSeconds=3")
-	fl.IntVar(&f.warmSeats, "warm-seats", 0, "hold up to this many of berth's burst-headroom replicas as warm seats (nodes up, the serving image pulled, no replica) instead of serving replicas; a scale-up's replica takes one and pays only --model-load")
+	fl.IntVar(&f.warmSeats, "warm-seats", 0, "berth's trigger warmSeats: hold up to this many of its burst-headroom replicas as warm seats (nodes up, the serving image pulled, no replica) instead of serving replicas; a scale-up's replica takes one and pays only --model-load")
+	fl.IntVar(&f.minWarmSeats, "min-warm-seats", 0, "berth's trigger minWarmSeats: the warm seats held whatever the headroom (at most --warm-seats)")
 	fl.BoolVar(&f.frontier, "frontier", true, "also replay the requests through fixed fleets of every size up to --max (the static-N frontier every policy is judged against at its GPU-hours)")
 	fl.BoolVar(&f.oracle, "oracle", true, "also replay the requests through the clairvoyant oracle (knows every arrival and the cold start: for every 5 minutes the smallest fixed fleet that met the SLO there, ordered one cold start ahead)")
 	fl.Float64Var(&f.kedaThreshold, "keda-threshold", simulate.TunedKEDAThreshold, "the KEDA baseline's vllm:num_requests_waiting threshold per replica (default: tuned on the synthetic day of seed 1, docs/economics.md)")
+	fl.StringSliceVar(&f.policies, "policies", nil, "autoscalers to replay, of "+strings.Join(simulate.PolicyNames(), ", ")+" (default: all; --frontier and --oracle have their own switches)")
 	fl.Float64Var(&f.kubeAITarget, "kubeai-target", simulate.TunedKubeAITarget, "the KubeAI baseline's requests in flight per replica (default: tuned on the synthetic day of seed 1, docs/economics.md)")
 	fl.IntVar(&f.min, "min", 1, "minimum replicas of every policy")
 	fl.IntVar(&f.nodeGPUs, "node-gpus", 0, "only launch instance sizes with this many GPUs (a nodeSelector on karpenter.k8s.aws/instance-gpu-count); 0: any size, Karpenter packs a scale-up's replicas onto the cheapest size that holds them")
@@ -148,10 +154,8 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 		return o, err
 	}
 	o.Fleet, o.Trigger, o.Behavior, o.SyncPeriod = fleet, trigger, simulate.BerthBehavior, 15*time.Second
-	o.Frontier, o.Oracle, o.KEDAThreshold, o.KubeAITarget, o.WarmSeats = f.frontier, f.oracle, f.kedaThreshold, f.kubeAITarget, f.warmSeats
-	if f.warmSeats < 0 {
-		return o, fmt.Errorf("--warm-seats %d: must not be negative", f.warmSeats)
-	}
+	o.Frontier, o.Oracle, o.KEDAThreshold, o.KubeAITarget = f.frontier, f.oracle, f.kedaThreshold, f.kubeAITarget
+	o.Policies = f.policies
 	if f.kedaThreshold <= 0 || f.kubeAITarget <= 0 {
 		return o, fmt.Errorf("--keda-threshold %v and --kubeai-target %v: both must be positive", f.kedaThreshold, f.kubeAITarget)
 	}
@@ -210,7 +214,10 @@ func flagFleet(f simulateFlags) (simulate.Fleet, map[string]string, error) {
 	}
 	trigger := simulate.SLOTrigger(f.slo)
 	if len(f.trigger) > 0 {
-		trigger = f.trigger
+		trigger = maps.Clone(f.trigger)
+	}
+	if f.warmSeats != 0 || f.minWarmSeats != 0 { // the trigger's own checks name the key
+		trigger[scaler.KeyWarmSeats], trigger[scaler.KeyMinWarmSeats] = strconv.Itoa(f.warmSeats), strconv.Itoa(f.minWarmSeats)
 	}
 	fleet.Min, fleet.Max, fleet.SLO, fleet.WarmUp = f.min, f.max, f.slo, f.warmUp
 	if f.nodeGPUs > 0 {

@@ -3,6 +3,11 @@ package simulate
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/berth-dev/berth/internal/gpu"
@@ -23,8 +28,6 @@ type Options struct {
 	// Bursts is when the trace's bursts began, when known (a synthetic trace): the report
 	// measures each burst to the first new replica serving.
 	Bursts []time.Duration
-	// WarmSeats holds up to that many of berth's burst-headroom replicas as warm seats.
-	WarmSeats int
 	// Fleet is the serving fleet; Trigger berth's ScaledObject trigger metadata, Behavior its
 	// HPA behavior and SyncPeriod the HPA's.
 	Fleet      Fleet
@@ -33,6 +36,9 @@ type Options struct {
 	SyncPeriod time.Duration
 	// KEDAThreshold and KubeAITarget configure those baselines (0: their defaults).
 	KEDAThreshold, KubeAITarget float64
+	// Policies, when set, names the autoscalers replayed (PolicyNames); empty: all of them.
+	// The frontier and the oracle have their own switches.
+	Policies []string
 	// Frontier also replays the requests through fixed fleets of every size up to Fleet.Max
 	// (the static-N frontier); Oracle through the clairvoyant policy (Oracle), planned from
 	// that frontier's replays (measured for it too).
@@ -57,7 +63,6 @@ func Run(o Options) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		berth.WarmSeats = o.WarmSeats
 		r.Bursts = o.Bursts
 		keda, kubeai := NewKEDAWaiting(o.Fleet.Min, o.Fleet.Max), NewKubeAI(o.Fleet.Min, o.Fleet.Max)
 		if o.KEDAThreshold > 0 {
@@ -66,7 +71,10 @@ func Run(o Options) (*Report, error) {
 		if o.KubeAITarget > 0 {
 			kubeai.TargetRequests = o.KubeAITarget
 		}
-		policies := []Autoscaler{berth, NewDutyCycle(o.Fleet.Min, o.Fleet.Max), keda, kubeai}
+		policies, err := pickPolicies(o.Policies, berth, NewDutyCycle(o.Fleet.Min, o.Fleet.Max), keda, kubeai)
+		if err != nil {
+			return nil, err
+		}
 		if o.Frontier || o.Oracle {
 			fr, err := MeasureFrontier(o.Fleet, o.Requests, 1, o.Fleet.Max)
 			if err != nil {
@@ -82,14 +90,13 @@ func Run(o Options) (*Report, error) {
 				policies = append(policies, oracle)
 			}
 		}
-		for _, a := range policies {
-			res, err := RunInference(o.Fleet, o.Requests, a)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", a.Name(), err))
-				continue
+		results, err := runPolicies(o.Fleet, o.Requests, policies)
+		errs = append(errs, err)
+		for i, a := range policies {
+			if results[i] != nil {
+				r.Inference = append(r.Inference, results[i])
+				r.Policies[a.Name()] = a.Describe()
 			}
-			r.Inference = append(r.Inference, res)
-			r.Policies[a.Name()] = a.Describe()
 		}
 	}
 	if cf := o.ConsolidationFleet; cf != nil && len(o.Requests) > 0 {
@@ -145,4 +152,58 @@ func H100Fleet() (Fleet, error) {
 		DrainTimeout: DefaultDrainTimeout, Routing: RoundRobin,
 		Consolidation: WhenEmptyOrUnderutilized, ConsolidateAfter: 5 * time.Minute, Min: 1, Max: 16, Tick: time.Second, SLO: DefaultSLO,
 		WarmUp: DefaultWarmUp}, nil
+}
+
+// PolicyNames are the autoscalers Options.Policies may name, in report order.
+func PolicyNames() []string {
+	return []string{BerthName, "hpa-duty-cycle", "keda-waiting", "kubeai-concurrency"}
+}
+
+// pickPolicies is the autoscalers of all that names lists (all of them without names), in
+// all's order; an unknown name is an error that lists the known ones.
+func pickPolicies(names []string, all ...Autoscaler) ([]Autoscaler, error) {
+	if len(names) == 0 {
+		return all, nil
+	}
+	want := map[string]bool{}
+	for _, n := range names {
+		want[n] = true
+	}
+	var out []Autoscaler
+	for _, a := range all {
+		if want[a.Name()] {
+			out = append(out, a)
+			delete(want, a.Name())
+		}
+	}
+	if len(want) > 0 {
+		unknown := slices.Sorted(maps.Keys(want))
+		return nil, fmt.Errorf("unknown policies %s (known: %s)", strings.Join(unknown, ", "), strings.Join(PolicyNames(), ", "))
+	}
+	return out, nil
+}
+
+// runPolicies replays trace under each autoscaler, in parallel (one run per core; each run is
+// deterministic and shares nothing), results in policies' order (nil where a run failed).
+func runPolicies(f Fleet, trace []vllmsim.TraceRequest, policies []Autoscaler) ([]*InferenceResult, error) {
+	out := make([]*InferenceResult, len(policies))
+	errs := make([]error, len(policies))
+	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)))
+	var wg sync.WaitGroup
+	for i, a := range policies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			res, err := RunInference(f, trace, a)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", a.Name(), err)
+				return
+			}
+			out[i] = res
+		}()
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
 }
