@@ -29,6 +29,7 @@ type vllmSimFlags struct {
 	pattern    string
 	seed       uint64
 	profile    string
+	drain      time.Duration
 }
 
 func newVLLMSimCommand() *cobra.Command {
@@ -76,6 +77,7 @@ scrape — demand that exists at zero replicas.`,
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the poisson and bursty patterns and of --profile's request lengths (the same seed, the same arrivals)")
 	fl.StringVar(&f.profile, "profile", "", "run each replica token by token as a GPU serving a model: "+strings.Join(vllmsim.ProfileNames(), " or ")+
 		" (step time from the batch, chunked prefill, growing KV with preemption, request lengths of Azure's LLM trace); --model, --max-num-seqs, --kv-blocks and --engines still apply when given")
+	fl.DurationVar(&f.drain, "drain-timeout", 0, "a replica whose pod goes away (deleted, scaled down) takes no new request and finishes what it holds for up to this long, as vLLM does on SIGTERM within terminationGracePeriodSeconds; what is left is lost (GET /load counts it). 0: lost at once")
 	fl.IntVar(&f.cfg.MaxNumSeqs, "max-num-seqs", vllmsim.DefaultMaxNumSeqs, "sequences running at once per engine")
 	fl.IntVar(&f.cfg.KVBlocksTotal, "kv-blocks", vllmsim.DefaultKVBlocksTotal, "KV-cache blocks per engine")
 	fl.IntVar(&f.cfg.KVBlocksPerSeq, "kv-blocks-per-seq", vllmsim.DefaultKVBlocksPerSeq, "KV-cache blocks a running sequence holds")
@@ -108,7 +110,7 @@ func runVLLMSim(cmd *cobra.Command, f vllmSimFlags) error {
 		return err
 	}
 	f.cfg.Seed = f.seed
-	fleet, err := vllmsim.NewFleet(vllmsim.FleetOptions{Config: f.cfg, Rate: f.rate, Logf: logf, InferencePool: f.pool})
+	fleet, err := vllmsim.NewFleet(vllmsim.FleetOptions{Config: f.cfg, Rate: f.rate, Logf: logf, InferencePool: f.pool, DrainTimeout: f.drain})
 	if err != nil {
 		return err
 	}

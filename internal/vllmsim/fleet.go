@@ -34,6 +34,10 @@ type FleetOptions struct {
 	// wait in its queue while no replica serves instead of being dropped, and the admin
 	// address serves its queue metrics on /metrics.
 	InferencePool string
+	// DrainTimeout, when positive, lets a replica whose address goes away finish what it holds
+	// for up to that long, taking no new request — as vLLM does on SIGTERM within the pod's
+	// terminationGracePeriodSeconds; what is left then is lost. 0: lost at once.
+	DrainTimeout time.Duration
 }
 
 // Fleet serves one Replica per listen address and feeds them from one LoadGenerator, like a
@@ -60,6 +64,17 @@ type Fleet struct {
 	mu      sync.Mutex // guards servers and closed
 	servers map[string]*server
 	closed  bool
+	// draining are replicas whose address went away, finishing their requests until their
+	// deadline (guarded by mu).
+	draining []drainingReplica
+	drain    time.Duration
+}
+
+// drainingReplica is a replica finishing its requests after its pod went away.
+type drainingReplica struct {
+	addr     string
+	replica  *Replica
+	deadline time.Time
 }
 
 type server struct {
@@ -84,6 +99,8 @@ type LoadStatus struct {
 	Running int `json:"running"`
 	// Held is the number of requests the endpoint picker holds for want of a replica.
 	Held int `json:"held"`
+	// Draining is the number of replicas finishing their requests after their pod went away.
+	Draining int `json:"draining,omitempty"`
 	// Arrived counts every request that arrived since the fleet started; Lost those that were
 	// queued or running on a replica when it stopped serving (a deleted pod's).
 	Arrived uint64 `json:"arrived"`
@@ -113,6 +130,7 @@ func NewFleet(opts FleetOptions) (*Fleet, error) {
 		logf:     opts.Logf,
 		servers:  map[string]*server{},
 		pool:     opts.InferencePool,
+		drain:    opts.DrainTimeout,
 	}
 	load.HoldWithoutReceivers(f.pool != "")
 	if f.clock == nil {
@@ -164,14 +182,17 @@ func (f *Fleet) SetAddresses(ctx context.Context, addrs []string) error {
 	f.mu.Unlock()
 
 	for _, s := range gone {
-		f.retire(s.replica)
-		running, waiting := s.replica.Queue()
-		f.retiredMu.Lock()
-		f.lost += uint64(running + waiting)
-		f.retiredMu.Unlock()
-		_ = s.http.Close() // abrupt, like a pod that is gone
+		_ = s.http.Close() // the pod is gone from the endpoints: no new connection reaches it
 		<-s.done
-		f.logf("stopped the vLLM emulator on %s (%d running and %d waiting requests lost)", s.addr, running, waiting)
+		if f.drain > 0 {
+			f.mu.Lock()
+			f.draining = append(f.draining, drainingReplica{addr: s.addr, replica: s.replica, deadline: f.clock.Now().Add(f.drain)})
+			f.mu.Unlock()
+			running, waiting := s.replica.Queue()
+			f.logf("draining the vLLM emulator on %s (%d running and %d waiting requests, for up to %s)", s.addr, running, waiting, f.drain)
+			continue
+		}
+		f.stop(s.addr, s.replica)
 	}
 	slices.Sort(add)
 	var errs []error
@@ -271,8 +292,19 @@ func (f *Fleet) replicas() []*Replica {
 	return out
 }
 
+// stop retires a replica that serves no more: what it still holds is lost.
+func (f *Fleet) stop(addr string, r *Replica) {
+	f.retire(r)
+	running, waiting := r.Queue()
+	f.retiredMu.Lock()
+	f.lost += uint64(running + waiting)
+	f.retiredMu.Unlock()
+	f.logf("stopped the vLLM emulator on %s (%d running and %d waiting requests lost)", addr, running, waiting)
+}
+
 // Step emits the arrivals due by now over the replicas, ordered by address, then advances
-// every replica to now. Run calls it on every tick; tests call it with their own times.
+// every replica to now, draining ones too (they get no arrival; one that is empty or past its
+// deadline stops). Run calls it on every tick; tests call it with their own times.
 func (f *Fleet) Step(now time.Time) {
 	rs := f.replicas()
 	recv := make([]Receiver, len(rs))
@@ -283,6 +315,23 @@ func (f *Fleet) Step(now time.Time) {
 	for _, r := range rs {
 		r.Step(now)
 	}
+	f.mu.Lock()
+	draining := f.draining
+	f.draining = nil
+	f.mu.Unlock()
+	var keep []drainingReplica
+	for _, d := range draining {
+		d.replica.Step(now)
+		running, waiting := d.replica.Queue()
+		if running+waiting > 0 && now.Before(d.deadline) {
+			keep = append(keep, d)
+			continue
+		}
+		f.stop(d.addr, d.replica)
+	}
+	f.mu.Lock()
+	f.draining = append(keep, f.draining...)
+	f.mu.Unlock()
 }
 
 // Status returns the arrival rate and the replicas' queues, summed.
@@ -291,6 +340,9 @@ func (f *Fleet) Status() LoadStatus {
 	lost := f.lost
 	f.retiredMu.Unlock()
 	st := LoadStatus{Rate: f.load.Rate(), Pattern: f.load.Pattern(), Held: f.load.Held(), Arrived: f.load.Arrived(), Lost: lost, Rejected: f.load.Rejected()}
+	f.mu.Lock()
+	st.Draining = len(f.draining)
+	f.mu.Unlock()
 	for _, r := range f.replicas() {
 		running, waiting := r.Queue()
 		st.Replicas++

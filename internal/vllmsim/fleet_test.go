@@ -262,3 +262,41 @@ func call(t *testing.T, method, url string) (int, string) {
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body)
 }
+
+// TestFleetDrainsRemovedReplicas: with a drain timeout, a replica whose pod went away takes no
+// new request and finishes what it holds; one that cannot finish in time loses the rest.
+func TestFleetDrainsRemovedReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		drain          time.Duration
+		lost, draining int
+	}{
+		{"no drain: lost at once", 0, 5, 0},
+		{"a drain longer than the requests: none lost", 10 * time.Second, 0, 0},
+		{"a drain shorter than the requests: the rest lost", 500 * time.Millisecond, 5, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{ServiceTime: 2 * time.Second}
+			f, fc := newTestFleet(t, FleetOptions{Rate: 10, DrainTimeout: tc.drain, Config: cfg})
+			a, b := "127.0.0.1:0", "127.0.0.2:0"
+			if err := f.SetAddresses(context.Background(), []string{a, b}); err != nil {
+				t.Fatal(err)
+			}
+			f.Step(t0)
+			f.Step(t0.Add(time.Second)) // 5 running on each, each for 2 s
+			fc.SetTime(t0.Add(time.Second))
+			if err := f.SetAddresses(context.Background(), []string{a}); err != nil {
+				t.Fatal(err)
+			}
+			f.Step(t0.Add(1500 * time.Millisecond)) // 5 more arrive, all to a
+			if st := f.Status(); tc.drain > time.Second && st.Draining != 1 {
+				t.Errorf("while b drains: %+v, want one draining", st)
+			}
+			f.Step(t0.Add(4 * time.Second)) // b's requests are done by 3 s
+			st := f.Status()
+			if int(st.Lost) != tc.lost || st.Draining != tc.draining || st.Arrived != 40 {
+				t.Errorf("Status() = %+v, want %d lost, %d draining, 40 arrived", st, tc.lost, tc.draining)
+			}
+		})
+	}
+}
