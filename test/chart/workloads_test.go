@@ -286,6 +286,7 @@ func TestChartFilesMatchConfig(t *testing.T) {
 		"crds/scheduling.berth.dev_podgroups.yaml": "crd/bases/scheduling.berth.dev_podgroups.yaml",
 		"files/rbac/role.yaml":                     "rbac/role.yaml",
 		"files/rbac/scaler.yaml":                   "rbac/scaler.yaml",
+		"files/rbac/scaler-warm-seats.yaml":        "rbac/scaler-warm-seats.yaml",
 		"files/rbac/agent.yaml":                    "rbac/agent.yaml",
 		"files/rbac/metrics-reader.yaml":           "rbac/metrics-reader.yaml",
 		"files/pod-gate-webhook.yaml":              "webhook/manifests.yaml",
@@ -371,4 +372,48 @@ func toYAML(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(data)
+}
+
+// TestWarmSeatsValues: scaler.warmSeats.enabled turns the keeper on (its flags) and adds
+// exactly config/rbac/scaler-warm-seats.yaml's rules to the scaler's ClusterRole; off (the
+// default) the scaler can create no pod.
+func TestWarmSeatsValues(t *testing.T) {
+	args := func(objs map[string]map[string]any) []string {
+		d := objs["Deployment/berth-scaler"]
+		spec := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		return asStrings(spec["containers"].([]any)[0].(map[string]any)["args"])
+	}
+	verbs := func(objs map[string]map[string]any) string {
+		return toYAML(t, objs["ClusterRole/berth-scaler"]["rules"])
+	}
+	off, err := render(t, map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var extra map[string]any
+	data, err := os.ReadFile("../../config/rbac/scaler-warm-seats.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &extra); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(args(off), "--warm-seats") || strings.Contains(verbs(off), toYAML(t, extra["rules"])) {
+		t.Errorf("warm seats off by default: args %v, rules %s", args(off), verbs(off))
+	}
+	on, err := render(t, map[string]any{"scaler": map[string]any{"warmSeats": map[string]any{"enabled": true, "pull": "init-container", "image": "mirror.example/pause:3.10"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--warm-seats", "--warm-seat-pull=init-container", "--warm-seat-image=mirror.example/pause:3.10"} {
+		if !slices.Contains(args(on), want) {
+			t.Errorf("scaler args %v lack %s", args(on), want)
+		}
+	}
+	if !strings.HasSuffix(verbs(on), toYAML(t, extra["rules"])) {
+		t.Errorf("the scaler's rules with warm seats:\n%s\nwant config/rbac/scaler-warm-seats.yaml's appended:\n%s", verbs(on), toYAML(t, extra["rules"]))
+	}
+	if _, err := render(t, map[string]any{"scaler": map[string]any{"warmSeats": map[string]any{"pull": "sideways"}}}); err == nil {
+		t.Error("scaler.warmSeats.pull sideways: want a schema error")
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strings"
 	"sync"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -28,8 +29,10 @@ import (
 // exactly the roles in config/rbac (the chart's files/rbac copies them), never with the rig's
 // admin kubeconfig — so a verb missing from the shipped RBAC fails a test instead of shipping.
 
-// rbacFiles are each component's RBAC file in config/rbac.
-var rbacFiles = map[string]string{"controller": "role.yaml", "scaler": "scaler.yaml", "agent": "agent.yaml", "metrics-reader": "metrics-reader.yaml"}
+// rbacFiles are each component's RBAC files in config/rbac (the scaler with warm seats is bound
+// to both of its roles, as the chart binds them with scaler.warmSeats.enabled).
+var rbacFiles = map[string][]string{"controller": {"role.yaml"}, "scaler": {"scaler.yaml"}, "agent": {"agent.yaml"}, "metrics-reader": {"metrics-reader.yaml"},
+	"scaler-warm-seats": {"scaler.yaml", "scaler-warm-seats.yaml"}}
 
 var identities sync.Map // rig work dir + component → kubeconfig path
 
@@ -42,22 +45,28 @@ func ComponentKubeconfig(ctx context.Context, r *rig.Rig, component string) (str
 	if p, ok := identities.Load(key); ok {
 		return p.(string), nil
 	}
-	file, ok := rbacFiles[component]
+	files, ok := rbacFiles[component]
 	if !ok {
 		return "", fmt.Errorf("no RBAC for component %q", component)
 	}
 	_, self, _, _ := runtime.Caller(0)
-	data, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "config", "rbac", file))
-	if err != nil {
-		return "", fmt.Errorf("reading berth's RBAC: %w", err)
+	var docs []string
+	for _, file := range files {
+		data, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "config", "rbac", file))
+		if err != nil {
+			return "", fmt.Errorf("reading berth's RBAC: %w", err)
+		}
+		docs = append(docs, regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1)...)
 	}
+	file := strings.Join(files, ", ")
 	name := "berth-" + component
 	c := r.Client
 	if err := createOrKeep(ctx, c, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: rig.BerthNamespace}}); err != nil {
 		return "", err
 	}
 	subject := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: rig.BerthNamespace}}
-	for _, doc := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1) {
+	roles := 0
+	for _, doc := range docs {
 		var head struct {
 			Kind string `json:"kind"`
 		}
@@ -70,12 +79,15 @@ func ComponentKubeconfig(ctx context.Context, r *rig.Rig, component string) (str
 			if err := yaml.Unmarshal([]byte(doc), &cr); err != nil {
 				return "", fmt.Errorf("parsing %s: %w", file, err)
 			}
-			cr.Name = name
+			if cr.Name = name; roles > 0 {
+				cr.Name = fmt.Sprintf("%s-%d", name, roles)
+			}
+			roles++
 			if err := createOrKeep(ctx, c, &cr); err != nil {
 				return "", err
 			}
-			if err := createOrKeep(ctx, c, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name}, Subjects: subject}); err != nil {
+			if err := createOrKeep(ctx, c, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: cr.Name},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}, Subjects: subject}); err != nil {
 				return "", err
 			}
 		case "Role":

@@ -51,8 +51,13 @@ func StartScaler(ctx context.Context, r *rig.Rig, bin string, flags ...string) (
 		// Secure metrics answer only authorized callers: the test waits for the endpoint.
 		s.MetricsURL, health = "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics", ""
 	}
-	// As the chart runs it: its own ServiceAccount, exactly config/rbac/scaler.yaml.
-	kubeconfig, err := ComponentKubeconfig(ctx, r, "scaler")
+	// As the chart runs it: its own ServiceAccount, exactly config/rbac/scaler.yaml (and
+	// scaler-warm-seats.yaml with --warm-seats).
+	component := "scaler"
+	if slices.Contains(flags, "--warm-seats") {
+		component = "scaler-warm-seats"
+	}
+	kubeconfig, err := ComponentKubeconfig(ctx, r, component)
 	if err != nil {
 		return nil, err
 	}
