@@ -90,25 +90,28 @@ type Decision struct {
 	Headroom int
 	// WarmSeats is how many warm seats the fleet should have (the trigger's warmSeats): the
 	// headroom between minWarmSeats and warmSeats; the SLO signal asks for that much less of
-	// its headroom as serving replicas. -1 while the SLO signal is held: keep what there is.
+	// its headroom as serving replicas. While the SLO signal is held SeatsHeld is true and
+	// WarmSeats is minWarmSeats: at least that many, and keep any more there are.
 	WarmSeats int
+	SeatsHeld bool
 }
 
 // splitSeats holds up to t.WarmSeats of the SLO signal's headroom replicas as warm seats, and
 // at least t.MinWarmSeats: the signal then asks for as many fewer serving replicas as seats
 // stand in for its headroom (seats beyond the headroom take nothing from the serving
-// replicas). A held signal keeps the seats it has (-1).
-func splitSeats(sd SignalDecision, headroom int, t *Trigger) (SignalDecision, int) {
+// replicas). A held signal asks for at least t.MinWarmSeats and keeps what there is (held
+// true).
+func splitSeats(sd SignalDecision, headroom int, t *Trigger) (out SignalDecision, seats int, held bool) {
 	if t.WarmSeats == 0 {
-		return sd, 0
+		return sd, 0, false
 	}
 	if sd.Held != "" {
-		return sd, -1
+		return sd, t.MinWarmSeats, true
 	}
-	seats := min(max(headroom, t.MinWarmSeats), t.WarmSeats)
+	seats = min(max(headroom, t.MinWarmSeats), t.WarmSeats)
 	sd.Desired -= min(seats, headroom)
 	sd.Value = metricValue(sd.Desired, sd.Target)
-	return sd, seats
+	return sd, seats, false
 }
 
 // Signal returns the decision for s, if the trigger scales on it.
@@ -184,7 +187,7 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 			if sd.Held == "" {
 				d.Headroom = max(0, sd.Desired-serving)
 			}
-			sd, d.WarmSeats = splitSeats(sd, d.Headroom, t)
+			sd, d.WarmSeats, d.SeatsHeld = splitSeats(sd, d.Headroom, t)
 			d.add(sd)
 			continue
 		}

@@ -330,17 +330,18 @@ func TestSplitSeats(t *testing.T) {
 		held                   Held
 		warm, minWarm          int
 		wantDesired, wantSeats int
+		wantHeld               bool
 	}{
 		{name: "no warm seats asked", desired: 10, headroom: 4, wantDesired: 10},
 		{name: "seats up to the budget stand in for headroom", desired: 10, headroom: 4, warm: 3, wantDesired: 7, wantSeats: 3},
 		{name: "a budget beyond the headroom holds the headroom", desired: 10, headroom: 4, warm: 6, wantDesired: 6, wantSeats: 4},
 		{name: "the floor holds seats the headroom does not ask for, taking no replica", desired: 10, headroom: 0, warm: 4, minWarm: 2, wantDesired: 10, wantSeats: 2},
-		{name: "a held signal keeps the seats there are", desired: 10, headroom: 0, held: HeldLearning, warm: 4, minWarm: 2, wantDesired: 10, wantSeats: -1},
+		{name: "a held signal keeps the seats there are, at least the floor", desired: 10, headroom: 0, held: HeldLearning, warm: 4, minWarm: 2, wantDesired: 10, wantSeats: 2, wantHeld: true},
 	} {
 		sd := SignalDecision{Signal: SignalSLO, Target: 1, Desired: tc.desired, Held: tc.held, Value: metricValue(tc.desired, 1)}
-		got, seats := splitSeats(sd, tc.headroom, &Trigger{WarmSeats: tc.warm, MinWarmSeats: tc.minWarm})
-		if got.Desired != tc.wantDesired || seats != tc.wantSeats || got.Value != metricValue(tc.wantDesired, 1) {
-			t.Errorf("%s: desired %d (value %v), seats %d; want %d, %d", tc.name, got.Desired, got.Value, seats, tc.wantDesired, tc.wantSeats)
+		got, seats, held := splitSeats(sd, tc.headroom, &Trigger{WarmSeats: tc.warm, MinWarmSeats: tc.minWarm})
+		if got.Desired != tc.wantDesired || seats != tc.wantSeats || held != tc.wantHeld || got.Value != metricValue(tc.wantDesired, 1) {
+			t.Errorf("%s: desired %d (value %v), seats %d held %v; want %d, %d, %v", tc.name, got.Desired, got.Value, seats, held, tc.wantDesired, tc.wantSeats, tc.wantHeld)
 		}
 	}
 }

@@ -135,7 +135,9 @@ func (b *Berth) Step(now time.Duration, v View) (int, bool) {
 	}
 	// Warm seats hold the SLO signal's headroom instead of serving replicas (the policy asks
 	// for that many fewer); a held decision keeps the seats there are.
-	if d.WarmSeats >= 0 {
+	if d.SeatsHeld {
+		b.seats = max(b.seats, d.WarmSeats)
+	} else {
 		b.seats = d.WarmSeats
 	}
 	rec := 0

@@ -235,11 +235,11 @@ func (e *Engine) WantSeats(namespace, name string, ev Evaluation) {
 	if e.Seats == nil || ev.Trigger == nil {
 		return
 	}
-	seats := 0
+	seats, held := 0, false
 	if ev.Trigger.WarmSeats > 0 {
-		seats = ev.Decision.WarmSeats
+		seats, held = ev.Decision.WarmSeats, ev.Decision.SeatsHeld
 	}
-	e.Seats.Set(warmseats.Key{Namespace: namespace, Name: name}, seats, e.clock().Now())
+	e.Seats.Set(warmseats.Key{Namespace: namespace, Name: name}, seats, held, e.clock().Now())
 }
 
 func firstErr(rs []pods.Result) error {

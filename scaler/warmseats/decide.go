@@ -33,15 +33,12 @@ type Plan struct {
 	Delete []Seat
 }
 
-// Decide is the plan that brings seats to want seats of template. Seats of another template
+// Decide is the plan that brings seats to want seats of template — at least want, deleting
+// none but stale ones, when atLeast (the scaler holds its decision). Seats of another template
 // go (they pull another image); of those of template, pending ones go before bound ones and
-// the newest before the oldest, so the seats whose nodes are up stay. want < 0 changes nothing
-// (the scaler holds its decision). Seats being deleted are not in seats: a seat preempted by a
-// replica is created again at once.
-func Decide(want int, template string, seats []Seat) Plan {
-	if want < 0 {
-		return Plan{}
-	}
+// the newest before the oldest, so the seats whose nodes are up stay. Seats being deleted are
+// not in seats: a seat preempted by a replica is created again at once.
+func Decide(want int, atLeast bool, template string, seats []Seat) Plan {
 	var p Plan
 	var current []Seat
 	for _, s := range seats {
@@ -53,6 +50,9 @@ func Decide(want int, template string, seats []Seat) Plan {
 	}
 	if len(current) < want {
 		p.Create = want - len(current)
+		return p
+	}
+	if atLeast {
 		return p
 	}
 	// Keep the bound ones, oldest first; delete from the end.

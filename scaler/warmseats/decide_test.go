@@ -13,10 +13,11 @@ func TestDecide(t *testing.T) {
 		return Seat{Name: name, UID: name + "-uid", Template: tmpl, Node: node, Created: t0.Add(-time.Duration(age) * time.Minute)}
 	}
 	tests := []struct {
-		name  string
-		want  int
-		seats []Seat
-		plan  Plan
+		name    string
+		want    int
+		atLeast bool
+		seats   []Seat
+		plan    Plan
 	}{
 		{name: "none yet", want: 3, plan: Plan{Create: 3}},
 		{name: "some there", want: 3, seats: []Seat{seat("a", "t", "n1", 5)}, plan: Plan{Create: 2}},
@@ -27,11 +28,16 @@ func TestDecide(t *testing.T) {
 		{name: "another template is replaced", want: 1, seats: []Seat{seat("a", "old", "n1", 5)},
 			plan: Plan{Create: 1, Delete: []Seat{seat("a", "old", "n1", 5)}}},
 		{name: "none wanted", want: 0, seats: []Seat{seat("a", "t", "n1", 5)}, plan: Plan{Delete: []Seat{seat("a", "t", "n1", 5)}}},
-		{name: "held: nothing changes", want: -1, seats: []Seat{seat("a", "old", "n1", 5)}, plan: Plan{}},
+		{name: "held: at least the floor, none deleted", want: 2, atLeast: true,
+			seats: []Seat{seat("a", "t", "n1", 5)}, plan: Plan{Create: 1}},
+		{name: "held: more than the floor stay", want: 1, atLeast: true,
+			seats: []Seat{seat("a", "t", "n1", 5), seat("b", "t", "n2", 5)}, plan: Plan{}},
+		{name: "held: a stale seat is still replaced", want: 1, atLeast: true,
+			seats: []Seat{seat("a", "old", "n1", 5)}, plan: Plan{Create: 1, Delete: []Seat{seat("a", "old", "n1", 5)}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.plan, Decide(tc.want, "t", tc.seats)); diff != "" {
+			if diff := cmp.Diff(tc.plan, Decide(tc.want, tc.atLeast, "t", tc.seats)); diff != "" {
 				t.Errorf("Decide (-want +got):\n%s", diff)
 			}
 		})
@@ -42,11 +48,11 @@ func TestWants(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var w Wants
 	a, b := Key{"ns", "a"}, Key{"ns", "b"}
-	w.Set(a, 3, t0)
-	w.Set(a, -1, t0.Add(time.Minute)) // held: keeps 3
-	w.Set(b, -1, t0)                  // held before anything was asked: keep what there is
+	w.Set(a, 3, false, t0)
+	w.Set(a, 1, true, t0.Add(time.Minute)) // held: at least the floor, the 3 asked for stand
+	w.Set(b, 1, true, t0)                  // held before anything was asked: the floor
 	got := w.Fresh(t0.Add(30 * time.Second))
-	if diff := cmp.Diff(map[Key]Want{a: {Seats: 3, At: t0.Add(time.Minute)}}, got); diff != "" {
+	if diff := cmp.Diff(map[Key]Want{a: {Seats: 3, AtLeast: true, At: t0.Add(time.Minute)}}, got); diff != "" {
 		t.Errorf("Fresh (-want +got):\n%s", diff)
 	}
 	if got := w.Fresh(t0); len(got) != 1 {

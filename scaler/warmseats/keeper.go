@@ -121,7 +121,7 @@ func (k *Keeper) Reconcile(ctx context.Context) error {
 // ScaledObject is gone or no longer asks for seats: another scaler replica may be the one KEDA
 // asks.
 func (k *Keeper) keep(ctx context.Context, key Key, w Want, fresh bool, seats []Seat, now time.Time) error {
-	if fresh && w.Seats <= 0 && len(seats) == 0 {
+	if fresh && w.Seats == 0 && len(seats) == 0 {
 		return nil // nothing asked, nothing there
 	}
 	tmpl, gone, err := k.template(ctx, key, now)
@@ -143,7 +143,7 @@ func (k *Keeper) keep(ctx context.Context, key Key, w Want, fresh bool, seats []
 		}
 		hash = pod.Labels[berthv1alpha1.WarmSeatTemplateLabel]
 	}
-	plan := Decide(want, hash, seats)
+	plan := Decide(want, w.AtLeast && !gone, hash, seats)
 	record(key, want, seats, hash)
 	var errs []error
 	for _, s := range plan.Delete {

@@ -121,14 +121,14 @@ func TestKeeper(t *testing.T) {
 	ctx := context.Background()
 	k, c, clk := newKeeper(t, fleet(), scaledObject("3"))
 	key := Key{"inference", "llama"}
-	k.Wants.Set(key, 3, clk.Now())
+	k.Wants.Set(key, 3, false, clk.Now())
 	if err := k.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(seats(t, c)); n != 3 {
 		t.Fatalf("%d seats, want 3", n)
 	}
-	k.Wants.Set(key, 1, clk.Now())
+	k.Wants.Set(key, 1, false, clk.Now())
 	if err := k.Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}

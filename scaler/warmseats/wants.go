@@ -8,10 +8,12 @@ import (
 // Key names a ScaledObject.
 type Key struct{ Namespace, Name string }
 
-// Want is how many seats the scaler's latest evaluation of a ScaledObject asked for.
+// Want is how many seats the scaler's latest evaluation of a ScaledObject asked for: exactly
+// Seats, or at least Seats and keep any more there are (AtLeast: the scaler held its decision).
 type Want struct {
-	Seats int
-	At    time.Time
+	Seats   int
+	AtLeast bool
+	At      time.Time
 }
 
 // Wants is what the scaler's evaluations ask of the keeper, per ScaledObject. The engine sets
@@ -22,23 +24,18 @@ type Wants struct {
 	m  map[Key]Want
 }
 
-// Set records that the latest evaluation of k at now asked for seats (< 0: keep what there
-// is; the last count asked stays).
-func (w *Wants) Set(k Key, seats int, now time.Time) {
+// Set records that the latest evaluation of k at now asked for seats — or, held, for at least
+// seats and whatever more there is (then the last exact count asked for stands, if higher).
+func (w *Wants) Set(k Key, seats int, held bool, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
 		w.m = map[Key]Want{}
 	}
-	if seats < 0 {
-		old, ok := w.m[k]
-		if !ok {
-			seats = -1
-		} else {
-			seats = old.Seats
-		}
+	if old, ok := w.m[k]; ok && held && !old.AtLeast {
+		seats = max(seats, old.Seats)
 	}
-	w.m[k] = Want{Seats: seats, At: now}
+	w.m[k] = Want{Seats: seats, AtLeast: held, At: now}
 }
 
 // Fresh returns the wants set at or after since, and forgets the others.
