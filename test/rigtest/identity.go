@@ -49,14 +49,9 @@ func ComponentKubeconfig(ctx context.Context, r *rig.Rig, component string) (str
 	if !ok {
 		return "", fmt.Errorf("no RBAC for component %q", component)
 	}
-	_, self, _, _ := runtime.Caller(0)
-	var docs []string
-	for _, file := range files {
-		data, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "config", "rbac", file))
-		if err != nil {
-			return "", fmt.Errorf("reading berth's RBAC: %w", err)
-		}
-		docs = append(docs, regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1)...)
+	docs, err := rbacDocs(files)
+	if err != nil {
+		return "", err
 	}
 	file := strings.Join(files, ", ")
 	name := "berth-" + component
@@ -105,6 +100,17 @@ func ComponentKubeconfig(ctx context.Context, r *rig.Rig, component string) (str
 			}
 		}
 	}
+	path, err := tokenKubeconfig(ctx, r, name)
+	if err != nil {
+		return "", err
+	}
+	identities.Store(key, path)
+	return path, nil
+}
+
+// tokenKubeconfig writes a kubeconfig that authenticates as ServiceAccount name in
+// rig.BerthNamespace with a day-long token.
+func tokenKubeconfig(ctx context.Context, r *rig.Rig, name string) (string, error) {
 	cs, err := kubernetes.NewForConfig(r.Config)
 	if err != nil {
 		return "", err
@@ -127,8 +133,21 @@ func ComponentKubeconfig(ctx context.Context, r *rig.Rig, component string) (str
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 		return "", err
 	}
-	identities.Store(key, path)
 	return path, nil
+}
+
+// rbacDocs are the YAML documents of config/rbac's files.
+func rbacDocs(files []string) ([]string, error) {
+	_, self, _, _ := runtime.Caller(0)
+	var docs []string
+	for _, file := range files {
+		data, err := os.ReadFile(filepath.Join(filepath.Dir(self), "..", "..", "config", "rbac", file))
+		if err != nil {
+			return nil, fmt.Errorf("reading berth's RBAC: %w", err)
+		}
+		docs = append(docs, regexp.MustCompile(`(?m)^---\s*$`).Split(string(data), -1)...)
+	}
+	return docs, nil
 }
 
 // createOrKeep creates obj unless it exists.

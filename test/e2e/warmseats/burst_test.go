@@ -195,7 +195,7 @@ func onSeatNodes(ctx context.Context, t *testing.T, c client.Client, ns string, 
 		if err := c.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, &n); err != nil {
 			t.Fatal(err)
 		}
-		if n.CreationTimestamp.Time.After(burst) {
+		if n.CreationTimestamp.After(burst) {
 			t.Errorf("replica %s of the burst runs on node %s, launched %.0f s after the burst: not a warm seat's", p.Name, n.Name, n.CreationTimestamp.Sub(burst).Seconds())
 		}
 	}
