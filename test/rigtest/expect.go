@@ -114,3 +114,24 @@ func RemovePoolNodes(t testing.TB, pool string) {
 		return len(claims.Items)+len(nodes.Items) == 0, fmt.Sprintf("%d NodeClaims, %d nodes", len(claims.Items), len(nodes.Items)), nil
 	})
 }
+
+// CountPods counts the pods in ns matching labels that are not being deleted, and those of them
+// that are Ready.
+func CountPods(ctx context.Context, c client.Client, ns string, labels map[string]string) (ready, total int, err error) {
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels(labels)); err != nil {
+		return 0, 0, err
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		total++
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				ready++
+			}
+		}
+	}
+	return ready, total, nil
+}

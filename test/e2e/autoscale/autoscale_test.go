@@ -244,22 +244,7 @@ func replicas(ctx context.Context, c client.Client) (ready, total int, err error
 
 // replicasOf counts the ready and live pods labelled app in ns.
 func replicasOf(ctx context.Context, c client.Client, ns, app string) (ready, total int, err error) {
-	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
-		return 0, 0, err
-	}
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		total++
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				ready++
-			}
-		}
-	}
-	return ready, total, nil
+	return rigtest.CountPods(ctx, c, ns, map[string]string{"app": app})
 }
 
 // onKarpenterNodes checks that every replica runs on a node Karpenter launched and registered

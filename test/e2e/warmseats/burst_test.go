@@ -134,7 +134,7 @@ func TestWarmSeatsAnswerABurst(t *testing.T) {
 
 // replicas counts the fleet's ready and live pods.
 func replicas(ctx context.Context, c client.Client, ns string) (ready, total int, err error) {
-	return countPods(ctx, c, ns, client.MatchingLabels{"app": app})
+	return rigtest.CountPods(ctx, c, ns, map[string]string{"app": app})
 }
 
 // readyPods are the names of the fleet's ready pods.
@@ -156,27 +156,8 @@ func readyPods(ctx context.Context, c client.Client, ns string) (map[string]bool
 
 // warmSeats counts the fleet's warm seats and those ready.
 func warmSeats(ctx context.Context, c client.Client, ns string) (seats, ready int, err error) {
-	ready, seats, err = countPods(ctx, c, ns, client.MatchingLabels{berthv1alpha1.WarmSeatForLabel: app})
+	ready, seats, err = rigtest.CountPods(ctx, c, ns, map[string]string{berthv1alpha1.WarmSeatForLabel: app})
 	return seats, ready, err
-}
-
-func countPods(ctx context.Context, c client.Client, ns string, sel client.MatchingLabels) (ready, total int, err error) {
-	var pods corev1.PodList
-	if err := c.List(ctx, &pods, client.InNamespace(ns), sel); err != nil {
-		return 0, 0, err
-	}
-	for _, p := range pods.Items {
-		if p.DeletionTimestamp != nil {
-			continue
-		}
-		total++
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				ready++
-			}
-		}
-	}
-	return ready, total, nil
 }
 
 // onSeatNodes checks that the replicas created for the burst run on nodes that were up before
