@@ -16,13 +16,15 @@ import (
 // The seat pod itself: a pure function of the gang, the member it stands for and the shortfall.
 
 // seatName is the deterministic name of seat i of an attempt: a restarted controller finds
-// the seats it already created instead of creating more.
+// the seats it already created instead of creating more. It carries the gang's UID: seats of
+// every namespace's gangs live in berth's one namespace, and two teams' gangs of one name
+// must not share seats (the second found the first's seats there and got no batch of its own).
 func seatName(g *berthv1alpha1.PodGroup, attempt int32, i int) string {
 	base := g.Name
-	if len(base) > 200 {
-		base = base[:200]
+	if len(base) > 160 {
+		base = base[:160]
 	}
-	return fmt.Sprintf("%s-seat-%d-%d", base, attempt, i)
+	return fmt.Sprintf("%s-%s-seat-%d-%d", base, g.UID, attempt, i)
 }
 
 // seatIdentity is a seat pod's name, its namespace (berth's own) and the image it runs.

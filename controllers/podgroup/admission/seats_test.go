@@ -172,7 +172,7 @@ func TestSeatPod(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			g := tt.group()
 			seat := seatPod(g, tt.member, tt.volumes, seatIdentity{namespace: "berth-system", name: seatName(g, 1, 0), image: DefaultSeatImage}, tt.sf)
-			if seat.Name != "ddp-seat-1-0" || seat.Namespace != "berth-system" {
+			if seat.Name != "ddp-uid-1-seat-1-0" || seat.Namespace != "berth-system" {
 				t.Errorf("seat %s/%s", seat.Namespace, seat.Name)
 			}
 			tt.check(t, seat)
@@ -315,5 +315,22 @@ func TestSweepReservations(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{berthv1alpha1.ReservationLabelPrefix + "uid-prov"}, kept); diff != "" {
 		t.Errorf("reservations left (-want +got):\n%s", diff)
+	}
+}
+
+// TestSeatNamesPerGang: two teams' gangs of one name (in two namespaces, so two UIDs) get seats
+// of their own in berth's one namespace — the second used to find the first's seats by name,
+// create none and launch no batch.
+func TestSeatNamesPerGang(t *testing.T) {
+	a := builders.PodGroup("train", "team-a").MinMember(2).Obj()
+	b := builders.PodGroup("train", "team-b").MinMember(2).Obj()
+	a.UID, b.UID = "0b5c6f7e-0000-4000-8000-00000000000a", "0b5c6f7e-0000-4000-8000-00000000000b"
+	if seatName(a, 1, 0) == seatName(b, 1, 0) {
+		t.Errorf("gangs %s/%s and %s/%s share seat name %s", a.Namespace, a.Name, b.Namespace, b.Name, seatName(a, 1, 0))
+	}
+	long := builders.PodGroup(strings.Repeat("x", 253), "ml").Obj()
+	long.UID = a.UID
+	if n := seatName(long, 12, 31); len(n) > 253 {
+		t.Errorf("seat name of %d characters, want at most 253", len(n))
 	}
 }
