@@ -8,9 +8,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
+	seatpkg "github.com/berth-dev/berth/internal/seat"
 	"github.com/berth-dev/berth/scheduling"
 )
 
@@ -190,6 +193,14 @@ func (r *Reconciler) tendClock(ctx context.Context, cy *cycle, gv gangView) (tim
 func (r *Reconciler) timeOut(ctx context.Context, gv gangView, timeout time.Duration) error {
 	g := gv.group
 	now := metav1.NewTime(r.clock.Now())
+	// The schedule timeout ends a provisioning attempt too (with the defaults it comes first):
+	// the NodeClaims launched for its seats that nothing uses go with them, or an incomplete
+	// batch stays billed until consolidation.
+	if reclaimed, err := seatpkg.Reclaim(ctx, r.client, r.apiReader, gv.seats, "podgroup"); err != nil {
+		log.FromContext(ctx).Error(err, "reclaiming the NodeClaims of an attempt ended by the schedule timeout", "podgroup", client.ObjectKeyFromObject(g))
+	} else if len(reclaimed) > 0 {
+		log.FromContext(ctx).Info("reclaimed the NodeClaims of an attempt ended by the schedule timeout", "podgroup", client.ObjectKeyFromObject(g), "nodeClaims", reclaimed)
+	}
 	if err := r.deleteSeats(ctx, gv.seats); err != nil {
 		return err
 	}

@@ -135,3 +135,67 @@ func TestIncompleteBatchIsNotBilledPastTheTimeout(t *testing.T) {
 	}
 	releaseNodes(t, plain, held)
 }
+
+// TestScheduleTimeoutReclaimsTheBatch: the schedule timeout before the provisioning timeout —
+// the order of the defaults (both 600 s; the schedule clock is tended first) — also ends the
+// attempt, and its incomplete batch goes with its seats: the 2 NodeClaims Karpenter could
+// launch for a gang of 4 on a pool that holds 2 are deleted within 30 s of the timeout, not
+// left billed until consolidation.
+func TestScheduleTimeoutReclaimsTheBatch(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	pool := rig.DevNodePools()[0].DeepCopy()
+	pool.Name = "gpu-partial-schedule"
+	pool.ResourceVersion = ""
+	pool.Spec.Template.Spec.Requirements[0].Values = []string{"g5"}
+	pool.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("16")}
+	pool.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("120s")
+	pool.Spec.Weight = ptr.To[int32](100)
+	if err := c.Create(ctx, pool); err != nil {
+		t.Fatalf("creating NodePool: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), pool) })
+	live := func(ctx context.Context) (int, error) {
+		claims, err := nodeClaims(ctx, pool.Name)
+		n := 0
+		for _, nc := range claims {
+			if nc.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		return n, err
+	}
+	ns := namespace(t, "partial-schedule")
+	// The provisioning timeout is left at its default (600 s): only the schedule timeout ends
+	// this attempt.
+	pg := builders.PodGroup("ddp", ns).MinMember(4).NodePool(pool.Name).ScheduleTimeout(20).Obj()
+	createGang(t, pg, 4, 8, "g5")
+	rigtest.Eventually(t, time.Minute, 200*time.Millisecond, "2 NodeClaims launched", func(ctx context.Context) (bool, string, error) {
+		n, err := live(ctx)
+		return n == 2, fmt.Sprintf("%d NodeClaims", n), err
+	})
+	var timedOut time.Time
+	rigtest.Eventually(t, 2*time.Minute, 100*time.Millisecond, "the schedule timeout passes", func(ctx context.Context) (bool, string, error) {
+		g, err := getGroup(ctx, pg)
+		if err != nil {
+			return false, "", err
+		}
+		cond := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionScheduled)
+		if cond == nil || cond.Reason != berthv1alpha1.ReasonScheduleTimeout {
+			return false, fmt.Sprintf("%+v", cond), nil
+		}
+		timedOut = cond.LastTransitionTime.Time
+		return true, "", nil
+	})
+	rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, "the NodeClaims no pod uses deleted within 30 s of the timeout", func(ctx context.Context) (bool, string, error) {
+		n, err := live(ctx)
+		return n == 0, fmt.Sprintf("%d NodeClaims left %.0f s after the timeout", n, time.Since(timedOut).Seconds()), err
+	})
+	t.Logf("the batch's NodeClaims were gone %.1f s after the schedule timeout", time.Since(timedOut).Seconds())
+	if err := c.Delete(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+}
