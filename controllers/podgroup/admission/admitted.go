@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -104,7 +105,10 @@ func (r *Reconciler) tendAdmitted(ctx context.Context, cy *cycle, gv gangView, g
 	}
 	wait, err := r.recoverStranded(ctx, cy.snap, gv, gen)
 	errs = append(errs, err)
-	if len(gen.lost) > 0 && g.Spec.OnMemberLoss == berthv1alpha1.MemberLossRestartGang {
+	// RestartGang restarts a gang whose members have a controller to recreate them; members
+	// without one are replaced as with Replace (the API's promise: skipping the replacements
+	// left them gated for good).
+	if len(gen.lost) > 0 && g.Spec.OnMemberLoss == berthv1alpha1.MemberLossRestartGang && slices.ContainsFunc(gen.live, controlled) {
 		return wait, errors.Join(append(errs, r.restartGang(ctx, gv, gen))...)
 	}
 	repl, prevNode, rest := gen.replacements(g.Spec.MinMember)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -447,5 +448,41 @@ func TestRestartGang(t *testing.T) {
 	// again (a no-op) and says so again; the restart itself is counted once (restarts 1 above).
 	if restarting == 0 {
 		t.Errorf("no GangRestarting Event on the PodGroup")
+	}
+}
+
+// TestRestartGangReplacesBarePods: onMemberLoss RestartGang restarts gangs whose members have a
+// controller to recreate them; members without one are replaced as with Replace, as the API
+// promises. A 2-pod gang of bare pods loses one; its replacement (a new pod of the gang) is
+// admitted into the gang's placement and runs, and the survivor is left running — before,
+// the replacement stayed gated for good and nothing said why.
+func TestRestartGangReplacesBarePods(t *testing.T) {
+	ns := namespace(t, "restartbare")
+	pod := func(name string) *corev1.Pod {
+		p := builders.Pod(name, ns).GPU(1).NodeSelector(awsv1.LabelInstanceFamily, "g6e").
+			Tolerate(berthv1alpha1.GPUResource, "", corev1.TaintEffectNoSchedule).Obj()
+		p.Labels[berthv1alpha1.PodGroupLabel] = "bare"
+		return p
+	}
+	create(t, builders.PodGroup("bare", ns).MinMember(2).OnMemberLoss(berthv1alpha1.MemberLossRestartGang).Obj(), pod("bare-0"), pod("bare-1"))
+	ranks := waitRunning(t, ns, "bare", 2, 3*time.Minute)
+	failPod(t, &ranks[0])
+	create(t, pod("bare-0-again"))
+	rigtest.Eventually(t, 2*time.Minute, 100*time.Millisecond, "the replacement runs beside the survivor", func(ctx context.Context) (bool, string, error) {
+		ms, err := members(ctx, ns, "bare")
+		if err != nil {
+			return false, "", err
+		}
+		running := map[string]bool{}
+		var detail []string
+		for _, m := range ms {
+			detail = append(detail, fmt.Sprintf("%s %s gated=%v", m.Name, m.Status.Phase, gated(&m)))
+			running[m.Name] = m.Status.Phase == corev1.PodRunning
+		}
+		return running["bare-0-again"] && running["bare-1"], fmt.Sprint(detail), nil
+	})
+	var survivor corev1.Pod
+	if err := rigtest.Current().Client.Get(context.Background(), client.ObjectKeyFromObject(&ranks[1]), &survivor); err != nil || survivor.UID != ranks[1].UID {
+		t.Errorf("the survivor was not kept: %v", err)
 	}
 }
