@@ -57,6 +57,9 @@ const (
 	ReasonGangRestarting = "GangRestarting"
 	// ReasonCapacityRequested: seat pods were created so Karpenter provisions a gang's capacity.
 	ReasonCapacityRequested = "CapacityRequested"
+	// ReasonGangStepFailed: berth could not move a gang forward (a write refused or failing);
+	// the gang backs off alone and every other gang goes on.
+	ReasonGangStepFailed = "GangStepFailed"
 	// ReasonCapacityNotProvisioned: a capacity request timed out; its seats were withdrawn.
 	ReasonCapacityNotProvisioned = "CapacityNotProvisioned"
 	// ReasonCapacityHandedOver: a native gang's capacity is on Ready nodes; its seats gave way so

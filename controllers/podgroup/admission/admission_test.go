@@ -193,3 +193,30 @@ func TestLostRace(t *testing.T) {
 		})
 	}
 }
+
+func TestGangBackoff(t *testing.T) {
+	for n, want := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 5: 16 * time.Second, 9: 256 * time.Second, 10: 5 * time.Minute, 40: 5 * time.Minute} {
+		if got := backoffOf(n); got != want {
+			t.Errorf("backoffOf(%d) = %s, want %s", n, got, want)
+		}
+	}
+	r := &Reconciler{failures: map[types.UID]failure{}}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	bad := errors.New("admission webhook denied the request")
+	if wait, fresh := r.fail("a", bad, now); wait != time.Second || !fresh {
+		t.Errorf("first failure: %s, fresh %v", wait, fresh)
+	}
+	if wait, fresh := r.fail("a", bad, now.Add(time.Second)); wait != 2*time.Second || fresh {
+		t.Errorf("the same error again: %s, fresh %v (reported once)", wait, fresh)
+	}
+	if wait, ok := r.backingOff("a", now.Add(2*time.Second)); !ok || wait != time.Second {
+		t.Errorf("backing off: %s %v", wait, ok)
+	}
+	if _, ok := r.backingOff("b", now); ok {
+		t.Error("another gang backs off with it")
+	}
+	r.recovered("a")
+	if _, ok := r.backingOff("a", now.Add(2*time.Second)); ok {
+		t.Error("a recovered gang still backs off")
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -96,6 +97,9 @@ type Reconciler struct {
 	lastWritten map[refreshKey]time.Time
 	// jobs are members' Jobs read around the cache, each reused for a second (jobs.go).
 	jobs jobReads
+	// failures are the runs of failed steps of gangs (by UID) and of the sweeps, each backing
+	// off alone (failing.go).
+	failures map[types.UID]failure
 }
 
 // New builds the admission controller.
@@ -116,6 +120,7 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 		orphansSeen: map[types.UID]bool{}, unschedulableSeen: map[types.UID]time.Time{},
 		strandedOn: map[types.UID]map[string]time.Time{},
 		reader:     listReader{c}, lastWritten: map[refreshKey]time.Time{},
+		failures: map[types.UID]failure{},
 	}
 }
 
@@ -170,31 +175,59 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	recordGangHealth(cy.groups, cy.members, cy.now)
 	recordGangSeries(gangStates(cy.groups, cy.members, cy.seats), cy.onNodes, cy.nodes, cy.now)
 	next := r.opts.Resync
-	var errs []error
+	soonest := func(wait time.Duration) {
+		if wait > 0 && wait < next {
+			next = wait
+		}
+	}
+	var fenced error
 	for _, g := range cy.groups {
+		if wait, ok := r.backingOff(g.UID, cy.now); ok {
+			soonest(wait) // its step failed a moment ago: it waits alone
+			continue
+		}
 		wait, err := r.admit(ctx, cy, cy.gang(g))
 		switch {
 		case err == nil:
+			r.recovered(g.UID)
+		case errors.Is(err, ErrFenced):
+			// This replica may not promise now: not the gang's fault, and no other gang can
+			// be admitted either; the cycle fails as a whole.
+			fenced = err
 		case lostRace(err):
 			// Another writer changed the PodGroup or a pod first (the status controller
 			// counting members, a user), or the gang went away: decide again on fresh state.
 			wait = retryAfterRace
 		default:
-			errs = append(errs, fmt.Errorf("PodGroup %s/%s: %w", g.Namespace, g.Name, err))
+			wait = r.gangFailed(ctx, g, fmt.Errorf("PodGroup %s/%s: %w", g.Namespace, g.Name, err), cy.now)
 		}
-		if wait > 0 && wait < next {
-			next = wait
-		}
+		soonest(wait)
 	}
-	if wait := r.refreshWait(cy); wait > 0 && wait < next {
-		next = wait
-	}
-	errs = append(errs, cy.volumeErr, r.sweepSeats(ctx, cy), r.sweepReservations(ctx, cy), r.sweepBarriers(ctx, cy), r.sweepKeys(ctx, cy))
+	soonest(r.refreshWait(cy))
+	soonest(r.sweep(ctx, cy))
 	cycleDuration.Observe(r.clock.Since(cy.now).Seconds())
-	if err := errors.Join(errs...); err != nil {
-		return reconcile.Result{}, err
+	if fenced != nil {
+		return reconcile.Result{}, fenced
 	}
 	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// sweep runs the cluster-wide clean-ups (seats, reservations, barriers, keys whose gangs are
+// gone); failing, they back off alone like a gang. It returns how soon they want to run again
+// (0: with the next cycle).
+func (r *Reconciler) sweep(ctx context.Context, cy *cycle) time.Duration {
+	if wait, ok := r.backingOff(sweepsKey, cy.now); ok {
+		return wait
+	}
+	err := errors.Join(cy.volumeErr, r.sweepSeats(ctx, cy), r.sweepReservations(ctx, cy), r.sweepBarriers(ctx, cy), r.sweepKeys(ctx, cy))
+	if err == nil || lostRace(err) {
+		r.recovered(sweepsKey)
+		return 0
+	}
+	wait, _ := r.fail(sweepsKey, err, cy.now)
+	admissionErrors.WithLabelValues("", "").Inc()
+	log.FromContext(ctx).Error(err, "admission clean-up failed; it backs off alone", "retryIn", wait)
+	return wait
 }
 
 // admit moves one gang forward and says how soon it wants another look (0: only on events): a

@@ -66,6 +66,10 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "fenced_total",
 		Help: "Promises and releases this replica did not make because it no longer held the leader Lease for long enough (see LeaseFence).",
 	})
+	admissionErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "admission_errors_total",
+		Help: "Steps of gang admission that failed (an API write refused or failing), by the gang's namespace and PodGroup (both empty: the cluster-wide clean-ups). Each failing gang backs off alone; the others go on.",
+	}, gangLabels)
 	cycleDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "admission_cycle_duration_seconds",
 		Help:    "Seconds one gang admission cycle takes (snapshot, placement and releases).",
@@ -186,7 +190,7 @@ func partiallyRunningGang(g *berthv1alpha1.PodGroup, members []*corev1.Pod, now 
 // Collectors are the package's metrics, as registered with controller-runtime's registry
 // (docs/metrics.md is generated from them).
 func Collectors() []prometheus.Collector {
-	out := []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning, generations, strandedMembers, fenced}
+	out := []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, admissionErrors, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning, generations, strandedMembers, fenced}
 	for _, s := range perGang {
 		out = append(out, s.vec)
 	}
