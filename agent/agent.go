@@ -12,6 +12,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
@@ -82,11 +83,7 @@ func Run(ctx context.Context, lib nvml.Interface, pub *Publisher, o Options) err
 	l := &loop{r: r, pub: pub, o: o, inv: inv, xids: &xidLog{}}
 	stop := make(chan struct{})
 	defer close(stop)
-	go func() {
-		if err := r.WatchXIDs(l.xids, o.Clock.Now, stop); err != nil {
-			logger.Error(err, "watching Xid events; Xids are not reported")
-		}
-	}()
+	go superviseXIDWatch(func() error { return r.WatchXIDs(l.xids, o.Clock.Now, stop) }, o.Clock, stop, logger)
 	for {
 		if err := l.step(ctx); err != nil {
 			probeErrors.Inc()
@@ -220,3 +217,39 @@ func (rep OnceReport) Print(w io.Writer, asJSON bool) error {
 
 // IsNoNVML reports whether err means NVML is absent.
 func IsNoNVML(err error) bool { return errors.Is(err, ErrNoNVML) }
+
+// Backoff of the Xid watch's restarts.
+const (
+	xidWatchBackoffBase = time.Second
+	xidWatchBackoffMax  = time.Minute
+)
+
+// superviseXIDWatch runs watch until stop is closed, starting it again after each error with a
+// backoff (xidWatchBackoffBase doubling to xidWatchBackoffMax; a watch that ran for longer than
+// the maximum starts the backoff over): an NVML event error (a driver reload, a GPU reset) no
+// longer ends the watch for the agent's lifetime. berth_agent_xid_watch_up says whether it runs.
+func superviseXIDWatch(watch func() error, clk clock.Clock, stop <-chan struct{}, logger logr.Logger) {
+	backoff := xidWatchBackoffBase
+	for {
+		xidWatchUp.Set(1)
+		started := clk.Now()
+		err := watch()
+		xidWatchUp.Set(0)
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		if clk.Since(started) > xidWatchBackoffMax {
+			backoff = xidWatchBackoffBase
+		}
+		xidWatchRestarts.Inc()
+		logger.Error(err, "watching Xid events; restarting the watch", "in", backoff)
+		select {
+		case <-stop:
+			return
+		case <-clk.After(backoff):
+		}
+		backoff = min(2*backoff, xidWatchBackoffMax)
+	}
+}

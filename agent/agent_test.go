@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"sync"
@@ -13,8 +14,11 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
@@ -394,4 +398,46 @@ func TestLabelValue(t *testing.T) {
 			t.Errorf("labelValue(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// TestXIDWatchRestarts: an NVML event error (a driver reload, a GPU reset) ends the Xid watch;
+// it is started again after a backoff that doubles, instead of leaving the agent blind to
+// Xids for the rest of its life, and berth_agent_xid_watch_up says when it is down.
+func TestXIDWatchRestarts(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	stop := make(chan struct{})
+	runs := make(chan int, 10)
+	n := 0
+	watch := func() error {
+		n++
+		runs <- n
+		if n < 3 {
+			return errors.New("waiting for NVML events: Unknown Error")
+		}
+		<-stop
+		return nil
+	}
+	done := make(chan struct{})
+	go func() { superviseXIDWatch(watch, clk, stop, logr.Discard()); close(done) }()
+	for want, backoff := range []time.Duration{time.Second, 2 * time.Second} {
+		if got := <-runs; got != want+1 {
+			t.Fatalf("run %d, want %d", got, want+1)
+		}
+		// The watch is down until the backoff passes.
+		for !clk.HasWaiters() {
+			time.Sleep(time.Millisecond)
+		}
+		if v := testutil.ToFloat64(xidWatchUp); v != 0 {
+			t.Errorf("xid_watch_up %v while the watch is down", v)
+		}
+		clk.Step(backoff)
+	}
+	if got := <-runs; got != 3 {
+		t.Fatalf("run %d, want 3", got)
+	}
+	if v := testutil.ToFloat64(xidWatchUp); v != 1 {
+		t.Errorf("xid_watch_up %v while the watch runs", v)
+	}
+	close(stop)
+	<-done
 }

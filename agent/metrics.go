@@ -49,6 +49,14 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "agent", Name: "writes_accelerated_hardware_ready",
 		Help: "1 while berth's agent writes AcceleratedHardwareReady, 0 while another component (the EKS node monitoring agent) does.",
 	})
+	xidWatchUp = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "agent", Name: "xid_watch_up",
+		Help: "1 while the agent waits for NVML's Xid events, 0 while the watch is down (it restarts with a backoff; meanwhile Xids are not seen).",
+	})
+	xidWatchRestarts = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "agent", Name: "xid_watch_restarts_total",
+		Help: "Times the Xid event watch ended on an NVML error and was started again.",
+	})
 	probeErrors = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "agent", Name: "probe_errors_total",
 		Help: "Health probes or node updates that failed.",
@@ -57,7 +65,7 @@ var (
 
 // Collectors are the agent's metrics, for registration.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{nvmlUp, gpus, gpuHealthy, gpuFaults, xidEvents, nodeReady, gpuDegraded, hardwareWriter, probeErrors}
+	return []prometheus.Collector{nvmlUp, gpus, gpuHealthy, gpuFaults, xidEvents, xidWatchUp, xidWatchRestarts, nodeReady, gpuDegraded, hardwareWriter, probeErrors}
 }
 
 func gpuLabel(i int) string { return strconv.Itoa(i) }
