@@ -189,7 +189,7 @@ func startBerth(ctx context.Context, o Options, r *rig.Rig, st *State) error {
 	health := "127.0.0.1:" + strconv.Itoa(ports[1])
 	// The pod-gate webhook listens on loopback; the apiserver reaches it by URL.
 	url := fmt.Sprintf("https://localhost:%d%s", ports[2], gate.Path)
-	adapters := []gate.Source{gate.SourceCoscheduling, gate.SourceVolcano, gate.SourceKueue}
+	adapters := gate.Adapters()
 	if err := r.Client.Create(ctx, gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, adapters)); err != nil {
 		return fmt.Errorf("installing webhook configuration: %w", err)
 	}
@@ -199,7 +199,7 @@ func startBerth(ctx context.Context, o Options, r *rig.Rig, st *State) error {
 		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(ports[2]),
 		"--webhook-cert-dir=" + filepath.Join(r.WorkDir(), "webhook-certs"), "--webhook-secret-namespace=" + rig.BerthNamespace,
 		"--seat-namespace=" + rig.BerthNamespace,
-		"--webhook-hosts=localhost", "--adapters=coscheduling,volcano,kueue",
+		"--webhook-hosts=localhost", "--adapters=coscheduling,volcano,kai,kueue",
 	}, nil, "http://"+health+"/readyz"); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ var full = map[string]any{
 	"webhook":          map[string]any{"certManager": map[string]any{"enabled": true}},
 	"scaler":           map[string]any{"tls": map[string]any{"enabled": true, "existingSecret": "berth-scaler-tls", "mutual": true}, "watchNamespace": "inference"},
 	"agent":            map[string]any{"runtimeClassName": "nvidia"},
-	"controller":       map[string]any{"adapters": []any{"coscheduling", "volcano", "kueue"}},
+	"controller":       map[string]any{"adapters": []any{"coscheduling", "volcano", "kai", "kueue"}},
 	"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
 	"monitoring": map[string]any{
 		"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
@@ -111,10 +111,10 @@ func TestDefaultRender(t *testing.T) {
 
 func TestFullRender(t *testing.T) {
 	got := mustRender(t, full)
-	if hooks := dig(got["MutatingWebhookConfiguration/berth-pod-gate"], "webhooks").([]any); len(hooks) != 4 {
-		t.Errorf("%d webhooks, want berth + coscheduling + volcano + kueue", len(hooks))
+	if hooks := dig(got["MutatingWebhookConfiguration/berth-pod-gate"], "webhooks").([]any); len(hooks) != 5 {
+		t.Errorf("%d webhooks, want berth + coscheduling + volcano + kai + kueue (every adapter the controller knows)", len(hooks))
 	}
-	if args := toYAML(t, dig(got["Deployment/berth-controller"], "spec", "template", "spec", "containers")); !strings.Contains(args, "--adapters=coscheduling,volcano,kueue") {
+	if args := toYAML(t, dig(got["Deployment/berth-controller"], "spec", "template", "spec", "containers")); !strings.Contains(args, "--adapters=coscheduling,volcano,kai,kueue") {
 		t.Errorf("controller lacks --adapters: %s", args)
 	}
 	for _, k := range []string{"Certificate/berth-webhook-cert", "Issuer/berth-selfsigned", "Certificate/berth-webhook-ca", "Issuer/berth-ca", "ServiceMonitor/berth-controller", "ServiceMonitor/berth-scaler",

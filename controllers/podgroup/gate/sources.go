@@ -34,6 +34,11 @@ var (
 	SourceKueue        = Source{Name: "kueue", LabelKey: berthv1alpha1.KueuePodGroupNameLabel, CountAnnotation: berthv1alpha1.KueuePodGroupTotalCountAnnotation}
 )
 
+// Adapters are every switchable source, in order: the generated webhook configuration carries
+// a webhook for each (the chart keeps those of the adapters it enables), and --adapters knows
+// these names.
+func Adapters() []Source { return []Source{SourceCoscheduling, SourceVolcano, SourceKAI, SourceKueue} }
+
 // AdapterSources are the switchable sources by name.
 var AdapterSources = map[string]Source{
 	SourceCoscheduling.Name: SourceCoscheduling,
