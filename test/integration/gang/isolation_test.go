@@ -7,8 +7,10 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -41,6 +43,7 @@ func TestOneWedgedGangDelaysNoOther(t *testing.T) {
 			Validations: []admissionregistrationv1.Validation{{
 				Expression: fmt.Sprintf("object.metadata.namespace != '%s' || object.metadata.name != 'wedged'", ns),
 				Message:    "writes to this PodGroup are refused (test)",
+				Reason:     ptr.To(metav1.StatusReasonForbidden),
 			}},
 		},
 	}
@@ -70,7 +73,9 @@ func TestOneWedgedGangDelaysNoOther(t *testing.T) {
 		}
 		pg.Annotations["probe"] = time.Now().String()
 		err := c.Update(ctx, &pg)
-		return err != nil, fmt.Sprint(err), nil
+		pg.Status.Restarts = 7
+		serr := c.Status().Update(ctx, &pg)
+		return apierrors.IsForbidden(err) && apierrors.IsForbidden(serr), fmt.Sprintf("update: %v; status update: %v", err, serr), nil
 	})
 	for i := range 2 {
 		if err := c.Create(ctx, builders.Pod(fmt.Sprintf("wedged-%d", i), ns).Member("wedged").GPU(64).Obj()); err != nil {
