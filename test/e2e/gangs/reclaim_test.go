@@ -184,7 +184,9 @@ func TestScheduleTimeoutReclaimsTheBatch(t *testing.T) {
 		if cond == nil || cond.Reason != berthv1alpha1.ReasonScheduleTimeout {
 			return false, fmt.Sprintf("%+v", cond), nil
 		}
-		timedOut = cond.LastTransitionTime.Time
+		// Seen within the poll's 100 ms (the condition's transition time stays at the first
+		// False: Unschedulable, when the gang was created).
+		timedOut = time.Now()
 		return true, "", nil
 	})
 	rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, "the NodeClaims no pod uses deleted within 30 s of the timeout", func(ctx context.Context) (bool, string, error) {
