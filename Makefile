@@ -74,9 +74,10 @@ demo: build tools ## Start the local dev cluster (berth dev up) and run the demo
 	$(BERTH) dev demo
 	@echo "The dev cluster keeps running: '$(BERTH) dev status' shows it, '$(BERTH) dev down' stops it."
 
-fuzz: tools ## Long fuzz runs, FUZZTIME each (default 5m): gang placement, the pod-gate webhook; then random PodGroup specs through CRD validation and random gangs through the controller on the rig, PROPERTY_ROUNDS rounds (default 20) from a random seed (short runs are in make test).
+fuzz: tools ## Long fuzz runs, FUZZTIME each (default 5m): gang placement, the pod-gate webhook, the ledger (no GPU promised twice); then random PodGroup specs through CRD validation and random gangs through the controller on the rig, PROPERTY_ROUNDS rounds (default 20) from a random seed (short runs are in make test).
 	go test ./scheduling -run='^$$' -fuzz='^FuzzPlace$$' -fuzztime=$(or $(FUZZTIME),5m)
 	go test ./controllers/podgroup/gate -run='^$$' -fuzz='^FuzzGate$$' -fuzztime=$(or $(FUZZTIME),5m)
+	go test ./internal/ledger -run='^$$' -fuzz='^FuzzNoGPUPromisedTwice$$' -fuzztime=$(or $(FUZZTIME),5m)
 	seed=$${BERTH_PROPERTY_SEED:-$$RANDOM}; echo "property seed $$seed"; \
 		for i in $$(seq 1 $(or $(PROPERTY_ROUNDS),20)); do \
 			BERTH_REQUIRE_RIG=1 BERTH_PROPERTY_SEED=$$((seed + i * 7919)) go test -count=1 -run='^TestRandomPodGroupSpecs$$' ./test/integration/api || exit 1; \

@@ -20,6 +20,7 @@ import (
 	"github.com/berth-dev/berth/controllers/podgroup/status"
 	"github.com/berth-dev/berth/controllers/provisioningrequest"
 	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/internal/ledger"
 )
 
 // Options are shared by all controllers.
@@ -77,10 +78,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err != nil {
 		return err
 	}
+	// One account of promised room for every controller that promises it: gang admission and
+	// ProvisioningRequests decide under its lock and see each other's promises before the cache
+	// does (internal/ledger).
+	book := ledger.New(opts.Clock)
 	all := []registration{
 		{status.Name, status.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec)},
 		{adapter.Name, &adapter.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec}},
-		{admission.Name, admission.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec, admission.Options{Provisioning: opts.Provisioning, Resync: opts.AdmissionResync, StrandedAfter: opts.StrandedAfter, NodeReadyBudget: opts.NodeReadyBudget, Fence: opts.Fence})},
+		{admission.Name, admission.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec, admission.Options{Provisioning: opts.Provisioning, Resync: opts.AdmissionResync, StrandedAfter: opts.StrandedAfter, NodeReadyBudget: opts.NodeReadyBudget, Fence: opts.Fence, Ledger: book})},
 		{protect.Name, &protect.Reconciler{Client: mgr.GetClient()}},
 		{disruption.Name, &disruption.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Clock: opts.Clock, Recorder: rec, Karpenter: karpenter}},
 	}
@@ -96,7 +101,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if provReqs {
 		all = append(all, registration{provisioningrequest.Name, provisioningrequest.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec, provisioningrequest.Options{
-			SeatNamespace: opts.Provisioning.SeatNamespace, SeatImage: opts.Provisioning.SeatImage})})
+			SeatNamespace: opts.Provisioning.SeatNamespace, SeatImage: opts.Provisioning.SeatImage, Ledger: book})})
 		if !opts.Provisioning.Enabled { // the seats need their PriorityClass either way
 			if err := mgr.Add(admission.SeatPriorityClassInstaller(mgr.GetClient())); err != nil {
 				return fmt.Errorf("adding the seat PriorityClass installer: %w", err)

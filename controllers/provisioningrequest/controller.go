@@ -37,6 +37,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/internal/ledger"
 	"github.com/berth-dev/berth/internal/seat"
 	"github.com/berth-dev/berth/scheduling"
 )
@@ -56,6 +57,9 @@ type Options struct {
 	// ProvisioningTimeout bounds one best-effort-atomic-scale-up attempt;
 	// DefaultProvisioningTimeout when zero.
 	ProvisioningTimeout time.Duration
+	// Ledger is the account of promised room shared with gang admission: requests decide on
+	// its view, under its lock, and record the seats they pin; a ledger of their own when nil.
+	Ledger *ledger.Ledger
 }
 
 // Reconciler serves ProvisioningRequests of berth's two classes. Build it with New.
@@ -83,6 +87,9 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 	if opts.ProvisioningTimeout <= 0 {
 		opts.ProvisioningTimeout = DefaultProvisioningTimeout
 	}
+	if opts.Ledger == nil {
+		opts.Ledger = ledger.New(clk)
+	}
 	return &Reconciler{client: c, apiReader: apiReader, clock: clk, recorder: rec, opts: opts}
 }
 
@@ -90,6 +97,7 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 // +kubebuilder:rbac:groups=autoscaling.x-k8s.io,resources=provisioningrequests/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=podtemplates,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=scheduling.berth.dev,resources=podgroups,verbs=get;list;watch
 
 // SetupWithManager watches requests, their seats and the pods that consume them.
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -136,6 +144,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	default:
 		return reconcile.Result{}, nil // another provisioner's class
 	}
+	// The request decides on the ledger's view and records the seats it pins before gang
+	// admission (or another request) decides again: no GPU is promised twice.
+	r.opts.Ledger.Lock()
+	defer r.opts.Ledger.Unlock()
 	o, err := r.observe(ctx, &pr)
 	if errors.Is(err, errTemplateNotYet) {
 		return reconcile.Result{RequeueAfter: time.Second}, nil
@@ -187,16 +199,31 @@ func (r *Reconciler) observe(ctx context.Context, pr *autoscalingv1.Provisioning
 		}
 	}
 	o.ready = func(n string) bool { return ready[n] }
-	var onNodes []scheduling.PodOnNode
+	var groups berthv1alpha1.PodGroupList
+	if err := r.client.List(ctx, &groups); err != nil {
+		return o, fmt.Errorf("listing PodGroups: %w", err)
+	}
+	all := make([]*corev1.Pod, 0, len(pods.Items))
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		all = append(all, p)
 		if p.Namespace == pr.Namespace && p.Annotations[autoscalingv1.ProvisioningRequestPodAnnotationKey] == pr.Name {
 			o.consuming = append(o.consuming, p)
 		}
-		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || p.Labels[berthv1alpha1.SeatForProvisioningRequestLabel] == string(pr.UID) {
-			continue
+	}
+	gs := make([]*berthv1alpha1.PodGroup, 0, len(groups.Items))
+	for i := range groups.Items {
+		gs = append(gs, &groups.Items[i])
+	}
+	// What is promised, by anyone — bound pods, gang members pinned or promised a node, other
+	// requests' seats pinned to a node, seats created that the cache does not show yet — less
+	// this request's own seats (its room).
+	r.opts.Ledger.CatchUp(all, gs)
+	var onNodes []scheduling.PodOnNode
+	for _, pn := range r.opts.Ledger.Promised(all, gs) {
+		if pn.Pod.Labels[berthv1alpha1.SeatForProvisioningRequestLabel] != string(pr.UID) {
+			onNodes = append(onNodes, pn)
 		}
-		onNodes = append(onNodes, scheduling.PodOnNode{Pod: p, Node: p.Spec.NodeName})
 	}
 	if o.podsErr == nil && len(o.seats) == 0 && !meta.IsStatusConditionTrue(pr.Status.Conditions, autoscalingv1.Provisioned) {
 		o.fit = scheduling.Place(scheduling.NewSnapshot(ns, onNodes, unavailable), scheduling.Gang{Members: o.pods})
@@ -264,6 +291,7 @@ func (r *Reconciler) act(ctx context.Context, pr *autoscalingv1.ProvisioningRequ
 		seat := seatPod(pr, s, i, r.opts.SeatNamespace, r.opts.SeatImage)
 		switch err := r.client.Create(ctx, seat); {
 		case err == nil:
+			r.opts.Ledger.AssumePod(seat, s.node) // its room is booked before the cache shows it
 			seatsChanged.WithLabelValues(pr.Namespace, class, "created").Inc()
 		case !apierrors.IsAlreadyExists(err):
 			errs = append(errs, fmt.Errorf("creating seat %s for %s/%s: %w", seat.Name, pr.Namespace, pr.Name, err))

@@ -35,6 +35,7 @@ import (
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/podgroup/status"
 	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/internal/ledger"
 )
 
 // Name is the controller's name in logs and metrics.
@@ -63,6 +64,9 @@ type Options struct {
 	// Fence, when set, is checked before every promise and release (replicas under leader
 	// election: LeaseFence).
 	Fence Fence
+	// Ledger is the account of promised room shared with the other controllers that promise it
+	// (ProvisioningRequests); a ledger of its own when nil.
+	Ledger *ledger.Ledger
 }
 
 // Reconciler runs gang admission cycles. Build it with New.
@@ -76,8 +80,9 @@ type Reconciler struct {
 
 	// What outlives a cycle, guarded by mu (cycles never overlap, but tests and metrics read).
 	mu sync.Mutex
-	// assumed are assignments this process wrote that the cache may not show yet, by UID.
-	assumed map[string][]berthv1alpha1.MemberAssignment
+	// ledger is the account of promised room (this process's assumed admissions in it); a
+	// cycle decides holding its lock.
+	ledger *ledger.Ledger
 	// boundSeen marks gangs whose all-bound latency was observed, by UID.
 	boundSeen map[string]bool
 	// orphansSeen marks gated members without a PodGroup that were already reported, by UID.
@@ -113,9 +118,12 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 	if opts.NodeReadyBudget <= 0 {
 		opts.NodeReadyBudget = DefaultNodeReadyBudget
 	}
+	if opts.Ledger == nil {
+		opts.Ledger = ledger.New(clk)
+	}
 	return &Reconciler{
 		client: c, apiReader: apiReader, clock: clk, recorder: rec, opts: opts,
-		assumed:     map[string][]berthv1alpha1.MemberAssignment{},
+		ledger:      opts.Ledger,
 		boundSeen:   map[string]bool{},
 		orphansSeen: map[types.UID]bool{}, unschedulableSeen: map[types.UID]time.Time{},
 		strandedOn: map[types.UID]map[string]time.Time{},
@@ -162,6 +170,10 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 // Every error of the cycle is returned, joined; the soonest deadline a gang asked for (or the
 // resync) requeues the next cycle.
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	// The cycle decides on the ledger's view and records its promises in it: no other
+	// controller promises room meanwhile.
+	r.ledger.Lock()
+	defer r.ledger.Unlock()
 	cy, err := r.newCycle(ctx)
 	if errors.Is(err, errNotSynced) {
 		return reconcile.Result{RequeueAfter: 100 * time.Millisecond}, nil
@@ -248,23 +260,15 @@ func (r *Reconciler) admit(ctx context.Context, cy *cycle, gv gangView) (time.Du
 // assignments is a gang's assignments: from the cache, or from this process's own recent
 // admission when the cache has not caught up with it yet.
 func (r *Reconciler) assignments(g *berthv1alpha1.PodGroup) []berthv1alpha1.MemberAssignment {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return assignmentsOf(g, r.assumed)
+	return r.ledger.Assignments(g)
 }
 
 // forget drops what this process assumed of a gang (its generation ended).
-func (r *Reconciler) forget(g *berthv1alpha1.PodGroup) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.assumed, string(g.UID))
-}
+func (r *Reconciler) forget(g *berthv1alpha1.PodGroup) { r.ledger.ForgetAssignments(g.UID) }
 
 // assume records assignments this process just wrote for a gang.
 func (r *Reconciler) assume(g *berthv1alpha1.PodGroup, as []berthv1alpha1.MemberAssignment) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.assumed[string(g.UID)] = as
+	r.ledger.AssumeAssignments(g.UID, as)
 }
 
 // retryAfterRace is how soon a cycle runs again after losing an optimistic-lock race.

@@ -109,9 +109,9 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 		}
 		return older(a, b)
 	})
+	r.ledger.CatchUp(pods, cy.groups)
+	cy.onNodes = r.ledger.Promised(pods, cy.groups)
 	r.mu.Lock()
-	r.forgetCaughtUp(cy.groups)
-	cy.onNodes = podsOnNodes(pods, cy.groups, r.assumed)
 	r.requests.update(pods)
 	r.mu.Unlock()
 	cy.unavailable = unavailableNodes(cy.nodes)
@@ -166,21 +166,6 @@ func (cy *cycle) bootingSnapshot() *scheduling.Snapshot {
 		cy.booting.SetVolumes(cy.volumes)
 	}
 	return cy.booting
-}
-
-// forgetCaughtUp drops assumed assignments once the cache shows them (or the group is gone).
-// The caller holds r.mu.
-func (r *Reconciler) forgetCaughtUp(gs []*berthv1alpha1.PodGroup) {
-	live := map[string]*berthv1alpha1.PodGroup{}
-	for _, g := range gs {
-		live[string(g.UID)] = g
-	}
-	for uid, as := range r.assumed {
-		g, ok := live[uid]
-		if !ok || len(g.Status.Assignments) >= len(as) {
-			delete(r.assumed, uid)
-		}
-	}
 }
 
 // reportOrphans tells, once per pod, gated members whose PodGroup does not exist that they

@@ -65,65 +65,6 @@ func unavailableNodes(nodes []*corev1.Node) map[string]string {
 	return out
 }
 
-// podsOnNodes is what counts against nodes: bound, running pods; members berth released onto a
-// node (pinned, no gate left) that kube-scheduler has not bound yet; and members promised a node
-// by an admission (status.assignments, or this process's assumed ones) that are not released
-// yet. A released member's pin is a fact in the cluster and counts on its own: its gang's record
-// can be missing (its status write failed when the pin did not, or the cache trails), and a node
-// counted short is a node promised twice.
-func podsOnNodes(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup, assumed map[string][]berthv1alpha1.MemberAssignment) []scheduling.PodOnNode {
-	out := make([]scheduling.PodOnNode, 0, len(pods))
-	var unbound []*corev1.Pod
-	for _, p := range pods {
-		switch {
-		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
-		case p.Spec.NodeName != "":
-			out = append(out, scheduling.PodOnNode{Pod: p, Node: p.Spec.NodeName})
-		default:
-			unbound = append(unbound, p)
-		}
-	}
-	// Only an unbound pod can be promised: index those alone (a few against the cluster's
-	// thousands of bound pods).
-	byKey := make(map[string]*corev1.Pod, len(unbound))
-	byUID := make(map[string]*corev1.Pod, len(unbound))
-	gangs := make(map[string]bool, len(groups))
-	for _, g := range groups {
-		gangs[g.Namespace+"/"+g.Name] = true
-	}
-	for _, p := range unbound {
-		// A released member of a gang that is gone can never bind (its barrier went with the
-		// gang): it holds nothing.
-		if node, ok := pinned(p); ok && node != "" && gateIndex(p) < 0 && gangs[p.Namespace+"/"+p.Labels[berthv1alpha1.PodGroupLabel]] {
-			out = append(out, scheduling.PodOnNode{Pod: p, Node: node})
-			continue
-		}
-		byKey[p.Namespace+"/"+p.Name] = p
-		byUID[string(p.UID)] = p
-	}
-	for _, g := range groups {
-		for _, a := range assignmentsOf(g, assumed) {
-			p, ok := byKey[g.Namespace+"/"+a.Pod]
-			if a.UID != "" {
-				p, ok = byUID[string(a.UID)]
-			}
-			if ok {
-				out = append(out, scheduling.PodOnNode{Pod: p, Node: a.Node})
-			}
-		}
-	}
-	return out
-}
-
-// assignmentsOf is a group's assignments: from the cache, or from this process's own recent
-// admission when the cache has not caught up with it yet.
-func assignmentsOf(g *berthv1alpha1.PodGroup, assumed map[string][]berthv1alpha1.MemberAssignment) []berthv1alpha1.MemberAssignment {
-	if len(g.Status.Assignments) > 0 {
-		return g.Status.Assignments
-	}
-	return assumed[string(g.UID)]
-}
-
 // requestKey names one version of a pod.
 type requestKey struct {
 	uid             types.UID

@@ -1,0 +1,211 @@
+// Package ledger is berth's one account of what room on the cluster's nodes is promised: pods
+// bound to a node; pods berth pinned to a node that have not bound yet (released gang members,
+// seats of gangs and of ProvisioningRequests); gang members an admission promised a node
+// (PodGroup status.assignments); and what this process wrote that the informer cache does not
+// show yet (assignments, and seats it created pinned to a node). Gang admission and
+// ProvisioningRequests decide under the ledger's one lock, each on the ledger's view and each
+// recording its promise before it lets go: no two of them promise the same GPUs, however far
+// the cache trails their writes.
+package ledger
+
+import (
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/scheduling"
+)
+
+// podTTL is how long an assumed pod is kept without the cache showing it: a pod created and
+// deleted again before the cache saw it would otherwise be counted for good.
+const podTTL = time.Minute
+
+// Ledger is the shared account. The zero value is not usable; New makes one.
+type Ledger struct {
+	decide sync.Mutex // held from a decision's view to its recorded promise
+	mu     sync.Mutex // guards the maps
+	clock  clock.PassiveClock
+	// assignments are admissions this process wrote, by gang UID, until the cache shows them.
+	assignments map[types.UID][]berthv1alpha1.MemberAssignment
+	// pods are pods this process created pinned to a node, by UID, until the cache shows them.
+	pods map[types.UID]assumedPod
+}
+
+type assumedPod struct {
+	pod  *corev1.Pod
+	node string
+	at   time.Time
+}
+
+// New returns an empty ledger on clock clk (the real clock when nil).
+func New(clk clock.PassiveClock) *Ledger {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Ledger{clock: clk, assignments: map[types.UID][]berthv1alpha1.MemberAssignment{}, pods: map[types.UID]assumedPod{}}
+}
+
+// Lock takes the decision lock: the caller's view (Promised) and the promises it records
+// (AssumeAssignments, AssumePod) are consistent with every other decision's. Hold it from the
+// view to the recorded promise, no longer.
+func (l *Ledger) Lock() { l.decide.Lock() }
+
+// Unlock lets the next decision go.
+func (l *Ledger) Unlock() { l.decide.Unlock() }
+
+// AssumeAssignments records assignments this process just wrote for gang uid (its status may
+// not show them in the cache yet).
+func (l *Ledger) AssumeAssignments(uid types.UID, as []berthv1alpha1.MemberAssignment) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.assignments[uid] = as
+}
+
+// ForgetAssignments drops what was assumed of gang uid (its generation ended).
+func (l *Ledger) ForgetAssignments(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.assignments, uid)
+}
+
+// Assignments is gang g's assignments: its status's, or what this process assumed when the
+// status in the cache has none yet.
+func (l *Ledger) Assignments(g *berthv1alpha1.PodGroup) []berthv1alpha1.MemberAssignment {
+	if len(g.Status.Assignments) > 0 {
+		return g.Status.Assignments
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.assignments[g.UID]
+}
+
+// AssumePod records a pod this process just created pinned to node (a seat booking room on an
+// existing node), until the cache shows it.
+func (l *Ledger) AssumePod(p *corev1.Pod, node string) {
+	if p.UID == "" || node == "" {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pods[p.UID] = assumedPod{pod: p, node: node, at: l.clock.Now()}
+}
+
+// ForgetPod drops an assumed pod (it was deleted).
+func (l *Ledger) ForgetPod(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.pods, uid)
+}
+
+// CatchUp drops what the cache now shows: assumed pods it has (by UID), or that are older than
+// podTTL, and assumed assignments of gangs whose status holds as many or that are gone.
+func (l *Ledger) CatchUp(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.pods) > 0 {
+		seen := make(map[types.UID]bool, len(pods))
+		for _, p := range pods {
+			seen[p.UID] = true
+		}
+		now := l.clock.Now()
+		for uid, a := range l.pods {
+			if seen[uid] || now.Sub(a.at) > podTTL {
+				delete(l.pods, uid)
+			}
+		}
+	}
+	if len(l.assignments) > 0 {
+		live := make(map[types.UID]*berthv1alpha1.PodGroup, len(groups))
+		for _, g := range groups {
+			live[g.UID] = g
+		}
+		for uid, as := range l.assignments {
+			if g, ok := live[uid]; !ok || len(g.Status.Assignments) >= len(as) {
+				delete(l.assignments, uid)
+			}
+		}
+	}
+}
+
+// Promised is what counts against nodes, each pod once: bound pods that have not finished;
+// pods berth pinned to a node (PinnedNodeAnnotation) and released (no gate) that have not bound
+// yet — seats always, gang members while their gang lives (a released member of a gang that is
+// gone can never bind: its barrier went with the gang); members promised a node by their gang's
+// admission and not released yet (status, or assumed); and pods this process created pinned to
+// a node that the cache does not show yet.
+func (l *Ledger) Promised(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) []scheduling.PodOnNode {
+	out := make([]scheduling.PodOnNode, 0, len(pods))
+	var unbound []*corev1.Pod
+	seen := make(map[types.UID]bool, len(pods))
+	for _, p := range pods {
+		seen[p.UID] = true
+		switch {
+		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
+		case p.Spec.NodeName != "":
+			out = append(out, scheduling.PodOnNode{Pod: p, Node: p.Spec.NodeName})
+		default:
+			unbound = append(unbound, p)
+		}
+	}
+	gangs := make(map[string]bool, len(groups))
+	for _, g := range groups {
+		gangs[g.Namespace+"/"+g.Name] = true
+	}
+	// Only an unbound pod can be promised: index those alone (a few against the cluster's
+	// thousands of bound pods).
+	byKey := make(map[string]*corev1.Pod, len(unbound))
+	byUID := make(map[types.UID]*corev1.Pod, len(unbound))
+	for _, p := range unbound {
+		if node := p.Annotations[berthv1alpha1.PinnedNodeAnnotation]; node != "" && !gated(p) &&
+			(IsSeat(p) || gangs[p.Namespace+"/"+p.Labels[berthv1alpha1.PodGroupLabel]]) {
+			out = append(out, scheduling.PodOnNode{Pod: p, Node: node})
+			continue
+		}
+		byKey[p.Namespace+"/"+p.Name] = p
+		byUID[p.UID] = p
+	}
+	for _, g := range groups {
+		for _, a := range l.Assignments(g) {
+			p, ok := byKey[g.Namespace+"/"+a.Pod]
+			if a.UID != "" {
+				p, ok = byUID[a.UID]
+			}
+			if ok {
+				out = append(out, scheduling.PodOnNode{Pod: p, Node: a.Node})
+			}
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for uid, a := range l.pods {
+		if !seen[uid] {
+			out = append(out, scheduling.PodOnNode{Pod: a.pod, Node: a.node})
+		}
+	}
+	return out
+}
+
+// IsSeat reports whether p is one of berth's seat pods (of a gang, a ProvisioningRequest, a
+// native gang, or a fleet's warm seat).
+func IsSeat(p *corev1.Pod) bool {
+	for _, k := range []string{berthv1alpha1.SeatOfLabel, berthv1alpha1.SeatForProvisioningRequestLabel, berthv1alpha1.SeatForNativeGroupLabel, berthv1alpha1.WarmSeatForLabel} {
+		if _, ok := p.Labels[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// gated reports whether p still carries berth's scheduling gate.
+func gated(p *corev1.Pod) bool {
+	for _, g := range p.Spec.SchedulingGates {
+		if g.Name == berthv1alpha1.SchedulingGate {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,116 @@
+package ledger
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/test/builders"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func counts(l *Ledger, pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) map[string]int {
+	out := map[string]int{}
+	for _, pn := range l.Promised(pods, groups) {
+		out[pn.Pod.Name+"@"+pn.Node]++
+	}
+	return out
+}
+
+func TestPromisedCountsPromises(t *testing.T) {
+	l := New(clocktesting.NewFakePassiveClock(t0))
+	g := builders.PodGroup("g", "ml").Obj()
+	g.UID = types.UID("uid-1")
+	g.Status.Assignments = []berthv1alpha1.MemberAssignment{{Pod: "m0", Node: "n1"}, {Pod: "m1", Node: "n1"}, {Pod: "gone", Node: "n1"}}
+	pods := []*corev1.Pod{
+		builders.Pod("m0", "ml").Member("g").Obj(),                             // promised, unbound: counts on n1
+		builders.Pod("m1", "ml").Member("g").Node("n1").Obj(),                  // bound: counts once
+		builders.Pod("x", "ml").Node("n2").Obj(),                               // other bound pod
+		builders.Pod("done", "ml").Node("n2").Phase(corev1.PodSucceeded).Obj(), // finished: nothing
+	}
+	if diff := cmp.Diff(map[string]int{"m0@n1": 1, "m1@n1": 1, "x@n2": 1}, counts(l, pods, []*berthv1alpha1.PodGroup{g})); diff != "" {
+		t.Errorf("pods on nodes (-want +got):\n%s", diff)
+	}
+
+	// A released member counts on the node it is pinned to even when its gang's record of the
+	// promise is missing (a status write that failed after the pin, a cache that trails); one
+	// the record shows too counts once; a pinned member still gated is a promise only through
+	// its record; a released member of a gang that is gone never binds.
+	lost := builders.PodGroup("lost", "ml").Obj()
+	lost.UID = types.UID("uid-2")
+	recorded := builders.PodGroup("rec", "ml").Obj()
+	recorded.UID = types.UID("uid-3")
+	recorded.Status.Assignments = []berthv1alpha1.MemberAssignment{{Pod: "r0", UID: "r0-uid", Node: "n3"}}
+	r0 := builders.Pod("r0", "ml").Member("rec").Pinned("n3").Obj()
+	r0.UID = "r0-uid"
+	released := []*corev1.Pod{
+		builders.Pod("l0", "ml").Member("lost").Pinned("n3").Obj(),
+		builders.Pod("orphan", "ml").Member("deleted-gang").Pinned("n3").Obj(),
+		builders.Pod("l1", "ml").Member("lost").Pinned("n3").Gated().Obj(),
+		r0,
+	}
+	if diff := cmp.Diff(map[string]int{"l0@n3": 1, "r0@n3": 1}, counts(l, released, []*berthv1alpha1.PodGroup{lost, recorded})); diff != "" {
+		t.Errorf("released members on nodes (-want +got):\n%s", diff)
+	}
+
+	// A fresh admission the cache does not show yet still counts.
+	stale := builders.PodGroup("g", "ml").Obj()
+	stale.UID = g.UID
+	l.AssumeAssignments(g.UID, g.Status.Assignments)
+	if diff := cmp.Diff(map[string]int{"m0@n1": 1}, counts(l, pods[:1], []*berthv1alpha1.PodGroup{stale})); diff != "" {
+		t.Errorf("assumed promise (-want +got):\n%s", diff)
+	}
+}
+
+// TestPromisedCountsOtherUsersSeats: a ProvisioningRequest's seat pinned to a node books its
+// room before it binds — the gang admission of the same process must see it (it counted pinned
+// pods of live gangs only, and promised the same GPUs) — and a seat this process created that
+// the cache does not show yet counts too, once.
+func TestPromisedCountsOtherUsersSeats(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	l := New(clk)
+	seat := builders.Pod("pr-seat", "berth-system").Label(berthv1alpha1.SeatForProvisioningRequestLabel, "pr-uid").Pinned("n1").Obj()
+	seat.UID = "seat-uid"
+	if diff := cmp.Diff(map[string]int{"pr-seat@n1": 1}, counts(l, []*corev1.Pod{seat}, nil)); diff != "" {
+		t.Errorf("a pinned seat in the cache (-want +got):\n%s", diff)
+	}
+	l.AssumePod(seat, "n1")
+	if diff := cmp.Diff(map[string]int{"pr-seat@n1": 1}, counts(l, nil, nil)); diff != "" {
+		t.Errorf("a seat created, not in the cache yet (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"pr-seat@n1": 1}, counts(l, []*corev1.Pod{seat}, nil)); diff != "" {
+		t.Errorf("a seat assumed and in the cache counts once (-want +got):\n%s", diff)
+	}
+	l.CatchUp([]*corev1.Pod{seat}, nil)
+	if len(l.pods) != 0 {
+		t.Errorf("the cache shows the seat: still assumed %v", l.pods)
+	}
+	l.AssumePod(seat, "n1")
+	clk.SetTime(t0.Add(2 * podTTL))
+	l.CatchUp(nil, nil)
+	if len(l.pods) != 0 {
+		t.Errorf("an assumed seat the cache never showed (deleted at once) is kept past its TTL: %v", l.pods)
+	}
+}
+
+func TestCatchUpAssignments(t *testing.T) {
+	l := New(nil)
+	for _, uid := range []types.UID{"caught-up", "stale", "deleted"} {
+		l.AssumeAssignments(uid, []berthv1alpha1.MemberAssignment{{Pod: "a", Node: "n"}})
+	}
+	caught := builders.PodGroup("a", "ml").Obj()
+	caught.UID = "caught-up"
+	caught.Status.Assignments = []berthv1alpha1.MemberAssignment{{Pod: "a", Node: "n"}}
+	stale := builders.PodGroup("b", "ml").Obj()
+	stale.UID = "stale"
+	l.CatchUp(nil, []*berthv1alpha1.PodGroup{caught, stale})
+	if _, ok := l.assignments["stale"]; !ok || len(l.assignments) != 1 {
+		t.Errorf("assumed after catching up = %v, want only the stale one", l.assignments)
+	}
+}
