@@ -9,6 +9,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	clocktesting "k8s.io/utils/clock/testing"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/test/builders"
 )
 
@@ -94,5 +96,37 @@ func TestFencedReplicaPromisesNothing(t *testing.T) {
 		if len(p.Spec.SchedulingGates) != 0 {
 			t.Errorf("member %s still gated once the fence holds", p.Name)
 		}
+	}
+}
+
+// TestGangThatFitsAtItsDeadlineIsAdmitted: a gang whose wait has just passed its schedule
+// timeout, and which fits now, is admitted — it was timed out instead, giving back the room it
+// could have had.
+func TestGangThatFitsAtItsDeadlineIsAdmitted(t *testing.T) {
+	node := builders.Node("n0").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
+	pg := builders.PodGroup("g", "ml").MinMember(2).ScheduleTimeout(10).Obj()
+	pg.UID = "uid-g"
+	objs := []client.Object{node, pg}
+	for i := range 2 {
+		p := builders.Pod(fmt.Sprintf("g-%d", i), "ml").Member("g").Gated().GPU(1).Obj()
+		p.UID = types.UID(fmt.Sprintf("uid-%d", i))
+		objs = append(objs, p)
+	}
+	r, base, _, clk, _ := budgetHarness(t, objs...)
+	var g berthv1alpha1.PodGroup
+	if err := base.Get(context.Background(), client.ObjectKeyFromObject(pg), &g); err != nil {
+		t.Fatal(err)
+	}
+	g.Status.WaitingSince = &metav1.Time{Time: clk.Now().Add(-11 * time.Second)}
+	if err := base.Status().Update(context.Background(), &g); err != nil {
+		t.Fatal(err)
+	}
+	cycleOnce(t, r)
+	if err := base.Get(context.Background(), client.ObjectKeyFromObject(pg), &g); err != nil {
+		t.Fatal(err)
+	}
+	cond := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionScheduled)
+	if cond == nil || cond.Status != metav1.ConditionTrue || g.Status.ScheduleTimeouts != 0 {
+		t.Errorf("a gang that fits at its deadline: Scheduled %+v, timeouts %d; want admitted", cond, g.Status.ScheduleTimeouts)
 	}
 }

@@ -65,11 +65,13 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 			gang, res = part, pres
 		}
 	}
-	// A gang that fits the first time it is looked at is admitted without starting its wait
-	// clock: one status write (the admission) instead of two.
+	// A gang that fits is admitted — without starting its wait clock the first time it is
+	// looked at (one status write, the admission, instead of two), and even when its wait has
+	// just passed its timeout: the timeout is for a gang that does not fit (it was timed out
+	// at its deadline instead).
 	var wait time.Duration
 	var backingOff bool
-	if !res.Fits() || g.Status.WaitingSince != nil || g.Status.ScheduleRetryAt != nil {
+	if !res.Fits() {
 		var err error
 		if wait, backingOff, err = r.tendClock(ctx, cy, gv); err != nil || wait < 0 {
 			return 0, err
