@@ -2,6 +2,7 @@ package admission
 
 import (
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,6 +95,13 @@ func seatAffinity(g *berthv1alpha1.PodGroup, m *corev1.Pod, sf scheduling.Shortf
 	// reservation label; seats stay off them. (Karpenter ignores pods that select on
 	// kubernetes.io/hostname or matchFields, so a node label it is.)
 	addRequiredNodeTerm(aff, corev1.NodeSelectorRequirement{Key: reserveKey(g), Operator: corev1.NodeSelectorOpDoesNotExist})
+	// A required pod-affinity term holds only on a node that has its topology key: the member's
+	// release term (kubernetes.io/os) and its own terms. A seat without them landed on nodes
+	// its member could never follow it to (hand-registered or virtual nodes without the
+	// label), and the gang cycled through attempts holding the capacity.
+	for _, key := range affinityKeys(m) {
+		addRequiredNodeTerm(aff, corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpExists})
+	}
 	if g.Spec.Topology != nil {
 		key := g.Spec.Topology.RequiredKey
 		if sf.Domain != "" {
@@ -148,4 +156,19 @@ func addRequiredNodeTerm(aff *corev1.Affinity, req corev1.NodeSelectorRequiremen
 	for i := range terms {
 		terms[i].MatchExpressions = append(terms[i].MatchExpressions, req)
 	}
+}
+
+// affinityKeys are the topology keys of m's required pod-affinity terms (its release term's
+// among them), each once: a node must carry them for m to be placed there.
+func affinityKeys(m *corev1.Pod) []string {
+	if m.Spec.Affinity == nil || m.Spec.Affinity.PodAffinity == nil {
+		return nil
+	}
+	var keys []string
+	for _, t := range m.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+		if t.TopologyKey != "" && !slices.Contains(keys, t.TopologyKey) {
+			keys = append(keys, t.TopologyKey)
+		}
+	}
+	return keys
 }

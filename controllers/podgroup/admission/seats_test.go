@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"k8s.io/utils/clock"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -151,6 +152,25 @@ func TestSeatPod(t *testing.T) {
 					ex := terms[i].MatchExpressions
 					if len(ex) != 3 || ex[0].Key != corev1.LabelInstanceTypeStable || ex[1].Key != reservation.Key || ex[2].Values[0] != z {
 						t.Errorf("term %d = %+v", i, ex)
+					}
+				}
+			},
+		},
+		{
+			name:  "a member's required pod-affinity keys: the seat's node must have them (the release term's kubernetes.io/os)",
+			group: base,
+			member: func() *corev1.Pod {
+				m := builders.Pod("ddp-0", "ml").Member("ddp").GPU(8).Obj()
+				m.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+					berthv1alpha1.ReleaseTerm("ddp")}}}
+				return m
+			}(),
+			check: func(t *testing.T, seat *corev1.Pod) {
+				t.Helper()
+				want := corev1.NodeSelectorRequirement{Key: corev1.LabelOSStable, Operator: corev1.NodeSelectorOpExists}
+				for _, term := range seat.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+					if !slices.ContainsFunc(term.MatchExpressions, func(r corev1.NodeSelectorRequirement) bool { return r.Key == want.Key && r.Operator == want.Operator }) {
+						t.Errorf("seat term %+v lacks %v: it may land where its member cannot follow", term, want)
 					}
 				}
 			},
