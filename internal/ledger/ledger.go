@@ -9,6 +9,7 @@
 package ledger
 
 import (
+	"strconv"
 	"sync"
 	"time"
 
@@ -30,9 +31,16 @@ type Ledger struct {
 	mu     sync.Mutex // guards the maps
 	clock  clock.PassiveClock
 	// assignments are admissions this process wrote, by gang UID, until the cache shows them.
-	assignments map[types.UID][]berthv1alpha1.MemberAssignment
+	assignments map[types.UID]assumedAssignments
 	// pods are pods this process created pinned to a node, by UID, until the cache shows them.
 	pods map[types.UID]assumedPod
+}
+
+// assumedAssignments are a gang's assignments as this process wrote them, at the PodGroup's
+// resourceVersion rv after the write.
+type assumedAssignments struct {
+	as []berthv1alpha1.MemberAssignment
+	rv string
 }
 
 type assumedPod struct {
@@ -46,7 +54,7 @@ func New(clk clock.PassiveClock) *Ledger {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Ledger{clock: clk, assignments: map[types.UID][]berthv1alpha1.MemberAssignment{}, pods: map[types.UID]assumedPod{}}
+	return &Ledger{clock: clk, assignments: map[types.UID]assumedAssignments{}, pods: map[types.UID]assumedPod{}}
 }
 
 // Lock takes the decision lock: the caller's view (Promised) and the promises it records
@@ -57,12 +65,14 @@ func (l *Ledger) Lock() { l.decide.Lock() }
 // Unlock lets the next decision go.
 func (l *Ledger) Unlock() { l.decide.Unlock() }
 
-// AssumeAssignments records assignments this process just wrote for gang uid (its status may
-// not show them in the cache yet).
-func (l *Ledger) AssumeAssignments(uid types.UID, as []berthv1alpha1.MemberAssignment) {
+// AssumeAssignments records assignments this process just wrote for gang uid, the PodGroup
+// being at resourceVersion rv after the write: until the cache shows that version (or a later
+// one) the cache's status is older than the promise — none for a first admission, one member
+// short for a replacement, the last generation's for a new one.
+func (l *Ledger) AssumeAssignments(uid types.UID, as []berthv1alpha1.MemberAssignment, rv string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.assignments[uid] = as
+	l.assignments[uid] = assumedAssignments{as: as, rv: rv}
 }
 
 // ForgetAssignments drops what was assumed of gang uid (its generation ended).
@@ -72,15 +82,28 @@ func (l *Ledger) ForgetAssignments(uid types.UID) {
 	delete(l.assignments, uid)
 }
 
-// Assignments is gang g's assignments: its status's, or what this process assumed when the
-// status in the cache has none yet.
+// Assignments is gang g's assignments as promised: what this process wrote when g (from the
+// cache) is older than that write, else g's status.
 func (l *Ledger) Assignments(g *berthv1alpha1.PodGroup) []berthv1alpha1.MemberAssignment {
-	if len(g.Status.Assignments) > 0 {
-		return g.Status.Assignments
-	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.assignments[g.UID]
+	a, ok := l.assignments[g.UID]
+	l.mu.Unlock()
+	if ok && !caughtUp(g.ResourceVersion, a.rv) {
+		return a.as
+	}
+	return g.Status.Assignments
+}
+
+// caughtUp reports whether an object at resourceVersion seen is at least as new as one at
+// written. resourceVersions are etcd revisions: compared as numbers where both are (they are,
+// from kube-apiserver), else only equality counts.
+func caughtUp(seen, written string) bool {
+	if seen == written {
+		return true
+	}
+	a, errA := strconv.ParseUint(seen, 10, 64)
+	b, errB := strconv.ParseUint(written, 10, 64)
+	return errA == nil && errB == nil && a >= b
 }
 
 // AssumePod records a pod this process just created pinned to node (a seat booking room on an
@@ -102,7 +125,8 @@ func (l *Ledger) ForgetPod(uid types.UID) {
 }
 
 // CatchUp drops what the cache now shows: assumed pods it has (by UID), or that are older than
-// podTTL, and assumed assignments of gangs whose status holds as many or that are gone.
+// podTTL, and assumed assignments of gangs the cache shows at the written version or later, or
+// that are gone.
 func (l *Ledger) CatchUp(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -123,8 +147,8 @@ func (l *Ledger) CatchUp(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) {
 		for _, g := range groups {
 			live[g.UID] = g
 		}
-		for uid, as := range l.assignments {
-			if g, ok := live[uid]; !ok || len(g.Status.Assignments) >= len(as) {
+		for uid, a := range l.assignments {
+			if g, ok := live[uid]; !ok || caughtUp(g.ResourceVersion, a.rv) {
 				delete(l.assignments, uid)
 			}
 		}

@@ -61,8 +61,8 @@ func TestPromisedCountsPromises(t *testing.T) {
 
 	// A fresh admission the cache does not show yet still counts.
 	stale := builders.PodGroup("g", "ml").Obj()
-	stale.UID = g.UID
-	l.AssumeAssignments(g.UID, g.Status.Assignments)
+	stale.UID, stale.ResourceVersion = g.UID, "6"
+	l.AssumeAssignments(g.UID, g.Status.Assignments, "7")
 	if diff := cmp.Diff(map[string]int{"m0@n1": 1}, counts(l, pods[:1], []*berthv1alpha1.PodGroup{stale})); diff != "" {
 		t.Errorf("assumed promise (-want +got):\n%s", diff)
 	}
@@ -102,15 +102,38 @@ func TestPromisedCountsOtherUsersSeats(t *testing.T) {
 func TestCatchUpAssignments(t *testing.T) {
 	l := New(nil)
 	for _, uid := range []types.UID{"caught-up", "stale", "deleted"} {
-		l.AssumeAssignments(uid, []berthv1alpha1.MemberAssignment{{Pod: "a", Node: "n"}})
+		l.AssumeAssignments(uid, []berthv1alpha1.MemberAssignment{{Pod: "a", Node: "n"}}, "10")
 	}
 	caught := builders.PodGroup("a", "ml").Obj()
-	caught.UID = "caught-up"
+	caught.UID, caught.ResourceVersion = "caught-up", "10"
 	caught.Status.Assignments = []berthv1alpha1.MemberAssignment{{Pod: "a", Node: "n"}}
 	stale := builders.PodGroup("b", "ml").Obj()
-	stale.UID = "stale"
+	stale.UID, stale.ResourceVersion = "stale", "9"
 	l.CatchUp(nil, []*berthv1alpha1.PodGroup{caught, stale})
 	if _, ok := l.assignments["stale"]; !ok || len(l.assignments) != 1 {
 		t.Errorf("assumed after catching up = %v, want only the stale one", l.assignments)
+	}
+}
+
+// TestAssumedReplacementAndGeneration: a replacement adds one assignment to a status the cache
+// shows with the others, and a new generation replaces an old one's: the cache's status is
+// non-empty and older than the write — the write's assignments count until the cache shows its
+// version (the ledger counted a status of as many or more as caught up, and promised the
+// replacement's and the new generation's nodes again).
+func TestAssumedReplacementAndGeneration(t *testing.T) {
+	l := New(nil)
+	cached := builders.PodGroup("g", "ml").Obj()
+	cached.UID, cached.ResourceVersion = "uid-g", "5"
+	cached.Status.Assignments = []berthv1alpha1.MemberAssignment{{Pod: "a", Node: "old-1"}, {Pod: "b", Node: "old-2"}}
+	next := []berthv1alpha1.MemberAssignment{{Pod: "a2", Node: "new-1"}}
+	l.AssumeAssignments(cached.UID, next, "6")
+	l.CatchUp(nil, []*berthv1alpha1.PodGroup{cached})
+	if diff := cmp.Diff(next, l.Assignments(cached)); diff != "" {
+		t.Errorf("a new generation the cache does not show yet (-want +got):\n%s", diff)
+	}
+	cached.ResourceVersion, cached.Status.Assignments = "6", next
+	l.CatchUp(nil, []*berthv1alpha1.PodGroup{cached})
+	if len(l.assignments) != 0 {
+		t.Errorf("caught up, still assumed: %v", l.assignments)
 	}
 }

@@ -3,6 +3,7 @@ package ledger
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -29,10 +30,11 @@ type world struct {
 	pods   []*corev1.Pod
 	groups []*berthv1alpha1.PodGroup
 	next   int
+	rv     int // the API server's last resourceVersion
 }
 
 func (w *world) clone() world {
-	c := world{next: w.next}
+	c := world{next: w.next, rv: w.rv}
 	for _, p := range w.pods {
 		c.pods = append(c.pods, p.DeepCopy())
 	}
@@ -79,6 +81,8 @@ func (w *world) submit(rng *rand.Rand) {
 	name := fmt.Sprintf("g%d", w.next)
 	g := builders.PodGroup(name, "ml").MinMember(1).Obj()
 	g.UID = types.UID("uid-" + name)
+	w.rv++
+	g.ResourceVersion = strconv.Itoa(w.rv)
 	m := builders.Pod(name+"-0", "ml").Member(name).GPU(1 + rng.IntN(gpusPerNode)).Gated().Obj()
 	m.UID = types.UID("uid-" + m.Name)
 	w.groups = append(w.groups, g)
@@ -110,9 +114,11 @@ func (w *world) admitGang(cache world, l *Ledger, rng *rand.Rand) {
 			continue
 		}
 		as := []berthv1alpha1.MemberAssignment{{Pod: m.Name, UID: m.UID, Node: node}}
+		w.rv++
+		rv := strconv.Itoa(w.rv)
 		for _, g := range w.groups {
 			if g.UID == cg.UID {
-				g.Status.Assignments = as
+				g.Status.Assignments, g.ResourceVersion = as, rv
 			}
 		}
 		for _, p := range w.pods {
@@ -121,7 +127,7 @@ func (w *world) admitGang(cache world, l *Ledger, rng *rand.Rand) {
 				p.Spec.SchedulingGates = nil
 			}
 		}
-		l.AssumeAssignments(cg.UID, as)
+		l.AssumeAssignments(cg.UID, as, rv)
 		return
 	}
 }

@@ -266,9 +266,9 @@ func (r *Reconciler) assignments(g *berthv1alpha1.PodGroup) []berthv1alpha1.Memb
 // forget drops what this process assumed of a gang (its generation ended).
 func (r *Reconciler) forget(g *berthv1alpha1.PodGroup) { r.ledger.ForgetAssignments(g.UID) }
 
-// assume records assignments this process just wrote for a gang.
+// assume records assignments this process just wrote for a gang (g as the write returned it).
 func (r *Reconciler) assume(g *berthv1alpha1.PodGroup, as []berthv1alpha1.MemberAssignment) {
-	r.ledger.AssumeAssignments(g.UID, as)
+	r.ledger.AssumeAssignments(g.UID, as, g.ResourceVersion)
 }
 
 // retryAfterRace is how soon a cycle runs again after losing an optimistic-lock race.
