@@ -3,6 +3,7 @@ package admission
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -149,5 +150,45 @@ func TestGangBackoff(t *testing.T) {
 	r.recovered("a")
 	if _, ok := r.backingOff("a", now.Add(2*time.Second)); ok {
 		t.Error("a recovered gang still backs off")
+	}
+}
+
+// TestForgetGone: what outlives a cycle is pruned when its gang or pod goes — it grew with
+// every gang, generation and pod a long-lived controller ever saw.
+func TestForgetGone(t *testing.T) {
+	r := &Reconciler{boundSeen: map[string]bool{"live/0": true, "live/1": true, "gone/0": true},
+		orphansSeen: map[types.UID]bool{"pod-here": true, "pod-gone": true},
+		failures:    map[types.UID]failure{"live": {count: 1}, "gone": {count: 2}, sweepsKey: {count: 1}}}
+	g := builders.PodGroup("g", "ml").Obj()
+	g.UID = "live"
+	r.forgetGone([]*berthv1alpha1.PodGroup{g}, map[types.UID]bool{"pod-here": true})
+	if diff := cmp.Diff(map[string]bool{"live/0": true, "live/1": true}, r.boundSeen); diff != "" {
+		t.Errorf("boundSeen (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[types.UID]bool{"pod-here": true}, r.orphansSeen); diff != "" {
+		t.Errorf("orphansSeen (-want +got):\n%s", diff)
+	}
+	if _, ok := r.failures["gone"]; ok || len(r.failures) != 2 {
+		t.Errorf("failures %v: want the live gang's and the sweeps'", r.failures)
+	}
+}
+
+func TestParallelIsBounded(t *testing.T) {
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	items := make([]int, 100)
+	err := parallel(items, func(int, int) error {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		time.Sleep(time.Millisecond)
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return nil
+	})
+	if err != nil || most > maxParallelWrites {
+		t.Errorf("%d writes in flight at once (err %v), want at most %d", most, err, maxParallelWrites)
 	}
 }

@@ -97,6 +97,7 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 		uids[p.UID] = true
 	}
 	r.forgetUnschedulable(func(uid types.UID) bool { return uids[uid] })
+	r.forgetGone(groups, uids)
 	cy.seats, cy.booked = seatsByGroup(pods), bookedSeats(pods)
 	prio := make(map[*berthv1alpha1.PodGroup]int32, len(cy.groups))
 	for _, g := range cy.groups {

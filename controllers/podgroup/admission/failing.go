@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -91,3 +92,31 @@ func (r *Reconciler) gangFailed(ctx context.Context, g *berthv1alpha1.PodGroup, 
 
 // sweepsKey keys the cluster-wide sweeps' failures.
 const sweepsKey = types.UID("sweeps")
+
+// forgetGone prunes what the reconciler remembers across cycles of gangs and pods that are
+// gone: all-bound latencies observed (by gang UID and generation), orphans reported (by pod
+// UID) and failure runs (by gang UID). Kept otherwise, they grew with every gang, generation and
+// pod a long-lived controller ever saw. pods says which pod UIDs exist.
+func (r *Reconciler) forgetGone(groups []*berthv1alpha1.PodGroup, pods map[types.UID]bool) {
+	live := make(map[string]bool, len(groups))
+	for _, g := range groups {
+		live[string(g.UID)] = true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for key := range r.boundSeen {
+		if uid, _, _ := strings.Cut(key, "/"); !live[uid] {
+			delete(r.boundSeen, key)
+		}
+	}
+	for uid := range r.orphansSeen {
+		if !pods[uid] {
+			delete(r.orphansSeen, uid)
+		}
+	}
+	for uid := range r.failures {
+		if uid != sweepsKey && !live[string(uid)] {
+			delete(r.failures, uid)
+		}
+	}
+}

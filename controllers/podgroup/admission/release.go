@@ -227,17 +227,25 @@ func requireOnNode(p *corev1.Pod, fields, exprs []corev1.NodeSelectorRequirement
 	}
 }
 
-// parallel runs f for every item at once and returns every error, joined.
+// parallel runs f for every item, at most maxParallelWrites at once, and returns every error,
+// joined.
 func parallel[T any](items []T, f func(int, T) error) error {
 	var wg sync.WaitGroup
 	errs := make([]error, len(items))
+	slots := make(chan struct{}, maxParallelWrites)
 	for i, it := range items {
 		wg.Add(1)
+		slots <- struct{}{}
 		go func() {
-			defer wg.Done()
+			defer func() { <-slots; wg.Done() }()
 			errs[i] = f(i, it)
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
+
+// maxParallelWrites bounds the writes parallel has in flight: a gang of hundreds of members
+// released at once is hundreds of requests, not hundreds at once (client-go's rate limiter
+// would queue them anyway, each goroutine holding its pod).
+const maxParallelWrites = 16
