@@ -181,7 +181,8 @@ type PodGroupStatus struct {
 	// Assignments record where admission placed each member of the current generation. They
 	// are the durable promise of capacity to the gang: written before any member is released,
 	// they let a restarted controller finish a release it started, and keep the capacity of
-	// members that are not bound yet from being promised to another gang.
+	// members that are not bound yet from being promised to another gang. A replacement's
+	// assignment takes the place of the member it replaces.
 	// +optional
 	// +listType=map
 	// +listMapKey=pod

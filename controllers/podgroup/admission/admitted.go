@@ -111,8 +111,8 @@ func (r *Reconciler) tendAdmitted(ctx context.Context, cy *cycle, gv gangView, g
 	if len(gen.lost) > 0 && g.Spec.OnMemberLoss == berthv1alpha1.MemberLossRestartGang && slices.ContainsFunc(gen.live, controlled) {
 		return wait, errors.Join(append(errs, r.restartGang(ctx, gv, gen))...)
 	}
-	repl, prevNode, rest := gen.replacements(g.Spec.MinMember)
-	next, err := r.admitIndividually(ctx, cy, gv, gen, joiners{pods: repl, prevNode: prevNode, withSeats: true})
+	repl, prev, rest := gen.replacements(g.Spec.MinMember)
+	next, err := r.admitIndividually(ctx, cy, gv, gen, joiners{pods: repl, prev: prev, withSeats: true})
 	errs = append(errs, err)
 	wait = minPositive(wait, next)
 	if gen.succeeded == 0 {

@@ -101,11 +101,11 @@ func (g generation) replacementSlots(minMember int32) int {
 }
 
 // replacements are the fresh members that take the lost members' slots, those of an Indexed
-// Job with a lost member's index first, each paired with the node its predecessor had ("" when
-// unknown); rest are the other fresh members.
-func (g generation) replacements(minMember int32) (repl []*corev1.Pod, prevNode map[string]string, rest []*corev1.Pod) {
+// Job with a lost member's index first, each paired (by pod name) with the assignment of the
+// member it replaces when one is known; rest are the other fresh members.
+func (g generation) replacements(minMember int32) (repl []*corev1.Pod, prev map[string]berthv1alpha1.MemberAssignment, rest []*corev1.Pod) {
 	slots := g.replacementSlots(minMember)
-	prevNode = map[string]string{}
+	prev = map[string]berthv1alpha1.MemberAssignment{}
 	lostByIndex := map[string]berthv1alpha1.MemberAssignment{}
 	var unindexed []berthv1alpha1.MemberAssignment
 	for _, l := range g.lost {
@@ -121,7 +121,7 @@ func (g generation) replacements(minMember int32) (repl []*corev1.Pod, prevNode 
 			break
 		}
 		if a, ok := lostByIndex[completionIndex(p)]; ok && completionIndex(p) != "" {
-			repl, taken[p], prevNode[p.Name] = append(repl, p), true, a.Node
+			repl, taken[p], prev[p.Name] = append(repl, p), true, a
 			delete(lostByIndex, completionIndex(p))
 		}
 	}
@@ -134,7 +134,7 @@ func (g generation) replacements(minMember int32) (repl []*corev1.Pod, prevNode 
 			taken[p] = true
 			repl = append(repl, p)
 			if len(pending) > 0 {
-				prevNode[p.Name], pending = pending[0].Node, pending[1:]
+				prev[p.Name], pending = pending[0], pending[1:]
 			}
 		}
 	}
@@ -143,7 +143,7 @@ func (g generation) replacements(minMember int32) (repl []*corev1.Pod, prevNode 
 			rest = append(rest, p)
 		}
 	}
-	return repl, prevNode, rest
+	return repl, prev, rest
 }
 
 // sortedAssignments are a map's assignments in index order.

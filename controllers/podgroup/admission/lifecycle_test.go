@@ -96,7 +96,7 @@ func TestReplacements(t *testing.T) {
 			name:     "an Indexed Job's replacement takes its index's slot and node",
 			members:  []*corev1.Pod{run("a-0", "0"), run("a-1", "1"), member("a-2", corev1.PodFailed, false, "2"), run("a-3", "3"), fresh("a-2-x", "2")},
 			assigned: []berthv1alpha1.MemberAssignment{{Pod: "a-0", UID: "uid-a-0", Node: "n0"}, {Pod: "a-1", UID: "uid-a-1", Node: "n1"}, {Pod: "a-2", UID: "uid-a-2", Node: "n2"}, {Pod: "a-3", UID: "uid-a-3", Node: "n3"}},
-			min:      4, wantRepl: []string{"a-2-x"}, wantPrev: map[string]string{"a-2-x": "n2"}, wantRest: nil,
+			min:      4, wantRepl: []string{"a-2-x"}, wantPrev: map[string]string{"a-2-x": "a-2@n2"}, wantRest: nil,
 		},
 		{
 			name:     "the next wave waits: a success frees no slot",
@@ -108,7 +108,7 @@ func TestReplacements(t *testing.T) {
 			name:     "a deleted plain member's replacement takes its slot",
 			members:  []*corev1.Pod{run("p-0", ""), fresh("p-new", "")},
 			assigned: []berthv1alpha1.MemberAssignment{{Pod: "p-0", UID: "uid-p-0", Node: "n0"}, {Pod: "p-1", UID: "uid-p-1", Node: "n1"}},
-			min:      2, wantRepl: []string{"p-new"}, wantPrev: map[string]string{"p-new": "n1"}, wantRest: nil,
+			min:      2, wantRepl: []string{"p-new"}, wantPrev: map[string]string{"p-new": "p-1@n1"}, wantRest: nil,
 		},
 		{
 			name:     "extras of an elastic gang are not replacements",
@@ -123,8 +123,12 @@ func TestReplacements(t *testing.T) {
 			if d := cmp.Diff(tc.wantRepl, namesOrNil(repl)); d != "" {
 				t.Errorf("replacements (-want +got):\n%s", d)
 			}
-			if d := cmp.Diff(tc.wantPrev, prev); d != "" {
-				t.Errorf("predecessor nodes (-want +got):\n%s", d)
+			gotPrev := map[string]string{}
+			for name, a := range prev {
+				gotPrev[name] = a.Pod + "@" + a.Node
+			}
+			if d := cmp.Diff(tc.wantPrev, gotPrev); d != "" {
+				t.Errorf("predecessors (-want +got):\n%s", d)
 			}
 			if d := cmp.Diff(tc.wantRest, namesOrNil(rest)); d != "" {
 				t.Errorf("rest (-want +got):\n%s", d)

@@ -23,9 +23,11 @@ import (
 type joiners struct {
 	// pods join in this order.
 	pods []*corev1.Pod
-	// prevNode is the node each replacement's predecessor had, by pod name ("" or absent:
-	// none known).
-	prevNode map[string]string
+	// prev is the assignment of the member each replacement takes the place of, by pod name
+	// (absent: none known). The replacement goes on its node when it fits there, and its
+	// assignment takes the predecessor's place in the status, which so stays one entry per
+	// slot however many times a member is replaced.
+	prev map[string]berthv1alpha1.MemberAssignment
 	// withSeats: what does not fit gets capacity from Karpenter (replacements); without, it
 	// waits until it fits (an elastic gang's extra members).
 	withSeats bool
@@ -37,7 +39,7 @@ type joiners struct {
 // in the assignments before it is released. A replacement that does not fit gets capacity from
 // Karpenter (seats) when j.withSeats and provisioning is on; an extra member waits until it fits.
 func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangView, gen generation, j joiners) (time.Duration, error) {
-	pods, prevNode, withSeats := j.pods, j.prevNode, j.withSeats
+	pods, prevOf, withSeats := j.pods, j.prev, j.withSeats
 	if len(pods) == 0 {
 		return 0, nil
 	}
@@ -49,7 +51,7 @@ func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangVi
 	avoid := r.avoidedNodes(g.UID, cy.now)
 	for _, p := range pods {
 		candidate := inDomain(p, g, domain)
-		prev := prevNode[p.Name]
+		prev := prevOf[p.Name].Node
 		if avoid[prev] {
 			prev = "" // its predecessor was stranded there
 		}
@@ -70,7 +72,7 @@ func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangVi
 		if err := cy.snap.Assume([]*corev1.Pod{candidate}, res); err != nil {
 			return 0, err
 		}
-		errs = append(errs, r.commitOne(ctx, cy, gv, p, res.Assignments[0].Node))
+		errs = append(errs, r.commitOne(ctx, cy, gv, p, res.Assignments[0].Node, prevOf[p.Name]))
 	}
 	if len(missing) == 0 || !withSeats || !r.opts.Provisioning.Enabled {
 		return 0, errors.Join(errs...)
@@ -80,8 +82,9 @@ func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangVi
 	return next, errors.Join(append(errs, err)...)
 }
 
-// commitOne records one member joining the admitted generation and releases it.
-func (r *Reconciler) commitOne(ctx context.Context, cy *cycle, gv gangView, p *corev1.Pod, node string) error {
+// commitOne records one member joining the admitted generation, in place of the assignment of
+// the member it replaces (prev; zero for none), and releases it.
+func (r *Reconciler) commitOne(ctx context.Context, cy *cycle, gv gangView, p *corev1.Pod, node string, prev berthv1alpha1.MemberAssignment) error {
 	g := gv.group
 	now := r.clock.Now()
 	var claims []string
@@ -92,7 +95,7 @@ func (r *Reconciler) commitOne(ctx context.Context, cy *cycle, gv gangView, p *c
 		return fmt.Errorf("not recording member %s: %w", p.Name, err)
 	}
 	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
-		st.Assignments = append(assignmentsWithout(st.Assignments, p.Name), berthv1alpha1.MemberAssignment{Pod: p.Name, UID: p.UID, Node: node})
+		st.Assignments = append(assignmentsWithout(withoutAssignment(st.Assignments, prev), p.Name), berthv1alpha1.MemberAssignment{Pod: p.Name, UID: p.UID, Node: node})
 		st.Nodes = appendNode(st.Nodes, node)
 		finishProvisioning(st, g, metav1.NewTime(now), claims)
 	}); err != nil {
@@ -168,6 +171,21 @@ func assignmentsWithout(as []berthv1alpha1.MemberAssignment, pod string) []berth
 	for _, a := range as {
 		if a.Pod != pod {
 			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// withoutAssignment is as without the assignment a (matched on pod and UID); a zero a removes
+// nothing.
+func withoutAssignment(as []berthv1alpha1.MemberAssignment, a berthv1alpha1.MemberAssignment) []berthv1alpha1.MemberAssignment {
+	if a.Pod == "" {
+		return as
+	}
+	out := make([]berthv1alpha1.MemberAssignment, 0, len(as))
+	for _, x := range as {
+		if x.Pod != a.Pod || x.UID != a.UID {
+			out = append(out, x)
 		}
 	}
 	return out
