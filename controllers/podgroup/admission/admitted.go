@@ -84,7 +84,7 @@ func (r *Reconciler) tendAdmitted(ctx context.Context, cy *cycle, gv gangView, g
 	g := gv.group
 	if gen.over() {
 		if len(gen.fresh)+len(gen.held) == 0 {
-			return 0, r.giveWay(ctx, gv.seats) // finished or idle: nothing to admit
+			return 0, r.deleteSeats(ctx, gv.seats) // finished or idle: nothing to admit
 		}
 		return r.newGeneration(ctx, cy, gv, gen)
 	}
@@ -131,7 +131,7 @@ func (r *Reconciler) finishRelease(ctx context.Context, cy *cycle, gv gangView, 
 			return err
 		}
 	} else if !gv.group.Status.Provisioning.Active() {
-		if err := r.giveWay(ctx, gv.seats); err != nil {
+		if err := r.deleteSeats(ctx, gv.seats); err != nil {
 			return err
 		}
 	}

@@ -55,8 +55,8 @@ func podsOf(t *testing.T, c client.Client) map[string]*corev1.Pod {
 }
 
 // TestReleaseOpensWithTheKeyLast: every member but the key is pinned and ungated first, the
-// seats give way, and the key member (pinned, ungated and labelled in one patch) comes last:
-// until that write nothing in the gang can bind.
+// seats give way, and the key member (pinned, ungated and labelled in one patch) comes last —
+// in the cycle that no longer sees the seats: until that write nothing in the gang can bind.
 func TestReleaseOpensWithTheKeyLast(t *testing.T) {
 	g := keyGang()
 	var members []*corev1.Pod
@@ -75,7 +75,25 @@ func TestReleaseOpensWithTheKeyLast(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq := writes.sequence()
-	if len(seq) != 4 || !strings.HasSuffix(seq[3], "g-02") || !strings.HasSuffix(seq[2], "seat-0") {
+	if len(seq) != 3 || !strings.HasSuffix(seq[2], "seat-0") {
+		t.Fatalf("writes %v: want the two other members, then the seat — and not the key before the seat is seen gone", seq)
+	}
+	if key := podsOf(t, base)["g-02"]; len(key.Spec.SchedulingGates) == 0 {
+		t.Fatal("the key member was ungated in the cycle that deleted the seat")
+	}
+	// The seat's deletion starts the next cycle, whose view no longer has it: the release
+	// goes on with what is still gated.
+	var gated []*corev1.Pod
+	for _, p := range podsOf(t, base) {
+		if gateIndex(p) >= 0 {
+			gated = append(gated, p)
+		}
+	}
+	if err := r.release(context.Background(), g, gated, members, nodeOf, nil); err != nil {
+		t.Fatal(err)
+	}
+	seq = writes.sequence()
+	if len(seq) != 4 || !strings.HasSuffix(seq[3], "g-02") {
 		t.Fatalf("writes %v: want the two other members, the seat, then the key g-02", seq)
 	}
 	got := podsOf(t, base)
@@ -276,5 +294,34 @@ func TestSweepKeys(t *testing.T) {
 	}
 	if isKey(keyGang(), podsOf(t, base)["g-00"]) {
 		t.Error("the key label of a deleted PodGroup's member is still there")
+	}
+}
+
+// TestReleaseDoesNotWaitForATerminatingSeat: a seat already deleted whose removal someone
+// else's finalizer holds is not waited for (kube-scheduler counts it until it goes): the key is
+// released in the same call, and the seat is not deleted again.
+func TestReleaseDoesNotWaitForATerminatingSeat(t *testing.T) {
+	g := keyGang()
+	var members []*corev1.Pod
+	objs := []client.Object{g}
+	for i := range 3 {
+		p := keyMember(i, false).Obj()
+		p.UID = types.UID(fmt.Sprintf("uid-%d", i))
+		members = append(members, p)
+		objs = append(objs, p)
+	}
+	seat := builders.Pod("seat-0", "berth-system").Label(berthv1alpha1.SeatOfLabel, string(g.UID)).Obj()
+	seat.Finalizers = []string{"example.com/hold"}
+	now := metav1.Now()
+	seat.DeletionTimestamp = &now
+	objs = append(objs, seat)
+	r, _, writes, _, _ := budgetHarness(t, objs...)
+	nodeOf := map[string]string{"g-00": "n0", "g-01": "n1", "g-02": "n2"}
+	if err := r.release(context.Background(), g, members, members, nodeOf, []*corev1.Pod{seat}); err != nil {
+		t.Fatal(err)
+	}
+	seq := writes.sequence()
+	if len(seq) != 3 || !strings.HasSuffix(seq[2], "g-02") || slices.ContainsFunc(seq, func(w string) bool { return strings.HasSuffix(w, "seat-0") }) {
+		t.Fatalf("writes %v: want the two other members then the key g-02, and the terminating seat left alone", seq)
 	}
 }

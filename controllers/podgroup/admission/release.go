@@ -123,7 +123,8 @@ func (r *Reconciler) ungate(ctx context.Context, p *corev1.Pod, key string) erro
 
 // release opens members of gang g onto their assigned nodes so that none can bind before the
 // last gate is gone. The members other than the key (key.go) are pinned and ungated, one patch
-// each in one parallel burst; the seats give way; then the key member is pinned, ungated and
+// each in one parallel burst; the seats give way (seats deleted only now: the release stops
+// there and goes on in the cycle their deletion starts); then the key member is pinned, ungated and
 // labelled in one patch, which opens every member held by the release term. Members without the
 // term are held by the node barrier instead, lifted on the gang's nodes after the key. A key
 // label left on an ungated pod (all: every member of the gang and those being deleted still
@@ -141,7 +142,7 @@ func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, mem
 		}
 	}
 	if len(gated) == 0 {
-		return r.giveWay(ctx, seats)
+		return r.deleteSeats(ctx, seats)
 	}
 	if err := r.fence(ctx); err != nil {
 		return fmt.Errorf("not releasing: %w", err)
@@ -169,7 +170,9 @@ func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, mem
 	}
 	faultPoint("after-ungate")
 	// 2. Seats give way: the capacity they held is the members' now, and nothing binds yet.
-	if err := r.giveWay(ctx, seats); err != nil {
+	// Seats deleted only now must be seen gone first: the release goes on in the cycle their
+	// deletion starts.
+	if wait, err := r.giveWay(ctx, seats); err != nil || wait {
 		return err
 	}
 	// 3. The key member opens the gang: kube-scheduler binds it, then the others.

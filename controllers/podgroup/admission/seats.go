@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sort"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -113,26 +112,20 @@ func (r *Reconciler) sweepSeats(ctx context.Context, cy *cycle) error {
 	return r.deleteSeats(ctx, stale)
 }
 
-// giveWay deletes an admitted gang's seats and waits (briefly) until the cache no longer
-// shows them, so kube-scheduler, watching the same API, has seen the capacity freed before
-// the barrier lets the members bind into it.
-func (r *Reconciler) giveWay(ctx context.Context, seats []*corev1.Pod) error {
-	if len(seats) == 0 {
-		return nil
-	}
-	if err := r.deleteSeats(ctx, seats); err != nil {
-		return err
-	}
-	deadline := r.clock.Now().Add(2 * time.Second)
+// giveWay deletes an admitted gang's seats and reports whether the members must wait for
+// them: a seat deleted only now still holds its capacity in the view of kube-scheduler until
+// the deletion reaches it, so the release goes on (the key last) in the cycle that deletion
+// starts, once this controller's store no longer shows the seat. Nothing blocks meanwhile (the
+// cycle used to poll up to 2 s per gang). A seat already terminating — deleted by an earlier
+// cycle, its removal held by someone else's finalizer — is not waited for: kube-scheduler
+// counts it until it goes and binds the members then, so a seat that never goes cannot hold
+// the gang gated for good.
+func (r *Reconciler) giveWay(ctx context.Context, seats []*corev1.Pod) (wait bool, err error) {
+	var leaving []*corev1.Pod
 	for _, s := range seats {
-		for r.clock.Now().Before(deadline) {
-			var p corev1.Pod
-			err := r.client.Get(ctx, client.ObjectKeyFromObject(s), &p)
-			if apierrors.IsNotFound(err) || (err == nil && p.UID != s.UID) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
+		if s.DeletionTimestamp == nil {
+			leaving = append(leaving, s)
 		}
 	}
-	return nil
+	return len(leaving) > 0, r.deleteSeats(ctx, leaving)
 }
