@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -188,6 +189,15 @@ type PodGroupStatus struct {
 	// +listMapKey=pod
 	Assignments []MemberAssignment `json:"assignments,omitempty"`
 
+	// Recreating are members berth deleted to create again under their names (a stranded
+	// member without a controller to recreate it), each with the pod to create, kept until it
+	// exists: a controller stopped between the deletion and the creation finishes it when it
+	// starts again, so no member is lost.
+	// +optional
+	// +listType=map
+	// +listMapKey=pod
+	Recreating []RecreatingMember `json:"recreating,omitempty"`
+
 	// Restarts counts the generations admitted after the first: the gang lost every member it
 	// was admitted with (its workload restarted, or the next wave of a Job came) and the new
 	// members were admitted whole again.
@@ -262,6 +272,20 @@ type MemberAssignment struct {
 	UID types.UID `json:"uid,omitempty"`
 	// Node is the node it was placed on.
 	Node string `json:"node"`
+}
+
+// RecreatingMember is a member pod berth deletes and creates again under its name.
+type RecreatingMember struct {
+	// Pod is the member pod's name.
+	Pod string `json:"pod"`
+	// UID is the UID of the pod being replaced: a pod of that name with another UID is the
+	// recreated one.
+	UID types.UID `json:"uid"`
+	// Manifest is the pod to create (metadata and spec).
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:validation:Type=object
+	Manifest runtime.RawExtension `json:"manifest"`
 }
 
 // WorkloadReference names the workload that owns a gang's member pods.

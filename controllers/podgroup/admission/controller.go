@@ -245,8 +245,11 @@ func (r *Reconciler) sweep(ctx context.Context, cy *cycle) time.Duration {
 // admit moves one gang forward and says how soon it wants another look (0: only on events): a
 // gang with an admitted generation is tended (members released, lost, replaced, the next
 // generation), any other waits to be admitted whole. A gang that timed out for good is left
-// alone.
+// alone. Members berth is recreating are created first (recreate.go), whatever the gang's state.
 func (r *Reconciler) admit(ctx context.Context, cy *cycle, gv gangView) (time.Duration, error) {
+	if err := r.tendRecreations(ctx, gv); err != nil {
+		return 0, err
+	}
 	if status.TimedOutForGood(gv.group) {
 		return 0, nil
 	}

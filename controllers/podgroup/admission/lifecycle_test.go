@@ -253,7 +253,16 @@ func TestUnpinnedCopy(t *testing.T) {
 	pinnedPod.Spec.NodeName = ""
 	pinnedPod.UID, pinnedPod.ResourceVersion = "uid-p", "42"
 	pinnedPod.Labels[berthv1alpha1.ReleaseLabel] = "g"
+	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "run-config", UID: "uid-cm"}
+	pinnedPod.OwnerReferences = []metav1.OwnerReference{owner}
+	pinnedPod.Finalizers = []string{"example.com/hold"}
 	got := unpinnedCopy(pinnedPod)
+	if d := cmp.Diff([]metav1.OwnerReference{owner}, got.OwnerReferences); d != "" {
+		t.Errorf("owner references of the copy (-want +got): %s", d)
+	}
+	if len(got.Finalizers) != 0 {
+		t.Errorf("the copy carries finalizers %v no controller of them saw it created with", got.Finalizers)
+	}
 	if d := cmp.Diff(orig.Spec.Affinity, got.Spec.Affinity); d != "" {
 		t.Errorf("affinity after removing the pin (-want +got):\n%s", d)
 	}

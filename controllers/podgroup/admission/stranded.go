@@ -12,7 +12,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -187,7 +186,7 @@ func (r *Reconciler) replaceStranded(ctx context.Context, g *berthv1alpha1.PodGr
 		return true, nil
 	}
 	r.recorder.Warning(g, events.ReasonMemberStranded, fmt.Sprintf("member %s is stranded (%s); berth recreates it without its pin, to be placed again in the gang", p.Name, why))
-	return r.recreate(ctx, &live, pre)
+	return r.recreate(ctx, g, &live, pre)
 }
 
 // markStranded records that a member of gang uid was stranded on node at now.
@@ -231,43 +230,16 @@ func avoiding(p *corev1.Pod, avoid map[string]bool) *corev1.Pod {
 	return out
 }
 
-// recreate deletes a pod (at the preconditions pre) and creates it again under its name: the
-// same metadata and spec less what berth added (its pin, the barrier, the node) and less what
-// the API server fills in. A pod that changed since it was read (pre fails) is left alone.
-func (r *Reconciler) recreate(ctx context.Context, p *corev1.Pod, pre client.Preconditions) (bool, error) {
-	again := unpinnedCopy(p)
-	if err := r.client.Delete(ctx, p, pre, client.GracePeriodSeconds(0)); err != nil {
-		if apierrors.IsConflict(err) {
-			return false, nil // it changed (kube-scheduler bound it?): the next cycle looks again
-		}
-		if !apierrors.IsNotFound(err) {
-			return false, fmt.Errorf("deleting stranded member %s: %w", p.Name, err)
-		}
-	}
-	// The name is free once the old pod is gone (an unbound pod goes at once).
-	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		var cur corev1.Pod
-		err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(p), &cur)
-		return apierrors.IsNotFound(err) || (err == nil && cur.UID != p.UID), client.IgnoreNotFound(err)
-	})
-	if err != nil {
-		return true, fmt.Errorf("waiting for stranded member %s to go before recreating it: %w", p.Name, err)
-	}
-	if err := r.client.Create(ctx, again); err != nil && !apierrors.IsAlreadyExists(err) {
-		return true, fmt.Errorf("recreating stranded member %s (it is gone; its spec was %s/%s): %w", p.Name, p.Namespace, p.Name, err)
-	}
-	log.FromContext(ctx).Info("recreated stranded member", "pod", client.ObjectKeyFromObject(p))
-	return true, nil
-}
-
-// unpinnedCopy is a pod to create in p's place: p's metadata and spec without berth's pin,
-// barrier and key label, without the node, without server-set fields; the webhook gates it
-// again.
+// unpinnedCopy is a pod to create in p's place: p's metadata (owner references too: none is a
+// controller, or the pod would not be recreated by berth) and spec without berth's pin,
+// barrier and key label, without the node, without server-set fields and without finalizers
+// (theirs to add, whose controllers would never remove them from a pod they did not see
+// created); the webhook gates it again.
 func unpinnedCopy(p *corev1.Pod) *corev1.Pod {
 	node, _ := pinned(p)
 	c := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{
 		Name: p.Name, Namespace: p.Namespace, Labels: maps.Clone(p.Labels), Annotations: maps.Clone(p.Annotations),
-		Finalizers: append([]string(nil), p.Finalizers...),
+		OwnerReferences: slices.Clone(p.OwnerReferences),
 	}, Spec: *p.Spec.DeepCopy()}
 	delete(c.Annotations, berthv1alpha1.PinnedNodeAnnotation)
 	delete(c.Labels, berthv1alpha1.ReleaseLabel) // a new member is nobody's key until released
