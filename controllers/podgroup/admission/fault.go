@@ -7,8 +7,9 @@ import (
 
 // FaultEnv names a fault-injection point at which the controller process exits at once, for
 // the restart-safety tests: "mid-release" (half of a gang's members pinned and ungated, the
-// others still gated), "after-ungate" (every member pinned and ungated, barrier still up) or "mid-seats" (half of a gang's seats created). Never set in
-// production.
+// others still gated), "after-ungate" (every member pinned and ungated, barrier still up),
+// "mid-seats" (half of a gang's seats created) or "mid-recreate" (a stranded bare member
+// deleted, not created again yet). Never set in production.
 const FaultEnv = "BERTH_FAULT_EXIT_AT"
 
 // faultPoint exits the process when FaultEnv names this point.
