@@ -135,7 +135,7 @@ func (r *Reconciler) finishRelease(ctx context.Context, cy *cycle, gv gangView, 
 			return err
 		}
 	}
-	return r.tendBarrier(ctx, cy.snap, gv.group, gv.members, nodeOf)
+	return r.tendBarrier(ctx, cy, gv.group, gv.members, nodeOf)
 }
 
 // newGeneration ends a generation that has nothing live left and starts the next: the
@@ -145,7 +145,7 @@ func (r *Reconciler) newGeneration(ctx context.Context, cy *cycle, gv gangView, 
 	g := gv.group
 	msg := fmt.Sprintf("generation %d ended (%d succeeded, %d lost); %d new member(s) are admitted whole as generation %d",
 		g.Status.Restarts+1, gen.succeeded, len(gen.lost), len(gen.fresh)+len(gen.held), g.Status.Restarts+2)
-	if err := r.tendBarrier(ctx, cy.snap, g, nil, nil); err != nil {
+	if err := r.tendBarrier(ctx, cy, g, nil, nil); err != nil {
 		return 0, err
 	}
 	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {

@@ -48,6 +48,8 @@ type cycle struct {
 	requests scheduling.RequestLookup
 	// refreshAt is the soonest condition-message refresh this cycle put off (conditions.go).
 	refreshAt time.Time
+	// barriers are the nodes carrying each release barrier label, by label (barrierNodes).
+	barriers map[string][]string
 
 	// What the booting snapshot is built from, on first use.
 	volumes     map[string]scheduling.VolumeTopology

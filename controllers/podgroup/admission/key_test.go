@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/scheduling"
 	"github.com/berth-dev/berth/test/builders"
 )
 
@@ -323,5 +324,50 @@ func TestReleaseDoesNotWaitForATerminatingSeat(t *testing.T) {
 	seq := writes.sequence()
 	if len(seq) != 3 || !strings.HasSuffix(seq[2], "g-02") || slices.ContainsFunc(seq, func(w string) bool { return strings.HasSuffix(w, "seat-0") }) {
 		t.Fatalf("writes %v: want the two other members then the key g-02, and the terminating seat left alone", seq)
+	}
+}
+
+// TestTendBarrier: the node barrier goes up where a released member behind it waits and comes
+// off the nodes that carry it with no member waiting there (nor one still gated); the gang's
+// other nodes and the other gangs' barriers are left alone.
+func TestTendBarrier(t *testing.T) {
+	g := keyGang()
+	key := barrierKey(g)
+	withLabel := func(name, label string) *corev1.Node {
+		n := builders.Node(name).Obj()
+		n.Labels[label] = "true"
+		return n
+	}
+	nodes := []*corev1.Node{
+		builders.Node("waits").Obj(),   // a released member waits here: barrier goes up
+		withLabel("stale", key),        // nothing waits: barrier comes off
+		withLabel("gated", key),        // a member still gated is assigned here: it stays
+		withLabel("other", key+"-x"),   // another gang's barrier: untouched
+		builders.Node("idle").Obj(),    // nothing: untouched
+		withLabel("waits-lifted", key), // a member waits and the barrier is up: untouched
+	}
+	waiting := builders.PodFrom(withPin(keyMember(0, true).Obj(), "waits", key)).Ungated().Obj()
+	lifted := builders.PodFrom(withPin(keyMember(1, true).Obj(), "waits-lifted", key)).Ungated().Obj()
+	gated := keyMember(2, true).Obj()
+	objs := []client.Object{g, waiting, lifted, gated}
+	for _, n := range nodes {
+		objs = append(objs, n)
+	}
+	r, _, writes, _, _ := budgetHarness(t, objs...)
+	cy := &cycle{nodes: nodes, snap: scheduling.NewSnapshot(nodes, nil, nil)}
+	members := []*corev1.Pod{waiting, lifted, gated}
+	nodeOf := map[string]string{waiting.Name: "waits", lifted.Name: "waits-lifted", gated.Name: "gated"}
+	if err := r.tendBarrier(context.Background(), cy, g, members, nodeOf); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range writes.sequence() {
+		if strings.Contains(w, "*v1.Node") {
+			got = append(got, w[strings.LastIndex(w, " ")+1:])
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"stale", "waits"}; !slices.Equal(got, want) {
+		t.Errorf("nodes written %v, want %v", got, want)
 	}
 }

@@ -3,6 +3,8 @@ package admission
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,8 +17,10 @@ import (
 // tendBarrier keeps what holds a released gang right: the key member (tendKey), and the node
 // barrier, up on the nodes of members pinned behind it that are released but not bound yet (a
 // restart may have stopped a release between removing the gates and lifting the barrier), and
-// gone from every node once no member waits for it.
-func (r *Reconciler) tendBarrier(ctx context.Context, snap *scheduling.Snapshot, g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string) error {
+// gone from every node once no member waits for it. Only those nodes are looked at: the ones
+// members wait on, and the ones the cycle saw with the gang's barrier (it walked every node for
+// every running gang before).
+func (r *Reconciler) tendBarrier(ctx context.Context, cy *cycle, g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string) error {
 	key := barrierKey(g)
 	waiting := map[string]bool{}
 	for _, m := range members {
@@ -25,13 +29,16 @@ func (r *Reconciler) tendBarrier(ctx context.Context, snap *scheduling.Snapshot,
 		}
 	}
 	errs := []error{r.tendKey(ctx, g, members, nodeOf)}
-	for _, n := range snap.Nodes() {
-		_, has := n.Node.Labels[key]
-		switch {
-		case waiting[n.Name()] && !has:
-			errs = append(errs, r.setNodeLabel(ctx, n.Name(), key, true))
-		case !waiting[n.Name()] && has && !r.gatedAssigned(members, nodeOf, n.Name()):
-			errs = append(errs, r.setNodeLabel(ctx, n.Name(), key, false))
+	for _, name := range slices.Sorted(maps.Keys(waiting)) {
+		if n, ok := cy.snap.Node(name); ok {
+			if _, has := n.Node.Labels[key]; !has {
+				errs = append(errs, r.setNodeLabel(ctx, name, key, true))
+			}
+		}
+	}
+	for _, name := range cy.barrierNodes(key) {
+		if !waiting[name] && !r.gatedAssigned(members, nodeOf, name) {
+			errs = append(errs, r.setNodeLabel(ctx, name, key, false))
 		}
 	}
 	return errors.Join(errs...)
@@ -117,4 +124,20 @@ func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
 		}
 	}
 	return r.sweepNodeLabels(ctx, cy.nodes, berthv1alpha1.ReservationLabelPrefix, live)
+}
+
+// barrierNodes are the nodes the cycle saw carrying barrier label key, by name; the index of
+// every barrier label is built on first use, in one pass over the nodes.
+func (cy *cycle) barrierNodes(key string) []string {
+	if cy.barriers == nil {
+		cy.barriers = map[string][]string{}
+		for _, n := range cy.nodes {
+			for k := range n.Labels {
+				if strings.HasPrefix(k, berthv1alpha1.BarrierLabelPrefix) {
+					cy.barriers[k] = append(cy.barriers[k], n.Name)
+				}
+			}
+		}
+	}
+	return cy.barriers[key]
 }
