@@ -36,7 +36,7 @@ func (r *Reconciler) commit(ctx context.Context, cy *cycle, gv gangView, members
 	nodes := res.Nodes()
 	var claims []string
 	if g.Status.Provisioning.Active() {
-		claims = r.nodeClaimsOf(ctx, cy.snap, nodes)
+		claims = r.nodeClaimsOf(ctx, cy, nodes)
 	}
 	msg := fmt.Sprintf("%d members placed on %d node(s)%s", len(assignments), len(nodes), domainNote(g, res))
 	if err := r.fence(ctx); err != nil {

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/podgroup/gate"
@@ -50,6 +51,8 @@ type cycle struct {
 	refreshAt time.Time
 	// barriers are the nodes carrying each release barrier label, by label (barrierNodes).
 	barriers map[string][]string
+	// nodeClaims are Karpenter's NodeClaims, listed on first use (nodeClaimsOf); nil: not yet.
+	nodeClaims []karpv1.NodeClaim
 
 	// What the booting snapshot is built from, on first use.
 	volumes     map[string]scheduling.VolumeTopology

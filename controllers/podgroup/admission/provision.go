@@ -326,12 +326,20 @@ func finishProvisioning(st *berthv1alpha1.PodGroupStatus, g *berthv1alpha1.PodGr
 // nodeClaimsOf names the Karpenter NodeClaims behind nodes, matched on the provider ID (which
 // a NodeClaim reports from launch on, long before its status.nodeName); empty when Karpenter's
 // API is not there or cannot be read (the names are informative only).
-func (r *Reconciler) nodeClaimsOf(ctx context.Context, snap *scheduling.Snapshot, nodes []string) []string {
-	var list karpv1.NodeClaimList
-	if err := r.apiReader.List(ctx, &list); err != nil {
-		log.FromContext(ctx).V(1).Info("cannot list NodeClaims", "error", err)
-		return nil
+// The NodeClaims are listed once per cycle, on the first admission that needs them.
+func (r *Reconciler) nodeClaimsOf(ctx context.Context, cy *cycle, nodes []string) []string {
+	if cy.nodeClaims == nil {
+		var list karpv1.NodeClaimList
+		if err := r.apiReader.List(ctx, &list); err != nil {
+			log.FromContext(ctx).V(1).Info("cannot list NodeClaims", "error", err)
+			return nil
+		}
+		cy.nodeClaims = list.Items
+		if cy.nodeClaims == nil {
+			cy.nodeClaims = []karpv1.NodeClaim{}
+		}
 	}
+	snap := cy.snap
 	byProvider := map[string]bool{}
 	byName := map[string]bool{}
 	for _, n := range nodes {
@@ -341,7 +349,7 @@ func (r *Reconciler) nodeClaimsOf(ctx context.Context, snap *scheduling.Snapshot
 		}
 	}
 	var out []string
-	for _, nc := range list.Items {
+	for _, nc := range cy.nodeClaims {
 		if byProvider[nc.Status.ProviderID] || byName[nc.Status.NodeName] {
 			out = append(out, nc.Name)
 		}

@@ -89,7 +89,7 @@ func (r *Reconciler) commitOne(ctx context.Context, cy *cycle, gv gangView, p *c
 	now := r.clock.Now()
 	var claims []string
 	if g.Status.Provisioning.Active() {
-		claims = r.nodeClaimsOf(ctx, cy.snap, []string{node})
+		claims = r.nodeClaimsOf(ctx, cy, []string{node})
 	}
 	if err := r.fence(ctx); err != nil {
 		return fmt.Errorf("not recording member %s: %w", p.Name, err)

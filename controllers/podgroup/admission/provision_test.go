@@ -1,0 +1,60 @@
+package admission
+
+import (
+	"context"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	"github.com/berth-dev/berth/scheduling"
+	"github.com/berth-dev/berth/test/builders"
+)
+
+// TestNodeClaimsListedOncePerCycle: the NodeClaims behind admitted gangs' nodes are matched on
+// provider ID or node name, from one list per cycle however many gangs it admits (each
+// admission listed every NodeClaim in the cluster, uncached, before).
+func TestNodeClaimsListedOncePerCycle(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	karpenter := schema.GroupVersion{Group: "karpenter.sh", Version: "v1"}
+	scheme.AddKnownTypes(karpenter, &karpv1.NodeClaim{}, &karpv1.NodeClaimList{})
+	metav1.AddToGroupVersion(scheme, karpenter)
+	byProvider := &karpv1.NodeClaim{}
+	byProvider.Name, byProvider.Status.ProviderID = "nc-a", "aws:///us-east-1a/i-a"
+	byNode := &karpv1.NodeClaim{}
+	byNode.Name, byNode.Status.NodeName = "nc-b", "n-b"
+	other := &karpv1.NodeClaim{}
+	other.Name, other.Status.NodeName = "nc-c", "n-c"
+	lists := 0
+	c := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithObjects(byProvider, byNode, other).Build(), interceptor.Funcs{
+		List: func(ctx context.Context, cl client.WithWatch, l client.ObjectList, opts ...client.ListOption) error {
+			lists++
+			return cl.List(ctx, l, opts...)
+		},
+	})
+	r := New(c, c, nil, nil, Options{})
+	a := builders.Node("n-a").Obj()
+	a.Spec.ProviderID = "aws:///us-east-1a/i-a"
+	nodes := []*corev1.Node{a, builders.Node("n-b").Obj(), builders.Node("n-c").Obj()}
+	cy := &cycle{nodes: nodes, snap: scheduling.NewSnapshot(nodes, nil, nil)}
+	ctx := context.Background()
+	if got := r.nodeClaimsOf(ctx, cy, []string{"n-a", "n-b"}); len(got) != 2 || got[0] != "nc-a" || got[1] != "nc-b" {
+		t.Errorf("NodeClaims of n-a, n-b = %v, want [nc-a nc-b]", got)
+	}
+	if got := r.nodeClaimsOf(ctx, cy, []string{"n-c"}); len(got) != 1 || got[0] != "nc-c" {
+		t.Errorf("NodeClaims of n-c = %v, want [nc-c]", got)
+	}
+	if lists != 1 {
+		t.Errorf("%d NodeClaim lists in one cycle, want 1", lists)
+	}
+}
