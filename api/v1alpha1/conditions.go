@@ -68,6 +68,18 @@ const (
 	ReasonProvisioningFailed = "ProvisioningFailed"
 )
 
+// Reasons of the DisruptionTarget condition berth sets on a member pod before it deletes it, so a
+// Job's podFailurePolicy can ignore the deletion (rule: action Ignore, onPodConditions
+// [{type: DisruptionTarget}]), as it ignores a preemption or an eviction.
+const (
+	// DisruptionReasonGangRestart: the gang restarts whole (onMemberLoss RestartGang) after
+	// another member was lost.
+	DisruptionReasonGangRestart = "BerthGangRestart"
+	// DisruptionReasonMemberStranded: the member could never bind where it was released (its
+	// room taken, or its node gone) and is replaced.
+	DisruptionReasonMemberStranded = "BerthMemberStranded"
+)
+
 // Reasons of the Disrupted condition.
 const (
 	// ReasonNodeDisrupted: a node backing the running gang was disrupted.

@@ -182,9 +182,10 @@ func (r *Reconciler) restartGang(ctx context.Context, gv gangView, gen generatio
 	}
 	r.recorder.Warning(gv.group, events.ReasonGangRestarting, fmt.Sprintf(
 		"member(s) %v lost and onMemberLoss is RestartGang: deleting the %d live members so their workload recreates the gang, admitted whole", lost, len(doomed)))
+	why := fmt.Sprintf("berth restarts gang %s whole (onMemberLoss RestartGang): member(s) %v lost", gv.group.Name, lost)
 	return parallel(doomed, func(_ int, p *corev1.Pod) error {
-		if err := r.client.Delete(ctx, p, client.Preconditions{UID: &p.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return fmt.Errorf("deleting member %s to restart the gang: %w", p.Name, err)
+		if err := r.disrupt(ctx, p, berthv1alpha1.DisruptionReasonGangRestart, why, client.Preconditions{UID: &p.UID}); err != nil {
+			return fmt.Errorf("restarting the gang: %w", err)
 		}
 		return nil
 	})

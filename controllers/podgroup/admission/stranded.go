@@ -177,11 +177,11 @@ func (r *Reconciler) replaceStranded(ctx context.Context, g *berthv1alpha1.PodGr
 	pre := client.Preconditions{UID: &live.UID, ResourceVersion: &live.ResourceVersion}
 	if controlled(&live) {
 		r.recorder.Warning(g, events.ReasonMemberStranded, fmt.Sprintf("member %s is stranded (%s); deleting it so its controller recreates it, placed again in the gang", p.Name, why))
-		switch err := r.client.Delete(ctx, &live, pre); {
+		switch err := r.disrupt(ctx, &live, berthv1alpha1.DisruptionReasonMemberStranded, fmt.Sprintf("berth replaces stranded member %s: %s", p.Name, why), pre); {
 		case apierrors.IsConflict(err):
 			return false, nil // it changed since it was read: the next cycle looks again
-		case err != nil && !apierrors.IsNotFound(err):
-			return false, fmt.Errorf("deleting stranded member %s: %w", p.Name, err)
+		case err != nil:
+			return false, fmt.Errorf("replacing stranded member: %w", err)
 		}
 		return true, nil
 	}

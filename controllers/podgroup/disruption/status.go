@@ -97,6 +97,13 @@ func backingNodes(pg *berthv1alpha1.PodGroup, members []corev1.Pod) []string {
 	return out
 }
 
+// berthsOwn reports whether a DisruptionTarget reason is berth's own: a member berth deletes to
+// restart its gang or to replace it is no disruption of its node (admission reports those with
+// its own Events).
+func berthsOwn(reason string) bool {
+	return reason == berthv1alpha1.DisruptionReasonGangRestart || reason == berthv1alpha1.DisruptionReasonMemberStranded
+}
+
 // findDisruptions lists the backing nodes being disrupted, one cause each (the first that
 // applies of: gone, node deleting, NodeClaim deleting, disrupted taint, a member that is a
 // disruption target), sorted by node.
@@ -108,7 +115,7 @@ func findDisruptions(members []corev1.Pod, nodes []nodeState) []disruption {
 			continue
 		}
 		for _, c := range p.Status.Conditions {
-			if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue && !berthsOwn(c.Reason) {
 				if _, seen := targets[p.Spec.NodeName]; !seen {
 					targets[p.Spec.NodeName] = fmt.Sprintf("member %s is a disruption target (%s)", p.Name, c.Reason)
 				}

@@ -69,6 +69,8 @@ func TestFindDisruptions(t *testing.T) {
 	liveClaim := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "nc-1"}}
 	target := member("a", "n1", corev1.PodRunning).Obj()
 	target.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "EvictionByEvictionAPI"}}
+	restarted := target.DeepCopy()
+	restarted.Status.Conditions[0].Reason = berthv1alpha1.DisruptionReasonGangRestart
 	succeededTarget := target.DeepCopy()
 	succeededTarget.Status.Phase = corev1.PodSucceeded
 	tests := []struct {
@@ -87,6 +89,7 @@ func TestFindDisruptions(t *testing.T) {
 			[]disruption{{"n1", CauseDisruptedTaint, "Karpenter tainted it karpenter.sh/disrupted", ""}}},
 		{"member is a disruption target", []corev1.Pod{*target}, []nodeState{{Name: "n1", Node: node("n1")}},
 			[]disruption{{"n1", CauseDisruptionTarget, "member a is a disruption target (EvictionByEvictionAPI)", ""}}},
+		{"berth's own restart is no node disruption", []corev1.Pod{*restarted}, []nodeState{{Name: "n1", Node: node("n1")}}, nil},
 		{"succeeded members do not count", []corev1.Pod{*succeededTarget}, []nodeState{{Name: "n1", Node: node("n1")}}, nil},
 		{"the node's NodePool, else its NodeClaim's", nil, []nodeState{
 			{Name: "n1", Node: builders.Node("n1").Label(karpv1.NodePoolLabelKey, "gpu-h100").Obj(), Claim: claim},

@@ -451,6 +451,61 @@ func TestRestartGang(t *testing.T) {
 	}
 }
 
+// TestRestartGangDoesNotFailTheJob: an 8-rank Indexed Job with the default backoffLimit (6) and
+// a pod failure policy that ignores disruptions, under onMemberLoss RestartGang: one rank
+// fails, berth deletes the 7 others to restart the gang whole — marking each DisruptionTarget
+// first, as an eviction does — and the Job counts one failure, not 8, and does not fail (a plain
+// DELETE counted each as a failure: 8 > 6, the Job failed).
+func TestRestartGangDoesNotFailTheJob(t *testing.T) {
+	ns := namespace(t, "restart8")
+	job := indexedJob(ns, "r8", 8, 8, 0, podTemplate("r8", "g6e", "1h", container(1, nil)))
+	job.Spec.BackoffLimit, job.Spec.BackoffLimitPerIndex = nil, nil // the default: 6 for the whole Job
+	create(t, builders.PodGroup("r8", ns).MinMember(8).OnMemberLoss(berthv1alpha1.MemberLossRestartGang).Obj(), job)
+	ranks := waitRunning(t, ns, "r8", 8, 4*time.Minute)
+	old := map[types.UID]bool{}
+	for _, r := range ranks {
+		old[r.UID] = true
+	}
+	failedAt := failPod(t, &ranks[0])
+	c := rigtest.Current().Client
+	rigtest.Eventually(t, 3*time.Minute, 200*time.Millisecond, "all 8 ranks recreated and running as a new generation", func(ctx context.Context) (bool, string, error) {
+		ms, err := members(ctx, ns, "r8")
+		if err != nil {
+			return false, "", err
+		}
+		fresh := 0
+		for _, m := range ms {
+			if !old[m.UID] && m.Status.Phase == corev1.PodRunning {
+				fresh++
+			}
+		}
+		var j batchv1.Job
+		if err := c.Get(ctx, client.ObjectKeyFromObject(job), &j); err != nil {
+			return false, "", err
+		}
+		for _, cond := range j.Status.Conditions {
+			if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
+				return false, "", fmt.Errorf("the Job failed: %s: %s (failed %d)", cond.Reason, cond.Message, j.Status.Failed)
+			}
+		}
+		pg, err := getGroup(ctx, ns, "r8")
+		if err != nil {
+			return false, "", err
+		}
+		return fresh == 8 && pg.Status.Restarts == 1, fmt.Sprintf("%d of 8 new ranks running; Job failed %d; restarts %d", fresh, j.Status.Failed, pg.Status.Restarts), nil
+	})
+	t.Logf("rank 0 failed; all 8 ranks of the new generation ran %s later", time.Since(failedAt).Round(time.Millisecond))
+	var j batchv1.Job
+	if err := c.Get(context.Background(), client.ObjectKeyFromObject(job), &j); err != nil {
+		t.Fatal(err)
+	}
+	// The pod failure policy's only rule ignores DisruptionTarget: exactly one failure counted
+	// means the 7 ranks berth deleted carried the condition when they ended.
+	if j.Status.Failed != 1 {
+		t.Errorf("the Job counts %d failures, want 1 (the rank that failed; the 7 berth deleted are disruptions)", j.Status.Failed)
+	}
+}
+
 // TestRestartGangReplacesBarePods: onMemberLoss RestartGang restarts gangs whose members have a
 // controller to recreate them; members without one are replaced as with Replace, as the API
 // promises. A 2-pod gang of bare pods loses one; its replacement (a new pod of the gang) is
