@@ -50,6 +50,23 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = c.Delete(context.Background(), n) })
 	}
+	// p5 capacity an earlier test left would take seat gangs without seats: it goes first, so
+	// every seat gang must go through seats and every NodeClaim launched must carry a member.
+	pool := rig.GPUNodePoolName("h100")
+	leftover, err := nodeClaims(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range leftover {
+		if err := c.Delete(ctx, &leftover[i]); client.IgnoreNotFound(err) != nil {
+			t.Fatal(err)
+		}
+	}
+	rigtest.Eventually(t, 2*time.Minute, 500*time.Millisecond, "no p5 capacity left from earlier tests", func(ctx context.Context) (bool, string, error) {
+		left, err := nodeClaims(ctx, pool)
+		return len(left) == 0, fmt.Sprintf("%d NodeClaims left", len(left)), err
+	})
+	started = metav1.Now()
 	rec := rigtest.WatchReleases(t, ns)
 	const gangs, size, seatGangs = 100, 2, 10
 	all := map[string][]string{}
@@ -117,8 +134,9 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 			throughSeats++
 		}
 	}
-	// Fewer than ten when nodes an earlier test launched were still there to take them.
-	t.Logf("%d gangs admitted through seats", throughSeats)
+	if throughSeats != seatGangs {
+		t.Errorf("%d gangs admitted through seats, want the %d that needed p5 capacity (none was left)", throughSeats, seatGangs)
+	}
 	rigtest.Eventually(t, 30*time.Second, 500*time.Millisecond, "no seat left", func(ctx context.Context) (bool, string, error) {
 		var left []string
 		for name := range all {
@@ -136,9 +154,8 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 		}
 		return len(left) == 0, strings.Join(left, ", "), nil
 	})
-	// No more NodeClaims launched than members that needed capacity: none for a seat created
-	// twice. (One launched for nothing is reported too; it can also be capacity freed by others
-	// while the request ran, which consolidation takes back.)
+	// No more NodeClaims launched than members that needed capacity, and none that carries no
+	// member: none for a seat created twice (no p5 capacity existed or was freed meanwhile).
 	var members corev1.PodList
 	if err := c.List(ctx, &members, client.InNamespace(ns)); err != nil {
 		t.Fatal(err)
@@ -155,7 +172,8 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 	launched := 0
 	for _, nc := range claims {
 		if nc.CreationTimestamp.Before(&started) {
-			continue // left by an earlier test; consolidation takes it
+			t.Errorf("NodeClaim %s from before the test survived its deletion", nc.Name)
+			continue
 		}
 		launched++
 		if !used[nc.Status.NodeName] {
@@ -166,7 +184,7 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 		t.Errorf("%d NodeClaims launched for %d members that needed capacity (at most one 8-GPU node each): seats were created twice", launched, seatGangs*size)
 	}
 	if len(unused) > 0 {
-		t.Logf("NodeClaims launched that carry no member: %v", unused)
+		t.Errorf("NodeClaims launched that carry no member: %v", unused)
 	}
 	t.Logf("%d NodeClaims launched for %d members that needed capacity", launched, seatGangs*size)
 }
