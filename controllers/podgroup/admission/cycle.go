@@ -60,6 +60,8 @@ type cycle struct {
 	onNodes     []scheduling.PodOnNode
 	unavailable map[string]string
 	booting     *scheduling.Snapshot
+	// kept are the cycle's admissions and reservations, to replay on the booting snapshot.
+	kept []func(*scheduling.Snapshot)
 }
 
 // gangView is one gang as a cycle sees it.
@@ -165,13 +167,49 @@ func bookedSeats(pods []*corev1.Pod) map[string][]*corev1.Pod {
 
 // bootingSnapshot is the snapshot in which nodes that are coming up count as available: what
 // capacity a gang lacks is judged counting capacity already on its way. Built on first use, at
-// most once per cycle.
+// most once per cycle, with what the cycle already promised and kept in cy.snap (its
+// admissions and reservations, replayed): without them a gang after one admitted or holding
+// room in this cycle counted that room as its own and asked for too few seats.
 func (cy *cycle) bootingSnapshot() *scheduling.Snapshot {
 	if cy.booting == nil {
 		cy.booting = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, withoutBooting(cy.unavailable, cy.nodes, cy.now, cy.bootBudget), cy.requests)
 		cy.booting.SetVolumes(cy.volumes)
+		for _, kept := range cy.kept {
+			kept(cy.booting)
+		}
 	}
 	return cy.booting
+}
+
+// keep applies a promise or a reservation to the cycle's snapshot and, now or when it is built,
+// to the booting one.
+func (cy *cycle) keep(apply func(*scheduling.Snapshot) error) error {
+	if err := apply(cy.snap); err != nil {
+		return err
+	}
+	replay := func(s *scheduling.Snapshot) { _ = apply(s) } // what fits in cy.snap fits where more is available
+	cy.kept = append(cy.kept, replay)
+	if cy.booting != nil {
+		replay(cy.booting)
+	}
+	return nil
+}
+
+// assume counts members admitted in this cycle (placement res) against their nodes.
+func (cy *cycle) assume(members []*corev1.Pod, res scheduling.Result) error {
+	return cy.keep(func(s *scheduling.Snapshot) error { return s.Assume(members, res) })
+}
+
+// reservePlaced keeps the room gang could already use (placement res, which does not fit) from
+// the gangs after it in this cycle.
+func (cy *cycle) reservePlaced(gang scheduling.Gang, res scheduling.Result) {
+	_ = cy.keep(func(s *scheduling.Snapshot) error { s.ReservePlaced(gang, res); return nil })
+}
+
+// reservePartial places gang as far as it goes and keeps that room from the gangs after it in
+// this cycle.
+func (cy *cycle) reservePartial(gang scheduling.Gang) {
+	_ = cy.keep(func(s *scheduling.Snapshot) error { s.ReservePartial(gang); return nil })
 }
 
 // reportOrphans tells, once per pod, gated members whose PodGroup does not exist that they

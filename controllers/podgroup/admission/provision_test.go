@@ -2,7 +2,9 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/scheduling"
 	"github.com/berth-dev/berth/test/builders"
 )
@@ -56,5 +59,39 @@ func TestNodeClaimsListedOncePerCycle(t *testing.T) {
 	}
 	if lists != 1 {
 		t.Errorf("%d NodeClaim lists in one cycle, want 1", lists)
+	}
+}
+
+// TestAttemptCountsThisCyclesAdmissions: a gang admitted earlier in the cycle takes the only
+// free node; the gang after it, which does not fit, asks for capacity for both its members. The
+// shortfall is judged on the snapshot that counts booting nodes, which was built from the
+// cycle's start and left out what the cycle had promised since: it asked for one seat, its other
+// member "placed" on the node just given away, and the attempt could never complete.
+func TestAttemptCountsThisCyclesAdmissions(t *testing.T) {
+	older := metav1.NewTime(time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC))
+	a := builders.PodGroup("a", "ml").MinMember(1).Obj()
+	a.UID, a.CreationTimestamp = "uid-a", older
+	b := builders.PodGroup("b", "ml").MinMember(2).Obj()
+	b.UID, b.CreationTimestamp = "uid-b", metav1.NewTime(older.Add(time.Minute))
+	objs := []client.Object{builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), a, b}
+	objs = append(objs, builders.Pod("a-0", "ml").Member("a").Gated().GPU(8).WithReleaseTerm("a").Obj())
+	for i := range 2 {
+		objs = append(objs, builders.Pod(fmt.Sprintf("b-%d", i), "ml").Member("b").Gated().GPU(8).WithReleaseTerm("b").Obj())
+	}
+	r, base, _, _, _ := budgetHarness(t, objs...)
+	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	cycleOnce(t, r)
+	var got berthv1alpha1.PodGroup
+	if err := base.Get(context.Background(), client.ObjectKeyFromObject(a), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Status.Assignments) != 1 {
+		t.Fatalf("gang a not admitted: %+v", got.Status)
+	}
+	if err := base.Get(context.Background(), client.ObjectKeyFromObject(b), &got); err != nil {
+		t.Fatal(err)
+	}
+	if p := got.Status.Provisioning; p == nil || p.Seats != 2 {
+		t.Errorf("gang b's attempt = %+v, want seats for both members (the free node went to gang a)", p)
 	}
 }

@@ -69,7 +69,7 @@ func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangVi
 				return 0, err
 			}
 		}
-		if err := cy.snap.Assume([]*corev1.Pod{candidate}, res); err != nil {
+		if err := cy.assume([]*corev1.Pod{candidate}, res); err != nil {
 			return 0, err
 		}
 		errs = append(errs, r.commitOne(ctx, cy, gv, p, res.Assignments[0].Node, prevOf[p.Name]))

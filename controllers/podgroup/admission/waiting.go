@@ -78,7 +78,7 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 		}
 	}
 	if res.Fits() {
-		if err := cy.snap.Assume(gang.Members, res); err != nil {
+		if err := cy.assume(gang.Members, res); err != nil {
 			return 0, err
 		}
 		return 0, r.commit(ctx, cy, gv, gang.Members, res)
@@ -99,9 +99,9 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 	// from the placement just made; with seats, placed again where they count (the placement was
 	// made without them: reserving it here would count a member and its seat on one node).
 	if len(gv.holding()) == 0 {
-		cy.snap.ReservePlaced(gang, res)
+		cy.reservePlaced(gang, res)
 	} else {
-		cy.snap.ReservePartial(gang)
+		cy.reservePartial(gang)
 	}
 	if reason == berthv1alpha1.ReasonUnschedulable && r.opts.Provisioning.Enabled {
 		if err := r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForCapacity,
