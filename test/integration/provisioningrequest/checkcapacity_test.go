@@ -187,12 +187,15 @@ func TestRequestWithoutItsPodTemplateFails(t *testing.T) {
 	}
 }
 
-// TestOtherClassesAreLeftAlone: a class berth does not serve gets no condition from berth.
+// TestOtherClassesAreLeftAlone: a class berth does not serve gets no condition from berth — while
+// berth answers a request of a class it serves, created after it (so the check is not passed
+// by a controller that does nothing).
 func TestOtherClassesAreLeftAlone(t *testing.T) {
 	ctx := context.Background()
 	ns := rigtest.Namespace(t, "other")
 	pr := request(t, ns, "queued-1", "queued-provisioning.gke.io", "none", 8, 1, true)
-	time.Sleep(3 * time.Second)
+	served := request(t, ns, "served-1", autoscalingv1.ProvisioningClassCheckCapacity, "none", 8, 1, true, "noRetry", "true")
+	waitCondition(t, served, autoscalingv1.Failed, metav1.ConditionTrue, "CapacityIsNotFound", time.Minute)
 	got := &autoscalingv1.ProvisioningRequest{}
 	if err := rigtest.Current().Client.Get(ctx, client.ObjectKeyFromObject(pr), got); err != nil {
 		t.Fatal(err)
