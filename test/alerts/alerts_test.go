@@ -262,7 +262,9 @@ func closedLabels() map[string]map[string][]string {
 		"berth_scaler_scrape_errors_total":           {"source": sources, "reason": append(slices.Clone(pods.Reasons), promsource.ReasonQuery)},
 		"berth_scaler_scrape_duration_seconds_count": {"source": sources},
 		"leader_election_master_status":              {"name": {controllers.LeaderElectionID}},
-		"controller_runtime_reconcile_errors_total":  {"controller": append(controllers.Names(), "someone-else")}, // someone-else: a foreign controller the rule must ignore
+		// Foreign controllers the rule must ignore: someone-else, and scheduler-plugins' "podgroup"
+		// (which a looser pattern once matched).
+		"controller_runtime_reconcile_errors_total": {"controller": append(controllers.Names(), "someone-else", "podgroup")},
 	}
 }
 

@@ -11,6 +11,11 @@ import (
 
 	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -169,10 +174,19 @@ func observe(pg *berthv1alpha1.PodGroup) (*observation, func() *observation) {
 			o.ungatedAt = now
 		}
 	}
+	// Seats are also watched: a seat can be bound and deleted again between two polls (berth
+	// admits the gang the moment its seats are on usable nodes), and every node a seat was on
+	// must be known to judge how soon the members followed.
+	stopSeats := watchSeatNodes(pg, func(node string) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		o.seatNodes[node] = true
+	})
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer stopSeats()
 		tick := time.NewTicker(25 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -191,6 +205,52 @@ func observe(pg *berthv1alpha1.PodGroup) (*observation, func() *observation) {
 		close(stop)
 		<-done
 		return o
+	}
+}
+
+// watchSeatNodes calls seen with the node of every state of the gang's seats a watch delivers
+// (a retry watcher: it resumes where a broken watch stopped), until the returned stop is called.
+func watchSeatNodes(pg *berthv1alpha1.PodGroup, seen func(node string)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cs, err := kubernetes.NewForConfig(rigtest.Current().Config)
+	if err != nil {
+		cancel()
+		return func() {}
+	}
+	sel := berthv1alpha1.SeatOfLabel + "=" + string(pg.UID)
+	list, err := cs.CoreV1().Pods(rig.BerthNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil {
+		cancel()
+		return func() {}
+	}
+	for _, p := range list.Items {
+		if p.Spec.NodeName != "" {
+			seen(p.Spec.NodeName)
+		}
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, list.ResourceVersion, &toolscache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.LabelSelector = sel
+			return cs.CoreV1().Pods(rig.BerthNamespace).Watch(ctx, o)
+		},
+	})
+	if err != nil {
+		cancel()
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+				seen(p.Spec.NodeName)
+			}
+		}
+	}()
+	return func() {
+		w.Stop()
+		cancel()
+		<-done
 	}
 }
 
