@@ -44,8 +44,10 @@ type Result struct {
 	// Placeable is how many members the best attempt could place (all of them when it fits).
 	Placeable int
 
-	// reqs are the members' requests as placement counted them, for Assume.
-	reqs []vec
+	// reqs are the members' requests as placement counted them, for Assume, in the slots of
+	// layout (the resource index of the snapshot that placed them).
+	reqs   []vec
+	layout *resIndex
 	// partial are, when the gang does not fit, the nodes of the members the best attempt could
 	// place (nil for the others), for ReservePlaced.
 	partial []*NodeState
@@ -114,7 +116,7 @@ func Place(s *Snapshot, g Gang) Result {
 		}
 	}
 	if best.placed == len(g.Members) {
-		r := Result{Domain: best.domain, Placeable: best.placed, Assignments: make([]Assignment, len(g.Members)), reqs: make([]vec, len(g.Members))}
+		r := Result{Domain: best.domain, Placeable: best.placed, Assignments: make([]Assignment, len(g.Members)), reqs: make([]vec, len(g.Members)), layout: s.ri}
 		for i, m := range g.Members {
 			r.Assignments[i] = Assignment{Pod: m.Name, Node: best.assigned[i].Name()}
 		}

@@ -512,3 +512,29 @@ func TestTolerationSecondsDoNotSplitMembers(t *testing.T) {
 		t.Errorf("reason = %q", r.Reason)
 	}
 }
+
+// TestAssumeOnAnotherSnapshot: a placement made on one snapshot is assumed on another whose
+// resources were indexed in another order (admission replays its promises on the snapshot that
+// counts booting nodes). The GPUs are counted as GPUs there, not as whatever resource holds
+// their slot.
+func TestAssumeOnAnotherSnapshot(t *testing.T) {
+	b := builders.Node("b").GPU(8).Obj()
+	placed := scheduling.NewSnapshot([]*corev1.Node{b}, nil, nil)
+	// "a" sorts first: its resource takes the slot the GPUs have in the first snapshot.
+	a := builders.Node("a").Allocatable("example.com/fpga", "4").Obj()
+	other := scheduling.NewSnapshot([]*corev1.Node{a, b}, nil, nil)
+	g := scheduling.Gang{Members: members(8, gpuMember(1))}
+	r := scheduling.Place(placed, g)
+	if !r.Fits() {
+		t.Fatalf("gang: %s", r.Reason)
+	}
+	if err := other.Assume(g.Members, r); err != nil {
+		t.Fatal(err)
+	}
+	if got := other.Free("b", "nvidia.com/gpu"); got != 0 {
+		t.Errorf("free GPUs on b after assuming 8 = %d, want 0", got)
+	}
+	if got := other.Free("a", "example.com/fpga"); got != 4 {
+		t.Errorf("free FPGAs on a = %d, want 4 (nothing was placed there)", got)
+	}
+}

@@ -30,6 +30,24 @@ func (ri *resIndex) add(name corev1.ResourceName) int {
 	return len(ri.names) - 1
 }
 
+// prefixOf reports whether a vector in ri's slots means the same in other's: other is ri, or
+// has ri's names in ri's order first (a clone that has grown since). A placement made on one
+// snapshot is replayed on another whose index was built in a different order.
+func (ri *resIndex) prefixOf(other *resIndex) bool {
+	if ri == other {
+		return true
+	}
+	if ri == nil || len(ri.names) > len(other.names) {
+		return false
+	}
+	for i, n := range ri.names {
+		if other.names[i] != n {
+			return false
+		}
+	}
+	return true
+}
+
 // vecOf converts a ResourceList, adding unseen names to the index.
 func (ri *resIndex) vecOf(l corev1.ResourceList) vec {
 	for name := range l {

@@ -157,8 +157,8 @@ func (s *Snapshot) Assume(members []*corev1.Pod, r Result) error {
 			return fmt.Errorf("assumed member %s is not in the gang", a.Pod)
 		}
 		var req vec
-		if len(r.reqs) == len(r.Assignments) && members[i] == p {
-			req = r.reqs[i] // counted by Place for this very pod
+		if len(r.reqs) == len(r.Assignments) && members[i] == p && r.layout.prefixOf(s.ri) {
+			req = r.reqs[i] // counted by Place for this very pod, in this snapshot's slots
 		} else {
 			req = s.ri.vecOf(s.requestsOf(p))
 		}

@@ -95,3 +95,28 @@ func TestAttemptCountsThisCyclesAdmissions(t *testing.T) {
 		t.Errorf("gang b's attempt = %+v, want seats for both members (the free node went to gang a)", p)
 	}
 }
+
+// TestAttemptDoesNotCountItsOwnRoom: 7 GPUs free and a gang of 8 — the attempt asks for one
+// seat. The room the gang can already use is kept from the gangs after it; kept before the
+// gang's own request was judged, the gang counted it as taken and asked for 8.
+func TestAttemptDoesNotCountItsOwnRoom(t *testing.T) {
+	g := builders.PodGroup("ddp", "ml").MinMember(8).Obj()
+	g.UID = "uid-ddp"
+	filler := builders.Pod("filler", "ml").GPU(1).Obj()
+	filler.Spec.NodeName = "n1"
+	filler.Status.Phase = corev1.PodRunning
+	objs := []client.Object{builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), g, filler}
+	for i := range 8 {
+		objs = append(objs, builders.Pod(fmt.Sprintf("ddp-%d", i), "ml").Member("ddp").Gated().GPU(1).WithReleaseTerm("ddp").Obj())
+	}
+	r, base, _, _, _ := budgetHarness(t, objs...)
+	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	cycleOnce(t, r)
+	var got berthv1alpha1.PodGroup
+	if err := base.Get(context.Background(), client.ObjectKeyFromObject(g), &got); err != nil {
+		t.Fatal(err)
+	}
+	if p := got.Status.Provisioning; p == nil || p.Seats != 1 {
+		t.Errorf("attempt = %+v, want one seat for the one member without a place", p)
+	}
+}

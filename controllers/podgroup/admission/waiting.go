@@ -95,14 +95,9 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 		// Timed out and retrying later: it holds nothing and asks for nothing until then.
 		return wait, nil
 	}
-	// Keep the room the gang can already use from gangs after it in this cycle. Without seats,
-	// from the placement just made; with seats, placed again where they count (the placement was
-	// made without them: reserving it here would count a member and its seat on one node).
-	if len(gv.holding()) == 0 {
-		cy.reservePlaced(gang, res)
-	} else {
-		cy.reservePartial(gang)
-	}
+	// Keep the room the gang can already use from gangs after it in this cycle — after its own
+	// capacity request is judged, which must not count that room against the gang itself.
+	defer reserveRoom(cy, gv, gang, res)
 	if reason == berthv1alpha1.ReasonUnschedulable && r.opts.Provisioning.Enabled {
 		if err := r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForCapacity,
 			"the gang does not fit existing nodes; capacity for the members without a place is requested from Karpenter (see condition CapacityProvisioned)"); err != nil {
@@ -115,6 +110,18 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 		return minPositive(wait, next), nil
 	}
 	return wait, r.setScheduled(ctx, cy, g, metav1.ConditionFalse, reason, res.Reason)
+}
+
+// reserveRoom keeps the room a gang that does not fit can already use (placement res) from the
+// gangs after it in this cycle. Without seats, from the placement just made; with seats, placed
+// again where they count (the placement was made without them: reserving it would count a
+// member and its seat on one node).
+func reserveRoom(cy *cycle, gv gangView, gang scheduling.Gang, res scheduling.Result) {
+	if len(gv.holding()) == 0 {
+		cy.reservePlaced(gang, res)
+	} else {
+		cy.reservePartial(gang)
+	}
 }
 
 // waitForMembers says what a gang without enough placeable members waits for, and stops its
