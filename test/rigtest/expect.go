@@ -24,6 +24,10 @@ func Eventually(t testing.TB, timeout, interval time.Duration, what string, cond
 	var status string
 	for {
 		done, s, err := cond(ctx)
+		if err != nil && ctx.Err() != nil {
+			// The wait ran out during a call: the last status says more than the deadline.
+			t.Fatalf("%s: not done after %s; last status: %s%s", what, timeout, status, componentsDown())
+		}
 		if err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}

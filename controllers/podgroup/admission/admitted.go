@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -84,6 +86,13 @@ func (r *Reconciler) tendAdmitted(ctx context.Context, cy *cycle, gv gangView, g
 	g := gv.group
 	if gen.over() {
 		if len(gen.fresh)+len(gen.held) == 0 {
+			if len(gen.lost) > 0 {
+				// Restarted or lost whole: say what the gang waits for (a Job's backoff can
+				// hold its new pods for minutes; the Admitted condition would be stale).
+				if err := r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForMembers, awaitingRecreation(g, gen)); err != nil {
+					return 0, err
+				}
+			}
 			return 0, r.deleteSeats(ctx, gv.seats) // finished or idle: nothing to admit
 		}
 		return r.newGeneration(ctx, cy, gv, gen)
@@ -120,6 +129,22 @@ func (r *Reconciler) tendAdmitted(ctx context.Context, cy *cycle, gv gangView, g
 		errs = append(errs, err)
 	}
 	return wait, errors.Join(errs...)
+}
+
+// awaitingRecreation says what a gang whose generation ended with lost members and no new
+// members waits for.
+func awaitingRecreation(g *berthv1alpha1.PodGroup, gen generation) string {
+	lost := make([]string, 0, len(gen.lost))
+	for _, l := range gen.lost {
+		lost = append(lost, l.assignment.Pod)
+	}
+	sort.Strings(lost)
+	if n := len(lost); n > 8 {
+		lost = append(lost[:8], fmt.Sprintf("and %d more", n-8))
+	}
+	return fmt.Sprintf("generation %d ended with %d member(s) lost or restarted (%s); waiting for their workload to recreate them, admitted whole as generation %d. "+
+		"A Job recreates pods only after its pod failure backoff: 10 s doubling per failed pod, up to 10 min, counting pods berth deleted even when podFailurePolicy ignores them (set backoffLimitPerIndex for a backoff per rank)",
+		g.Status.Restarts+1, len(gen.lost), strings.Join(lost, ", "), g.Status.Restarts+2)
 }
 
 // finishRelease releases assigned members that are still gated, or else lets the gang's seats

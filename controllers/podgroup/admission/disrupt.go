@@ -37,8 +37,15 @@ func (r *Reconciler) disrupt(ctx context.Context, p *corev1.Pod, reason, message
 		LastTransitionTime: metav1.NewTime(r.clock.Now()),
 	}})
 	switch {
-	case apierrors.IsNotFound(err) || apierrors.IsInvalid(err):
-		return nil // gone, or another pod of that name (its UID refused the patch)
+	case apierrors.IsNotFound(err):
+		return nil // gone
+	case apierrors.IsInvalid(err):
+		// Another pod of that name refuses the UID; anything else invalid is an error, or
+		// the member would live on unmarked and undeleted with nothing said.
+		if gone, getErr := r.replacedOrGone(ctx, p); gone || getErr != nil {
+			return errors.Join(getErr)
+		}
+		return err
 	case err != nil:
 		return err
 	}
@@ -78,4 +85,17 @@ func (r *Reconciler) setDisruptionTarget(ctx context.Context, p *corev1.Pod, rv 
 		return "", fmt.Errorf("patching the DisruptionTarget condition of member %s: %w", p.Name, err)
 	}
 	return target.ResourceVersion, nil
+}
+
+// replacedOrGone reports whether member p no longer exists as the pod berth looked at: deleted,
+// or another pod under its name.
+func (r *Reconciler) replacedOrGone(ctx context.Context, p *corev1.Pod) (bool, error) {
+	var cur corev1.Pod
+	switch err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(p), &cur); {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("reading member %s: %w", p.Name, err)
+	}
+	return cur.UID != p.UID, nil
 }

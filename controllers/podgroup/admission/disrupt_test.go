@@ -188,3 +188,21 @@ func TestDisruptRefusedDeletionTakesTheMarkBack(t *testing.T) {
 		t.Errorf("a member that lives on carries %+v", d)
 	}
 }
+
+// TestDisruptRefusedMarkIsAnError: a mark the API server refuses as invalid for the member
+// berth looked at (not another pod of its name) is an error — swallowed, the member lived on
+// unmarked and undeleted with nothing said.
+func TestDisruptRefusedMarkIsAnError(t *testing.T) {
+	live := *builders.Pod("r-1", "ml").Member("g").GPU(1).Obj()
+	live.UID = "uid-live"
+	r, c := disruptHarness(t, &live, func(*corev1.Pod) { t.Error("deleted a member whose mark was refused") })
+	r.client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		SubResourcePatch: func(context.Context, client.Client, string, client.Object, client.Patch, ...client.SubResourcePatchOption) error {
+			return apierrors.NewInvalid(schema.GroupKind{Kind: "Pod"}, live.Name, field.ErrorList{field.Invalid(field.NewPath("status", "conditions"), "x", "refused")})
+		},
+	})
+	err := r.disrupt(context.Background(), &live, berthv1alpha1.DisruptionReasonGangRestart, "gang restarts", client.Preconditions{UID: &live.UID})
+	if !apierrors.IsInvalid(err) {
+		t.Errorf("disrupt = %v, want the refusal", err)
+	}
+}

@@ -3,10 +3,12 @@ package admission
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -118,5 +120,27 @@ func TestAttemptDoesNotCountItsOwnRoom(t *testing.T) {
 	}
 	if p := got.Status.Provisioning; p == nil || p.Seats != 1 {
 		t.Errorf("attempt = %+v, want one seat for the one member without a place", p)
+	}
+}
+
+// TestRestartedGangSaysWhatItWaitsFor: a gang restarted whole (every member failed or deleted,
+// none recreated yet) says it waits for its workload to recreate the members, and why a Job
+// may take minutes; before, its Scheduled condition still said Admitted.
+func TestRestartedGangSaysWhatItWaitsFor(t *testing.T) {
+	g := builders.PodGroup("r8", "ml").MinMember(2).OnMemberLoss(berthv1alpha1.MemberLossRestartGang).Obj()
+	g.UID = "uid-r8"
+	g.Status.Assignments = []berthv1alpha1.MemberAssignment{{Pod: "r8-0", Node: "n1", UID: "uid-0"}, {Pod: "r8-1", Node: "n1", UID: "uid-1"}}
+	g.Status.Conditions = []metav1.Condition{{Type: berthv1alpha1.ConditionScheduled, Status: metav1.ConditionTrue, Reason: berthv1alpha1.ReasonAdmitted, Message: "admitted"}}
+	failed := builders.Pod("r8-0", "ml").Member("r8").GPU(1).ControlledBy("batch/v1", "Job", "r8").Phase(corev1.PodFailed).Obj()
+	failed.UID, failed.Spec.NodeName = "uid-0", "n1"
+	r, base, _, _, _ := budgetHarness(t, builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), g, failed)
+	cycleOnce(t, r)
+	var got berthv1alpha1.PodGroup
+	if err := base.Get(context.Background(), client.ObjectKeyFromObject(g), &got); err != nil {
+		t.Fatal(err)
+	}
+	c := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionScheduled)
+	if c == nil || c.Reason != berthv1alpha1.ReasonWaitingForMembers || !strings.Contains(c.Message, "r8-0, r8-1") || !strings.Contains(c.Message, "backoffLimitPerIndex") {
+		t.Errorf("Scheduled = %+v, want WaitingForMembers naming both members and the Job's backoff", c)
 	}
 }

@@ -50,6 +50,23 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = c.Delete(context.Background(), n) })
 	}
+	// Static nodes still coming up would send the first gangs to Karpenter for capacity that
+	// is about to exist: the test is about gangs that fit and gangs that do not.
+	rigtest.Eventually(t, time.Minute, 200*time.Millisecond, "static nodes Ready", func(ctx context.Context) (bool, string, error) {
+		ready := 0
+		for i := range staticNodes {
+			var n corev1.Node
+			if err := c.Get(ctx, client.ObjectKey{Name: fmt.Sprintf("chaos-static-%02d", i)}, &n); err != nil {
+				return false, "", err
+			}
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		return ready == staticNodes, fmt.Sprintf("%d of %d Ready", ready, staticNodes), nil
+	})
 	// p5 capacity an earlier test left would take seat gangs without seats: it goes first, so
 	// every seat gang must go through seats and every NodeClaim launched must carry a member.
 	pool := rig.GPUNodePoolName("h100")
@@ -129,13 +146,15 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 		t.Fatal(err)
 	}
 	throughSeats := 0
+	var why []string
 	for _, g := range groups.Items {
-		if meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned) != nil {
+		if cond := meta.FindStatusCondition(g.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned); cond != nil {
 			throughSeats++
+			why = append(why, fmt.Sprintf("%s: %s %s", g.Name, cond.Reason, cond.Message))
 		}
 	}
 	if throughSeats != seatGangs {
-		t.Errorf("%d gangs admitted through seats, want the %d that needed p5 capacity (none was left)", throughSeats, seatGangs)
+		t.Errorf("%d gangs admitted through seats, want the %d that needed p5 capacity (none was left):\n%s", throughSeats, seatGangs, strings.Join(why, "\n"))
 	}
 	rigtest.Eventually(t, 30*time.Second, 500*time.Millisecond, "no seat left", func(ctx context.Context) (bool, string, error) {
 		var left []string

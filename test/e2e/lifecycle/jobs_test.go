@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -455,7 +457,10 @@ func TestRestartGang(t *testing.T) {
 // a pod failure policy that ignores disruptions, under onMemberLoss RestartGang: one rank
 // fails, berth deletes the 7 others to restart the gang whole — marking each DisruptionTarget
 // first, as an eviction does — and the Job counts one failure, not 8, and does not fail (a plain
-// DELETE counted each as a failure: 8 > 6, the Job failed).
+// DELETE counted each as a failure: 8 > 6, the Job failed). The Job controller recreates the
+// ranks only after its pod failure backoff, which counts the 7 ignored failures too (8 failed
+// pods: 10 minutes); meanwhile the gang says what it waits for, and then the new generation is
+// admitted whole.
 func TestRestartGangDoesNotFailTheJob(t *testing.T) {
 	ns := namespace(t, "restart8")
 	job := indexedJob(ns, "r8", 8, 8, 0, podTemplate("r8", "g6e", "1h", container(1, nil)))
@@ -468,7 +473,57 @@ func TestRestartGangDoesNotFailTheJob(t *testing.T) {
 	}
 	failedAt := failPod(t, &ranks[0])
 	c := rigtest.Current().Client
-	rigtest.Eventually(t, 3*time.Minute, 200*time.Millisecond, "all 8 ranks recreated and running as a new generation", func(ctx context.Context) (bool, string, error) {
+	// jobState reads the Job, failing the test the moment it fails.
+	jobState := func(ctx context.Context) (batchv1.Job, error) {
+		var j batchv1.Job
+		if err := c.Get(ctx, client.ObjectKeyFromObject(job), &j); err != nil {
+			return j, err
+		}
+		for _, cond := range j.Status.Conditions {
+			if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
+				return j, fmt.Errorf("the Job failed: %s: %s (failed %d)", cond.Reason, cond.Message, j.Status.Failed)
+			}
+		}
+		return j, nil
+	}
+	rigtest.Eventually(t, 2*time.Minute, 200*time.Millisecond, "the gang restarted: the 7 live ranks deleted, the Job counting only the rank that failed", func(ctx context.Context) (bool, string, error) {
+		var all corev1.PodList
+		if err := c.List(ctx, &all, client.InNamespace(ns)); err != nil {
+			return false, "", err
+		}
+		var left []string
+		for _, p := range all.Items {
+			if old[p.UID] && p.Status.Phase != corev1.PodFailed {
+				left = append(left, p.Name)
+			}
+		}
+		j, err := jobState(ctx)
+		if err != nil {
+			return false, "", err
+		}
+		settled := j.Status.UncountedTerminatedPods == nil || len(j.Status.UncountedTerminatedPods.Failed) == 0
+		settled = settled && ptr.Deref(j.Status.Terminating, 0) == 0 && j.Status.Active == 0
+		return len(left) == 0 && settled, fmt.Sprintf("old ranks left %v; Job active %d failed %d terminating %d", left, j.Status.Active, j.Status.Failed, ptr.Deref(j.Status.Terminating, 0)), nil
+	})
+	j, err := jobState(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pod failure policy's only rule ignores DisruptionTarget: exactly one failure counted
+	// means the 7 ranks berth deleted carried the condition when they ended.
+	if j.Status.Failed != 1 {
+		t.Errorf("the Job counts %d failures, want 1 (the rank that failed; the 7 berth deleted are disruptions)", j.Status.Failed)
+	}
+	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "the gang says it waits for its workload", func(ctx context.Context) (bool, string, error) {
+		pg, err := getGroup(ctx, ns, "r8")
+		if err != nil {
+			return false, "", err
+		}
+		cond := meta.FindStatusCondition(pg.Status.Conditions, berthv1alpha1.ConditionScheduled)
+		return cond != nil && cond.Reason == berthv1alpha1.ReasonWaitingForMembers && strings.Contains(cond.Message, "recreate"), fmt.Sprintf("Scheduled %+v", cond), nil
+	})
+	// The Job controller's backoff after 8 failed pods is its 10-minute maximum.
+	rigtest.Eventually(t, 13*time.Minute, time.Second, "all 8 ranks recreated and running as a new generation", func(ctx context.Context) (bool, string, error) {
 		ms, err := members(ctx, ns, "r8")
 		if err != nil {
 			return false, "", err
@@ -479,30 +534,23 @@ func TestRestartGangDoesNotFailTheJob(t *testing.T) {
 				fresh++
 			}
 		}
-		var j batchv1.Job
-		if err := c.Get(ctx, client.ObjectKeyFromObject(job), &j); err != nil {
+		j, err := jobState(ctx)
+		if err != nil {
 			return false, "", err
-		}
-		for _, cond := range j.Status.Conditions {
-			if cond.Type == batchv1.JobFailed && cond.Status == corev1.ConditionTrue {
-				return false, "", fmt.Errorf("the Job failed: %s: %s (failed %d)", cond.Reason, cond.Message, j.Status.Failed)
-			}
 		}
 		pg, err := getGroup(ctx, ns, "r8")
 		if err != nil {
 			return false, "", err
 		}
-		return fresh == 8 && pg.Status.Restarts == 1, fmt.Sprintf("%d of 8 new ranks running; Job failed %d; restarts %d", fresh, j.Status.Failed, pg.Status.Restarts), nil
+		return fresh == 8 && pg.Status.Restarts == 1, fmt.Sprintf("%d of 8 new ranks running; Job active %d failed %d; restarts %d; conditions %v",
+			fresh, j.Status.Active, j.Status.Failed, pg.Status.Restarts, pg.Status.Conditions), nil
 	})
 	t.Logf("rank 0 failed; all 8 ranks of the new generation ran %s later", time.Since(failedAt).Round(time.Millisecond))
-	var j batchv1.Job
-	if err := c.Get(context.Background(), client.ObjectKeyFromObject(job), &j); err != nil {
+	if j, err = jobState(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// The pod failure policy's only rule ignores DisruptionTarget: exactly one failure counted
-	// means the 7 ranks berth deleted carried the condition when they ended.
 	if j.Status.Failed != 1 {
-		t.Errorf("the Job counts %d failures, want 1 (the rank that failed; the 7 berth deleted are disruptions)", j.Status.Failed)
+		t.Errorf("the Job counts %d failures after the restart, want 1", j.Status.Failed)
 	}
 }
 
