@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/berth-dev/berth/scheduling"
 	"github.com/berth-dev/berth/test/builders"
@@ -536,5 +537,45 @@ func TestAssumeOnAnotherSnapshot(t *testing.T) {
 	}
 	if got := other.Free("a", "example.com/fpga"); got != 4 {
 		t.Errorf("free FPGAs on a = %d, want 4 (nothing was placed there)", got)
+	}
+}
+
+// TestRequestsKeptAcrossSnapshots: requests converted in a snapshot of a Layout serve the next
+// snapshot of that Layout as they are, serve a clone that has grown a resource since, and are
+// converted again (not misread) in a snapshot with other slots.
+func TestRequestsKeptAcrossSnapshots(t *testing.T) {
+	n := builders.Node("n").GPU(8).Obj()
+	w := builders.Pod("w", "t").GPU(2).Node("n").Phase(corev1.PodRunning).Obj()
+	req := scheduling.NewRequests(w)
+	lookup := func(p *corev1.Pod) *scheduling.Requests {
+		if p == w {
+			return req
+		}
+		return nil
+	}
+	layout := scheduling.NewLayout()
+	on := []scheduling.PodOnNode{{Pod: w, Node: "n"}}
+	for i := range 2 {
+		s := scheduling.NewSnapshotWithRequests([]*corev1.Node{n}, on, nil, lookup, layout)
+		if got := s.Free("n", "nvidia.com/gpu"); got != 6 {
+			t.Errorf("snapshot %d: %d GPUs free, want 6", i, got)
+		}
+		// A clone that learns a resource the layout has not seen still reads the kept vector.
+		c := s.Clone()
+		g := scheduling.Gang{Members: []*corev1.Pod{builders.Pod("m", "t").GPU(6).Obj()}}
+		g.Members[0].Spec.Containers[0].Resources.Requests["example.com/fpga"] = resource.MustParse("0")
+		if r := scheduling.Place(c, g); !r.Fits() {
+			t.Errorf("snapshot %d clone: 6 GPUs do not fit: %s", i, r.Reason)
+		}
+	}
+	// Another snapshot whose slots are in another order: "a" sorts first and its resource
+	// takes the slot the GPUs have in the layout.
+	a := builders.Node("a").Allocatable("example.com/fpga", "4").Obj()
+	other := scheduling.NewSnapshotWithRequests([]*corev1.Node{a, n}, on, nil, lookup, nil)
+	if got := other.Free("n", "nvidia.com/gpu"); got != 6 {
+		t.Errorf("snapshot with other slots: %d GPUs free on n, want 6", got)
+	}
+	if got := other.Free("a", "example.com/fpga"); got != 4 {
+		t.Errorf("snapshot with other slots: %d FPGAs free on a, want 4", got)
 	}
 }

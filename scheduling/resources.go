@@ -1,6 +1,8 @@
 package scheduling
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
@@ -46,6 +48,15 @@ func (ri *resIndex) prefixOf(other *resIndex) bool {
 		}
 	}
 	return true
+}
+
+// prefixOfLen reports whether a vector of n slots in ri's order means the same in other's: their
+// first n names are the same.
+func (ri *resIndex) prefixOfLen(other *resIndex, n int) bool {
+	if ri == nil || n > len(ri.names) || n > len(other.names) {
+		return false
+	}
+	return slices.Equal(ri.names[:n], other.names[:n])
 }
 
 // vecOf converts a ResourceList, adding unseen names to the index.

@@ -105,7 +105,7 @@ func (s *Snapshot) ReservePartial(g Gang) int {
 	}
 	for i, m := range g.Members {
 		if n := best.assigned[i]; n != nil {
-			s.add(s.byName[n.Name()], m, s.ri.vecOf(s.requestsOf(m)))
+			s.add(s.byName[n.Name()], m, s.requestVec(m))
 		}
 	}
 	return best.placed
@@ -124,7 +124,7 @@ func (s *Snapshot) ReservePlaced(g Gang, r Result) int {
 			continue
 		}
 		if ns, ok := s.byName[n.Name()]; ok {
-			s.add(ns, g.Members[i], s.ri.vecOf(s.requestsOf(g.Members[i])))
+			s.add(ns, g.Members[i], s.requestVec(g.Members[i]))
 			placed++
 		}
 	}
@@ -149,7 +149,7 @@ func (s *Snapshot) Without(pods []*corev1.Pod) *Snapshot {
 				kept = append(kept, p)
 				continue
 			}
-			req := c.ri.vecOf(c.requestsOf(p))
+			req := c.requestVec(p)
 			n.used = c.ri.grow(n.used)
 			for i, v := range req {
 				n.used[i] -= v

@@ -76,6 +76,10 @@ func budgetHarness(t testing.TB, objs ...client.Object) (r *Reconciler, base cli
 	}
 	var groups []client.Object
 	for _, o := range objs {
+		if o.GetUID() == "" {
+			// As kube-apiserver does (the fake client sets none): the request cache keys on it.
+			o.SetUID(types.UID(fmt.Sprintf("uid-%T-%s-%s", o, o.GetNamespace(), o.GetName())))
+		}
 		if _, ok := o.(*berthv1alpha1.PodGroup); ok {
 			groups = append(groups, o)
 		}

@@ -47,6 +47,8 @@ type cycle struct {
 	volumeErr error
 	// requests looks up pods' requests kept across cycles (the Reconciler's requestCache).
 	requests scheduling.RequestLookup
+	// layout is the resource order the cycle's snapshots share with the request cache.
+	layout *scheduling.Layout
 	// refreshAt is the soonest condition-message refresh this cycle put off (conditions.go).
 	refreshAt time.Time
 	// barriers are the nodes carrying each release barrier label, by label (barrierNodes).
@@ -121,12 +123,13 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	cy.onNodes = r.ledger.Promised(pods, cy.groups)
 	r.mu.Lock()
 	r.requests.update(pods)
+	cy.layout = r.requests.layout
 	r.mu.Unlock()
 	cy.unavailable = unavailableNodes(cy.nodes)
 	// A member whose claims could not be read is blocked (never placed) and the error returned
 	// after the cycle; the other gangs go on.
 	cy.volumes, cy.volumeErr = volumeTopologies(ctx, cacheVolumes{r.client}, cy.members)
-	cy.snap = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, cy.unavailable, cy.requests)
+	cy.snap = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, cy.unavailable, cy.requests, cy.layout)
 	cy.snap.SetVolumes(cy.volumes)
 	return cy, nil
 }
@@ -172,7 +175,7 @@ func bookedSeats(pods []*corev1.Pod) map[string][]*corev1.Pod {
 // room in this cycle counted that room as its own and asked for too few seats.
 func (cy *cycle) bootingSnapshot() *scheduling.Snapshot {
 	if cy.booting == nil {
-		cy.booting = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, withoutBooting(cy.unavailable, cy.nodes, cy.now, cy.bootBudget), cy.requests)
+		cy.booting = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, withoutBooting(cy.unavailable, cy.nodes, cy.now, cy.bootBudget), cy.requests, cy.layout)
 		cy.booting.SetVolumes(cy.volumes)
 		for _, kept := range cy.kept {
 			kept(cy.booting)

@@ -102,8 +102,8 @@ type syncedRegistration struct {
 func (syncedRegistration) HasSynced() bool { return true }
 
 // BenchmarkCycleRunning: one admission cycle at 1,000 nodes (8 GPUs each, half in use by 4,000
-// bound pods) and 500 admitted gangs of 4 one-GPU members, every member bound (10,000 pods in
-// all incl. 2,000 members): what a cluster of running gangs costs each cycle — each running gang
+// bound pods, 4,000 more bound pods without GPUs) and 500 admitted gangs of 4 one-GPU members,
+// every member bound (10,000 pods in all incl. 2,000 members): what a cluster of running gangs costs each cycle — each running gang
 // is tended (its release, barrier, key, stranded and lost members). Reports the p99 cycle time
 // and writes per cycle (a running gang costs none).
 //
@@ -115,6 +115,7 @@ func BenchmarkCycleRunning(b *testing.B) {
 		objs = append(objs, builders.Node(name).GPU(8).Allocatable(corev1.ResourceCPU, "192").Obj())
 		for j := range 4 {
 			objs = append(objs, builders.Pod(fmt.Sprintf("%s-w%d", name, j), fmt.Sprintf("team-%d", i%10)).GPU(1).Node(name).Phase(corev1.PodRunning).Obj())
+			objs = append(objs, builders.Pod(fmt.Sprintf("%s-s%d", name, j), fmt.Sprintf("team-%d", i%10)).Node(name).Phase(corev1.PodRunning).Obj())
 		}
 	}
 	for i := range 500 {

@@ -77,10 +77,13 @@ type requestKey struct {
 type requestCache struct {
 	entries map[requestKey]*requestEntry
 	cycle   uint64
+	// layout is the resource order of every cycle's snapshots, in which the entries keep their
+	// requests converted once.
+	layout *scheduling.Layout
 }
 
 type requestEntry struct {
-	req  corev1.ResourceList
+	req  *scheduling.Requests
 	seen uint64
 }
 
@@ -89,15 +92,19 @@ type requestEntry struct {
 func (c *requestCache) update(pods []*corev1.Pod) {
 	if c.entries == nil {
 		c.entries = make(map[requestKey]*requestEntry, len(pods))
+		c.layout = scheduling.NewLayout()
 	}
 	c.cycle++
 	for _, p := range pods {
+		if p.UID == "" || p.ResourceVersion == "" {
+			continue // no identity to keep it under: computed when looked up
+		}
 		k := requestKey{uid: p.UID, resourceVersion: p.ResourceVersion}
-		if e, ok := c.entries[k]; ok && k.resourceVersion != "" {
+		if e, ok := c.entries[k]; ok {
 			e.seen = c.cycle
 			continue
 		}
-		c.entries[k] = &requestEntry{req: scheduling.PodRequests(p), seen: c.cycle}
+		c.entries[k] = &requestEntry{req: scheduling.NewRequests(p), seen: c.cycle}
 	}
 	for k, e := range c.entries {
 		if e.seen != c.cycle {
@@ -107,8 +114,8 @@ func (c *requestCache) update(pods []*corev1.Pod) {
 }
 
 // lookup is a pod version's requests, or nil when the cache does not hold it.
-func (c *requestCache) lookup(p *corev1.Pod) corev1.ResourceList {
-	if p.ResourceVersion == "" {
+func (c *requestCache) lookup(p *corev1.Pod) *scheduling.Requests {
+	if p.UID == "" || p.ResourceVersion == "" {
 		return nil
 	}
 	if e, ok := c.entries[requestKey{uid: p.UID, resourceVersion: p.ResourceVersion}]; ok {
