@@ -120,7 +120,10 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	if err := r.reserve(ctx, g, cy.snap, sf.Nodes); err != nil {
 		return 0, err
 	}
-	want := min(int(p.Seats), len(sf.Missing))
+	// The attempt keeps its seats: a seat's node that turns Ready before the seat is bound reads
+	// as room for a member, and shrinking to what is missing then deleted the seat holding it
+	// (the gang lost the node it asked for, and its timeout could not reclaim it).
+	want := int(p.Seats)
 	if err := r.ensureSeats(ctx, gv, p.Attempt, sf, want); err != nil {
 		return 0, err
 	}

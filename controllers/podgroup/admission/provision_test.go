@@ -144,3 +144,30 @@ func TestRestartedGangSaysWhatItWaitsFor(t *testing.T) {
 		t.Errorf("Scheduled = %+v, want WaitingForMembers naming both members and the Job's backoff", c)
 	}
 }
+
+// TestAttemptKeepsASeatWhoseNodeTurnedReady: a running attempt with 2 seats, one seat's node
+// Ready before the seat is bound there. The node reads as room for a member, so only one member
+// lacks room — and the attempt still keeps both seats: shrinking to what was missing deleted
+// the seat holding the node the gang asked for.
+func TestAttemptKeepsASeatWhoseNodeTurnedReady(t *testing.T) {
+	g := builders.PodGroup("ddp", "ml").MinMember(2).Obj()
+	g.UID = "uid-ddp"
+	started := metav1.NewTime(time.Date(2026, 1, 1, 11, 59, 50, 0, time.UTC))
+	g.Status.WaitingSince = &started
+	g.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 2, StartedAt: &started}
+	objs := []client.Object{builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), g}
+	for i := range 2 {
+		objs = append(objs, builders.Pod(fmt.Sprintf("ddp-%d", i), "ml").Member("ddp").Gated().GPU(8).WithReleaseTerm("ddp").Obj())
+		objs = append(objs, builders.Pod(seatName(g, 1, i), "berth-system").Label(berthv1alpha1.SeatOfLabel, string(g.UID)).GPU(8).Obj())
+	}
+	r, base, _, _, _ := budgetHarness(t, objs...)
+	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	cycleOnce(t, r)
+	var seats corev1.PodList
+	if err := base.List(context.Background(), &seats, client.InNamespace("berth-system")); err != nil {
+		t.Fatal(err)
+	}
+	if len(seats.Items) != 2 {
+		t.Errorf("%d seats after the cycle, want the attempt's 2", len(seats.Items))
+	}
+}

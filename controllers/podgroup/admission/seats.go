@@ -33,7 +33,8 @@ func seatsByGroup(pods []*corev1.Pod) map[types.UID][]*corev1.Pod {
 }
 
 // ensureSeats makes the attempt's seat set exactly seats 0..want-1: missing ones are created
-// (all at once, so Karpenter batches them), extra ones deleted.
+// (all at once, so Karpenter batches them) for the members sf lacks room for — a seat beyond
+// those is kept while it exists, not created again — and extra ones deleted.
 func (r *Reconciler) ensureSeats(ctx context.Context, gv gangView, attempt int32, sf scheduling.Shortfall, want int) error {
 	g, existing := gv.group, gv.seats
 	have := map[string]bool{}
@@ -58,7 +59,7 @@ func (r *Reconciler) ensureSeats(ctx context.Context, gv gangView, attempt int32
 	}
 	var create []*corev1.Pod
 	for i := 0; i < want; i++ {
-		if name := seatName(g, attempt, i); !have[name] {
+		if name := seatName(g, attempt, i); !have[name] && i < len(sf.Missing) {
 			var vt scheduling.VolumeTopology
 			if i < len(sf.Volumes) {
 				vt = sf.Volumes[i]
