@@ -98,9 +98,11 @@ func reserveKey(g *berthv1alpha1.PodGroup) string {
 	return berthv1alpha1.ReservationLabelPrefix + string(g.UID)
 }
 
-// reserve labels the nodes the gang's placeable members would use, before any seat exists.
-func (r *Reconciler) reserve(ctx context.Context, g *berthv1alpha1.PodGroup, snap *scheduling.Snapshot, nodes []string) error {
+// reserve labels the nodes the gang's placeable members would use, before any seat exists. It
+// reports whether it wrote a label the cycle did not see yet.
+func (r *Reconciler) reserve(ctx context.Context, g *berthv1alpha1.PodGroup, snap *scheduling.Snapshot, nodes []string) (bool, error) {
 	key := reserveKey(g)
+	wrote := false
 	for _, n := range nodes {
 		if ns, ok := snap.Node(n); ok {
 			if _, has := ns.Node.Labels[key]; has {
@@ -108,10 +110,11 @@ func (r *Reconciler) reserve(ctx context.Context, g *berthv1alpha1.PodGroup, sna
 			}
 		}
 		if err := r.setNodeLabel(ctx, n, key, true); err != nil {
-			return err
+			return wrote, err
 		}
+		wrote = true
 	}
-	return nil
+	return wrote, nil
 }
 
 // sweepReservations removes reservation labels of gangs whose capacity request ended (admitted,

@@ -117,7 +117,7 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	if !ok {
 		return 0, nil
 	}
-	if err := r.reserve(ctx, g, cy.snap, sf.Nodes); err != nil {
+	if _, err := r.reserve(ctx, g, cy.snap, sf.Nodes); err != nil {
 		return 0, err
 	}
 	// The attempt keeps its seats: a seat's node that turns Ready before the seat is bound reads
@@ -154,8 +154,16 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 	if len(sf.Missing) == 0 {
 		return 5 * time.Second, nil // capacity for every member is booting; look again soon
 	}
-	if err := r.reserve(ctx, g, cy.snap, sf.Nodes); err != nil {
+	switch wrote, err := r.reserve(ctx, g, cy.snap, sf.Nodes); {
+	case err != nil:
 		return 0, err
+	case wrote:
+		// Seats are kept off the reserved nodes by the label alone (Karpenter ignores pods
+		// that select on node names): created in the same breath, a seat could be scheduled
+		// by a kube-scheduler that had not seen the label yet, onto the room it reserves (a
+		// gang of 8 with 7 GPUs free then waited out its whole attempt). The seats come in
+		// the cycle the labelled nodes start, once the cache shows them.
+		return time.Second, nil
 	}
 	var attempt int32 = 1
 	if p != nil {

@@ -113,6 +113,23 @@ func TestAttemptDoesNotCountItsOwnRoom(t *testing.T) {
 	}
 	r, base, _, _, _ := budgetHarness(t, objs...)
 	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	// The first cycle reserves the node for the 7 that fit; the seats wait for the label to be
+	// seen (a kube-scheduler that had not seen it could put the seat on that very room).
+	cycleOnce(t, r)
+	var n1 corev1.Node
+	if err := base.Get(context.Background(), client.ObjectKey{Name: "n1"}, &n1); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := n1.Labels[reserveKey(g)]; !ok {
+		t.Errorf("n1 labels %v, want the gang's reservation", n1.Labels)
+	}
+	var seats corev1.PodList
+	if err := base.List(context.Background(), &seats, client.HasLabels{berthv1alpha1.SeatOfLabel}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seats.Items) != 0 {
+		t.Errorf("%d seats created with the reservation label not yet seen, want none", len(seats.Items))
+	}
 	cycleOnce(t, r)
 	var got berthv1alpha1.PodGroup
 	if err := base.Get(context.Background(), client.ObjectKeyFromObject(g), &got); err != nil {
