@@ -63,9 +63,10 @@ func splitKey(g *berthv1alpha1.PodGroup, gated []*corev1.Pod) (key *corev1.Pod, 
 }
 
 // tendKey keeps the key label right on a gang whose release is done or was interrupted: while a
-// released member held by the release term waits, some live member (bound or waiting) must be
-// the key, and one of the waiting members is made the key when none is (a key member deleted,
-// or a release cut off); once none waits and no release is under way (an assigned member still
+// released member held by the release term waits and no assigned member is still gated (a
+// release under way opens the gang itself), some live member (bound or waiting) must be the
+// key, and one of the waiting members is made the key when none is (a key member deleted);
+// once none waits and no release is under way (an assigned member still
 // gated), the label comes off every member that has it, so the gang's next release (a restart,
 // a replacement) is held again. all is every pod of the gang.
 func (r *Reconciler) tendKey(ctx context.Context, g *berthv1alpha1.PodGroup, all []*corev1.Pod, nodeOf map[string]string) error {
@@ -86,9 +87,14 @@ func (r *Reconciler) tendKey(ctx context.Context, g *berthv1alpha1.PodGroup, all
 		}
 	}
 	switch {
+	case underway:
+		// The release goes on with its own key, chosen among the members still gated and
+		// ungated last; a waiting member made the key now would let the gang bind partly (a
+		// release stops between its steps while seats give way).
+		return nil
 	case len(waiting) > 0 && !liveKey:
 		return r.setKeyLabel(ctx, waiting[len(waiting)-1], g.Name)
-	case len(waiting) > 0 || underway:
+	case len(waiting) > 0:
 		return nil
 	}
 	var errs []error

@@ -257,6 +257,9 @@ func TestTendKey(t *testing.T) {
 		{"a release under way: the label stays until it is done",
 			[]*corev1.Pod{keyMember(0, false).Obj(), released(1, "n1", true).Label(berthv1alpha1.ReleaseLabel, "g").Obj()},
 			map[string]string{"g-00": "n0", "g-01": "n1"}, []string{"g-01"}},
+		{"a release stopped while seats give way, a member still gated: no waiting member becomes the key (it would open the gang partly)",
+			[]*corev1.Pod{released(0, "n0", false).Obj(), keyMember(1, false).Obj()},
+			map[string]string{"g-00": "n0", "g-01": "n1"}, nil},
 		{"members without the release term wait for no key",
 			[]*corev1.Pod{builders.PodFrom(withPin(keyMember(0, true).Obj(), "n0", barrierKey(keyGang()))).Ungated().Obj()}, nil, nil},
 	}
