@@ -144,6 +144,7 @@ func BenchmarkCycleRunning(b *testing.B) {
 // timeCycles runs the benchmark's cycles, one simulated second apart, and reports their p50 and
 // p99 and the writes per cycle.
 func timeCycles(b *testing.B, r *Reconciler, clk *clocktesting.FakeClock, writes *writeCounter) {
+	b.Helper()
 	ctx := context.Background()
 	before := writes.total()
 	b.ReportAllocs()
