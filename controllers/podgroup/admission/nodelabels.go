@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -122,11 +123,31 @@ func (r *Reconciler) reserve(ctx context.Context, g *berthv1alpha1.PodGroup, sna
 func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
 	live := map[string]bool{}
 	for _, g := range cy.groups {
-		if g.Status.Provisioning.Active() && !status.TimedOutForGood(g) {
+		if reservationLive(g, cy.now) {
 			live[reserveKey(g)] = true
 		}
 	}
 	return r.sweepNodeLabels(ctx, cy.nodes, berthv1alpha1.ReservationLabelPrefix, live)
+}
+
+// reservationLive reports whether gang g's reservation labels must stay: its attempt runs, or
+// it is about to start one — a waiting gang whose labels are written a cycle before its seats
+// and its attempt (startAttempt), which a sweep in between took off again, letting the seat
+// onto the reserved room. An attempt that ended (admitted, withdrawn and backing off) and a
+// gang timed out or backing off from its schedule timeout hold none.
+func reservationLive(g *berthv1alpha1.PodGroup, now time.Time) bool {
+	st := g.Status
+	switch {
+	case status.TimedOutForGood(g):
+		return false
+	case st.Provisioning.Active():
+		return true
+	case len(st.Assignments) > 0 || st.ScheduleRetryAt != nil:
+		return false
+	case st.Provisioning != nil && st.Provisioning.FinishedAt != nil:
+		return st.Provisioning.RetryAt != nil && !now.Before(st.Provisioning.RetryAt.Time) // its next attempt may start
+	}
+	return true
 }
 
 // barrierNodes are the nodes the cycle saw carrying barrier label key, by name; the index of

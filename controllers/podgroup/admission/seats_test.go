@@ -313,13 +313,21 @@ func TestSweepReservations(t *testing.T) {
 	admitted.Name, admitted.UID = "adm", "uid-adm"
 	admitted.Status.Phase = berthv1alpha1.PodGroupAdmitted
 	admitted.Status.Provisioning.FinishedAt = &metav1.Time{Time: time.Now()} // the attempt ended with the admission
+	// About to start its attempt: the labels are written a cycle before the seats and the
+	// attempt's record (a sweep in between let the seat onto the reserved room).
+	starting := builders.PodGroup("start", "ml").MinMember(2).Obj()
+	starting.UID = "uid-start"
+	backingOff := provisioning.DeepCopy()
+	backingOff.Name, backingOff.UID = "backoff", "uid-backoff"
+	backingOff.Status.Provisioning.FinishedAt = &metav1.Time{Time: time.Now()}
+	backingOff.Status.Provisioning.RetryAt = &metav1.Time{Time: time.Now().Add(time.Hour)}
 	node := builders.Node("n1").Obj()
-	node.Labels[berthv1alpha1.ReservationLabelPrefix+"uid-prov"] = "true"
-	node.Labels[berthv1alpha1.ReservationLabelPrefix+"uid-adm"] = "true"
-	node.Labels[berthv1alpha1.ReservationLabelPrefix+"uid-gone"] = "true"
+	for _, uid := range []string{"uid-prov", "uid-adm", "uid-gone", "uid-start", "uid-backoff"} {
+		node.Labels[berthv1alpha1.ReservationLabelPrefix+uid] = "true"
+	}
 	c := fake.NewClientBuilder().WithObjects(node).Build()
 	r := New(c, c, clock.RealClock{}, nil, Options{})
-	cy := &cycle{nodes: []*corev1.Node{node}, groups: []*berthv1alpha1.PodGroup{provisioning, admitted}}
+	cy := &cycle{now: time.Now(), nodes: []*corev1.Node{node}, groups: []*berthv1alpha1.PodGroup{provisioning, admitted, starting, backingOff}}
 	if err := r.sweepReservations(context.Background(), cy); err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +341,8 @@ func TestSweepReservations(t *testing.T) {
 			kept = append(kept, k)
 		}
 	}
-	if diff := cmp.Diff([]string{berthv1alpha1.ReservationLabelPrefix + "uid-prov"}, kept); diff != "" {
+	slices.Sort(kept)
+	if diff := cmp.Diff([]string{berthv1alpha1.ReservationLabelPrefix + "uid-prov", berthv1alpha1.ReservationLabelPrefix + "uid-start"}, kept); diff != "" {
 		t.Errorf("reservations left (-want +got):\n%s", diff)
 	}
 }
