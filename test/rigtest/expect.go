@@ -24,8 +24,9 @@ func Eventually(t testing.TB, timeout, interval time.Duration, what string, cond
 	var status string
 	for {
 		done, s, err := cond(ctx)
-		if err != nil && ctx.Err() != nil {
-			// The wait ran out during a call: the last status says more than the deadline.
+		if dl, _ := ctx.Deadline(); err != nil && (ctx.Err() != nil || time.Until(dl) < time.Second) {
+			// The wait ran out during a call (or a client refused to start one it could not
+			// finish in time): the last status says more than the deadline.
 			t.Fatalf("%s: not done after %s; last status: %s%s", what, timeout, status, componentsDown())
 		}
 		if err != nil {

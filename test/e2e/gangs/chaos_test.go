@@ -70,19 +70,7 @@ func TestKilledAtRandomDuringProvisioning(t *testing.T) {
 	// p5 capacity an earlier test left would take seat gangs without seats: it goes first, so
 	// every seat gang must go through seats and every NodeClaim launched must carry a member.
 	pool := rig.GPUNodePoolName("h100")
-	leftover, err := nodeClaims(ctx, pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range leftover {
-		if err := c.Delete(ctx, &leftover[i]); client.IgnoreNotFound(err) != nil {
-			t.Fatal(err)
-		}
-	}
-	rigtest.Eventually(t, 2*time.Minute, 500*time.Millisecond, "no p5 capacity left from earlier tests", func(ctx context.Context) (bool, string, error) {
-		left, err := nodeClaims(ctx, pool)
-		return len(left) == 0, fmt.Sprintf("%d NodeClaims left", len(left)), err
-	})
+	clearPool(t, pool)
 	started = metav1.Now()
 	rec := rigtest.WatchReleases(t, ns)
 	const gangs, size, seatGangs = 100, 2, 10

@@ -335,3 +335,24 @@ func claimsFor(ctx context.Context, nodes map[string]bool) ([]karpv1.NodeClaim, 
 	}
 	return out, err
 }
+
+// clearPool deletes the NodeClaims an earlier test left in NodePool pool and waits until they
+// are gone: a test that must see its gangs go through seats cannot find capacity waiting.
+func clearPool(t *testing.T, pool string) {
+	t.Helper()
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	leftover, err := nodeClaims(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range leftover {
+		if err := c.Delete(ctx, &leftover[i]); client.IgnoreNotFound(err) != nil {
+			t.Fatal(err)
+		}
+	}
+	rigtest.Eventually(t, 2*time.Minute, 500*time.Millisecond, "no capacity left in "+pool+" by earlier tests", func(ctx context.Context) (bool, string, error) {
+		left, err := nodeClaims(ctx, pool)
+		return len(left) == 0, fmt.Sprintf("%d NodeClaims left", len(left)), err
+	})
+}

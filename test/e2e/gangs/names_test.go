@@ -22,6 +22,8 @@ import (
 // first provisioning attempt.
 func TestSameGangNameInTwoNamespaces(t *testing.T) {
 	c := rigtest.Current().Client
+	// H100 capacity an earlier test left (the chaos test's) would admit both without an attempt.
+	clearPool(t, rig.GPUNodePoolName("h100"))
 	var groups []*berthv1alpha1.PodGroup
 	for _, team := range []string{"team-a", "team-b"} {
 		pg := builders.PodGroup("train", namespace(t, team)).MinMember(2).NodePool(rig.GPUNodePoolName("h100")).Obj()
