@@ -20,6 +20,7 @@ import (
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/podgroup/status"
 	bevents "github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/scheduling"
 	"github.com/berth-dev/berth/test/builders"
 )
 
@@ -169,26 +170,100 @@ func read(t *testing.T, c client.Client, pg *berthv1alpha1.PodGroup) *berthv1alp
 	return &got
 }
 
-func TestWaitClock(t *testing.T) {
+func TestDecideWait(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	noFit := waitView{now: now, timeout: time.Minute, reason: berthv1alpha1.ReasonUnschedulable, why: "no node has 8 GPUs free"}
+	with := func(f func(v *waitView)) waitView { v := noFit; f(&v); return v }
+	retryMsg := "not admitted within scheduleTimeoutSeconds (1m0s, timeout 1): the gang gives back its capacity request and the room it held, and waits again from 2026-01-01T12:01:00Z; it is still admitted if it fits before"
+	for _, tc := range []struct {
+		name string
+		v    waitView
+		want waitPlan
+	}{{
+		name: "a gang that fits is admitted without starting its clock",
+		v:    with(func(v *waitView) { v.fits = true }),
+		want: waitPlan{admit: true},
+	}, {
+		name: "a gang that fits at its deadline is admitted, not timed out",
+		v:    with(func(v *waitView) { v.fits, v.waitingSince = true, now.Add(-time.Hour) }),
+		want: waitPlan{admit: true},
+	}, {
+		name: "the first look starts the clock and says why it waits",
+		v:    noFit,
+		want: waitPlan{startWait: true, wait: time.Minute, result: ResultNoFit, reserve: true, reason: berthv1alpha1.ReasonUnschedulable, message: "no node has 8 GPUs free"},
+	}, {
+		name: "with provisioning, capacity is requested",
+		v:    with(func(v *waitView) { v.provisioning = true }),
+		want: waitPlan{startWait: true, wait: time.Minute, result: ResultNoFit, reserve: true, provision: true, reason: berthv1alpha1.ReasonWaitingForCapacity,
+			message: "the gang does not fit existing nodes; capacity for the members without a place is requested from Karpenter (see condition CapacityProvisioned)"},
+	}, {
+		name: "an unsupported gang asks for no capacity",
+		v: with(func(v *waitView) {
+			v.provisioning, v.reason, v.why = true, berthv1alpha1.ReasonUnsupported, "uses a host port"
+		}),
+		want: waitPlan{startWait: true, wait: time.Minute, result: ResultUnsupported, reserve: true, reason: berthv1alpha1.ReasonUnsupported, message: "uses a host port"},
+	}, {
+		name: "the time left is the next deadline",
+		v:    with(func(v *waitView) { v.waitingSince = now.Add(-50 * time.Second) }),
+		want: waitPlan{wait: 10 * time.Second, result: ResultNoFit, reserve: true, reason: berthv1alpha1.ReasonUnschedulable, message: "no node has 8 GPUs free"},
+	}, {
+		name: "at least a second, never a busy loop",
+		v:    with(func(v *waitView) { v.waitingSince = now.Add(-time.Minute + time.Millisecond) }),
+		want: waitPlan{wait: time.Second, result: ResultNoFit, reserve: true, reason: berthv1alpha1.ReasonUnschedulable, message: "no node has 8 GPUs free"},
+	}, {
+		name: "at the deadline a Retry gang times out and backs off",
+		v:    with(func(v *waitView) { v.waitingSince = now.Add(-time.Minute) }),
+		want: waitPlan{result: ResultTimeout, timedOut: &timedOut{timeouts: 1, retryAt: now.Add(time.Minute), message: retryMsg}},
+	}, {
+		name: "the backoff doubles with each timeout of the wait",
+		v:    with(func(v *waitView) { v.waitingSince, v.timeouts = now.Add(-time.Hour), 2 }),
+		want: waitPlan{result: ResultTimeout, timedOut: &timedOut{timeouts: 3, retryAt: now.Add(4 * time.Minute), message: "not admitted within scheduleTimeoutSeconds (1m0s, timeout 3): the gang gives back its capacity request and the room it held, and waits again from 2026-01-01T12:04:00Z; it is still admitted if it fits before"}},
+	}, {
+		name: "Fail gives up for good",
+		v:    with(func(v *waitView) { v.waitingSince, v.failOnTimeout = now.Add(-2*time.Minute), true }),
+		want: waitPlan{result: ResultTimeout, timedOut: &timedOut{fail: true, message: "not admitted within scheduleTimeoutSeconds (1m0s); onScheduleTimeout is Fail, so the gang gives up for good"}},
+	}, {
+		name: "backing off, it holds nothing and asks for nothing",
+		v: with(func(v *waitView) {
+			v.provisioning, v.waitingSince, v.retryAt = true, now.Add(-time.Hour), now.Add(30*time.Second)
+		}),
+		want: waitPlan{hold: true, wait: 30 * time.Second, result: ResultNoFit},
+	}, {
+		name: "after the backoff a whole new wait starts",
+		v:    with(func(v *waitView) { v.waitingSince, v.retryAt, v.timeouts = now.Add(-time.Hour), now, 1 }),
+		want: waitPlan{startWait: true, wait: time.Minute, result: ResultNoFit, reserve: true, reason: berthv1alpha1.ReasonUnschedulable, message: "no node has 8 GPUs free"},
+	}, {
+		name: "0 waits forever",
+		v:    with(func(v *waitView) { v.timeout, v.waitingSince = 0, now.Add(-100*time.Hour) }),
+		want: waitPlan{result: ResultNoFit, reserve: true, reason: berthv1alpha1.ReasonUnschedulable, message: "no node has 8 GPUs free"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, decideWait(tc.v), cmp.AllowUnexported(waitPlan{}, timedOut{})); d != "" {
+				t.Errorf("plan (-want +got):\n%s", d)
+			}
+		})
+	}
+}
+
+func TestWaitClockWrites(t *testing.T) {
 	ctx := context.Background()
-	t.Run("the clock starts when the gang can be placed, and times out with a retry", func(t *testing.T) {
+	noFit := scheduling.Result{Reason: "no room"}
+	t.Run("the clock starts, runs out and the gang retries later", func(t *testing.T) {
 		pg := builders.PodGroup("g", "ml").MinMember(2).ScheduleTimeout(60).OnScheduleTimeout(berthv1alpha1.ScheduleTimeoutRetry).Obj()
 		r, clk, c := clockHarness(t, pg)
-		gv := gangView{group: read(t, c, pg)}
-		if wait, backingOff, err := r.tendClock(ctx, nil, gv); err != nil || wait != time.Minute || backingOff {
-			t.Fatalf("first look: %v, %v, %v; want the whole minute", wait, backingOff, err)
+		cy := &cycle{now: clk.Now(), snap: scheduling.NewSnapshot(nil, nil, nil)}
+		look := func() (time.Duration, error) {
+			gv := gangView{group: read(t, c, pg)}
+			return r.actWait(ctx, cy, gv, scheduling.Gang{}, noFit, decideWait(r.waitView(gv.group, noFit)))
+		}
+		if wait, err := look(); err != nil || wait != time.Minute {
+			t.Fatalf("first look: %v, %v; want the whole minute", wait, err)
 		}
 		if got := read(t, c, pg).Status.WaitingSince; got == nil || !got.Time.Equal(clk.Now()) {
 			t.Fatalf("waitingSince = %v, want now", got)
 		}
-		clk.Step(50 * time.Second)
-		gv.group = read(t, c, pg)
-		if wait, _, err := r.tendClock(ctx, nil, gv); err != nil || wait != 10*time.Second {
-			t.Fatalf("after 50s: %v, %v; want 10s left", wait, err)
-		}
-		clk.Step(10 * time.Second)
-		gv.group = read(t, c, pg)
-		if wait, _, err := r.tendClock(ctx, nil, gv); err != nil || wait >= 0 {
+		clk.Step(time.Minute)
+		if wait, err := look(); err != nil || wait != 0 {
 			t.Fatalf("at the timeout: %v, %v; want the gang timed out", wait, err)
 		}
 		got := read(t, c, pg)
@@ -197,13 +272,9 @@ func TestWaitClock(t *testing.T) {
 			cond == nil || cond.Reason != berthv1alpha1.ReasonScheduleTimeout || status.TimedOutForGood(got) {
 			t.Fatalf("after a Retry timeout: timeouts %d, retryAt %v, condition %+v", got.Status.ScheduleTimeouts, got.Status.ScheduleRetryAt, cond)
 		}
-		clk.Step(30 * time.Second)
-		if wait, backingOff, err := r.tendClock(ctx, nil, gangView{group: got}); err != nil || !backingOff || wait != 30*time.Second {
-			t.Fatalf("backing off: %v, %v, %v; want 30s left", wait, backingOff, err)
-		}
-		clk.Step(30 * time.Second)
-		if wait, backingOff, err := r.tendClock(ctx, nil, gangView{group: got}); err != nil || backingOff || wait != time.Minute {
-			t.Fatalf("after the backoff: %v, %v, %v; want a new whole wait", wait, backingOff, err)
+		clk.Step(time.Minute)
+		if wait, err := look(); err != nil || wait != time.Minute {
+			t.Fatalf("after the backoff: %v, %v; want a new whole wait", wait, err)
 		}
 		if got := read(t, c, pg); got.Status.ScheduleRetryAt != nil || !got.Status.WaitingSince.Time.Equal(clk.Now()) || got.Status.ScheduleTimeouts != 1 {
 			t.Errorf("a new wait: retryAt %v, waitingSince %v, timeouts %d", got.Status.ScheduleRetryAt, got.Status.WaitingSince, got.Status.ScheduleTimeouts)
@@ -216,24 +287,50 @@ func TestWaitClock(t *testing.T) {
 		if err := c.Status().Update(ctx, pg); err != nil {
 			t.Fatal(err)
 		}
-		if wait, _, err := r.tendClock(ctx, nil, gangView{group: read(t, c, pg)}); err != nil || wait >= 0 {
-			t.Fatalf("%v, %v; want the gang timed out", wait, err)
-		}
-		if got := read(t, c, pg); !status.TimedOutForGood(got) {
-			t.Errorf("not timed out for good: %+v", got.Status.Conditions)
-		}
-	})
-	t.Run("0 waits forever", func(t *testing.T) {
-		pg := builders.PodGroup("g", "ml").MinMember(2).ScheduleTimeout(0).Obj()
-		r, clk, c := clockHarness(t, pg)
-		pg.Status.WaitingSince = &metav1.Time{Time: clk.Now().Add(-100 * time.Hour)}
-		if err := c.Status().Update(ctx, pg); err != nil {
+		g := read(t, c, pg)
+		if err := r.timeOut(ctx, gangView{group: g}, *decideWait(r.waitView(g, noFit)).timedOut); err != nil {
 			t.Fatal(err)
 		}
-		if wait, _, err := r.tendClock(ctx, nil, gangView{group: read(t, c, pg)}); err != nil || wait != 0 {
-			t.Fatalf("%v, %v; want no deadline", wait, err)
+		if got := read(t, c, pg); !status.TimedOutForGood(got) || got.Status.ScheduleRetryAt != nil {
+			t.Errorf("not timed out for good: %+v", got.Status)
 		}
 	})
+}
+
+func TestDecideMembersWait(t *testing.T) {
+	gated := func(name string, gates ...string) *corev1.Pod {
+		p := member(name, corev1.PodPending, false, "")
+		for _, g := range gates {
+			p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: g})
+		}
+		return p
+	}
+	waiting := berthv1alpha1.PodGroupStatus{WaitingSince: &metav1.Time{}}
+	for _, tc := range []struct {
+		name    string
+		st      berthv1alpha1.PodGroupStatus
+		gen     generation
+		members int
+		want    membersWait
+	}{{
+		name: "too few members: the clock stops",
+		st:   waiting, gen: generation{fresh: []*corev1.Pod{gated("a", berthv1alpha1.SchedulingGate)}}, members: 1,
+		want: membersWait{stopClock: true, reason: berthv1alpha1.ReasonWaitingForMembers, message: "1 of 2 members exist"},
+	}, {
+		name: "a queue holds one: said, no clock to stop",
+		gen:  generation{fresh: []*corev1.Pod{gated("a", berthv1alpha1.SchedulingGate)}, held: []*corev1.Pod{gated("b", berthv1alpha1.SchedulingGate, "kueue.x-k8s.io/admission")}}, members: 2,
+		want: membersWait{reason: berthv1alpha1.ReasonHeldByOtherScheduler, message: "1 of 2 members are held by another scheduler's gate (kueue.x-k8s.io/admission); the gang waits for them, and its schedule timeout has not started"},
+	}, {
+		name:    "members without berth's gate are not claimed",
+		members: 2,
+		want:    membersWait{reason: berthv1alpha1.ReasonMembersNotGated, message: "none of the 2 members carries the " + berthv1alpha1.SchedulingGate + " scheduling gate (created before berth's webhook was installed?); kube-scheduler places them one by one"},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if d := cmp.Diff(tc.want, decideMembersWait(tc.st, tc.gen, tc.members, 2), cmp.AllowUnexported(membersWait{})); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
 }
 
 func TestScheduleBackoff(t *testing.T) {

@@ -19,7 +19,9 @@ import (
 
 // A gang waiting to be admitted whole: enough members, a wait clock that starts only once no
 // other scheduler holds them, placement, and — when it does not fit — capacity from Karpenter and
-// the room it can already use kept from younger gangs.
+// the room it can already use kept from younger gangs. Observe (admitWhole: the members a wave
+// needs, the placement on the cycle's snapshot) → decide (decideWait, decideMembersWait: pure,
+// a plan out) → act (actWait, actMembersWait: the plan's writes, in order).
 
 // Backoff between schedule timeouts of a gang that retries: base doubling per timeout, capped.
 const (
@@ -36,6 +38,124 @@ func scheduleBackoff(n int32) time.Duration {
 	return min(d, scheduleBackoffMax)
 }
 
+// waitView is what decideWait reads: one gang with enough placeable members and no admitted
+// generation, placed on the cycle's snapshot, at now.
+type waitView struct {
+	now time.Time
+	// waitingSince and retryAt are the gang's wait clock (zero: not set); timeouts counts the
+	// schedule timeouts of this wait.
+	waitingSince, retryAt time.Time
+	timeouts              int32
+	// timeout is scheduleTimeoutSeconds (0: waits forever); failOnTimeout is onScheduleTimeout
+	// Fail.
+	timeout       time.Duration
+	failOnTimeout bool
+	// fits: the gang (or its minMember) was placed whole. Otherwise reason is the Scheduled
+	// reason placement gives (Unschedulable, Unsupported, WaitingForVolumes) and why its words.
+	fits        bool
+	reason, why string
+	// provisioning: capacity may be requested from Karpenter.
+	provisioning bool
+}
+
+// waitPlan is what actWait does, in this order.
+type waitPlan struct {
+	// startWait starts a new wait now (status.waitingSince; a finished backoff cleared).
+	startWait bool
+	// timedOut ends a wait that passed its timeout (nil: it did not); nothing else is done.
+	timedOut *timedOut
+	// admit promises the placement and releases the members; nothing else is done.
+	admit bool
+	// result is the placement outcome counted (berth_podgroup_placements_total).
+	result string
+	// hold: the gang backs off after a timeout; it holds nothing and asks for nothing.
+	hold bool
+	// reserve keeps the room the gang can already use from the gangs after it in this cycle
+	// (after its own capacity request is judged).
+	reserve bool
+	// provision requests the capacity the gang lacks from Karpenter.
+	provision bool
+	// reason and message are the Scheduled=False condition written.
+	reason, message string
+	// wait is how soon the gang wants another look (0: only on events).
+	wait time.Duration
+}
+
+// timedOut is a schedule timeout: the attempt's seats and unused NodeClaims go; with fail the
+// gang gives up for good, else it waits again from retryAt.
+type timedOut struct {
+	fail     bool
+	timeouts int32
+	retryAt  time.Time
+	message  string
+}
+
+// decideWait is the waiting gang's whole policy. A gang that fits is admitted — even when its
+// wait has just passed its timeout, and without starting its wait clock the first time it is
+// looked at (one status write, the admission, instead of two): the timeout is for a gang that
+// does not fit. One that does not fit starts its wait, backs off after a timeout holding
+// nothing, times out at its deadline, or says why it waits and asks Karpenter for what it
+// lacks.
+func decideWait(v waitView) waitPlan {
+	if v.fits {
+		return waitPlan{admit: true}
+	}
+	var p waitPlan
+	switch {
+	case v.waitingSince.IsZero():
+		p.startWait, p.wait = true, v.timeout
+	case !v.retryAt.IsZero() && v.now.Before(v.retryAt):
+		p.hold, p.wait = true, v.retryAt.Sub(v.now)
+	case !v.retryAt.IsZero():
+		// The backoff is over: a new wait, with a whole timeout, starts now.
+		p.startWait, p.wait = true, v.timeout
+	case v.timeout == 0:
+	case v.now.Sub(v.waitingSince) < v.timeout:
+		p.wait = max(time.Second, v.timeout-v.now.Sub(v.waitingSince))
+	default:
+		p.timedOut = decideTimeout(v)
+		p.result = ResultTimeout
+		return p
+	}
+	p.result = resultLabel(v.reason)
+	if p.hold {
+		return p
+	}
+	p.reserve = true
+	if v.reason == berthv1alpha1.ReasonUnschedulable && v.provisioning {
+		p.provision = true
+		p.reason = berthv1alpha1.ReasonWaitingForCapacity
+		p.message = "the gang does not fit existing nodes; capacity for the members without a place is requested from Karpenter (see condition CapacityProvisioned)"
+		return p
+	}
+	p.reason, p.message = v.reason, v.why
+	return p
+}
+
+// decideTimeout is what a wait past its timeout ends in.
+func decideTimeout(v waitView) *timedOut {
+	if v.failOnTimeout {
+		return &timedOut{fail: true, timeouts: v.timeouts, message: fmt.Sprintf(
+			"not admitted within scheduleTimeoutSeconds (%s); onScheduleTimeout is Fail, so the gang gives up for good", v.timeout)}
+	}
+	n := v.timeouts + 1
+	retryAt := v.now.Add(scheduleBackoff(n))
+	return &timedOut{timeouts: n, retryAt: retryAt, message: fmt.Sprintf(
+		"not admitted within scheduleTimeoutSeconds (%s, timeout %d): the gang gives back its capacity request and the room it held, and waits again from %s; it is still admitted if it fits before",
+		v.timeout, n, retryAt.UTC().Format(time.RFC3339))}
+}
+
+// placementReason is the Scheduled reason of a placement that does not fit.
+func placementReason(res scheduling.Result) string {
+	switch {
+	case res.Unsupported:
+		return berthv1alpha1.ReasonUnsupported
+	case res.Blocked:
+		return berthv1alpha1.ReasonWaitingForVolumes
+	}
+	return berthv1alpha1.ReasonUnschedulable
+}
+
 // admitWhole moves a gang that has no admitted generation towards admission and says how soon it
 // wants another look.
 func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen generation) (time.Duration, error) {
@@ -45,10 +165,11 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 		return 0, err
 	}
 	if len(gen.fresh) < need {
+		err := r.actMembersWait(ctx, cy, g, decideMembersWait(g.Status, gen, len(gv.members), need))
 		if byJobs {
-			return jobRecheck, r.waitForMembers(ctx, cy, gv, gen, need)
+			return jobRecheck, err
 		}
-		return 0, r.waitForMembers(ctx, cy, gv, gen, need)
+		return 0, err
 	}
 	gang := scheduling.Gang{Members: gen.fresh}
 	if g.Spec.Topology != nil {
@@ -65,51 +186,68 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 			gang, res = part, pres
 		}
 	}
-	// A gang that fits is admitted — without starting its wait clock the first time it is
-	// looked at (one status write, the admission, instead of two), and even when its wait has
-	// just passed its timeout: the timeout is for a gang that does not fit (it was timed out
-	// at its deadline instead).
-	var wait time.Duration
-	var backingOff bool
-	if !res.Fits() {
-		var err error
-		if wait, backingOff, err = r.tendClock(ctx, cy, gv); err != nil || wait < 0 {
-			return 0, err
-		}
+	p := decideWait(r.waitView(g, res))
+	return r.actWait(ctx, cy, gv, gang, res, p)
+}
+
+// waitView observes a gang's wait clock and its placement res.
+func (r *Reconciler) waitView(g *berthv1alpha1.PodGroup, res scheduling.Result) waitView {
+	st := g.Status
+	v := waitView{
+		now: r.clock.Now(), timeouts: st.ScheduleTimeouts, timeout: timeoutOf(g),
+		failOnTimeout: g.Spec.OnScheduleTimeout == berthv1alpha1.ScheduleTimeoutFail,
+		fits:          res.Fits(), reason: placementReason(res), why: res.Reason,
+		provisioning: r.opts.Provisioning.Enabled,
 	}
-	if res.Fits() {
+	if st.WaitingSince != nil {
+		v.waitingSince = st.WaitingSince.Time
+	}
+	if st.ScheduleRetryAt != nil {
+		v.retryAt = st.ScheduleRetryAt.Time
+	}
+	return v
+}
+
+// actWait carries out a waiting gang's plan p (placement res of gang).
+func (r *Reconciler) actWait(ctx context.Context, cy *cycle, gv gangView, gang scheduling.Gang, res scheduling.Result, p waitPlan) (time.Duration, error) {
+	g := gv.group
+	if p.admit {
 		if err := cy.assume(gang.Members, res); err != nil {
 			return 0, err
 		}
 		return 0, r.commit(ctx, cy, gv, gang.Members, res)
 	}
-	reason := berthv1alpha1.ReasonUnschedulable
-	switch {
-	case res.Unsupported:
-		reason = berthv1alpha1.ReasonUnsupported
-	case res.Blocked:
-		reason = berthv1alpha1.ReasonWaitingForVolumes
-	}
-	placements.WithLabelValues(resultLabel(reason)).Inc()
-	if backingOff {
-		// Timed out and retrying later: it holds nothing and asks for nothing until then.
-		return wait, nil
-	}
-	// Keep the room the gang can already use from gangs after it in this cycle — after its own
-	// capacity request is judged, which must not count that room against the gang itself.
-	defer reserveRoom(cy, gv, gang, res)
-	if reason == berthv1alpha1.ReasonUnschedulable && r.opts.Provisioning.Enabled {
-		if err := r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForCapacity,
-			"the gang does not fit existing nodes; capacity for the members without a place is requested from Karpenter (see condition CapacityProvisioned)"); err != nil {
+	if p.startWait {
+		now := metav1.NewTime(r.clock.Now())
+		if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
+			st.WaitingSince, st.ScheduleRetryAt = &now, nil
+		}); err != nil {
 			return 0, err
 		}
-		next, err := r.provision(ctx, cy, gv, gang, res.Reason)
-		if err != nil {
-			return 0, err
-		}
-		return minPositive(wait, next), nil
 	}
-	return wait, r.setScheduled(ctx, cy, g, metav1.ConditionFalse, reason, res.Reason)
+	placements.WithLabelValues(p.result).Inc()
+	if p.timedOut != nil {
+		return 0, r.timeOut(ctx, gv, *p.timedOut)
+	}
+	if p.hold {
+		return p.wait, nil
+	}
+	if p.reserve {
+		// After the capacity request below is judged, which must not count this room against
+		// the gang itself.
+		defer reserveRoom(cy, gv, gang, res)
+	}
+	if err := r.setScheduled(ctx, cy, g, metav1.ConditionFalse, p.reason, p.message); err != nil {
+		return 0, err
+	}
+	if !p.provision {
+		return p.wait, nil
+	}
+	next, err := r.provision(ctx, cy, gv, gang, res.Reason)
+	if err != nil {
+		return 0, err
+	}
+	return minPositive(p.wait, next), nil
 }
 
 // reserveRoom keeps the room a gang that does not fit can already use (placement res) from the
@@ -124,30 +262,45 @@ func reserveRoom(cy *cycle, gv gangView, gang scheduling.Gang, res scheduling.Re
 	}
 }
 
-// waitForMembers says what a gang without enough placeable members waits for, and stops its
-// wait clock: time before every member exists, or while a queue holds some, does not count.
-func (r *Reconciler) waitForMembers(ctx context.Context, cy *cycle, gv gangView, gen generation, need int) error {
-	g := gv.group
-	if g.Status.WaitingSince != nil || g.Status.ScheduleRetryAt != nil {
+// membersWait is what a gang without enough placeable members does: its wait clock stops (time
+// before every member exists, or while a queue holds some, does not count) and its Scheduled
+// condition says what it waits for.
+type membersWait struct {
+	stopClock       bool
+	reason, message string
+}
+
+// decideMembersWait decides for a gang with status st whose generation gen has fewer placeable
+// members than need, members of its pods existing.
+func decideMembersWait(st berthv1alpha1.PodGroupStatus, gen generation, members, need int) membersWait {
+	w := membersWait{stopClock: st.WaitingSince != nil || st.ScheduleRetryAt != nil}
+	switch {
+	case len(gen.fresh)+len(gen.held) >= need:
+		w.reason = berthv1alpha1.ReasonHeldByOtherScheduler
+		w.message = fmt.Sprintf("%d of %d members are held by another scheduler's gate (%s); the gang waits for them, and its schedule timeout has not started",
+			len(gen.held), len(gen.fresh)+len(gen.held), strings.Join(otherGates(gen.held), ", "))
+	case members >= need && len(gen.fresh) == 0 && len(gen.held) == 0 && !gen.admitted():
+		// Members exist but none carries the gate: created before berth's webhook was installed,
+		// or past it. berth cannot hold them; say so instead of claiming admission.
+		w.reason = berthv1alpha1.ReasonMembersNotGated
+		w.message = fmt.Sprintf("none of the %d members carries the %s scheduling gate (created before berth's webhook was installed?); kube-scheduler places them one by one", members, berthv1alpha1.SchedulingGate)
+	default:
+		w.reason = berthv1alpha1.ReasonWaitingForMembers
+		w.message = fmt.Sprintf("%d of %d members exist", len(gen.fresh)+len(gen.held), need)
+	}
+	return w
+}
+
+// actMembersWait carries out w for gang g.
+func (r *Reconciler) actMembersWait(ctx context.Context, cy *cycle, g *berthv1alpha1.PodGroup, w membersWait) error {
+	if w.stopClock {
 		if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
 			st.WaitingSince, st.ScheduleRetryAt, st.ScheduleTimeouts = nil, nil, 0
 		}); err != nil {
 			return err
 		}
 	}
-	switch {
-	case len(gen.fresh)+len(gen.held) >= need:
-		return r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonHeldByOtherScheduler,
-			fmt.Sprintf("%d of %d members are held by another scheduler's gate (%s); the gang waits for them, and its schedule timeout has not started",
-				len(gen.held), len(gen.fresh)+len(gen.held), strings.Join(otherGates(gen.held), ", ")))
-	case len(gv.members) >= need && len(gen.fresh) == 0 && len(gen.held) == 0 && !gen.admitted():
-		// Members exist but none carries the gate: created before berth's webhook was installed,
-		// or past it. berth cannot hold them; say so instead of claiming admission.
-		return r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonMembersNotGated,
-			fmt.Sprintf("none of the %d members carries the %s scheduling gate (created before berth's webhook was installed?); kube-scheduler places them one by one", len(gv.members), berthv1alpha1.SchedulingGate))
-	}
-	return r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForMembers,
-		fmt.Sprintf("%d of %d members exist", len(gen.fresh)+len(gen.held), need))
+	return r.setScheduled(ctx, cy, g, metav1.ConditionFalse, w.reason, w.message)
 }
 
 // otherGates names the other schedulers' gates that hold pods.
@@ -165,46 +318,13 @@ func otherGates(pods []*corev1.Pod) []string {
 	return out
 }
 
-// tendClock keeps the wait clock of a gang with enough placeable members: it starts the wait,
-// ends a retry backoff that ran out, and times the gang out. It returns how long until the
-// next deadline (0: none), whether the gang is backing off after a timeout, and a negative wait
-// when the gang timed out just now (nothing more to do this cycle).
-func (r *Reconciler) tendClock(ctx context.Context, cy *cycle, gv gangView) (time.Duration, bool, error) {
-	g := gv.group
-	now := r.clock.Now()
-	st := g.Status
-	switch {
-	case st.WaitingSince == nil:
-		return timeoutOf(g), false, r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
-			st.WaitingSince = &metav1.Time{Time: now}
-		})
-	case st.ScheduleRetryAt != nil && now.Before(st.ScheduleRetryAt.Time):
-		return st.ScheduleRetryAt.Sub(now), true, nil
-	case st.ScheduleRetryAt != nil:
-		// The backoff is over: a new wait, with a whole timeout, starts now.
-		return timeoutOf(g), false, r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
-			st.WaitingSince, st.ScheduleRetryAt = &metav1.Time{Time: now}, nil
-		})
-	}
-	timeout := timeoutOf(g)
-	if timeout == 0 {
-		return 0, false, nil
-	}
-	if waited := now.Sub(st.WaitingSince.Time); waited < timeout {
-		return max(time.Second, timeout-waited), false, nil
-	}
-	return -1, false, r.timeOut(ctx, gv, timeout)
-}
-
-// timeOut ends a wait that passed scheduleTimeoutSeconds: with onScheduleTimeout Fail the gang
-// fails for good; with Retry it gives back its capacity request and backs off before waiting
-// again. Its members stay gated either way.
-func (r *Reconciler) timeOut(ctx context.Context, gv gangView, timeout time.Duration) error {
+// timeOut carries out a schedule timeout t: the attempt's NodeClaims that nothing uses and its
+// seats go (with the defaults the schedule timeout comes first: without the reclaim an
+// incomplete batch stays billed until consolidation), the status records it, an Event says it.
+// The members stay gated either way.
+func (r *Reconciler) timeOut(ctx context.Context, gv gangView, t timedOut) error {
 	g := gv.group
 	now := metav1.NewTime(r.clock.Now())
-	// The schedule timeout ends a provisioning attempt too (with the defaults it comes first):
-	// the NodeClaims launched for its seats that nothing uses go with them, or an incomplete
-	// batch stays billed until consolidation.
 	if reclaimed, err := seatpkg.Reclaim(ctx, r.client, r.apiReader, gv.seats, "podgroup"); err != nil {
 		log.FromContext(ctx).Error(err, "reclaiming the NodeClaims of an attempt ended by the schedule timeout", "podgroup", client.ObjectKeyFromObject(g))
 	} else if len(reclaimed) > 0 {
@@ -213,31 +333,17 @@ func (r *Reconciler) timeOut(ctx context.Context, gv gangView, timeout time.Dura
 	if err := r.deleteSeats(ctx, gv.seats); err != nil {
 		return err
 	}
-	placements.WithLabelValues(ResultTimeout).Inc()
-	if g.Spec.OnScheduleTimeout == berthv1alpha1.ScheduleTimeoutFail {
-		msg := fmt.Sprintf("not admitted within scheduleTimeoutSeconds (%s); onScheduleTimeout is Fail, so the gang gives up for good", timeout)
-		if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
-			r.setCondition(st, g, berthv1alpha1.ConditionScheduled, metav1.ConditionFalse, berthv1alpha1.ReasonScheduleTimeout, msg)
-			endAttempt(st, now)
-		}); err != nil {
-			return err
-		}
-		r.recorder.Warning(g, events.ReasonGangTimedOut, msg)
-		return nil
-	}
-	n := g.Status.ScheduleTimeouts + 1
-	backoff := scheduleBackoff(n)
-	msg := fmt.Sprintf("not admitted within scheduleTimeoutSeconds (%s, timeout %d): the gang gives back its capacity request and the room it held, and waits again from %s; it is still admitted if it fits before",
-		timeout, n, now.Add(backoff).UTC().Format(time.RFC3339))
 	if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) {
-		st.ScheduleTimeouts = n
-		st.ScheduleRetryAt = &metav1.Time{Time: now.Add(backoff)}
-		r.setCondition(st, g, berthv1alpha1.ConditionScheduled, metav1.ConditionFalse, berthv1alpha1.ReasonScheduleTimeout, msg)
+		if !t.fail {
+			st.ScheduleTimeouts = t.timeouts
+			st.ScheduleRetryAt = &metav1.Time{Time: t.retryAt}
+		}
+		r.setCondition(st, g, berthv1alpha1.ConditionScheduled, metav1.ConditionFalse, berthv1alpha1.ReasonScheduleTimeout, t.message)
 		endAttempt(st, now)
 	}); err != nil {
 		return err
 	}
-	r.recorder.Warning(g, events.ReasonGangTimedOut, msg)
+	r.recorder.Warning(g, events.ReasonGangTimedOut, t.message)
 	return nil
 }
 
