@@ -91,18 +91,45 @@ func provisioningBackoff(attempt int32) time.Duration {
 // with nodes that are coming up counted as available, so capacity already on its way is not
 // asked for again. It returns how soon it wants another look.
 func (r *Reconciler) provision(ctx context.Context, cy *cycle, gv gangView, gang scheduling.Gang, placeReason string) (time.Duration, error) {
-	now := r.clock.Now()
-	p := gv.group.Status.Provisioning
-	switch {
-	case p.Active() && now.Sub(p.StartedAt.Time) >= provisioningTimeoutOf(gv.group):
+	switch step, wait := decideAttempt(r.clock.Now(), gv.group.Status.Provisioning, provisioningTimeoutOf(gv.group)); step {
+	case attemptWithdraw:
 		return r.withdraw(ctx, cy, gv, placeReason)
-	case p.Active():
+	case attemptKeep:
 		return r.keepAttempt(ctx, cy, gv, gang, placeReason)
-	case p != nil && p.RetryAt != nil && now.Before(p.RetryAt.Time):
-		// Backing off; seats left over from a withdrawal that was interrupted go.
-		return p.RetryAt.Sub(now), r.deleteSeats(ctx, gv.seats)
+	case attemptBackOff:
+		// Seats left over from a withdrawal that was interrupted go.
+		return wait, r.deleteSeats(ctx, gv.seats)
 	}
 	return r.startAttempt(ctx, cy, gv, gang, placeReason)
+}
+
+// attemptStep is what a gang that needs capacity does with its capacity request.
+type attemptStep int
+
+const (
+	// attemptStart asks for the capacity the gang lacks (a first attempt, or the next one once
+	// the backoff is over).
+	attemptStart attemptStep = iota
+	// attemptKeep keeps a running attempt whole.
+	attemptKeep
+	// attemptWithdraw ends a running attempt that ran out of time.
+	attemptWithdraw
+	// attemptBackOff waits out the backoff after a failed attempt, asking for nothing.
+	attemptBackOff
+)
+
+// decideAttempt is the capacity request's state machine at now: status p (nil: never asked),
+// bound timeout per attempt. It returns the step and, backing off, the time left.
+func decideAttempt(now time.Time, p *berthv1alpha1.ProvisioningStatus, timeout time.Duration) (attemptStep, time.Duration) {
+	switch {
+	case p.Active() && now.Sub(p.StartedAt.Time) >= timeout:
+		return attemptWithdraw, 0
+	case p.Active():
+		return attemptKeep, 0
+	case p != nil && p.RetryAt != nil && now.Before(p.RetryAt.Time):
+		return attemptBackOff, p.RetryAt.Sub(now)
+	}
+	return attemptStart, 0
 }
 
 // keepAttempt keeps a running attempt whole: the reservation and exactly its seats, and the
@@ -165,16 +192,8 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 		// the cycle the labelled nodes start, once the cache shows them.
 		return time.Second, nil
 	}
-	var attempt int32 = 1
-	if p != nil {
-		attempt = p.Attempt + 1
-	}
-	start := metav1.NewTime(r.clock.Now())
-	next := &berthv1alpha1.ProvisioningStatus{Attempt: attempt, Seats: int32(len(sf.Missing)), StartedAt: &start}
-	if p != nil {
-		next.LastFailure = p.LastFailure
-	}
-	msg := fmt.Sprintf("attempt %d: requested capacity for %d member(s) with no place (%s)", attempt, len(sf.Missing), placeReason)
+	next, msg := nextAttempt(p, len(sf.Missing), r.clock.Now(), placeReason)
+	attempt := next.Attempt
 	if err := r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, next); err != nil {
 		return 0, err
 	}
@@ -185,6 +204,28 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 	r.recorder.Normal(g, events.ReasonCapacityRequested, msg)
 	log.FromContext(ctx).Info("requested capacity for gang", "podgroup", client.ObjectKeyFromObject(g), "seats", len(sf.Missing), "attempt", attempt)
 	return provisioningTimeoutOf(g), nil
+}
+
+// nextAttempt is the status of the attempt after p (nil: none yet) asking for seats seats at
+// now, and what the CapacityProvisioned condition says of it.
+func nextAttempt(p *berthv1alpha1.ProvisioningStatus, seats int, now time.Time, placeReason string) (*berthv1alpha1.ProvisioningStatus, string) {
+	start := metav1.NewTime(now)
+	next := &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: int32(seats), StartedAt: &start}
+	if p != nil {
+		next.Attempt, next.LastFailure = p.Attempt+1, p.LastFailure
+	}
+	return next, fmt.Sprintf("attempt %d: requested capacity for %d member(s) with no place (%s)", next.Attempt, seats, placeReason)
+}
+
+// failedAttempt is the status of attempt p withdrawn at now because its capacity was not Ready
+// within timeout (why), the CapacityProvisioned message, and the backoff before the next.
+func failedAttempt(p *berthv1alpha1.ProvisioningStatus, now time.Time, timeout time.Duration, why string) (*berthv1alpha1.ProvisioningStatus, string, time.Duration) {
+	backoff := provisioningBackoff(p.Attempt)
+	finished, retry := metav1.NewTime(now), metav1.NewTime(now.Add(backoff))
+	next := p.DeepCopy()
+	next.FinishedAt, next.RetryAt = &finished, &retry
+	next.LastFailure = truncate(fmt.Sprintf("capacity for %d member(s) was not Ready within %s: %s", p.Seats, timeout, why), 1024)
+	return next, fmt.Sprintf("attempt %d failed: %s; seats withdrawn, retrying in %s", p.Attempt, next.LastFailure, backoff), backoff
 }
 
 // withdraw ends a provisioning attempt that ran out of time: the NodeClaims launched for its
@@ -206,13 +247,7 @@ func (r *Reconciler) withdraw(ctx context.Context, cy *cycle, gv gangView, place
 	if err := r.deleteSeats(ctx, gv.seats); err != nil {
 		return 0, err
 	}
-	now := metav1.NewTime(r.clock.Now())
-	backoff := provisioningBackoff(p.Attempt)
-	retry := metav1.NewTime(now.Add(backoff))
-	next := p.DeepCopy()
-	next.FinishedAt, next.RetryAt = &now, &retry
-	next.LastFailure = truncate(fmt.Sprintf("capacity for %d member(s) was not Ready within %s: %s", p.Seats, timeout, why), 1024)
-	msg := fmt.Sprintf("attempt %d failed: %s; seats withdrawn, retrying in %s", p.Attempt, next.LastFailure, backoff)
+	next, msg, backoff := failedAttempt(p, r.clock.Now(), timeout, why)
 	if err := r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioningFailed, msg, next); err != nil {
 		return 0, err
 	}

@@ -188,3 +188,48 @@ func TestAttemptKeepsASeatWhoseNodeTurnedReady(t *testing.T) {
 		t.Errorf("%d seats after the cycle, want the attempt's 2", len(seats.Items))
 	}
 }
+
+func TestDecideAttempt(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *metav1.Time { return &metav1.Time{Time: now.Add(d)} }
+	for _, tc := range []struct {
+		name     string
+		p        *berthv1alpha1.ProvisioningStatus
+		want     attemptStep
+		wantWait time.Duration
+	}{
+		{"never asked: start", nil, attemptStart, 0},
+		{"running: keep it whole", &berthv1alpha1.ProvisioningStatus{Attempt: 1, StartedAt: at(-time.Minute)}, attemptKeep, 0},
+		{"running past the timeout: withdraw", &berthv1alpha1.ProvisioningStatus{Attempt: 1, StartedAt: at(-10 * time.Minute)}, attemptWithdraw, 0},
+		{"failed, backing off: nothing asked", &berthv1alpha1.ProvisioningStatus{Attempt: 2, StartedAt: at(-time.Hour), FinishedAt: at(-time.Minute), RetryAt: at(30 * time.Second)}, attemptBackOff, 30 * time.Second},
+		{"failed, backoff over: the next attempt", &berthv1alpha1.ProvisioningStatus{Attempt: 2, StartedAt: at(-time.Hour), FinishedAt: at(-time.Minute), RetryAt: at(0)}, attemptStart, 0},
+		{"succeeded before (a new generation): a new attempt", &berthv1alpha1.ProvisioningStatus{Attempt: 1, StartedAt: at(-time.Hour), FinishedAt: at(-time.Minute)}, attemptStart, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got, wait := decideAttempt(now, tc.p, 10*time.Minute); got != tc.want || wait != tc.wantWait {
+				t.Errorf("decideAttempt = %v, %v; want %v, %v", got, wait, tc.want, tc.wantWait)
+			}
+		})
+	}
+}
+
+func TestAttemptStatuses(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	first, msg := nextAttempt(nil, 3, now, "no node has 8 GPUs free")
+	if first.Attempt != 1 || first.Seats != 3 || !first.StartedAt.Time.Equal(now) || !first.Active() ||
+		msg != "attempt 1: requested capacity for 3 member(s) with no place (no node has 8 GPUs free)" {
+		t.Fatalf("first attempt: %+v, %q", first, msg)
+	}
+	failed, msg, backoff := failedAttempt(first, now.Add(10*time.Minute), 10*time.Minute, "2 of 3 seats got no node")
+	if failed.Active() || backoff != provisioningBackoffBase || !failed.RetryAt.Time.Equal(now.Add(10*time.Minute+backoff)) || first.FinishedAt != nil ||
+		!strings.HasPrefix(msg, "attempt 1 failed: capacity for 3 member(s) was not Ready within 10m0s: 2 of 3 seats got no node") {
+		t.Fatalf("failed attempt: %+v, %q, %v (the running one must not change: %+v)", failed, msg, backoff, first)
+	}
+	second, _ := nextAttempt(failed, 2, now.Add(time.Hour), "")
+	if second.Attempt != 2 || second.Seats != 2 || second.LastFailure != failed.LastFailure || second.RetryAt != nil || !second.Active() {
+		t.Errorf("second attempt: %+v; want attempt 2 keeping the last failure", second)
+	}
+	if _, _, b := failedAttempt(&berthv1alpha1.ProvisioningStatus{Attempt: 9, Seats: 1, StartedAt: &metav1.Time{Time: now}}, now, time.Minute, ""); b != provisioningBackoffMax {
+		t.Errorf("the 9th attempt's backoff = %v, want the cap %v", b, provisioningBackoffMax)
+	}
+}
