@@ -3,6 +3,7 @@ package gangs_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -167,15 +168,22 @@ func TestScheduleTimeoutReclaimsTheBatch(t *testing.T) {
 	}
 	ns := namespace(t, "partial-schedule")
 	// The provisioning timeout is left at its default (600 s): only the schedule timeout ends
-	// this attempt.
-	pg := builders.PodGroup("ddp", ns).MinMember(4).NodePool(pool.Name).ScheduleTimeout(20).Obj()
+	// this attempt. BERTH_E2E_DEFAULT_TIMEOUTS=1 leaves the schedule timeout at its default too
+	// (600 s, the case: both defaults, the schedule timeout first); make test shortens
+	// it to 20 s, the same code path.
+	b := builders.PodGroup("ddp", ns).MinMember(4).NodePool(pool.Name)
+	scheduleTimeout := time.Duration(berthv1alpha1.DefaultScheduleTimeoutSeconds) * time.Second
+	if os.Getenv("BERTH_E2E_DEFAULT_TIMEOUTS") == "" {
+		b, scheduleTimeout = b.ScheduleTimeout(20), 20*time.Second
+	}
+	pg := b.Obj()
 	createGang(t, pg, 4, 8, "g5")
 	rigtest.Eventually(t, time.Minute, 200*time.Millisecond, "2 NodeClaims launched", func(ctx context.Context) (bool, string, error) {
 		n, err := live(ctx)
 		return n == 2, fmt.Sprintf("%d NodeClaims", n), err
 	})
 	var timedOut time.Time
-	rigtest.Eventually(t, 2*time.Minute, 100*time.Millisecond, "the schedule timeout passes", func(ctx context.Context) (bool, string, error) {
+	rigtest.Eventually(t, scheduleTimeout+100*time.Second, 100*time.Millisecond, "the schedule timeout passes", func(ctx context.Context) (bool, string, error) {
 		g, err := getGroup(ctx, pg)
 		if err != nil {
 			return false, "", err
