@@ -36,6 +36,9 @@ type ManagerOptions struct {
 	MetricsSecure bool
 	// HealthProbeAddress serves /healthz and /readyz; "" or "0" disables them.
 	HealthProbeAddress string
+	// ProfilingAddress serves Go's profiles (/debug/pprof/) for diagnosing memory and CPU;
+	// "" disables them (the default: they are not for every caller).
+	ProfilingAddress string
 	// LeaderElection makes only one replica reconcile at a time.
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease; the pod's namespace when empty.
@@ -101,6 +104,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		Scheme:                              scheme,
 		Metrics:                             o.metricsOptions(),
 		HealthProbeBindAddress:              o.HealthProbeAddress,
+		PprofBindAddress:                    o.ProfilingAddress,
 		LeaderElection:                      o.LeaderElection,
 		LeaderElectionID:                    LeaderElectionID,
 		LeaderElectionNamespace:             o.LeaderElectionNamespace,

@@ -26,6 +26,7 @@ type controllerFlags struct {
 	kubeconfig         string
 	metrics            metricsFlags
 	healthProbeAddress string
+	profilingAddress   string
 	leaderElect        bool
 	leaderElectionNS   string
 	log                logFlags
@@ -65,6 +66,7 @@ Events current, and by default issues and rotates its own webhook certificate.`,
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty uses $KUBECONFIG, in-cluster config or ~/.kube/config")
 	f.metrics.bind(fl, "metrics-bind-address", ":8080")
 	fl.StringVar(&f.healthProbeAddress, "health-probe-bind-address", ":8081", "address of the /healthz and /readyz endpoints")
+	fl.StringVar(&f.profilingAddress, "profiling-bind-address", "", "address of Go's profiling endpoints (/debug/pprof/) for diagnosing memory and CPU; off when empty (keep it on loopback: they have no authentication)")
 	fl.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles at a time")
 	fl.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease; empty uses the pod's namespace")
 	f.log.bind(fl)
@@ -156,6 +158,7 @@ func runController(cmd *cobra.Command, f controllerFlags) error {
 		MetricsAddress:          f.metrics.address,
 		MetricsSecure:           f.metrics.secure,
 		HealthProbeAddress:      f.healthProbeAddress,
+		ProfilingAddress:        f.profilingAddress,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionNamespace: f.leaderElectionNS,
 		Webhook: controllers.WebhookOptions{

@@ -8,7 +8,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +31,10 @@ import (
 
 // ScaleEnv scales the cluster down for a quick run: "nodes,gangs" (default 1000,500).
 const ScaleEnv = "BERTH_FOOTPRINT_SCALE"
+
+// ProfileEnv names a folder the benchmark saves the controller's heap profile in, once the
+// settled minute is measured (go tool pprof -sample_index=inuse_space <file>).
+const ProfileEnv = "BERTH_FOOTPRINT_PROFILE"
 
 var berth *rigtest.BerthProcess
 
@@ -72,7 +79,11 @@ func BenchmarkControllerFootprint(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		berth.Args = []string{fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort)}
+		profilingPort, err := rig.FreePort()
+		if err != nil {
+			b.Fatal(err)
+		}
+		berth.Args = []string{fmt.Sprintf("--metrics-bind-address=127.0.0.1:%d", metricsPort), fmt.Sprintf("--profiling-bind-address=127.0.0.1:%d", profilingPort)}
 		metricsURL := fmt.Sprintf("http://127.0.0.1:%d/metrics", metricsPort)
 		if err := berth.Start(ctx); err != nil {
 			b.Fatal(err)
@@ -143,6 +154,9 @@ func BenchmarkControllerFootprint(b *testing.B) {
 		cores := (cpuSeconds(b, pid) - cpu0) / time.Since(t0).Seconds()
 		cycles := admissionCycles(ctx, b, metricsURL).minus(cycles0)
 		rss := peakRSSMiB(b, pid)
+		if dir := os.Getenv(ProfileEnv); dir != "" {
+			saveHeapProfile(ctx, b, fmt.Sprintf("http://127.0.0.1:%d/debug/pprof/heap", profilingPort), filepath.Join(dir, "footprint-heap.pb.gz"))
+		}
 		b.ReportMetric(rss, "peak-rss-MiB")
 		b.ReportMetric(cores, "settled-cores")
 		b.ReportMetric(settled.Seconds(), "settle-s")
@@ -276,4 +290,26 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// saveHeapProfile GETs the controller's heap profile and writes it to file.
+func saveHeapProfile(ctx context.Context, b *testing.B, url, file string) {
+	b.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatalf("getting the heap profile: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		b.Fatalf("getting the heap profile: %d, %v", resp.StatusCode, err)
+	}
+	if err := os.WriteFile(file, data, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("heap profile in %s", file)
 }
