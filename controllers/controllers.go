@@ -3,6 +3,7 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	"github.com/berth-dev/berth/controllers/podgroup/status"
 	"github.com/berth-dev/berth/controllers/provisioningrequest"
 	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/internal/index"
 	"github.com/berth-dev/berth/internal/ledger"
 )
 
@@ -82,6 +84,9 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	// ProvisioningRequests decide under its lock and see each other's promises before the cache
 	// does (internal/ledger).
 	book := ledger.New(opts.Clock)
+	if err := index.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
+		return err
+	}
 	all := []registration{
 		{status.Name, status.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec)},
 		{adapter.Name, &adapter.Reconciler{Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: rec}},

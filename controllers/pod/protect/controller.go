@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/index"
 )
 
 // Name is the controller's name in logs and metrics.
@@ -234,8 +235,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 // membersOf maps a PodGroup to its member pods.
 func (r *Reconciler) membersOf(ctx context.Context, o client.Object) []reconcile.Request {
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(o.GetNamespace()),
-		client.MatchingLabels{berthv1alpha1.PodGroupLabel: o.GetName()}); err != nil {
+	if err := r.Client.List(ctx, &pods, index.Members(o.GetNamespace(), o.GetName())...); err != nil {
 		ctrl.LoggerFrom(ctx).Error(err, "listing members", "podgroup", client.ObjectKeyFromObject(o))
 		return nil
 	}

@@ -19,6 +19,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/internal/index"
 )
 
 // Name is the controller's name in logs and metrics.
@@ -57,9 +58,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err := r.client.Get(ctx, req.NamespacedName, &pg); err != nil {
 		return reconcile.Result{}, client.IgnoreNotFound(err)
 	}
-	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.InNamespace(pg.Namespace),
-		client.MatchingLabels{berthv1alpha1.PodGroupLabel: pg.Name}); err != nil {
+	var pods corev1.PodList // the cache's own pods: read only
+	if err := r.client.List(ctx, &pods, index.Members(pg.Namespace, pg.Name)...); err != nil {
 		return reconcile.Result{}, fmt.Errorf("listing members of %s: %w", req.NamespacedName, err)
 	}
 	wl, state, err := r.workloads.of(ctx, pg.Namespace, pods.Items)
