@@ -5,6 +5,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -118,4 +120,42 @@ func TestObjectStoreFiresAfterRecording(t *testing.T) {
 
 func toolscacheTombstone(obj any) any {
 	return toolscache.DeletedFinalStateUnknown{Key: "ml/m-0", Obj: obj}
+}
+
+func TestNodeChanged(t *testing.T) {
+	base := builders.Node("n1").GPU(8).Obj()
+	base.ResourceVersion = "1"
+	base.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		LastHeartbeatTime: metav1.NewTime(time.Unix(100, 0)), LastTransitionTime: metav1.NewTime(time.Unix(50, 0))}}
+	for _, tc := range []struct {
+		name   string
+		change func(n *corev1.Node)
+		want   bool
+	}{
+		{"a heartbeat", func(n *corev1.Node) {
+			n.ResourceVersion = "2"
+			n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(time.Unix(110, 0))
+		}, false},
+		{"Ready turns False", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionFalse }, true},
+		{"a condition added", func(n *corev1.Node) {
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: "GPUHealthy", Status: corev1.ConditionTrue})
+		}, true},
+		{"a label", func(n *corev1.Node) { n.Labels["berth.dev/reserved"] = "g" }, true},
+		{"a taint", func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}} }, true},
+		{"cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
+		{"allocatable GPUs", func(n *corev1.Node) { n.Status.Allocatable[berthv1alpha1.GPUResource] = resource.MustParse("7") }, true},
+		{"managed fields only", func(n *corev1.Node) { n.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kwok"}} }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, n := base.DeepCopy(), base.DeepCopy()
+			tc.change(n)
+			before := n.DeepCopy()
+			if got := nodeChanged(o, n); got != tc.want {
+				t.Errorf("nodeChanged = %v, want %v", got, tc.want)
+			}
+			if !equality.Semantic.DeepEqual(before, n) || !equality.Semantic.DeepEqual(base, o) {
+				t.Error("nodeChanged modified a node it compared")
+			}
+		})
+	}
 }
