@@ -408,3 +408,50 @@ func TestStrandedClockStartsWhenSeen(t *testing.T) {
 		t.Error("a gated member counts as stranded")
 	}
 }
+
+func TestPlanJoins(t *testing.T) {
+	nodes := []*corev1.Node{builders.Node("n1").GPU(8).Obj(), builders.Node("n2").GPU(8).Obj()}
+	// n1 has 4 GPUs taken by a running member, n2 is empty.
+	running := builders.Pod("g-0", "ml").Member("g").GPU(4).Node("n1").Obj()
+	repl := func(name string, gpus int) *corev1.Pod { return builders.Pod(name, "ml").Member("g").Gated().GPU(gpus).Obj() }
+	prev := map[string]berthv1alpha1.MemberAssignment{"g-1b": {Pod: "g-1", UID: "old", Node: "n1"}}
+	for _, tc := range []struct {
+		name        string
+		pods        []*corev1.Pod
+		avoid       map[string]bool
+		wantJoins   []string // pod@node
+		wantWaiting []string
+	}{
+		{"a replacement goes on its predecessor's node", []*corev1.Pod{repl("g-1b", 4)}, nil, []string{"g-1b@n1"}, nil},
+		{"not where its predecessor was stranded", []*corev1.Pod{repl("g-1b", 4)}, map[string]bool{"n1": true}, []string{"g-1b@n2"}, nil},
+		{"each placement counts for the next", []*corev1.Pod{repl("g-2", 8), repl("g-3", 8)}, nil, []string{"g-2@n2"}, []string{"g-3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cy := &cycle{snap: scheduling.NewSnapshot(nodes, []scheduling.PodOnNode{{Pod: running, Node: "n1"}}, nil)}
+			gv := gangView{group: builders.PodGroup("g", "ml").MinMember(2).Obj()}
+			p, err := planJoins(cy, gv, "", tc.avoid, joiners{pods: tc.pods, prev: prev, withSeats: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var joins, waiting []string
+			for _, j := range p.joins {
+				joins = append(joins, j.pod.Name+"@"+j.node)
+				if j.pod.Name == "g-1b" && j.prev.UID != "old" {
+					t.Errorf("the replacement's predecessor = %+v, want g-1's assignment", j.prev)
+				}
+			}
+			for _, w := range p.waiting {
+				waiting = append(waiting, w.pod.Name)
+				if w.reason == "" {
+					t.Errorf("%s waits without a reason", w.pod.Name)
+				}
+			}
+			if d := cmp.Diff(tc.wantJoins, joins); d != "" {
+				t.Errorf("joins (-want +got):\n%s", d)
+			}
+			if d := cmp.Diff(tc.wantWaiting, waiting); d != "" {
+				t.Errorf("waiting (-want +got):\n%s", d)
+			}
+		})
+	}
+}

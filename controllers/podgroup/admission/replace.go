@@ -33,53 +33,92 @@ type joiners struct {
 	withSeats bool
 }
 
-// admitIndividually places members of a running gang one by one, each in the gang's topology
-// domain, off the nodes a member of the gang was stranded on lately (avoidedNodes) and, for a
-// replacement, on its predecessor's node when it fits there. Each is recorded
-// in the assignments before it is released. A replacement that does not fit gets capacity from
-// Karpenter (seats) when j.withSeats and provisioning is on; an extra member waits until it fits.
+// admitIndividually places members of a running gang one by one (planJoins) and carries the
+// plan out: each placed member is recorded in the assignments before it is released; a
+// replacement that does not fit gets capacity from Karpenter (seats) when j.withSeats and
+// provisioning is on; an extra member waits until it fits.
 func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangView, gen generation, j joiners) (time.Duration, error) {
-	pods, prevOf, withSeats := j.pods, j.prev, j.withSeats
-	if len(pods) == 0 {
+	if len(j.pods) == 0 {
 		return 0, nil
 	}
 	g := gv.group
-	domain := r.domainOf(cy.snap, g, gen.assigned)
-	free := cy.snap.Without(gv.holding()) // the gang's seats (and booked ones) hold capacity for its replacements
-	var missing []*corev1.Pod
+	p, err := planJoins(cy, gv, r.domainOf(cy.snap, g, gen.assigned), r.avoidedNodes(g.UID, cy.now), j)
+	if err != nil {
+		return 0, err
+	}
 	var errs []error
-	avoid := r.avoidedNodes(g.UID, cy.now)
-	for _, p := range pods {
-		candidate := inDomain(p, g, domain)
-		prev := prevOf[p.Name].Node
+	for _, w := range p.waiting {
+		placements.WithLabelValues(ResultNoFit).Inc()
+		r.recorder.Warning(g, events.ReasonLateMemberWaiting, fmt.Sprintf("member %s, created after admission, does not fit yet: %s", w.pod.Name, w.reason))
+	}
+	for _, jn := range p.joins {
+		errs = append(errs, r.commitOne(ctx, cy, gv, jn.pod, jn.node, jn.prev))
+	}
+	if len(p.waiting) == 0 || !j.withSeats || !r.opts.Provisioning.Enabled {
+		return 0, errors.Join(errs...)
+	}
+	missing := make([]*corev1.Pod, len(p.waiting))
+	for i, w := range p.waiting {
+		// Its seats ask Karpenter for a new node, which is no node to avoid (and Karpenter
+		// does not schedule pods with node fields).
+		missing[i] = w.candidate
+	}
+	next, err := r.provision(ctx, cy, gv, scheduling.Gang{Members: missing}, fmt.Sprintf("%d replacement member(s) do not fit", len(missing)))
+	return next, errors.Join(append(errs, err)...)
+}
+
+// joinPlan is where members joining an admitted generation go.
+type joinPlan struct {
+	// joins are the members placed, in order.
+	joins []join
+	// waiting are the members with no place yet.
+	waiting []waitingJoiner
+}
+
+// join is one member placed on node, in place of the assignment prev (zero: none).
+type join struct {
+	pod  *corev1.Pod
+	node string
+	prev berthv1alpha1.MemberAssignment
+}
+
+// waitingJoiner is a member with no place: candidate is the member as placement saw it (in the
+// gang's domain), reason why it does not fit.
+type waitingJoiner struct {
+	pod, candidate *corev1.Pod
+	reason         string
+}
+
+// planJoins places j's members one by one on the cycle's snapshot (nothing is written): each in
+// the gang's topology domain, off the nodes a member of the gang was stranded on lately (avoid)
+// and, for a replacement, on its predecessor's node when it fits there. Each placement is kept
+// in the cycle's snapshot, so the gangs after this one see it.
+func planJoins(cy *cycle, gv gangView, domain string, avoid map[string]bool, j joiners) (joinPlan, error) {
+	g := gv.group
+	free := cy.snap.Without(gv.holding()) // the gang's seats (and booked ones) hold capacity for its replacements
+	var p joinPlan
+	for _, m := range j.pods {
+		candidate := inDomain(m, g, domain)
+		prev := j.prev[m.Name].Node
 		if avoid[prev] {
 			prev = "" // its predecessor was stranded there
 		}
 		res := placeOne(free, avoiding(candidate, avoid), prev)
 		if !res.Fits() {
-			placements.WithLabelValues(ResultNoFit).Inc()
-			// Its seats ask Karpenter for a new node, which is no node to avoid (and Karpenter
-			// does not schedule pods with node fields).
-			missing = append(missing, candidate)
-			r.recorder.Warning(g, events.ReasonLateMemberWaiting, fmt.Sprintf("member %s, created after admission, does not fit yet: %s", p.Name, res.Reason))
+			p.waiting = append(p.waiting, waitingJoiner{pod: m, candidate: candidate, reason: res.Reason})
 			continue
 		}
 		if free != cy.snap { // a copy without the seats: it counts the member too
 			if err := free.Assume([]*corev1.Pod{candidate}, res); err != nil {
-				return 0, err
+				return joinPlan{}, err
 			}
 		}
 		if err := cy.assume([]*corev1.Pod{candidate}, res); err != nil {
-			return 0, err
+			return joinPlan{}, err
 		}
-		errs = append(errs, r.commitOne(ctx, cy, gv, p, res.Assignments[0].Node, prevOf[p.Name]))
+		p.joins = append(p.joins, join{pod: m, node: res.Assignments[0].Node, prev: j.prev[m.Name]})
 	}
-	if len(missing) == 0 || !withSeats || !r.opts.Provisioning.Enabled {
-		return 0, errors.Join(errs...)
-	}
-	gang := scheduling.Gang{Members: missing}
-	next, err := r.provision(ctx, cy, gv, gang, fmt.Sprintf("%d replacement member(s) do not fit", len(missing)))
-	return next, errors.Join(append(errs, err)...)
+	return p, nil
 }
 
 // commitOne records one member joining the admitted generation, in place of the assignment of
