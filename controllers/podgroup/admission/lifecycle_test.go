@@ -413,7 +413,9 @@ func TestPlanJoins(t *testing.T) {
 	nodes := []*corev1.Node{builders.Node("n1").GPU(8).Obj(), builders.Node("n2").GPU(8).Obj()}
 	// n1 has 4 GPUs taken by a running member, n2 is empty.
 	running := builders.Pod("g-0", "ml").Member("g").GPU(4).Node("n1").Obj()
-	repl := func(name string, gpus int) *corev1.Pod { return builders.Pod(name, "ml").Member("g").Gated().GPU(gpus).Obj() }
+	repl := func(name string, gpus int) *corev1.Pod {
+		return builders.Pod(name, "ml").Member("g").Gated().GPU(gpus).Obj()
+	}
 	prev := map[string]berthv1alpha1.MemberAssignment{"g-1b": {Pod: "g-1", UID: "old", Node: "n1"}}
 	for _, tc := range []struct {
 		name        string
