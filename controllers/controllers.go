@@ -82,7 +82,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	// One account of promised room for every controller that promises it: gang admission and
 	// ProvisioningRequests decide under its lock and see each other's promises before the cache
-	// does (internal/ledger).
+	// does; native gangs hold there the room their seats give way to (internal/ledger).
 	book := ledger.New(opts.Clock)
 	if err := index.Register(context.Background(), mgr.GetFieldIndexer()); err != nil {
 		return err
@@ -122,7 +122,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if native && opts.Provisioning.Enabled {
 		all = append(all, registration{nativegang.Name, nativegang.New(mgr.GetClient(), mgr.GetAPIReader(), opts.Clock, rec, nativegang.Options{
-			SeatNamespace: opts.Provisioning.SeatNamespace, SeatImage: opts.Provisioning.SeatImage})})
+			SeatNamespace: opts.Provisioning.SeatNamespace, SeatImage: opts.Provisioning.SeatImage, Ledger: book})})
 	} else {
 		ctrl.Log.WithName("setup").Info("native gangs (scheduling.k8s.io/v1beta1 PodGroup) are not served, or provisioning is off; berth provisions no capacity for them", "served", native)
 	}

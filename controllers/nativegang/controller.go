@@ -31,7 +31,10 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/internal/index"
+	"github.com/berth-dev/berth/internal/ledger"
 	"github.com/berth-dev/berth/internal/seat"
+	"github.com/berth-dev/berth/scheduling"
 )
 
 // Name is the controller's name in logs and metrics.
@@ -48,6 +51,10 @@ type Options struct {
 	SeatImage string
 	// ProvisioningTimeout, RetryAfter: see the Default* constants.
 	ProvisioningTimeout, RetryAfter time.Duration
+	// Ledger is the capacity account shared with gang admission and ProvisioningRequests: the
+	// room seats give way to a gang's members is held there until they are placed. A ledger of
+	// its own when nil.
+	Ledger *ledger.Ledger
 }
 
 // Reconciler provisions for native gangs. Build it with New.
@@ -72,6 +79,9 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 	}
 	if opts.RetryAfter <= 0 {
 		opts.RetryAfter = DefaultRetryAfter
+	}
+	if opts.Ledger == nil {
+		opts.Ledger = ledger.New(clk)
 	}
 	return &Reconciler{client: c, apiReader: apiReader, clock: clk, recorder: rec, opts: opts}
 }
@@ -150,7 +160,7 @@ func (r *Reconciler) observe(ctx context.Context, pg *schedulingv1beta1.PodGroup
 	}
 	readAnnotations(&s, pg)
 	var pods corev1.PodList
-	if err := r.client.List(ctx, &pods, client.InNamespace(pg.Namespace)); err != nil {
+	if err := r.client.List(ctx, &pods, client.InNamespace(pg.Namespace), client.MatchingFields{index.NativeGroupMembers: pg.Name}); err != nil {
 		return s, nil, nil, fmt.Errorf("listing the members of %s/%s: %w", pg.Namespace, pg.Name, err)
 	}
 	members := map[string]*corev1.Pod{}
@@ -221,6 +231,13 @@ func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p 
 		if err := r.annotate(ctx, pg, berthv1alpha1.NativeCapacityHandedOverAnnotation, r.clock.Now()); err != nil {
 			return err
 		}
+		// The room the seats held on nodes stays the gang's in the ledger until its members
+		// are placed: kube-scheduler places them there, and admission must not promise it to a
+		// PodGroup gang in between.
+		r.opts.Ledger.Hold(pg.UID, heldRoom(seats), p.holdUntil)
+	}
+	if p.release {
+		r.opts.Ledger.Release(pg.UID)
 	}
 	if p.handOver || p.clear || p.reclaim {
 		errs = append(errs, r.deleteSeats(ctx, seats))
@@ -262,6 +279,17 @@ func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p 
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// heldRoom is the room seats bound to nodes hold.
+func heldRoom(seats []*corev1.Pod) []scheduling.PodOnNode {
+	var out []scheduling.PodOnNode
+	for _, s := range seats {
+		if s.Spec.NodeName != "" {
+			out = append(out, scheduling.PodOnNode{Pod: s, Node: s.Spec.NodeName})
+		}
+	}
+	return out
 }
 
 // seatPod is the seat for member m of pg, in berth's namespace, named after the group's UID.

@@ -1,14 +1,26 @@
 package nativegang
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	kevents "k8s.io/client-go/tools/events"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/internal/ledger"
+	"github.com/berth-dev/berth/test/builders"
 )
 
 func TestSeatPod(t *testing.T) {
@@ -38,5 +50,45 @@ func TestSeatPod(t *testing.T) {
 	terms := s.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 	if len(terms) != 1 || terms[0].TopologyKey != corev1.LabelTopologyZone || terms[0].LabelSelector.MatchLabels[berthv1alpha1.SeatForNativeGroupLabel] != "0123456789ab" {
 		t.Errorf("seats of a gang constrained to one zone keep together by %v", terms)
+	}
+}
+
+// TestHandOverHoldsTheRoom: when the seats give way, the room those on nodes held is held for
+// the gang's members in the shared ledger — before the seats are deleted, so no admission
+// cycle sees it free — and given back once the gang is placed.
+func TestHandOverHoldsTheRoom(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "train", Name: "ddp", UID: "ng-uid"}}
+	seats := []*corev1.Pod{
+		builders.Pod("ddp-ng-uid-0", "berth-system").Label(berthv1alpha1.SeatForNativeGroupLabel, "ng-uid").GPU(8).Node("n1").Obj(),
+		builders.Pod("ddp-ng-uid-1", "berth-system").Label(berthv1alpha1.SeatForNativeGroupLabel, "ng-uid").GPU(8).Obj(), // nominated, no node yet
+	}
+	seats[0].UID, seats[1].UID = "s0", "s1"
+	book := ledger.New(clocktesting.NewFakePassiveClock(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)))
+	heldAtDelete := 0
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pg, seats[0], seats[1]).WithInterceptorFuncs(interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
+			heldAtDelete = len(book.Promised(nil, nil))
+			return c.Delete(ctx, o, opts...)
+		},
+	}).Build()
+	r := New(c, c, clocktesting.NewFakePassiveClock(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)), events.NewRecorder(kevents.NewFakeRecorder(10)), Options{Ledger: book})
+	until := time.Date(2026, 12, 3, 9, 10, 0, 0, time.UTC)
+	if err := r.act(ctx, pg, plan{handOver: true, holdUntil: until}, nil, seats); err != nil {
+		t.Fatal(err)
+	}
+	held := book.Promised(nil, nil)
+	if len(held) != 1 || held[0].Node != "n1" || held[0].Pod.Name != "ddp-ng-uid-0" || heldAtDelete != 1 {
+		t.Errorf("held after the hand-over: %v (at the seats' deletion: %d); want the bound seat's room on n1, held before the deletion", held, heldAtDelete)
+	}
+	if err := r.act(ctx, pg, plan{release: true}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	if held := book.Promised(nil, nil); len(held) != 0 {
+		t.Errorf("still held once the gang is placed: %v", held)
 	}
 }

@@ -47,8 +47,13 @@ type plan struct {
 	// watch starts an attempt in which Karpenter provisions for the members themselves (they
 	// are Unschedulable): berth only withdraws what it launched if the gang is not placed.
 	watch bool
-	// handOver deletes the seats (every node is launched) and records the hand-over.
-	handOver bool
+	// handOver deletes the seats (every node is launched) and records the hand-over; the room
+	// the seats bound to nodes held stays held for the members in the capacity ledger until
+	// holdUntil (the attempt's deadline), so no PodGroup gang is promised it first.
+	handOver  bool
+	holdUntil time.Time
+	// release gives back what the ledger holds for the gang (placed, or the attempt ended).
+	release bool
 	// reclaim withdraws a timed-out attempt: the NodeClaims launched for it (for its seats,
 	// or, once handed over, nominated for the pending members) that no pod uses are deleted,
 	// the seats too; retryAt is set.
@@ -91,17 +96,17 @@ func decide(s state) plan {
 	launched := s.seats > 0 || !s.handedOver.Before(s.requestedAt)
 	switch {
 	case s.placed || len(s.pending) == 0:
-		p.clear = s.seats > 0
+		p.clear, p.release = s.seats > 0, true
 		return p
 	case s.seats > 0 && s.seatsLaunched == s.seats:
-		p.handOver = true
+		p.handOver, p.holdUntil = true, deadline
 		p.eventReason = events.ReasonCapacityHandedOver
 		p.eventNote = fmt.Sprintf("Karpenter launched the %d node(s) the gang needs in one batch; their seats gave way, and kube-scheduler places the gang once they are Ready", s.seats)
 		p.requeue = max(deadline.Sub(s.now), time.Second)
 		return p
 	case active && launched && !s.now.Before(deadline):
 		// The attempt's nodes did not all come, or came but the gang is still not placed.
-		p.reclaim = true
+		p.reclaim, p.release = true, true
 		p.retryAt = s.now.Add(s.retryAfter)
 		p.warn = true
 		p.eventReason = events.ReasonCapacityNotProvisioned

@@ -64,7 +64,7 @@ func TestDecide(t *testing.T) {
 		}},
 		{"every seat's node launched: the seats give way", base(func(s *state) { s.seats, s.seatsLaunched, s.requestedAt = 4, 4, asked }), func(t *testing.T, p plan) {
 			t.Helper()
-			if !p.handOver || p.eventReason != events.ReasonCapacityHandedOver || p.requeue != 9*time.Minute {
+			if !p.handOver || p.eventReason != events.ReasonCapacityHandedOver || p.requeue != 9*time.Minute || !p.holdUntil.Equal(asked.Add(10*time.Minute)) || p.release {
 				t.Errorf("plan %+v", p)
 			}
 		}},
@@ -76,7 +76,7 @@ func TestDecide(t *testing.T) {
 		}},
 		{"seats still waiting at the timeout: withdraw, reclaim, retry later", base(func(s *state) { s.seats, s.seatsLaunched, s.requestedAt = 4, 2, now.Add(-10*time.Minute) }), func(t *testing.T, p plan) {
 			t.Helper()
-			if !p.reclaim || !p.warn || !p.retryAt.Equal(now.Add(time.Minute)) || p.eventReason != events.ReasonCapacityNotProvisioned {
+			if !p.reclaim || !p.release || !p.warn || !p.retryAt.Equal(now.Add(time.Minute)) || p.eventReason != events.ReasonCapacityNotProvisioned {
 				t.Errorf("plan %+v", p)
 			}
 		}},
@@ -109,7 +109,7 @@ func TestDecide(t *testing.T) {
 			s.protect, s.unprotected = true, []string{"m2"}
 		}), func(t *testing.T, p plan) {
 			t.Helper()
-			if !p.clear || !slices.Equal(p.protect, []string{"m2"}) || len(p.seatsFor) > 0 {
+			if !p.clear || !p.release || !slices.Equal(p.protect, []string{"m2"}) || len(p.seatsFor) > 0 {
 				t.Errorf("plan %+v", p)
 			}
 		}},

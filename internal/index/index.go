@@ -18,10 +18,25 @@ import (
 // (10,000 pods for each of 500 gangs' reconciles, measured in the footprint benchmark).
 const PodGroupMembers = "berth.podGroupMembers"
 
+// NativeGroupMembers indexes pods by the native PodGroup (scheduling.k8s.io) they belong to
+// (spec.schedulingGroup.podGroupName).
+const NativeGroupMembers = "berth.nativeGroupMembers"
+
 // Register adds every shared index to idx.
 func Register(ctx context.Context, idx client.FieldIndexer) error {
 	if err := idx.IndexField(ctx, &corev1.Pod{}, PodGroupMembers, podGroupOf); err != nil {
 		return fmt.Errorf("indexing pods by PodGroup: %w", err)
+	}
+	if err := idx.IndexField(ctx, &corev1.Pod{}, NativeGroupMembers, nativeGroupOf); err != nil {
+		return fmt.Errorf("indexing pods by native PodGroup: %w", err)
+	}
+	return nil
+}
+
+// nativeGroupOf is the NativeGroupMembers index value of a pod: its native PodGroup, if any.
+func nativeGroupOf(o client.Object) []string {
+	if p, ok := o.(*corev1.Pod); ok && p.Spec.SchedulingGroup != nil && p.Spec.SchedulingGroup.PodGroupName != nil && *p.Spec.SchedulingGroup.PodGroupName != "" {
+		return []string{*p.Spec.SchedulingGroup.PodGroupName}
 	}
 	return nil
 }

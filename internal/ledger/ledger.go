@@ -2,10 +2,12 @@
 // bound to a node; pods berth pinned to a node that have not bound yet (released gang members,
 // seats of gangs and of ProvisioningRequests); gang members an admission promised a node
 // (PodGroup status.assignments); and what this process wrote that the informer cache does not
-// show yet (assignments, and seats it created pinned to a node). Gang admission and
+// show yet (assignments, and seats it created pinned to a node); and the room a native gang's
+// seats gave way to its members, until kube-scheduler places them (Hold). Gang admission and
 // ProvisioningRequests decide under the ledger's one lock, each on the ledger's view and each
-// recording its promise before it lets go: no two of them promise the same GPUs, however far
-// the cache trails their writes.
+// recording its promise before it lets go; the native-gang controller decides no placement
+// (kube-scheduler places native gangs) but holds the room its seats leave: no two of them
+// promise the same GPUs, however far the cache trails their writes.
 package ledger
 
 import (
@@ -34,6 +36,14 @@ type Ledger struct {
 	assignments map[types.UID]assumedAssignments
 	// pods are pods this process created pinned to a node, by UID, until the cache shows them.
 	pods map[types.UID]assumedPod
+	// holds are room kept for pods another scheduler is about to place, by owner UID (Hold).
+	holds map[types.UID]hold
+}
+
+// hold is room kept on nodes until a time.
+type hold struct {
+	pods  []scheduling.PodOnNode
+	until time.Time
 }
 
 // assumedAssignments are a gang's assignments as this process wrote them, at the PodGroup's
@@ -54,7 +64,7 @@ func New(clk clock.PassiveClock) *Ledger {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Ledger{clock: clk, assignments: map[types.UID]assumedAssignments{}, pods: map[types.UID]assumedPod{}}
+	return &Ledger{clock: clk, assignments: map[types.UID]assumedAssignments{}, pods: map[types.UID]assumedPod{}, holds: map[types.UID]hold{}}
 }
 
 // Lock takes the decision lock: the caller's view (Promised) and the promises it records
@@ -124,6 +134,29 @@ func (l *Ledger) ForgetPod(uid types.UID) {
 	delete(l.pods, uid)
 }
 
+// Hold keeps room on nodes for pods kube-scheduler is about to place there, for owner, until the
+// given time: a native gang's seats that give way to its members once Karpenter launched every
+// node (kube-scheduler's gang cycle places the members into the room the seats held, and
+// without the hold admission could promise that room to a PodGroup gang first). Each held pod
+// (a seat) counts on its node while it is not in the cache — while it is, it counts as itself —
+// until the owner releases it (Release) or the time passes. A later Hold of one owner replaces
+// the earlier.
+func (l *Ledger) Hold(owner types.UID, pods []scheduling.PodOnNode, until time.Time) {
+	if len(pods) == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.holds[owner] = hold{pods: pods, until: until}
+}
+
+// Release drops what owner holds (its members are placed, or its attempt ended).
+func (l *Ledger) Release(owner types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.holds, owner)
+}
+
 // CatchUp drops what the cache now shows: assumed pods it has (by UID), or that are older than
 // podTTL, and assumed assignments of gangs the cache shows at the written version or later, or
 // that are gone.
@@ -140,6 +173,11 @@ func (l *Ledger) CatchUp(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) {
 			if seen[uid] || now.Sub(a.at) > podTTL {
 				delete(l.pods, uid)
 			}
+		}
+	}
+	for owner, h := range l.holds {
+		if !l.clock.Now().Before(h.until) {
+			delete(l.holds, owner)
 		}
 	}
 	if len(l.assignments) > 0 {
@@ -159,8 +197,9 @@ func (l *Ledger) CatchUp(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) {
 // pods berth pinned to a node (PinnedNodeAnnotation) and released (no gate) that have not bound
 // yet — seats always, gang members while their gang lives (a released member of a gang that is
 // gone can never bind: its barrier went with the gang); members promised a node by their gang's
-// admission and not released yet (status, or assumed); and pods this process created pinned to
-// a node that the cache does not show yet.
+// admission and not released yet (status, or assumed); pods this process created pinned to a
+// node that the cache does not show yet; and room held for pods kube-scheduler is about to
+// place (Hold).
 func (l *Ledger) Promised(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) []scheduling.PodOnNode {
 	out := make([]scheduling.PodOnNode, 0, len(pods))
 	var unbound []*corev1.Pod
@@ -208,6 +247,17 @@ func (l *Ledger) Promised(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) 
 	for uid, a := range l.pods {
 		if !seen[uid] {
 			out = append(out, scheduling.PodOnNode{Pod: a.pod, Node: a.node})
+		}
+	}
+	now := l.clock.Now()
+	for _, h := range l.holds {
+		if !now.Before(h.until) {
+			continue
+		}
+		for _, pn := range h.pods {
+			if !seen[pn.Pod.UID] {
+				out = append(out, pn)
+			}
 		}
 	}
 	return out

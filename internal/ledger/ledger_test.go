@@ -10,6 +10,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/scheduling"
 	"github.com/berth-dev/berth/test/builders"
 )
 
@@ -135,5 +136,35 @@ func TestAssumedReplacementAndGeneration(t *testing.T) {
 	l.CatchUp(nil, []*berthv1alpha1.PodGroup{cached})
 	if len(l.assignments) != 0 {
 		t.Errorf("caught up, still assumed: %v", l.assignments)
+	}
+}
+
+// TestHeldRoomCounts: the room a native gang's seats give way to its members counts on its node
+// once the seat is gone from the cache (while it is there it counts as itself, once), until the
+// owner releases it or its time passes.
+func TestHeldRoomCounts(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(t0)
+	l := New(clk)
+	seat := builders.Pod("ng-seat-0", "berth-system").Label(berthv1alpha1.SeatForNativeGroupLabel, "ng-uid").GPU(8).Node("n1").Obj()
+	seat.UID = "seat-uid"
+	l.Hold("ng-uid", []scheduling.PodOnNode{{Pod: seat, Node: "n1"}}, t0.Add(time.Minute))
+	if diff := cmp.Diff(map[string]int{"ng-seat-0@n1": 1}, counts(l, []*corev1.Pod{seat}, nil)); diff != "" {
+		t.Errorf("seat still cached (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]int{"ng-seat-0@n1": 1}, counts(l, nil, nil)); diff != "" {
+		t.Errorf("seat gone, room held (-want +got):\n%s", diff)
+	}
+	l.Release("ng-uid")
+	if got := counts(l, nil, nil); len(got) != 0 {
+		t.Errorf("released, still held: %v", got)
+	}
+	l.Hold("ng-uid", []scheduling.PodOnNode{{Pod: seat, Node: "n1"}}, t0.Add(time.Minute))
+	clk.SetTime(t0.Add(time.Minute))
+	if got := counts(l, nil, nil); len(got) != 0 {
+		t.Errorf("past its time, still held: %v", got)
+	}
+	l.CatchUp(nil, nil)
+	if len(l.holds) != 0 {
+		t.Errorf("CatchUp kept an expired hold: %v", l.holds)
 	}
 }
