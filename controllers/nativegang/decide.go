@@ -96,7 +96,10 @@ func decide(s state) plan {
 	launched := s.seats > 0 || !s.handedOver.Before(s.requestedAt)
 	switch {
 	case s.placed || len(s.pending) == 0:
-		p.clear, p.release = s.seats > 0, true
+		// The held room goes back once the cache shows every member bound (kube-scheduler's
+		// condition can come before the binds do: admission, reading the same cache, would see
+		// the room free and no member on it).
+		p.clear, p.release = s.seats > 0, len(s.pending) == 0
 		return p
 	case s.seats > 0 && s.seatsLaunched == s.seats:
 		p.handOver, p.holdUntil = true, deadline

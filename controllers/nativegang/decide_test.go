@@ -113,6 +113,14 @@ func TestDecide(t *testing.T) {
 				t.Errorf("plan %+v", p)
 			}
 		}},
+		{"placed, the cache not showing every bind yet: the room stays held", base(func(s *state) {
+			s.placed, s.unplaced, s.pending, s.bound = true, false, []string{"m3"}, []string{"m0", "m1", "m2"}
+		}), func(t *testing.T, p plan) {
+			t.Helper()
+			if p.release || len(p.seatsFor) > 0 {
+				t.Errorf("plan %+v", p)
+			}
+		}},
 		{"disruptionMode single: no do-not-disrupt", base(func(s *state) { s.unprotected = []string{"m0"} }), func(t *testing.T, p plan) {
 			t.Helper()
 			if len(p.protect) > 0 {

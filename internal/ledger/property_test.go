@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -14,7 +15,8 @@ import (
 	"github.com/berth-dev/berth/test/builders"
 )
 
-// The property: whatever the order in which gang admission and ProvisioningRequests decide,
+// The property: whatever the order in which gang admission, ProvisioningRequests and native
+// gangs' hand-overs go,
 // however far each one's cache trails the API server, no node is promised more GPUs than it
 // has. The world below is the API server's truth; each user decides on a cache that shows the
 // truth of some earlier step, as an informer does (one cache, moving forward only), and on the
@@ -150,17 +152,84 @@ func (w *world) bookRequest(cache world, l *Ledger, rng *rand.Rand) {
 	l.AssumePod(s, node)
 }
 
-// bind is kube-scheduler binding a pinned, released pod to its node.
+// nativeTarget marks, in the model, a native gang's member kube-scheduler is about to place on
+// the node its seat held (what the truth counts it on until it binds).
+const nativeTarget = "test.berth.dev/native-target"
+
+// nativeSeat is a native gang's seat bound to a node Karpenter launched for it. kube-scheduler
+// binds it, not berth: its arrival is outside the ledger's reach (a node that turns Ready is
+// room for whoever gets there first), so the model lets it land only on room nobody was
+// promised, known to the ledger as it lands, and checks what the ledger is for: the room it holds is not promised again when
+// the seat gives way to its gang (handOver).
+func (w *world) nativeSeat(l *Ledger, rng *rand.Rand) {
+	l.Lock()
+	defer l.Unlock()
+	gpus := int64(1 + rng.IntN(gpusPerNode))
+	node := pick(free(l.Promised(w.pods, w.groups)), gpus, rng)
+	if node == "" {
+		return
+	}
+	w.next++
+	s := builders.Pod(fmt.Sprintf("native-seat-%d", w.next), "berth-system").GPU(int(gpus)).
+		Label(berthv1alpha1.SeatForNativeGroupLabel, fmt.Sprintf("ng-%d", w.next)).Node(node).Obj()
+	s.UID = types.UID("uid-" + s.Name)
+	w.pods = append(w.pods, s)
+	l.AssumePod(s, node) // (the model's simplification above: known from the moment it lands)
+}
+
+// handOver is the native-gang controller giving a seat's room to its gang's member: the room is
+// held in the ledger l (when hold), then the seat is deleted; the member waits for kube-scheduler
+// to place it there.
+func (w *world) handOver(l *Ledger, hold bool, rng *rand.Rand) {
+	var seats []int
+	for i, p := range w.pods {
+		if _, ok := p.Labels[berthv1alpha1.SeatForNativeGroupLabel]; ok && p.Status.Phase == "" {
+			seats = append(seats, i)
+		}
+	}
+	if len(seats) == 0 {
+		return
+	}
+	i := seats[rng.IntN(len(seats))]
+	s := w.pods[i]
+	owner := types.UID(s.Labels[berthv1alpha1.SeatForNativeGroupLabel])
+	if hold {
+		l.Hold(owner, []scheduling.PodOnNode{{Pod: s, Node: s.Spec.NodeName}}, farFuture)
+	}
+	m := builders.Pod(string(owner)+"-0", "ml").GPU(int(gpusOf(s))).Obj()
+	m.UID = types.UID("uid-" + m.Name)
+	m.Annotations = map[string]string{nativeTarget: s.Spec.NodeName}
+	w.pods = append(append(w.pods[:i:i], w.pods[i+1:]...), m)
+}
+
+// releaseNative is the native-gang controller seeing, in its cache, a member placed and
+// releasing its hold.
+func releaseNative(cache world, l *Ledger) {
+	for _, p := range cache.pods {
+		if p.Annotations[nativeTarget] != "" && p.Spec.NodeName != "" {
+			l.Release(types.UID(p.Name[:len(p.Name)-2]))
+		}
+	}
+}
+
+// bind is kube-scheduler binding a pinned, released pod to its node (or a native gang's member
+// to the node its seat held).
 func (w *world) bind(rng *rand.Rand) {
 	var pinned []*corev1.Pod
 	for _, p := range w.pods {
 		if node := p.Annotations[berthv1alpha1.PinnedNodeAnnotation]; node != "" && p.Spec.NodeName == "" && !gated(p) {
 			pinned = append(pinned, p)
 		}
+		if p.Annotations[nativeTarget] != "" && p.Spec.NodeName == "" {
+			pinned = append(pinned, p)
+		}
 	}
 	if len(pinned) > 0 {
 		p := pinned[rng.IntN(len(pinned))]
 		p.Spec.NodeName = p.Annotations[berthv1alpha1.PinnedNodeAnnotation]
+		if t := p.Annotations[nativeTarget]; t != "" {
+			p.Spec.NodeName = t
+		}
 	}
 }
 
@@ -171,10 +240,17 @@ func (w *world) finish(rng *rand.Rand) {
 	}
 }
 
-// overcommitted names the nodes the truth promises more GPUs than they have.
+// overcommitted names the nodes the truth promises more GPUs than they have (a native gang's
+// member counts on the node kube-scheduler is placing it on).
 func (w *world) overcommitted() []string {
 	var out []string
-	for n, f := range free(New(nil).Promised(w.pods, w.groups)) {
+	promised := New(nil).Promised(w.pods, w.groups)
+	for _, p := range w.pods {
+		if t := p.Annotations[nativeTarget]; t != "" && p.Spec.NodeName == "" && p.Status.Phase == "" {
+			promised = append(promised, scheduling.PodOnNode{Pod: p, Node: t})
+		}
+	}
+	for n, f := range free(promised) {
 		if f < 0 {
 			out = append(out, fmt.Sprintf("%s by %d GPUs", n, -f))
 		}
@@ -182,15 +258,19 @@ func (w *world) overcommitted() []string {
 	return out
 }
 
-// run plays steps random steps from seed; shared says whether the two users share one ledger
-// (berth) or keep one each (before the ledger). It returns the first overcommitment seen.
-func run(seed uint64, steps int, shared bool) string {
+// farFuture is a hold's end the model never reaches.
+var farFuture = time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// run plays steps random steps from seed; shared says whether the users share one ledger
+// (berth) or keep one each (before the ledger), hold whether native gangs hold the room their
+// seats give way. It returns the first overcommitment seen.
+func run(seed uint64, steps int, shared, hold bool) string {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	var w world
 	history := []world{w.clone()} // the truth after each step; caches show an earlier one
-	admission, requests := New(nil), New(nil)
+	admission, requests, native := New(nil), New(nil), New(nil)
 	if shared {
-		requests = admission
+		requests, native = admission, admission
 	}
 	// One informer cache for both (they run in one manager): it trails the truth by up to 3
 	// steps and never goes back.
@@ -200,7 +280,7 @@ func run(seed uint64, steps int, shared bool) string {
 		return history[at]
 	}
 	for range steps {
-		switch rng.IntN(6) {
+		switch rng.IntN(9) {
 		case 0:
 			w.submit(rng)
 		case 1:
@@ -215,6 +295,12 @@ func run(seed uint64, steps int, shared bool) string {
 			w.bind(rng)
 		case 5:
 			w.finish(rng)
+		case 6:
+			w.nativeSeat(native, rng)
+		case 7:
+			w.handOver(native, hold, rng)
+		case 8:
+			releaseNative(cache(), native)
 		}
 		if over := w.overcommitted(); len(over) > 0 {
 			return fmt.Sprint(over)
@@ -227,10 +313,22 @@ func run(seed uint64, steps int, shared bool) string {
 // TestNoGPUPromisedTwice: with one ledger, no interleaving overcommits a node.
 func TestNoGPUPromisedTwice(t *testing.T) {
 	for seed := range uint64(300) {
-		if over := run(seed, 60, true); over != "" {
+		if over := run(seed, 60, true, true); over != "" {
 			t.Fatalf("seed %d: overcommitted %s", seed, over)
 		}
 	}
+}
+
+// TestNativeHandOverWithoutHoldPromisesTwice is the negative control for native gangs: seats
+// that give way without holding their room in the ledger let admission promise it to a gang
+// while kube-scheduler places the native gang there.
+func TestNativeHandOverWithoutHoldPromisesTwice(t *testing.T) {
+	for seed := range uint64(300) {
+		if run(seed, 60, true, false) != "" {
+			return
+		}
+	}
+	t.Fatal("300 interleavings of hand-overs without a hold never overcommitted a node: the property test has no teeth")
 }
 
 // TestTwoLedgersPromiseTwice is the property's negative control: with a ledger each (what
@@ -238,7 +336,7 @@ func TestNoGPUPromisedTwice(t *testing.T) {
 // them promise the same GPUs — the property test can fail.
 func TestTwoLedgersPromiseTwice(t *testing.T) {
 	for seed := range uint64(300) {
-		if run(seed, 60, false) != "" {
+		if run(seed, 60, false, true) != "" {
 			return
 		}
 	}
@@ -249,7 +347,7 @@ func TestTwoLedgersPromiseTwice(t *testing.T) {
 func FuzzNoGPUPromisedTwice(f *testing.F) {
 	f.Add(uint64(1))
 	f.Fuzz(func(t *testing.T, seed uint64) {
-		if over := run(seed, 80, true); over != "" {
+		if over := run(seed, 80, true, true); over != "" {
 			t.Fatalf("seed %d: overcommitted %s", seed, over)
 		}
 	})
