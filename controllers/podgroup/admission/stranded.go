@@ -40,33 +40,56 @@ const DefaultStrandedAfter = 30 * time.Second
 const AvoidStrandedNodeFor = 10 * time.Minute
 
 // recoverStranded replaces the gang's stranded members and says how soon to look again at
-// members that may become stranded. A member counts as stranded only once its gang is open to
-// it (gangOpen): while a release waits for its key member or its node barrier, kube-scheduler
-// reports every released member unschedulable, and that is the hold working, not a stranding;
-// the clock starts when the gang opens.
+// members that may become stranded: observe (how long kube-scheduler has reported each
+// released member unschedulable on its node, as far as this process has seen) → decide
+// (decideStranded) → act (replaceStranded). A member counts as stranded only once its gang is
+// open to it (gangOpen): while a release waits for its key member or its node barrier,
+// kube-scheduler reports every released member unschedulable, and that is the hold working,
+// not a stranding; the clock starts when the gang opens.
 func (r *Reconciler) recoverStranded(ctx context.Context, snap *scheduling.Snapshot, gv gangView, gen generation) (time.Duration, error) {
-	var next time.Duration
-	var errs []error
 	now := r.clock.Now()
+	var waiting []unschedulableMember
 	for _, m := range gen.live {
 		if !unschedulable(m) || !gangOpen(snap, gv, m) {
 			r.unschedulableFor(m.UID, time.Time{})
 			continue
 		}
-		since := r.unschedulableFor(m.UID, now)
-		if left := r.opts.StrandedAfter - now.Sub(since); left > 0 {
-			next = minPositive(next, left)
-			continue
-		}
-		node, _ := pinned(m)
-		replaced, err := r.replaceStranded(ctx, gv.group, m, fmt.Sprintf("kube-scheduler cannot bind it to %s, the node it was released onto, for %s: %s",
-			node, now.Sub(since).Round(time.Second), podScheduledMessage(m)), unschedulable)
+		waiting = append(waiting, unschedulableMember{pod: m, since: r.unschedulableFor(m.UID, now)})
+	}
+	stranded, next := decideStranded(now, r.opts.StrandedAfter, waiting)
+	var errs []error
+	for _, s := range stranded {
+		node, _ := pinned(s.pod)
+		replaced, err := r.replaceStranded(ctx, gv.group, s.pod, fmt.Sprintf("kube-scheduler cannot bind it to %s, the node it was released onto, for %s: %s",
+			node, now.Sub(s.since).Round(time.Second), podScheduledMessage(s.pod)), unschedulable)
 		errs = append(errs, err)
 		if replaced {
 			r.markStranded(gv.group.UID, node, now)
 		}
 	}
 	return next, errors.Join(errs...)
+}
+
+// unschedulableMember is a released member kube-scheduler reports unschedulable on its node,
+// since when this process has seen it so.
+type unschedulableMember struct {
+	pod   *corev1.Pod
+	since time.Time
+}
+
+// decideStranded picks the members unschedulable for at least after at now (stranded: to be
+// replaced) and says how long until the next of the others would be (0: none).
+func decideStranded(now time.Time, after time.Duration, waiting []unschedulableMember) ([]unschedulableMember, time.Duration) {
+	var stranded []unschedulableMember
+	var next time.Duration
+	for _, w := range waiting {
+		if left := after - now.Sub(w.since); left > 0 {
+			next = minPositive(next, left)
+			continue
+		}
+		stranded = append(stranded, w)
+	}
+	return stranded, next
 }
 
 // gangOpen reports whether what holds a released member m has let go: a member held by the

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -173,5 +174,34 @@ func TestReplacementAvoidsTheStrandedNode(t *testing.T) {
 	}
 	if avoid := r.avoidedNodes("uid-g", t0.Add(AvoidStrandedNodeFor)); len(avoid) != 0 || len(r.strandedOn) != 0 {
 		t.Errorf("after %s still avoided: %v", AvoidStrandedNodeFor, avoid)
+	}
+}
+
+func TestDecideStranded(t *testing.T) {
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	m := func(name string, for_ time.Duration) unschedulableMember {
+		return unschedulableMember{pod: builders.Pod(name, "ml").Obj(), since: now.Add(-for_)}
+	}
+	for _, tc := range []struct {
+		name     string
+		waiting  []unschedulableMember
+		want     []string
+		wantNext time.Duration
+	}{
+		{"nobody waits", nil, nil, 0},
+		{"not yet: look again when the first would be", []unschedulableMember{m("a", 10*time.Second), m("b", 25*time.Second)}, nil, 5 * time.Second},
+		{"at the threshold it is stranded", []unschedulableMember{m("a", 30*time.Second), m("b", 20*time.Second)}, []string{"a"}, 10 * time.Second},
+		{"all stranded: nothing to wait for", []unschedulableMember{m("a", time.Minute), m("b", time.Hour)}, []string{"a", "b"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, next := decideStranded(now, 30*time.Second, tc.waiting)
+			var names []string
+			for _, s := range got {
+				names = append(names, s.pod.Name)
+			}
+			if d := cmp.Diff(tc.want, names); d != "" || next != tc.wantNext {
+				t.Errorf("stranded (-want +got):\n%s; next %v, want %v", d, next, tc.wantNext)
+			}
+		})
 	}
 }
