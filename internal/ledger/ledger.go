@@ -203,9 +203,29 @@ func (l *Ledger) CatchUp(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) {
 func (l *Ledger) Promised(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) []scheduling.PodOnNode {
 	out := make([]scheduling.PodOnNode, 0, len(pods))
 	var unbound []*corev1.Pod
-	seen := make(map[types.UID]bool, len(pods))
+	// Which pods the cache shows, for the assumed and held ones only: built when there are any
+	// (a set of every pod per cycle was garbage on every cycle of a large cluster).
+	l.mu.Lock()
+	var seen map[types.UID]bool
+	if len(l.pods)+len(l.holds) > 0 {
+		wanted := make(map[types.UID]bool, len(l.pods))
+		for uid := range l.pods {
+			wanted[uid] = true
+		}
+		for _, h := range l.holds {
+			for _, pn := range h.pods {
+				wanted[pn.Pod.UID] = true
+			}
+		}
+		seen = make(map[types.UID]bool, len(wanted))
+		for _, p := range pods {
+			if wanted[p.UID] {
+				seen[p.UID] = true
+			}
+		}
+	}
+	l.mu.Unlock()
 	for _, p := range pods {
-		seen[p.UID] = true
 		switch {
 		case p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed:
 		case p.Spec.NodeName != "":

@@ -101,9 +101,14 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	}
 	cy := &cycle{now: r.clock.Now(), groups: groups, nodes: nodes, bootBudget: r.opts.NodeReadyBudget, requests: r.requests.lookup}
 	cy.members, cy.oldKeys = membersByGroup(pods), terminatingKeys(pods)
-	uids := make(map[types.UID]bool, len(pods))
-	for _, p := range pods {
-		uids[p.UID] = true
+	// Which pods exist, for pruning what is remembered of pods — built only when something is
+	// (a map of every pod's UID per cycle was garbage on every cycle of a large cluster).
+	var uids map[types.UID]bool
+	if r.remembersPods() {
+		uids = make(map[types.UID]bool, len(pods))
+		for _, p := range pods {
+			uids[p.UID] = true
+		}
 	}
 	r.forgetUnschedulable(func(uid types.UID) bool { return uids[uid] })
 	r.forgetGone(groups, uids)

@@ -93,6 +93,14 @@ func (r *Reconciler) gangFailed(ctx context.Context, g *berthv1alpha1.PodGroup, 
 // sweepsKey keys the cluster-wide sweeps' failures.
 const sweepsKey = types.UID("sweeps")
 
+// remembersPods reports whether anything is remembered by pod UID (forgetGone,
+// forgetUnschedulable prune it).
+func (r *Reconciler) remembersPods() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.unschedulableSeen)+len(r.orphansSeen) > 0
+}
+
 // forgetGone prunes what the reconciler remembers across cycles of gangs and pods that are
 // gone: all-bound latencies observed (by gang UID and generation), orphans reported (by pod
 // UID) and failure runs (by gang UID). Kept otherwise, they grew with every gang, generation and
