@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -72,63 +71,161 @@ func domainNote(g *berthv1alpha1.PodGroup, res scheduling.Result) string {
 	return fmt.Sprintf(" in %s=%s", g.Spec.Topology.RequiredKey, res.Domain)
 }
 
-// tendAdmitted looks after a gang with an admitted generation:
+// admittedPlan is what a gang with an admitted generation needs in one cycle (decideAdmitted).
+type admittedPlan struct {
+	// over: the generation has nothing live left. With next, fresh members start the next one;
+	// without, nothing is admitted, the seats go, and awaiting (when set) is the Scheduled=False
+	// message saying what the gang waits for.
+	over     bool
+	next     bool
+	awaiting string
+	// resume are assigned members still gated on nodes that exist: the release is finished.
+	resume []*corev1.Pod
+	// orphaned are assigned members still gated whose node is gone: they can never bind where
+	// they are pinned, so they are replaced (or reported).
+	orphaned []*corev1.Pod
+	// dropSeats: no release to finish and no capacity request runs for the gang: its seats go.
+	dropSeats bool
+	// restart deletes these live members so their workload recreates the gang whole
+	// (onMemberLoss RestartGang); nothing joins while it runs.
+	restart *restartPlan
+	// replace are replacements of lost members, placed one by one with capacity from Karpenter
+	// for what does not fit; join are extra members (an elastic gang, a Job's next wave), placed
+	// as they fit, only while no member has succeeded.
+	replace, join joiners
+}
+
+// restartPlan deletes a gang's live members with a controller (onMemberLoss RestartGang).
+type restartPlan struct {
+	doomed []*corev1.Pod
+	// lost names the members whose loss restarts the gang.
+	lost []string
+}
+
+// decideAdmitted decides what a gang with an admitted generation needs (pure; nodeExists reads
+// the cycle's snapshot):
 //
 //  1. A generation with nothing live left is over; fresh members start the next one, admitted
 //     whole (a workload's restart, the next wave of a Job).
 //  2. Members released but not bound are tended: a release that was interrupted is finished,
-//     the seats give way, the release barrier follows who still waits, and a member
-//     kube-scheduler cannot bind where it was pinned is recovered.
+//     the seats give way, and a member pinned to a node that is gone is recovered. (The release
+//     barrier, stranded members and GPU health are decided by their own functions.)
 //  3. Lost members are replaced (onMemberLoss Replace) or the gang is restarted (RestartGang).
+//     RestartGang restarts a gang whose members have a controller to recreate them; members
+//     without one are replaced as with Replace (the API's promise: skipping the replacements
+//     left them gated for good).
 //  4. Extra members of an elastic gang are admitted as they fit; members of a Job's next wave
 //     wait for the current one to finish.
-func (r *Reconciler) tendAdmitted(ctx context.Context, cy *cycle, gv gangView, gen generation) (time.Duration, error) {
+func decideAdmitted(gv gangView, gen generation, nodeExists func(string) bool) admittedPlan {
 	g := gv.group
 	if gen.over() {
-		if len(gen.fresh)+len(gen.held) == 0 {
-			if len(gen.lost) > 0 {
-				// Restarted or lost whole: say what the gang waits for (a Job's backoff can
-				// hold its new pods for minutes; the Admitted condition would be stale).
-				if err := r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForMembers, awaitingRecreation(g, gen)); err != nil {
-					return 0, err
-				}
-			}
-			return 0, r.deleteSeats(ctx, gv.seats) // finished or idle: nothing to admit
+		p := admittedPlan{over: true, next: len(gen.fresh)+len(gen.held) > 0}
+		if !p.next && len(gen.lost) > 0 {
+			// Restarted or lost whole: say what the gang waits for (a Job's backoff can hold
+			// its new pods for minutes; the Admitted condition would be stale).
+			p.awaiting = awaitingRecreation(g, gen)
 		}
-		return r.newGeneration(ctx, cy, gv, gen)
+		return p
 	}
-	nodeOf := map[string]string{}
-	for _, a := range gen.assigned {
+	var p admittedPlan
+	nodeOf := assignedNodes(gen.assigned)
+	for _, m := range gen.live {
+		if gateIndex(m) < 0 || heldByOthers(m) {
+			continue
+		}
+		if nodeExists(nodeOf[m.Name]) {
+			p.resume = append(p.resume, m)
+		} else {
+			p.orphaned = append(p.orphaned, m)
+		}
+	}
+	p.dropSeats = len(p.resume)+len(p.orphaned) == 0 && !g.Status.Provisioning.Active()
+	if len(gen.lost) > 0 && g.Spec.OnMemberLoss == berthv1alpha1.MemberLossRestartGang {
+		if r := decideRestart(gen); r != nil {
+			p.restart = r
+			return p
+		}
+	}
+	repl, prev, rest := gen.replacements(g.Spec.MinMember)
+	p.replace = joiners{pods: repl, prev: prev, withSeats: true}
+	if gen.succeeded == 0 {
+		p.join = joiners{pods: rest}
+	}
+	return p
+}
+
+// decideRestart picks the live members a RestartGang deletes: those with a controller to
+// recreate them (nil when there are none; the rest are left to the Replace path).
+func decideRestart(gen generation) *restartPlan {
+	var doomed []*corev1.Pod
+	for _, m := range gen.live {
+		if controlled(m) {
+			doomed = append(doomed, m)
+		}
+	}
+	if len(doomed) == 0 {
+		return nil
+	}
+	lost := make([]string, 0, len(gen.lost))
+	for _, l := range gen.lost {
+		lost = append(lost, l.assignment.Pod)
+	}
+	return &restartPlan{doomed: doomed, lost: lost}
+}
+
+// assignedNodes maps each assigned member to its node.
+func assignedNodes(assigned []berthv1alpha1.MemberAssignment) map[string]string {
+	nodeOf := make(map[string]string, len(assigned))
+	for _, a := range assigned {
 		nodeOf[a.Pod] = a.Node
 	}
-	var resume []*corev1.Pod
-	for _, m := range gen.live {
-		if gateIndex(m) >= 0 && !heldByOthers(m) {
-			resume = append(resume, m)
+	return nodeOf
+}
+
+// tendAdmitted looks after a gang with an admitted generation: observe (the cycle's view),
+// decide (decideAdmitted), act (actAdmitted).
+func (r *Reconciler) tendAdmitted(ctx context.Context, cy *cycle, gv gangView, gen generation) (time.Duration, error) {
+	p := decideAdmitted(gv, gen, func(name string) bool {
+		_, ok := cy.snap.Node(name)
+		return ok
+	})
+	return r.actAdmitted(ctx, cy, gv, gen, p)
+}
+
+// actAdmitted carries out an admittedPlan in order: an ended generation is closed or the next
+// started; else the release is finished (or the seats go) and the barrier kept right — a failure
+// there ends the cycle's work on the gang, since what follows must not race an unfinished
+// release —, then GPU health, stranded members, and the restart or the joiners, every step tried
+// and the errors joined.
+func (r *Reconciler) actAdmitted(ctx context.Context, cy *cycle, gv gangView, gen generation, p admittedPlan) (time.Duration, error) {
+	g := gv.group
+	if p.over {
+		if p.next {
+			return r.newGeneration(ctx, cy, gv, gen)
 		}
+		if p.awaiting != "" {
+			if err := r.setScheduled(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonWaitingForMembers, p.awaiting); err != nil {
+				return 0, err
+			}
+		}
+		return 0, r.deleteSeats(ctx, gv.seats) // finished or idle: nothing to admit
 	}
+	nodeOf := assignedNodes(gen.assigned)
 	r.observeBound(g, gen.live, nodeOf)
 	errs := []error{r.tendGPUHealth(ctx, cy.snap, g, gen.assigned)}
-	if err := r.finishRelease(ctx, cy, gv, resume, nodeOf); err != nil {
+	if err := r.finishRelease(ctx, cy, gv, p, nodeOf); err != nil {
 		return 0, errors.Join(append(errs, err)...)
 	}
 	wait, err := r.recoverStranded(ctx, cy.snap, gv, gen)
 	errs = append(errs, err)
-	// RestartGang restarts a gang whose members have a controller to recreate them; members
-	// without one are replaced as with Replace (the API's promise: skipping the replacements
-	// left them gated for good).
-	if len(gen.lost) > 0 && g.Spec.OnMemberLoss == berthv1alpha1.MemberLossRestartGang && slices.ContainsFunc(gen.live, controlled) {
-		return wait, errors.Join(append(errs, r.restartGang(ctx, gv, gen))...)
+	if p.restart != nil {
+		return wait, errors.Join(append(errs, r.restartGang(ctx, gv, *p.restart))...)
 	}
-	repl, prev, rest := gen.replacements(g.Spec.MinMember)
-	next, err := r.admitIndividually(ctx, cy, gv, gen, joiners{pods: repl, prev: prev, withSeats: true})
+	next, err := r.admitIndividually(ctx, cy, gv, gen, p.replace)
 	errs = append(errs, err)
 	wait = minPositive(wait, next)
-	if gen.succeeded == 0 {
-		_, err := r.admitIndividually(ctx, cy, gv, gen, joiners{pods: rest})
-		errs = append(errs, err)
-	}
-	return wait, errors.Join(errs...)
+	_, err = r.admitIndividually(ctx, cy, gv, gen, p.join)
+	return wait, errors.Join(append(errs, err)...)
 }
 
 // awaitingRecreation says what a gang whose generation ended with lost members and no new
@@ -147,20 +244,28 @@ func awaitingRecreation(g *berthv1alpha1.PodGroup, gen generation) string {
 		g.Status.Restarts+1, len(gen.lost), strings.Join(lost, ", "), g.Status.Restarts+2)
 }
 
-// finishRelease releases assigned members that are still gated, or else lets the gang's seats
-// go once no capacity request runs for it, and keeps the release barrier right. The steps are
-// ordered: seats must be gone before the barrier lets members bind into their capacity.
-func (r *Reconciler) finishRelease(ctx context.Context, cy *cycle, gv gangView, resume []*corev1.Pod, nodeOf map[string]string) error {
-	if len(resume) > 0 {
-		if err := r.resume(ctx, cy.snap, gv, resume, nodeOf); err != nil {
-			return err
-		}
-	} else if !gv.group.Status.Provisioning.Active() {
-		if err := r.deleteSeats(ctx, gv.seats); err != nil {
-			return err
-		}
+// finishRelease finishes an interrupted release (members pinned to a node that is gone are
+// replaced), or else lets the gang's seats go when the plan says so, and keeps the release
+// barrier right. The steps are ordered: seats must be gone before the barrier lets members bind
+// into their capacity.
+func (r *Reconciler) finishRelease(ctx context.Context, cy *cycle, gv gangView, p admittedPlan, nodeOf map[string]string) error {
+	g := gv.group
+	var errs []error
+	for _, m := range p.orphaned {
+		_, err := r.replaceStranded(ctx, g, m, fmt.Sprintf("node %s, which it was pinned to, disappeared before it was bound", nodeOf[m.Name]), r.nodeGone(ctx, nodeOf[m.Name]))
+		errs = append(errs, err)
 	}
-	return r.tendBarrier(ctx, cy, gv.group, gv.members, nodeOf)
+	if len(p.resume) > 0 {
+		log.FromContext(ctx).Info("resuming release", "podgroup", client.ObjectKeyFromObject(g), "members", len(p.resume))
+		errs = append(errs, r.release(ctx, g, p.resume, gv.keyHolders(), nodeOf, gv.seats))
+	}
+	if p.dropSeats {
+		errs = append(errs, r.deleteSeats(ctx, gv.seats))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return r.tendBarrier(ctx, cy, g, gv.members, nodeOf)
 }
 
 // newGeneration ends a generation that has nothing live left and starts the next: the
@@ -188,28 +293,14 @@ func (r *Reconciler) newGeneration(ctx context.Context, cy *cycle, gv gangView, 
 	return r.admitWhole(ctx, cy, gv, classify(gv.members, nil))
 }
 
-// restartGang deletes every live member that has a controller, so the workload recreates the
-// whole gang and the new generation is admitted whole (onMemberLoss RestartGang). Members
-// without a controller cannot be recreated by anyone: they are left to the Replace path.
-func (r *Reconciler) restartGang(ctx context.Context, gv gangView, gen generation) error {
-	var doomed []*corev1.Pod
-	for _, m := range gen.live {
-		if controlled(m) {
-			doomed = append(doomed, m)
-		}
-	}
-	if len(doomed) == 0 {
-		return nil
-	}
-	lost := make([]string, 0, len(gen.lost))
-	for _, l := range gen.lost {
-		lost = append(lost, l.assignment.Pod)
-	}
+// restartGang deletes the members a restartPlan dooms, marked as disrupted, so the workload
+// recreates the whole gang and the new generation is admitted whole (onMemberLoss RestartGang).
+func (r *Reconciler) restartGang(ctx context.Context, gv gangView, p restartPlan) error {
 	r.recorder.Warning(gv.group, events.ReasonGangRestarting, fmt.Sprintf(
-		"member(s) %v lost and onMemberLoss is RestartGang: deleting the %d live members so their workload recreates the gang, admitted whole", lost, len(doomed)))
-	why := fmt.Sprintf("berth restarts gang %s whole (onMemberLoss RestartGang): member(s) %v lost", gv.group.Name, lost)
-	return parallel(doomed, func(_ int, p *corev1.Pod) error {
-		if err := r.disrupt(ctx, p, berthv1alpha1.DisruptionReasonGangRestart, why, client.Preconditions{UID: &p.UID}); err != nil {
+		"member(s) %v lost and onMemberLoss is RestartGang: deleting the %d live members so their workload recreates the gang, admitted whole", p.lost, len(p.doomed)))
+	why := fmt.Sprintf("berth restarts gang %s whole (onMemberLoss RestartGang): member(s) %v lost", gv.group.Name, p.lost)
+	return parallel(p.doomed, func(_ int, m *corev1.Pod) error {
+		if err := r.disrupt(ctx, m, berthv1alpha1.DisruptionReasonGangRestart, why, client.Preconditions{UID: &m.UID}); err != nil {
 			return fmt.Errorf("restarting the gang: %w", err)
 		}
 		return nil
@@ -231,29 +322,6 @@ func (r *Reconciler) observeBound(g *berthv1alpha1.PodGroup, live []*corev1.Pod,
 	}
 	r.boundSeen[key] = true
 	admissionLatency.WithLabelValues("bound").Observe(r.clock.Since(lastCreated(live)).Seconds())
-}
-
-// resume releases members of an admitted gang that are still gated (a restart or a failed
-// patch interrupted the release). A member whose node is gone can never bind where it is
-// pinned: a member with a controller is deleted so it is recreated (and placed as a
-// replacement); one without is reported.
-func (r *Reconciler) resume(ctx context.Context, snap *scheduling.Snapshot, gv gangView, pods []*corev1.Pod, nodeOf map[string]string) error {
-	g := gv.group
-	var ok []*corev1.Pod
-	var errs []error
-	for _, p := range pods {
-		if _, exists := snap.Node(nodeOf[p.Name]); exists {
-			ok = append(ok, p)
-			continue
-		}
-		_, err := r.replaceStranded(ctx, g, p, fmt.Sprintf("node %s, which it was pinned to, disappeared before it was bound", nodeOf[p.Name]), r.nodeGone(ctx, nodeOf[p.Name]))
-		errs = append(errs, err)
-	}
-	if len(ok) > 0 {
-		log.FromContext(ctx).Info("resuming release", "podgroup", client.ObjectKeyFromObject(g), "members", len(ok))
-		errs = append(errs, r.release(ctx, g, ok, gv.keyHolders(), nodeOf, gv.seats))
-	}
-	return errors.Join(errs...)
 }
 
 // nodeGone is a replaceStranded check for a member pinned to a node the cache no longer has: the

@@ -62,14 +62,20 @@ func splitKey(g *berthv1alpha1.PodGroup, gated []*corev1.Pod) (key *corev1.Pod, 
 	return key, rest, barrier
 }
 
-// tendKey keeps the key label right on a gang whose release is done or was interrupted: while a
-// released member held by the release term waits and no assigned member is still gated (a
-// release under way opens the gang itself), some live member (bound or waiting) must be the
-// key, and one of the waiting members is made the key when none is (a key member deleted);
-// once none waits and no release is under way (an assigned member still
-// gated), the label comes off every member that has it, so the gang's next release (a restart,
-// a replacement) is held again. all is every pod of the gang.
-func (r *Reconciler) tendKey(ctx context.Context, g *berthv1alpha1.PodGroup, all []*corev1.Pod, nodeOf map[string]string) error {
+// keyPlan is how the key label changes on a gang: on is made the key (nil: none), off lose it.
+type keyPlan struct {
+	on  *corev1.Pod
+	off []*corev1.Pod
+}
+
+// decideKey keeps the key label right on a gang whose release is done or was interrupted (pure):
+// while a released member held by the release term waits and no assigned member is still gated
+// (a release under way opens the gang itself), some live member (bound or waiting) must be the
+// key, and one of the waiting members is made the key when none is (a key member deleted); once
+// none waits and no release is under way (an assigned member still gated), the label comes off
+// every member that has it, so the gang's next release (a restart, a replacement) is held again.
+// all is every pod of the gang.
+func decideKey(g *berthv1alpha1.PodGroup, all []*corev1.Pod, nodeOf map[string]string) keyPlan {
 	var waiting, keys []*corev1.Pod
 	liveKey, underway := false, false
 	for _, m := range all {
@@ -91,28 +97,37 @@ func (r *Reconciler) tendKey(ctx context.Context, g *berthv1alpha1.PodGroup, all
 		// The release goes on with its own key, chosen among the members still gated and
 		// ungated last; a waiting member made the key now would let the gang bind partly (a
 		// release stops between its steps while seats give way).
-		return nil
+		return keyPlan{}
 	case len(waiting) > 0 && !liveKey:
-		return r.setKeyLabel(ctx, waiting[len(waiting)-1], g.Name)
+		return keyPlan{on: waiting[len(waiting)-1]}
 	case len(waiting) > 0:
-		return nil
+		return keyPlan{}
 	}
-	var errs []error
-	for _, m := range keys {
-		errs = append(errs, r.setKeyLabel(ctx, m, ""))
-	}
-	return errors.Join(errs...)
+	return keyPlan{off: keys}
 }
 
-// closeGang removes the key label from every ungated member of g in all, so that no member a
-// release is about to ungate can bind before the release's own key: a gated member holds no
-// gang open (pod affinity counts only pods that are bound or can bind), an ungated one can.
-func (r *Reconciler) closeGang(ctx context.Context, g *berthv1alpha1.PodGroup, all []*corev1.Pod) error {
-	var errs []error
+// closing are the members of g in all whose key label must come off before a release ungates
+// anything: a gated member holds no gang open (pod affinity counts only pods that are bound or
+// can bind), an ungated one can, and would let a member the release ungates bind before the
+// release's own key.
+func closing(g *berthv1alpha1.PodGroup, all []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
 	for _, m := range all {
 		if isKey(g, m) && gateIndex(m) < 0 {
-			errs = append(errs, r.setKeyLabel(ctx, m, ""))
+			out = append(out, m)
 		}
+	}
+	return out
+}
+
+// actKey writes a keyPlan: the label set on p.on, taken off p.off.
+func (r *Reconciler) actKey(ctx context.Context, g *berthv1alpha1.PodGroup, p keyPlan) error {
+	errs := make([]error, 0, len(p.off)+1)
+	if p.on != nil {
+		errs = append(errs, r.setKeyLabel(ctx, p.on, g.Name))
+	}
+	for _, m := range p.off {
+		errs = append(errs, r.setKeyLabel(ctx, m, ""))
 	}
 	return errors.Join(errs...)
 }

@@ -233,10 +233,10 @@ func TestReleaseClosesATerminatingOldKey(t *testing.T) {
 	}
 }
 
-// TestTendKey: the key label follows who waits — a waiting gang with no live key gets one (the
+// TestDecideKey: the key label follows who waits — a waiting gang with no live key gets one (the
 // key member deleted, a release cut off before its last write), one with a key is left alone,
 // and the label comes off once every member is bound and no release is under way.
-func TestTendKey(t *testing.T) {
+func TestDecideKey(t *testing.T) {
 	deleting := released(2, "n2", false).Label(berthv1alpha1.ReleaseLabel, "g").Obj()
 	deleting.DeletionTimestamp = &metav1.Time{}
 	deleting.Finalizers = []string{"test"}
@@ -266,25 +266,44 @@ func TestTendKey(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g := keyGang()
-			objs := []client.Object{g}
-			for _, p := range tt.pods {
-				objs = append(objs, p)
+			p := decideKey(g, tt.pods, tt.nodeOf)
+			keys := map[string]bool{}
+			for _, m := range tt.pods {
+				keys[m.Name] = isKey(g, m)
 			}
-			r, base, _, _, _ := budgetHarness(t, objs...)
-			if err := r.tendKey(context.Background(), g, tt.pods, tt.nodeOf); err != nil {
-				t.Fatal(err)
+			for _, m := range p.off {
+				keys[m.Name] = false
 			}
-			var keys []string
-			for name, p := range podsOf(t, base) {
-				if isKey(g, p) {
-					keys = append(keys, name)
+			if p.on != nil {
+				keys[p.on.Name] = true
+			}
+			var got []string
+			for name, k := range keys {
+				if k {
+					got = append(got, name)
 				}
 			}
-			slices.Sort(keys)
-			if !slices.Equal(keys, tt.wantKeys) {
-				t.Errorf("keys %v, want %v", keys, tt.wantKeys)
+			slices.Sort(got)
+			if !slices.Equal(got, tt.wantKeys) {
+				t.Errorf("keys %v, want %v", got, tt.wantKeys)
 			}
 		})
+	}
+}
+
+// TestActKeyWritesThePlan: actKey labels the member made the key and takes the label off the
+// others, in the API.
+func TestActKeyWritesThePlan(t *testing.T) {
+	g := keyGang()
+	on := released(0, "n0", false).Obj()
+	off := released(1, "n1", true).Label(berthv1alpha1.ReleaseLabel, "g").Obj()
+	r, base, _, _, _ := budgetHarness(t, g, on, off)
+	if err := r.actKey(context.Background(), g, keyPlan{on: on, off: []*corev1.Pod{off}}); err != nil {
+		t.Fatal(err)
+	}
+	got := podsOf(t, base)
+	if !isKey(g, got["g-00"]) || isKey(g, got["g-01"]) {
+		t.Errorf("keys after actKey: g-00 %v, g-01 %v; want g-00 alone", isKey(g, got["g-00"]), isKey(g, got["g-01"]))
 	}
 }
 

@@ -15,32 +15,77 @@ import (
 	"github.com/berth-dev/berth/scheduling"
 )
 
-// tendBarrier keeps what holds a released gang right: the key member (tendKey), and the node
-// barrier, up on the nodes of members pinned behind it that are released but not bound yet (a
-// restart may have stopped a release between removing the gates and lifting the barrier), and
-// gone from every node once no member waits for it. Only those nodes are looked at: the ones
-// members wait on, and the ones the cycle saw with the gang's barrier (it walked every node for
-// every running gang before).
-func (r *Reconciler) tendBarrier(ctx context.Context, cy *cycle, g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string) error {
+// holdPlan keeps what holds a released gang right: the key label (decideKey) and the node
+// barrier, lifted (label added) on the nodes in up and taken off the nodes in down.
+type holdPlan struct {
+	key      keyPlan
+	up, down []string
+}
+
+// barrierView is what decideHold reads of the nodes: the nodes the cycle saw carrying the gang's
+// barrier label, and whether a node exists and carries it.
+type barrierView struct {
+	labelled []string
+	node     func(name string) (exists, labelled bool)
+}
+
+// decideHold decides how a released gang is held (pure): the key member (decideKey), and the
+// node barrier, up on the nodes of members pinned behind it that are released but not bound yet
+// (a restart may have stopped a release between removing the gates and lifting the barrier), and
+// gone from every node once no member waits for it there and no member still gated is assigned
+// there (a release in progress). Only those nodes are looked at: the ones members wait on, and
+// the ones seen with the gang's barrier.
+func decideHold(g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string, bv barrierView) holdPlan {
 	key := barrierKey(g)
-	waiting := map[string]bool{}
+	waiting, gated := map[string]bool{}, map[string]bool{}
 	for _, m := range members {
-		if node, ok := nodeOf[m.Name]; ok && m.Spec.NodeName == "" && gateIndex(m) < 0 && behindBarrier(m, key) {
+		node, ok := nodeOf[m.Name]
+		switch {
+		case !ok:
+		case gateIndex(m) >= 0:
+			gated[node] = true
+		case m.Spec.NodeName == "" && behindBarrier(m, key):
 			waiting[node] = true
 		}
 	}
-	errs := []error{r.tendKey(ctx, g, members, nodeOf)}
+	p := holdPlan{key: decideKey(g, members, nodeOf)}
 	for _, name := range slices.Sorted(maps.Keys(waiting)) {
-		if n, ok := cy.snap.Node(name); ok {
-			if _, has := n.Node.Labels[key]; !has {
-				errs = append(errs, r.setNodeLabel(ctx, name, key, true))
-			}
+		if exists, has := bv.node(name); exists && !has {
+			p.up = append(p.up, name)
 		}
 	}
-	for _, name := range cy.barrierNodes(key) {
-		if !waiting[name] && !r.gatedAssigned(members, nodeOf, name) {
-			errs = append(errs, r.setNodeLabel(ctx, name, key, false))
+	for _, name := range bv.labelled {
+		if !waiting[name] && !gated[name] {
+			p.down = append(p.down, name)
 		}
+	}
+	return p
+}
+
+// tendBarrier keeps what holds a released gang right: observe (the cycle's nodes), decide
+// (decideHold), act (the key label and node labels written).
+func (r *Reconciler) tendBarrier(ctx context.Context, cy *cycle, g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string) error {
+	key := barrierKey(g)
+	p := decideHold(g, members, nodeOf, barrierView{labelled: cy.barrierNodes(key), node: func(name string) (bool, bool) {
+		n, ok := cy.snap.Node(name)
+		if !ok {
+			return false, false
+		}
+		_, has := n.Node.Labels[key]
+		return true, has
+	}})
+	return r.actHold(ctx, g, p)
+}
+
+// actHold writes a holdPlan; every write is tried, the errors joined.
+func (r *Reconciler) actHold(ctx context.Context, g *berthv1alpha1.PodGroup, p holdPlan) error {
+	key := barrierKey(g)
+	errs := []error{r.actKey(ctx, g, p.key)}
+	for _, name := range p.up {
+		errs = append(errs, r.setNodeLabel(ctx, name, key, true))
+	}
+	for _, name := range p.down {
+		errs = append(errs, r.setNodeLabel(ctx, name, key, false))
 	}
 	return errors.Join(errs...)
 }
@@ -56,17 +101,6 @@ func behindBarrier(m *corev1.Pod, key string) bool {
 			if e.Key == key {
 				return true
 			}
-		}
-	}
-	return false
-}
-
-// gatedAssigned reports whether a still-gated member is assigned to node (its release is in
-// progress in this very cycle, so the barrier stays).
-func (r *Reconciler) gatedAssigned(members []*corev1.Pod, nodeOf map[string]string, node string) bool {
-	for _, m := range members {
-		if nodeOf[m.Name] == node && gateIndex(m) >= 0 {
-			return true
 		}
 	}
 	return false

@@ -133,6 +133,36 @@ func (r *Reconciler) ungate(ctx context.Context, p *corev1.Pod, key string) erro
 // step is idempotent, so a restarted controller simply runs it again. Writes: one per member
 // (plus two per node where a member needs the node barrier), plus the seats' deletion.
 func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, members, all []*corev1.Pod, nodeOf map[string]string, seats []*corev1.Pod) error {
+	p, ok := planRelease(g, members, all, nodeOf)
+	if !ok {
+		return r.deleteSeats(ctx, seats)
+	}
+	if err := r.fence(ctx); err != nil {
+		return fmt.Errorf("not releasing: %w", err)
+	}
+	return r.actRelease(ctx, g, p, seats)
+}
+
+// releasePlan is a release of a gang's assigned, gated members, in the order it is written.
+type releasePlan struct {
+	// close: ungated members whose key label comes off first.
+	close []*corev1.Pod
+	// rest are pinned and ungated next (nothing binds yet); then the seats give way.
+	rest []*corev1.Pod
+	// key is pinned, ungated and labelled last: it opens the gang (nil: no member holds for
+	// the key; the barrier alone holds them).
+	key *corev1.Pod
+	// barrier is the node barrier the pins name ("" when every member holds for the key),
+	// lifted on lift after the key.
+	barrier string
+	lift    []string
+	// nodeOf is each member's node.
+	nodeOf map[string]string
+}
+
+// planRelease plans the release of members (pure); all is every pod of the gang, for the key
+// labels to close. It reports false when no assigned member is gated: nothing to release.
+func planRelease(g *berthv1alpha1.PodGroup, members, all []*corev1.Pod, nodeOf map[string]string) (releasePlan, bool) {
 	var gated []*corev1.Pod
 	for _, m := range members {
 		if gateIndex(m) >= 0 {
@@ -142,30 +172,43 @@ func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, mem
 		}
 	}
 	if len(gated) == 0 {
-		return r.deleteSeats(ctx, seats)
+		return releasePlan{}, false
 	}
-	if err := r.fence(ctx); err != nil {
-		return fmt.Errorf("not releasing: %w", err)
-	}
-	if err := r.closeGang(ctx, g, all); err != nil {
-		return err
-	}
-	key, rest, needsBarrier := splitKey(g, gated)
-	barrier := ""
+	p := releasePlan{close: closing(g, all), nodeOf: nodeOf}
+	var needsBarrier bool
+	p.key, p.rest, needsBarrier = splitKey(g, gated)
 	if needsBarrier {
-		barrier = barrierKey(g)
+		p.barrier = barrierKey(g)
+		nodes := map[string]bool{}
+		for _, m := range gated {
+			nodes[nodeOf[m.Name]] = true
+		}
+		p.lift = slices.Sorted(maps.Keys(nodes))
+	}
+	return p, true
+}
+
+// actRelease writes a releasePlan step by step; a step that fails ends it (the next cycle plans
+// again from what was written), and so does a seat still to be seen gone.
+func (r *Reconciler) actRelease(ctx context.Context, g *berthv1alpha1.PodGroup, p releasePlan, seats []*corev1.Pod) error {
+	if err := r.actKey(ctx, g, keyPlan{off: p.close}); err != nil {
+		return err
 	}
 	if faultArmed("mid-release") {
 		// For the restart tests: half of the members released, then the process dies.
+		gated := append(slices.Clip(p.rest), p.key)
+		if p.key == nil {
+			gated = p.rest
+		}
 		for _, m := range gated[:(len(gated)+1)/2] {
-			if err := r.pinAndUngate(ctx, m, nodeOf[m.Name], barrier, ""); err != nil {
+			if err := r.pinAndUngate(ctx, m, p.nodeOf[m.Name], p.barrier, ""); err != nil {
 				return err
 			}
 		}
 		faultPoint("mid-release")
 	}
 	// 1. Pin and ungate every member but the key: still nothing binds.
-	if err := parallel(rest, func(_ int, m *corev1.Pod) error { return r.pinAndUngate(ctx, m, nodeOf[m.Name], barrier, "") }); err != nil {
+	if err := parallel(p.rest, func(_ int, m *corev1.Pod) error { return r.pinAndUngate(ctx, m, p.nodeOf[m.Name], p.barrier, "") }); err != nil {
 		return err
 	}
 	faultPoint("after-ungate")
@@ -176,20 +219,13 @@ func (r *Reconciler) release(ctx context.Context, g *berthv1alpha1.PodGroup, mem
 		return err
 	}
 	// 3. The key member opens the gang: kube-scheduler binds it, then the others.
-	if key != nil {
-		if err := r.pinAndUngate(ctx, key, nodeOf[key.Name], barrier, g.Name); err != nil {
+	if p.key != nil {
+		if err := r.pinAndUngate(ctx, p.key, p.nodeOf[p.key.Name], p.barrier, g.Name); err != nil {
 			return err
 		}
 	}
-	if !needsBarrier {
-		return nil
-	}
 	// 4. Lift the node barrier on the gang's nodes for the members without the release term.
-	nodes := map[string]bool{}
-	for _, m := range gated {
-		nodes[nodeOf[m.Name]] = true
-	}
-	return parallel(slices.Sorted(maps.Keys(nodes)), func(_ int, n string) error { return r.setNodeLabel(ctx, n, barrier, true) })
+	return parallel(p.lift, func(_ int, n string) error { return r.setNodeLabel(ctx, n, p.barrier, true) })
 }
 
 // setNodeLabel adds (value "true") or removes a label on a node with a merge patch.
