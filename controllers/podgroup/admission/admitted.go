@@ -79,6 +79,8 @@ type admittedPlan struct {
 	over     bool
 	next     bool
 	awaiting string
+	// nodeOf is each assigned member's node.
+	nodeOf map[string]string
 	// resume are assigned members still gated on nodes that exist: the release is finished.
 	resume []*corev1.Pod
 	// orphaned are assigned members still gated whose node is gone: they can never bind where
@@ -127,13 +129,12 @@ func decideAdmitted(gv gangView, gen generation, nodeExists func(string) bool) a
 		}
 		return p
 	}
-	var p admittedPlan
-	nodeOf := assignedNodes(gen.assigned)
+	p := admittedPlan{nodeOf: assignedNodes(gen.assigned)}
 	for _, m := range gen.live {
 		if gateIndex(m) < 0 || heldByOthers(m) {
 			continue
 		}
-		if nodeExists(nodeOf[m.Name]) {
+		if nodeExists(p.nodeOf[m.Name]) {
 			p.resume = append(p.resume, m)
 		} else {
 			p.orphaned = append(p.orphaned, m)
@@ -210,10 +211,9 @@ func (r *Reconciler) actAdmitted(ctx context.Context, cy *cycle, gv gangView, ge
 		}
 		return 0, r.deleteSeats(ctx, gv.seats) // finished or idle: nothing to admit
 	}
-	nodeOf := assignedNodes(gen.assigned)
-	r.observeBound(g, gen.live, nodeOf)
+	r.observeBound(g, gen.live, p.nodeOf)
 	errs := []error{r.tendGPUHealth(ctx, cy.snap, g, gen.assigned)}
-	if err := r.finishRelease(ctx, cy, gv, p, nodeOf); err != nil {
+	if err := r.finishRelease(ctx, cy, gv, p); err != nil {
 		return 0, errors.Join(append(errs, err)...)
 	}
 	wait, err := r.recoverStranded(ctx, cy.snap, gv, gen)
@@ -248,8 +248,8 @@ func awaitingRecreation(g *berthv1alpha1.PodGroup, gen generation) string {
 // replaced), or else lets the gang's seats go when the plan says so, and keeps the release
 // barrier right. The steps are ordered: seats must be gone before the barrier lets members bind
 // into their capacity.
-func (r *Reconciler) finishRelease(ctx context.Context, cy *cycle, gv gangView, p admittedPlan, nodeOf map[string]string) error {
-	g := gv.group
+func (r *Reconciler) finishRelease(ctx context.Context, cy *cycle, gv gangView, p admittedPlan) error {
+	g, nodeOf := gv.group, p.nodeOf
 	var errs []error
 	for _, m := range p.orphaned {
 		_, err := r.replaceStranded(ctx, g, m, fmt.Sprintf("node %s, which it was pinned to, disappeared before it was bound", nodeOf[m.Name]), r.nodeGone(ctx, nodeOf[m.Name]))
