@@ -191,6 +191,7 @@ func TestDecideHold(t *testing.T) {
 	nodeOf := map[string]string{waiting.Name: "waits", lifted.Name: "waits-lifted", gated.Name: "gated", gone.Name: "gone", boundKey.Name: "n4"}
 	labelled := map[string]bool{"stale": true, "gated": true, "waits-lifted": true}
 	p := decideHold(g, members, nodeOf, barrierView{
+		key:      key,
 		labelled: []string{"gated", "stale", "waits-lifted"},
 		node: func(name string) (bool, bool) {
 			return name != "gone", labelled[name]
@@ -204,7 +205,7 @@ func TestDecideHold(t *testing.T) {
 		t.Errorf("key plan %+v during a release under way, want none", p.key)
 	}
 	// Once nothing is gated and nobody waits for a key, the bound key's label comes off.
-	p = decideHold(g, []*corev1.Pod{boundKey}, map[string]string{boundKey.Name: "n4"}, barrierView{node: func(string) (bool, bool) { return true, false }})
+	p = decideHold(g, []*corev1.Pod{boundKey}, map[string]string{boundKey.Name: "n4"}, barrierView{key: key, node: func(string) (bool, bool) { return true, false }})
 	if d := cmp.Diff([]string{"g-04"}, namesOrNil(p.key.off)); d != "" || len(p.up)+len(p.down) != 0 {
 		t.Errorf("key off (-want +got):\n%s; barrier up %v down %v", d, p.up, p.down)
 	}

@@ -22,9 +22,10 @@ type holdPlan struct {
 	up, down []string
 }
 
-// barrierView is what decideHold reads of the nodes: the nodes the cycle saw carrying the gang's
-// barrier label, and whether a node exists and carries it.
+// barrierView is what decideHold reads of the nodes: the gang's barrier label (barrierKey), the
+// nodes the cycle saw carrying it, and whether a node exists and carries it.
 type barrierView struct {
+	key      string
 	labelled []string
 	node     func(name string) (exists, labelled bool)
 }
@@ -36,7 +37,7 @@ type barrierView struct {
 // there (a release in progress). Only those nodes are looked at: the ones members wait on, and
 // the ones seen with the gang's barrier.
 func decideHold(g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string, bv barrierView) holdPlan {
-	key := barrierKey(g)
+	key := bv.key
 	waiting, gated := map[string]bool{}, map[string]bool{}
 	for _, m := range members {
 		node, ok := nodeOf[m.Name]
@@ -66,7 +67,7 @@ func decideHold(g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[str
 // (decideHold), act (the key label and node labels written).
 func (r *Reconciler) tendBarrier(ctx context.Context, cy *cycle, g *berthv1alpha1.PodGroup, members []*corev1.Pod, nodeOf map[string]string) error {
 	key := barrierKey(g)
-	p := decideHold(g, members, nodeOf, barrierView{labelled: cy.barrierNodes(key), node: func(name string) (bool, bool) {
+	p := decideHold(g, members, nodeOf, barrierView{key: key, labelled: cy.barrierNodes(key), node: func(name string) (bool, bool) {
 		n, ok := cy.snap.Node(name)
 		if !ok {
 			return false, false
@@ -74,12 +75,11 @@ func (r *Reconciler) tendBarrier(ctx context.Context, cy *cycle, g *berthv1alpha
 		_, has := n.Node.Labels[key]
 		return true, has
 	}})
-	return r.actHold(ctx, g, p)
+	return r.actHold(ctx, g, key, p)
 }
 
 // actHold writes a holdPlan; every write is tried, the errors joined.
-func (r *Reconciler) actHold(ctx context.Context, g *berthv1alpha1.PodGroup, p holdPlan) error {
-	key := barrierKey(g)
+func (r *Reconciler) actHold(ctx context.Context, g *berthv1alpha1.PodGroup, key string, p holdPlan) error {
 	errs := []error{r.actKey(ctx, g, p.key)}
 	for _, name := range p.up {
 		errs = append(errs, r.setNodeLabel(ctx, name, key, true))
