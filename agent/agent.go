@@ -30,7 +30,10 @@ type Options struct {
 	// ExitWithoutNVML makes Run return ErrNoNVML when NVML is absent; otherwise the agent
 	// reports NVMLUnavailable on the node and idles until stopped.
 	ExitWithoutNVML bool
-	Clock           clock.Clock
+	// Liveness, when set, gets a beat after every probe and every Interval while the agent
+	// idles without NVML.
+	Liveness *Liveness
+	Clock    clock.Clock
 }
 
 func (o *Options) defaults() {
@@ -45,6 +48,13 @@ func (o *Options) defaults() {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+}
+
+// beat records the loop's progress in o.Liveness, when set.
+func (o *Options) beat() {
+	if o.Liveness != nil {
+		o.Liveness.Beat(o.Clock.Now())
 	}
 }
 
@@ -69,8 +79,14 @@ func Run(ctx context.Context, lib nvml.Interface, pub *Publisher, o Options) err
 			logger.Error(nerr, "reporting NVMLUnavailable")
 		}
 		gpuDegraded.Set(1)
-		<-ctx.Done()
-		return nil
+		for { // idle, alive
+			o.beat()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-o.Clock.After(o.Interval):
+			}
+		}
 	}
 	defer r.Close()
 	nvmlUp.Set(1)
@@ -89,6 +105,7 @@ func Run(ctx context.Context, lib nvml.Interface, pub *Publisher, o Options) err
 			probeErrors.Inc()
 			logger.Error(err, "GPU health probe")
 		}
+		o.beat()
 		select {
 		case <-ctx.Done():
 			return nil

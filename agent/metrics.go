@@ -61,11 +61,15 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "agent", Name: "probe_errors_total",
 		Help: "Health probes or node updates that failed.",
 	})
+	lastProbe = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "agent", Name: "last_probe_timestamp_seconds",
+		Help: "Unix time at which the agent's health loop last finished a probe (failed or not), or idled without NVML: the heartbeat of a loop that may hang in a driver call.",
+	})
 )
 
 // Collectors are the agent's metrics, for registration.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{nvmlUp, gpus, gpuHealthy, gpuFaults, xidEvents, xidWatchUp, xidWatchRestarts, nodeReady, gpuDegraded, hardwareWriter, probeErrors}
+	return []prometheus.Collector{lastProbe, nvmlUp, gpus, gpuHealthy, gpuFaults, xidEvents, xidWatchUp, xidWatchRestarts, nodeReady, gpuDegraded, hardwareWriter, probeErrors}
 }
 
 func gpuLabel(i int) string { return strconv.Itoa(i) }

@@ -16,6 +16,7 @@ type agentFlags struct {
 	jsonOutput      bool
 	exitWithoutNVML bool
 	metrics         metricsFlags
+	healthAddress   string
 	log             logFlags
 }
 
@@ -49,6 +50,7 @@ other builds of berth say so and exit.`,
 	fl.BoolVar(&f.jsonOutput, "json", false, "with --once: print JSON")
 	fl.BoolVar(&f.exitWithoutNVML, "exit-without-nvml", false, "exit with an error when NVML is absent instead of reporting NVMLUnavailable and idling")
 	f.metrics.bind(fl, "metrics-bind-address", ":9400")
+	fl.StringVar(&f.healthAddress, "health-probe-bind-address", ":9401", "address of the liveness endpoint /healthz (plain HTTP, for the kubelet): it fails when the health loop has made no progress for 3 intervals and a minute (a hung NVML call); 0 disables it")
 	f.log.bind(fl)
 	return cmd
 }

@@ -50,8 +50,15 @@ func runAgent(cmd *cobra.Command, f agentFlags) error {
 			return err
 		}
 	}
+	live := agent.NewLiveness(time.Now())
+	if f.healthAddress != "0" {
+		maxAge := agent.MaxLoopAge(f.interval)
+		if err := serveHealth(ctx, f.healthAddress, func() error { return live.Check(time.Now(), maxAge) }); err != nil {
+			return err
+		}
+	}
 	pub := &agent.Publisher{Client: c, NodeName: f.nodeName, Now: time.Now}
 	return agent.Run(ctrl.LoggerInto(ctx, ctrl.Log.WithName("agent")), lib, pub, agent.Options{
-		Interval: f.interval, XIDHold: f.xidHold, ExitWithoutNVML: f.exitWithoutNVML,
+		Interval: f.interval, XIDHold: f.xidHold, ExitWithoutNVML: f.exitWithoutNVML, Liveness: live,
 	})
 }

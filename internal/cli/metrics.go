@@ -57,14 +57,7 @@ func serveMetrics(ctx context.Context, f metricsFlags, reg *prometheus.Registry,
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", handler)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shutdown)
-	}()
+	serve(ctx, l, mux)
 	return nil
 }
 
@@ -83,4 +76,35 @@ func authorized(cfg *rest.Config, h http.Handler) (http.Handler, error) {
 		return nil, fmt.Errorf("creating the metrics authorization filter: %w", err)
 	}
 	return out, nil
+}
+
+// serveHealth serves /healthz on address (plain HTTP, for the kubelet) until ctx ends: 200 while
+// check passes, 503 with its error otherwise.
+func serveHealth(ctx context.Context, address string, check func() error) error {
+	l, err := net.Listen("tcp", address)
+	if err != nil {
+		return fmt.Errorf("listening on %s for health probes: %w", address, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := check(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	serve(ctx, l, mux)
+	return nil
+}
+
+// serve serves h on l until ctx ends, then shuts the server down (5 s for requests in flight).
+func serve(ctx context.Context, l net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	go func() {
+		<-ctx.Done()
+		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(shutdown)
+	}()
 }

@@ -148,6 +148,13 @@ func TestFullRender(t *testing.T) {
 	if ep := dig(got["PodMonitor/berth-agent"], "spec", "podMetricsEndpoints").([]any)[0].(map[string]any); ep["scheme"] != "https" {
 		t.Errorf("agent PodMonitor endpoint %v", ep)
 	}
+	// A hung agent (an NVML call that never returns) is restarted: its liveness probe reads the
+	// health loop's heartbeat on the port its args serve it on.
+	agentC := dig(got["DaemonSet/berth-agent"], "spec", "template", "spec", "containers").([]any)[0].(map[string]any)
+	if probe := toYAML(t, agentC["livenessProbe"]); !strings.Contains(probe, "path: /healthz") || !strings.Contains(probe, "port: health") ||
+		!strings.Contains(toYAML(t, agentC["ports"]), "containerPort: 9401") || !slices.Contains(containerArgs(got["DaemonSet/berth-agent"]), "--health-probe-bind-address=:9401") {
+		t.Errorf("agent liveness: probe %s, ports %v, args %v", probe, agentC["ports"], containerArgs(got["DaemonSet/berth-agent"]))
+	}
 	for _, k := range []string{"ServiceAccount/berth-metrics-reader", "Secret/berth-metrics-reader", "ClusterRoleBinding/berth-metrics-reader"} {
 		if got[k] == nil {
 			t.Errorf("full render lacks %s", k)

@@ -221,6 +221,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if fenced != nil {
 		return reconcile.Result{}, fenced
 	}
+	lastCycle.Set(float64(r.clock.Now().UnixMilli()) / 1e3)
 	return reconcile.Result{RequeueAfter: next}, nil
 }
 

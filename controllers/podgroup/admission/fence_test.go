@@ -61,7 +61,8 @@ type fenceFunc func(context.Context) error
 func (f fenceFunc) Check(ctx context.Context) error { return f(ctx) }
 
 // TestFencedReplicaPromisesNothing: a replica whose fence fails writes no promise and releases
-// no member; once the fence holds again, the gang is admitted as usual.
+// no member and does not count as a finished cycle (the stall alert's heartbeat); once the fence
+// holds again, the gang is admitted as usual.
 func TestFencedReplicaPromisesNothing(t *testing.T) {
 	node := builders.Node("n0").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
 	pg := builders.PodGroup("g", "ml").MinMember(2).Obj()
@@ -72,7 +73,8 @@ func TestFencedReplicaPromisesNothing(t *testing.T) {
 		p.UID = types.UID(fmt.Sprintf("uid-%d", i))
 		objs = append(objs, p)
 	}
-	r, base, writes, _, _ := budgetHarness(t, objs...)
+	r, base, writes, clk, _ := budgetHarness(t, objs...)
+	lastCycle.Set(0)
 	lost := true
 	r.opts.Fence = fenceFunc(func(context.Context) error {
 		if lost {
@@ -86,8 +88,15 @@ func TestFencedReplicaPromisesNothing(t *testing.T) {
 	if writes.total() != 0 {
 		t.Fatalf("a fenced replica wrote %v", writes)
 	}
+	// The heartbeat the stall alert reads: a fenced cycle did not do its work.
+	if got := testGauge(t, lastCycle); got != 0 {
+		t.Errorf("berth_podgroup_admission_last_cycle_timestamp_seconds after a fenced cycle = %v, want 0", got)
+	}
 	lost = false
 	cycleOnce(t, r)
+	if got, want := testGauge(t, lastCycle), float64(clk.Now().UnixMilli())/1e3; got != want {
+		t.Errorf("berth_podgroup_admission_last_cycle_timestamp_seconds after a cycle = %v, want %v (the clock)", got, want)
+	}
 	var pods corev1.PodList
 	if err := base.List(context.Background(), &pods, client.InNamespace("ml")); err != nil {
 		t.Fatal(err)

@@ -70,6 +70,10 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "admission_errors_total",
 		Help: "Steps of gang admission that failed (an API write refused or failing), by the gang's namespace and PodGroup (both empty: the cluster-wide clean-ups). Each failing gang backs off alone; the others go on.",
 	}, gangLabels)
+	lastCycle = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "admission_last_cycle_timestamp_seconds",
+		Help: "Unix time at which this replica last finished an admission cycle (0: none yet; only the leader runs cycles, at least every resync, 30 s by default). The per-gang \"seconds\" gauges are as of that time: a cycle that no longer finishes freezes them, and the alerts add the time since.",
+	})
 	cycleDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "admission_cycle_duration_seconds",
 		Help:    "Seconds one gang admission cycle takes (snapshot, placement and releases).",
@@ -190,7 +194,7 @@ func partiallyRunningGang(g *berthv1alpha1.PodGroup, members []*corev1.Pod, now 
 // Collectors are the package's metrics, as registered with controller-runtime's registry
 // (docs/metrics.md is generated from them).
 func Collectors() []prometheus.Collector {
-	out := []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, admissionErrors, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning, generations, strandedMembers, fenced}
+	out := []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, lastCycle, admissionErrors, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning, generations, strandedMembers, fenced}
 	for _, s := range perGang {
 		out = append(out, s.vec)
 	}

@@ -321,3 +321,79 @@ func TestWithoutNVML(t *testing.T) {
 		t.Errorf("idling agent returned %v on stop", err)
 	}
 }
+
+// TestHungProbeFailsLiveness: an NVML call that never returns (a wedged driver) stops the agent
+// loop's heartbeat, so its liveness check fails and the kubelet restarts it; once the call
+// returns, the loop beats again. The heartbeat is the berth_agent_last_probe_timestamp_seconds
+// gauge BerthAgentStalled reads.
+func TestHungProbeFailsLiveness(t *testing.T) {
+	node(t, "gpu-hung", nil)
+	s := dgxh100.New()
+	var hang atomic.Bool
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	for i, d := range s.Devices {
+		dev := d.(*server.Device)
+		dev.GetTotalEccErrorsFunc = func(nvml.MemoryErrorType, nvml.EccCounterType) (uint64, nvml.Return) {
+			if i == 0 && hang.Load() {
+				select {
+				case entered <- struct{}{}:
+				default:
+				}
+				<-release
+			}
+			return 0, nvml.SUCCESS
+		}
+		dev.GetRetiredPagesPendingStatusFunc = func() (nvml.EnableState, nvml.Return) { return nvml.FEATURE_DISABLED, nvml.SUCCESS }
+		dev.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return 0, 0, false, false, nvml.SUCCESS }
+		dev.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return 0, nvml.SUCCESS }
+		dev.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+	}
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
+				time.Sleep(10 * time.Millisecond)
+				return nvml.EventData{}, nvml.ERROR_TIMEOUT
+			},
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		}, nvml.SUCCESS
+	}
+	live := agent.NewLiveness(time.Now())
+	const maxAge = 500 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	pub := &agent.Publisher{Client: agentClient(t), NodeName: "gpu-hung", Now: time.Now}
+	go func() {
+		done <- agent.Run(ctx, s, pub, agent.Options{Interval: 50 * time.Millisecond, Liveness: live})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent.Run: %v", err)
+		}
+	}()
+	// Alive first: the loop beats every probe.
+	rigtest.Eventually(t, 20*time.Second, 50*time.Millisecond, "AcceleratedHardwareReady published", func(context.Context) (bool, string, error) {
+		c := cond(get(t, "gpu-hung"), hardware)
+		return c != nil, fmt.Sprintf("%+v", c), nil
+	})
+	if err := live.Check(time.Now(), maxAge); err != nil {
+		t.Fatalf("a running loop fails its liveness check: %v", err)
+	}
+	hang.Store(true)
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the probe never reached the hanging NVML call")
+	}
+	time.Sleep(2 * maxAge)
+	err := live.Check(time.Now(), maxAge)
+	if err == nil || !strings.Contains(err.Error(), "hung") {
+		t.Errorf("liveness with the probe hung for %v: %v, want an error saying it is hung", 2*maxAge, err)
+	}
+	hang.Store(false)
+	close(release)
+	rigtest.Eventually(t, 10*time.Second, 20*time.Millisecond, "the loop beats again", func(context.Context) (bool, string, error) {
+		err := live.Check(time.Now(), maxAge)
+		return err == nil, fmt.Sprint(err), nil
+	})
+}
