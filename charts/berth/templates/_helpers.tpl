@@ -123,3 +123,23 @@ authorization:
     key: token
 {{- end }}
 {{- end }}
+
+{{/* Labels of a ServiceMonitor, PodMonitor or PrometheusRule: release=monitoring.prometheusRelease
+(what kube-prometheus-stack's Prometheus selects by), monitoring.additionalLabels and the object's
+own, which win: (dict "m" .Values.monitoring "own" <labels>). */}}
+{{- define "berth.monitoringLabels" -}}
+{{- $release := dict }}
+{{- with .m.prometheusRelease }}{{ $release = dict "release" . }}{{ end }}
+{{- with merge (dict) (.own | default dict) (.m.additionalLabels | default dict) $release }}{{ toYaml . }}{{ end }}
+{{- end }}
+
+{{/* Scrape settings of a monitor endpoint from monitoring.serviceMonitor. */}}
+{{- define "berth.scrapeSettings" -}}
+interval: {{ .interval }}
+{{- with .scrapeTimeout }}
+scrapeTimeout: {{ . }}
+{{- end }}
+{{- with .metricRelabelings }}
+metricRelabelings: {{ toYaml . | nindent 0 }}
+{{- end }}
+{{- end }}

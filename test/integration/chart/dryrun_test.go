@@ -45,7 +45,12 @@ func TestChartObjectsAcceptedByAPIServer(t *testing.T) {
 		"scaler":  map[string]any{"tls": map[string]any{"enabled": true, "existingSecret": "berth-scaler-tls", "mutual": true}},
 		"agent":   map[string]any{"runtimeClassName": "nvidia"},
 		"monitoring": map[string]any{
-			"serviceMonitor": map[string]any{"enabled": true}, "prometheusRule": map[string]any{"enabled": true}, "dashboard": map[string]any{"enabled": true},
+			"serviceMonitor": map[string]any{"enabled": true, "scrapeTimeout": "20s", "sampleLimit": 50000,
+				"relabelings":       []any{map[string]any{"targetLabel": "team", "replacement": "ml-platform"}},
+				"metricRelabelings": []any{map[string]any{"sourceLabels": []any{"__name__"}, "regex": "go_gc_.*", "action": "drop"}}},
+			"prometheusRule": map[string]any{"enabled": true, "additionalRuleLabels": map[string]any{"cluster": "prod-use1"},
+				"disabled": map[string]any{"BerthGPUDegraded": true}, "overrides": map[string]any{"BerthGangPendingTooLong": map[string]any{"for": "30m"}}},
+			"dashboard": map[string]any{"enabled": true},
 		},
 		"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{
 			"h100": map[string]any{"enabled": true}, "h200": map[string]any{"enabled": true}, "a100": map[string]any{"enabled": true},
