@@ -9,7 +9,7 @@
 #   5. the seat PriorityClass                     config/scheduling/priorityclass.yaml
 #   6. the metrics reference                      docs/metrics.md
 #   7. the PodGroup API and command reference     docs/reference.md
-#   8. the Helm chart's copies of config/         charts/berth/crds, charts/berth/files
+#   8. the Helm chart's copies of config/         charts/berth/files (CRDs in files/crds)
 #   9. NodePool templates per GPU family          examples/nodepools
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,8 +26,8 @@ go run ./hack/gen-metrics-doc docs/metrics.md
 go run ./hack/gen-reference config/crd/bases/scheduling.berth.dev_podgroups.yaml docs/reference.md
 
 # The Helm chart ships config/'s CRDs, RBAC rules, webhook, PriorityClass, alerts and dashboard.
-mkdir -p charts/berth/crds charts/berth/files/rbac
-cp config/crd/bases/*.yaml charts/berth/crds/
+mkdir -p charts/berth/files/crds charts/berth/files/rbac
+cp config/crd/bases/*.yaml charts/berth/files/crds/
 cp config/rbac/role.yaml config/rbac/scaler.yaml config/rbac/scaler-warm-seats.yaml config/rbac/agent.yaml config/rbac/metrics-reader.yaml charts/berth/files/rbac/
 cp config/webhook/manifests.yaml charts/berth/files/pod-gate-webhook.yaml
 cp config/scheduling/priorityclass.yaml charts/berth/files/priorityclass.yaml

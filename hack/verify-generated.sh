@@ -3,7 +3,7 @@
 # instance types, the Helm chart's copies of config/. Works on a dirty tree too: it compares the files before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-generated=(api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac config/webhook/manifests.yaml config/scheduling/priorityclass.yaml docs/metrics.md docs/reference.md examples/nodepools test/testdata/gpu-instance-types.json charts/berth/crds charts/berth/files)
+generated=(api/v1alpha1/zz_generated.deepcopy.go config/crd config/rbac config/webhook/manifests.yaml config/scheduling/priorityclass.yaml docs/metrics.md docs/reference.md examples/nodepools test/testdata/gpu-instance-types.json charts/berth/files)
 sum() { find "${generated[@]}" -type f -print0 | sort -z | xargs -0 sha256sum; }
 before=$(sum)
 snapshot=$(mktemp -d); trap 'rm -rf "$snapshot"' EXIT

@@ -169,7 +169,7 @@ func crdCheck(ctx context.Context, c client.Client) ([]Finding, string, error) {
 	case apierrors.IsNotFound(err):
 		return []Finding{{Check: CheckInstallCRD, Object: "CustomResourceDefinition " + podGroupCRD,
 			Problem: "the PodGroup CRD is not installed: no gang can be declared",
-			Fix:     "kubectl apply --server-side -f charts/berth/crds/ (helm install does it once; helm upgrade never does)"}}, "", nil
+			Fix:     "install berth's chart (crds.install: true, the default, installs and upgrades it) or kubectl apply --server-side -f config/crd/bases/"}}, "", nil
 	case err != nil:
 		return nil, "", fmt.Errorf("reading the PodGroup CRD: %w", err)
 	}
@@ -179,7 +179,7 @@ func crdCheck(ctx context.Context, c client.Client) ([]Finding, string, error) {
 	if !served {
 		return []Finding{{Check: CheckInstallCRD, Object: "CustomResourceDefinition " + podGroupCRD,
 			Problem: fmt.Sprintf("the PodGroup CRD does not serve %s, the version this berth reads and writes", berthv1alpha1.GroupVersion.Version),
-			Fix:     "apply the CRD of this berth release before upgrading the controller: kubectl apply --server-side -f charts/berth/crds/"}}, "", nil
+			Fix:     "apply the CRD of this berth release before upgrading the controller: helm upgrade (the chart upgrades it) or kubectl apply --server-side -f config/crd/bases/"}}, "", nil
 	}
 	return nil, "", nil
 }

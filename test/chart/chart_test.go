@@ -99,8 +99,9 @@ func TestNodePoolValueOverrides(t *testing.T) {
 	}
 }
 
-// withoutKeep is a chart-rendered object without the helm.sh/resource-policy annotation (the
-// one thing the chart adds to what berth nodepools render prints), checking it is there.
+// withoutKeep is a chart-rendered object without the helm.sh/resource-policy and Argo CD
+// Prune=false annotations (what the chart adds to what berth nodepools render prints), checking
+// they are there.
 func withoutKeep(t *testing.T, obj map[string]any) map[string]any {
 	t.Helper()
 	data, err := yaml.Marshal(obj)
@@ -113,10 +114,11 @@ func withoutKeep(t *testing.T, obj map[string]any) map[string]any {
 	}
 	meta, _ := out["metadata"].(map[string]any)
 	ann, _ := meta["annotations"].(map[string]any)
-	if ann["helm.sh/resource-policy"] != "keep" {
-		t.Errorf("%v %v is not kept on uninstall: annotations %v", out["kind"], meta["name"], ann)
+	if ann["helm.sh/resource-policy"] != "keep" || ann["argocd.argoproj.io/sync-options"] != "Prune=false" {
+		t.Errorf("%v %v is not kept on uninstall and from Argo CD prunes: annotations %v", out["kind"], meta["name"], ann)
 	}
 	delete(ann, "helm.sh/resource-policy")
+	delete(ann, "argocd.argoproj.io/sync-options")
 	if len(ann) == 0 {
 		delete(meta, "annotations")
 	}
@@ -124,8 +126,9 @@ func withoutKeep(t *testing.T, obj map[string]any) map[string]any {
 }
 
 // TestNodePoolsKeptOnUninstall: by default helm uninstall (or renaming a family) leaves the
-// NodePools and EC2NodeClasses in place — deleting a NodePool drains every node it launched;
-// keepOnUninstall: false lets Helm delete them.
+// NodePools and EC2NodeClasses in place, and so does an Argo CD prune (which ignores Helm's
+// resource policy) — deleting a NodePool drains every node it launched; keepOnUninstall: false
+// lets Helm and Argo CD delete them.
 func TestNodePoolsKeptOnUninstall(t *testing.T) {
 	fams := map[string]any{"l4": map[string]any{"enabled": true}}
 	for _, keep := range []bool{true, false} {
@@ -135,7 +138,7 @@ func TestNodePoolsKeptOnUninstall(t *testing.T) {
 		}
 		for _, key := range []string{"NodePool/gpu-l4-inference", "EC2NodeClass/gpu-l4-inference"} {
 			ann, _ := dig(got[key], "metadata", "annotations").(map[string]any)
-			if kept := ann["helm.sh/resource-policy"] == "keep"; kept != keep {
+			if kept := ann["helm.sh/resource-policy"] == "keep" && ann["argocd.argoproj.io/sync-options"] == "Prune=false"; kept != keep || (!keep && len(ann) > 0 && ann["argocd.argoproj.io/sync-options"] != nil) {
 				t.Errorf("keepOnUninstall %v: %s annotations %v", keep, key, ann)
 			}
 		}

@@ -41,7 +41,7 @@ func Render(values map[string]any) (map[string]map[string]any, error) {
 	return out, nil
 }
 
-// RenderList is Render as a list, in template-file order, CRDs (the chart's crds/) first; hooks
+// RenderList is Render as a list, in template-file order (the CRD template, crds.yaml, first); hooks
 // and NOTES.txt are left out, as helm install leaves them out of the release's objects.
 func RenderList(values map[string]any) ([]map[string]any, error) {
 	return renderObjects(values, false)

@@ -290,7 +290,7 @@ func TestLeastPrivilegeRBAC(t *testing.T) {
 // and PriorityClass.
 func TestChartFilesMatchConfig(t *testing.T) {
 	pairs := map[string]string{
-		"crds/scheduling.berth.dev_podgroups.yaml": "crd/bases/scheduling.berth.dev_podgroups.yaml",
+		"files/crds/scheduling.berth.dev_podgroups.yaml": "crd/bases/scheduling.berth.dev_podgroups.yaml",
 		"files/rbac/role.yaml":                     "rbac/role.yaml",
 		"files/rbac/scaler.yaml":                   "rbac/scaler.yaml",
 		"files/rbac/scaler-warm-seats.yaml":        "rbac/scaler-warm-seats.yaml",

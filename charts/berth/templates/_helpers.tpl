@@ -99,8 +99,15 @@ deleting a NodePool makes Karpenter drain every node it launched. */}}
 {{- define "berth.keepOnUninstall" -}}
 {{- if .Values.nodePools.keepOnUninstall -}}
 annotations:
-  helm.sh/resource-policy: keep
+  {{- include "berth.keepAnnotations" . | nindent 2 }}
 {{- end -}}
+{{- end }}
+
+{{/* What keeps an object through helm uninstall and an Argo CD prune (which ignores Helm's
+resource policy). */}}
+{{- define "berth.keepAnnotations" -}}
+helm.sh/resource-policy: keep
+argocd.argoproj.io/sync-options: Prune=false
 {{- end }}
 
 {{/* Where the alerts' runbook links point: monitoring.prometheusRule.runbookBaseURL, or the
