@@ -30,7 +30,7 @@ func TestImageReferences(t *testing.T) {
 		values            map[string]any
 		berth, berthAgent string
 	}{
-		{"defaults", nil, "ghcr.io/berth-dev/berth:0.1.0", "ghcr.io/berth-dev/berth-agent:0.1.0"},
+		{"defaults: the tag the release workflow pushes (v<version>)", nil, "ghcr.io/berth-dev/berth:v0.1.0", "ghcr.io/berth-dev/berth-agent:v0.1.0"},
 		{"tags", map[string]any{
 			"image": map[string]any{"tag": "v0.2.0"},
 			"agent": map[string]any{"image": map[string]any{"tag": "v0.2.1"}},
