@@ -291,15 +291,15 @@ func TestLeastPrivilegeRBAC(t *testing.T) {
 func TestChartFilesMatchConfig(t *testing.T) {
 	pairs := map[string]string{
 		"files/crds/scheduling.berth.dev_podgroups.yaml": "crd/bases/scheduling.berth.dev_podgroups.yaml",
-		"files/rbac/role.yaml":                     "rbac/role.yaml",
-		"files/rbac/scaler.yaml":                   "rbac/scaler.yaml",
-		"files/rbac/scaler-warm-seats.yaml":        "rbac/scaler-warm-seats.yaml",
-		"files/rbac/agent.yaml":                    "rbac/agent.yaml",
-		"files/rbac/metrics-reader.yaml":           "rbac/metrics-reader.yaml",
-		"files/pod-gate-webhook.yaml":              "webhook/manifests.yaml",
-		"files/prometheus-rules.yaml":              "prometheus/rules.yaml",
-		"files/berth-dashboard.json":               "grafana/berth-dashboard.json",
-		"files/priorityclass.yaml":                 "scheduling/priorityclass.yaml",
+		"files/rbac/role.yaml":                           "rbac/role.yaml",
+		"files/rbac/scaler.yaml":                         "rbac/scaler.yaml",
+		"files/rbac/scaler-warm-seats.yaml":              "rbac/scaler-warm-seats.yaml",
+		"files/rbac/agent.yaml":                          "rbac/agent.yaml",
+		"files/rbac/metrics-reader.yaml":                 "rbac/metrics-reader.yaml",
+		"files/pod-gate-webhook.yaml":                    "webhook/manifests.yaml",
+		"files/prometheus-rules.yaml":                    "prometheus/rules.yaml",
+		"files/berth-dashboard.json":                     "grafana/berth-dashboard.json",
+		"files/priorityclass.yaml":                       "scheduling/priorityclass.yaml",
 	}
 	for c, k := range pairs {
 		a, err := os.ReadFile(filepath.Join(chart.Dir(), c))

@@ -25,8 +25,8 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/rig"
-	berthchart "github.com/berth-dev/berth/test/chart"
 	"github.com/berth-dev/berth/test/builders"
+	berthchart "github.com/berth-dev/berth/test/chart"
 	"github.com/berth-dev/berth/test/rigtest"
 )
 
