@@ -15,6 +15,9 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/* Selector labels of one component: (dict "ctx" $ "component" "controller"). */}}
@@ -148,5 +151,23 @@ scrapeTimeout: {{ . }}
 {{- end }}
 {{- with .metricRelabelings }}
 metricRelabelings: {{ toYaml . | nindent 0 }}
+{{- end }}
+{{- end }}
+
+{{/* A workload's volumes: its own (a list, possibly empty) and <component>.extraVolumes:
+(dict "own" <list> "extra" .Values.<component>.extraVolumes). Renders the key only when there
+are any. */}}
+{{- define "berth.volumes" -}}
+{{- $all := concat (.own | default list) (.extra | default list) }}
+{{- with $all }}
+volumes: {{ toYaml . | nindent 0 }}
+{{- end }}
+{{- end }}
+
+{{/* A container's volume mounts, as berth.volumes: (dict "own" <list> "extra" <list>). */}}
+{{- define "berth.volumeMounts" -}}
+{{- $all := concat (.own | default list) (.extra | default list) }}
+{{- with $all }}
+volumeMounts: {{ toYaml . | nindent 0 }}
 {{- end }}
 {{- end }}

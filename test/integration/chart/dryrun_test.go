@@ -40,10 +40,19 @@ func TestMain(m *testing.M) {
 }
 
 func TestChartObjectsAcceptedByAPIServer(t *testing.T) {
+	extraVol := []any{map[string]any{"name": "ca", "configMap": map[string]any{"name": "corp-ca"}}}
+	extraMount := []any{map[string]any{"name": "ca", "mountPath": "/etc/ssl/corp", "readOnly": true}}
 	full := map[string]any{
 		"webhook": map[string]any{"certManager": map[string]any{"enabled": true}},
-		"scaler":  map[string]any{"tls": map[string]any{"enabled": true, "existingSecret": "berth-scaler-tls", "mutual": true}},
-		"agent":   map[string]any{"runtimeClassName": "nvidia"},
+		"scaler": map[string]any{"tls": map[string]any{"enabled": true, "existingSecret": "berth-scaler-tls", "mutual": true},
+			"strategy": map[string]any{"type": "Recreate"}, "extraVolumes": extraVol, "extraVolumeMounts": extraMount},
+		"agent": map[string]any{"runtimeClassName": "nvidia", "nodeSelector": map[string]any{"karpenter.sh/nodepool": "gpu"},
+			"updateStrategy": map[string]any{"type": "OnDelete"}, "extraVolumes": extraVol, "extraVolumeMounts": extraMount},
+		"controller": map[string]any{"strategy": map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxUnavailable": 0, "maxSurge": 1}},
+			"extraVolumes": extraVol, "extraVolumeMounts": extraMount},
+		"commonLabels":         map[string]any{"cost-center": "ml-platform"},
+		"revisionHistoryLimit": 3,
+		"extraObjects":         []any{map[string]any{"apiVersion": "v1", "kind": "ConfigMap", "metadata": map[string]any{"name": "{{ .Release.Name }}-extra"}}},
 		"monitoring": map[string]any{
 			"serviceMonitor": map[string]any{"enabled": true, "scrapeTimeout": "20s", "sampleLimit": 50000,
 				"relabelings":       []any{map[string]any{"targetLabel": "team", "replacement": "ml-platform"}},
