@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -43,6 +44,8 @@ type ManagerOptions struct {
 	LeaderElection bool
 	// LeaderElectionNamespace holds the Lease; the pod's namespace when empty.
 	LeaderElectionNamespace string
+	// Lease timings (LeaderElectionTimings); zero fields take client-go's defaults.
+	Lease LeaseTimings
 	// Webhook configures the pod-gate admission webhook; disabled when Port is 0.
 	Webhook WebhookOptions
 }
@@ -96,7 +99,11 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		o.HealthProbeAddress = ""
 	}
 	rot := o.rotator()
-	lease, lock, err := o.leaderLock(cfg)
+	timings, err := o.Lease.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	lease, lock, err := o.leaderLock(cfg, timings.RenewDeadline)
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +116,9 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		LeaderElectionID:                    LeaderElectionID,
 		LeaderElectionNamespace:             o.LeaderElectionNamespace,
 		LeaderElectionResourceLockInterface: lock,
+		LeaseDuration:                       &timings.LeaseDuration,
+		RenewDeadline:                       &timings.RenewDeadline,
+		RetryPeriod:                         &timings.RetryPeriod,
 		// Admission needs every pod on every node (capacity in use), so pods are cached
 		// cluster-wide, without managed fields to keep the cache small.
 		Cache:         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
@@ -156,7 +166,7 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 // leaderLock builds the leader-election Lease lock with an identity of this process's own
 // (hostname and a UUID, as controller-runtime would make), so admission can fence its promises
 // on the Lease (admission.LeaseFence). nil without leader election.
-func (o ManagerOptions) leaderLock(cfg *rest.Config) (types.NamespacedName, resourcelock.Interface, error) {
+func (o ManagerOptions) leaderLock(cfg *rest.Config, renewDeadline time.Duration) (types.NamespacedName, resourcelock.Interface, error) {
 	if !o.LeaderElection {
 		return types.NamespacedName{}, nil, nil
 	}
@@ -174,7 +184,7 @@ func (o ManagerOptions) leaderLock(cfg *rest.Config) (types.NamespacedName, reso
 	}
 	id := host + "_" + string(uuid.NewUUID())
 	lock, err := resourcelock.NewFromKubeconfig(resourcelock.LeasesResourceLock, ns, LeaderElectionID,
-		resourcelock.ResourceLockConfig{Identity: id}, cfg, leaderRenewDeadline)
+		resourcelock.ResourceLockConfig{Identity: id}, cfg, renewDeadline)
 	if err != nil {
 		return types.NamespacedName{}, nil, fmt.Errorf("creating the leader-election lock: %w", err)
 	}
@@ -184,6 +194,42 @@ func (o ManagerOptions) leaderLock(cfg *rest.Config) (types.NamespacedName, reso
 // inClusterNamespaceFile holds the namespace of the pod the process runs in.
 const inClusterNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-// leaderRenewDeadline is controller-runtime's default renew deadline; the lock's client times
-// out at half of it.
-const leaderRenewDeadline = 10 * time.Second
+// LeaseTimings are the leader election's timings: how long a Lease holds without renewal, how
+// long the leader keeps trying to renew before it gives up leading, and how often it tries.
+// Longer timings ride out a slow API server; shorter ones fail over sooner.
+type LeaseTimings struct {
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// DefaultLeaseTimings are client-go's (and controller-runtime's) defaults.
+var DefaultLeaseTimings = LeaseTimings{LeaseDuration: 15 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 2 * time.Second}
+
+// withDefaults fills zero timings with the defaults and checks what leader election and the
+// admission fence need: RenewDeadline below LeaseDuration (a leader gives up before another may
+// take over), above 1.2 × RetryPeriod (client-go's jitter), and a Lease long enough that a
+// renewed one leaves the fence its margin (admission.DefaultFenceMargin) between two renewals.
+func (t LeaseTimings) withDefaults() (LeaseTimings, error) {
+	if t.LeaseDuration == 0 {
+		t.LeaseDuration = DefaultLeaseTimings.LeaseDuration
+	}
+	if t.RenewDeadline == 0 {
+		t.RenewDeadline = DefaultLeaseTimings.RenewDeadline
+	}
+	if t.RetryPeriod == 0 {
+		t.RetryPeriod = DefaultLeaseTimings.RetryPeriod
+	}
+	var errs []error
+	if t.LeaseDuration <= t.RenewDeadline {
+		errs = append(errs, fmt.Errorf("the lease duration (%s) must be longer than the renew deadline (%s)", t.LeaseDuration, t.RenewDeadline))
+	}
+	if float64(t.RenewDeadline) <= 1.2*float64(t.RetryPeriod) {
+		errs = append(errs, fmt.Errorf("the renew deadline (%s) must be longer than 1.2 × the retry period (%s)", t.RenewDeadline, t.RetryPeriod))
+	}
+	if t.LeaseDuration-t.RetryPeriod < 2*admission.DefaultFenceMargin {
+		errs = append(errs, fmt.Errorf("the lease duration (%s) must exceed the retry period (%s) by at least %s, so that a renewed Lease leaves admission its %s fence margin", t.LeaseDuration, t.RetryPeriod, 2*admission.DefaultFenceMargin, admission.DefaultFenceMargin))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return t, fmt.Errorf("leader election: %w", err)
+	}
+	return t, nil
+}

@@ -45,6 +45,9 @@ type controllerFlags struct {
 	admissionResync    time.Duration
 	strandedAfter      time.Duration
 	nodeReadyBudget    time.Duration
+	lease              controllers.LeaseTimings
+	kubeAPIQPS         float32
+	kubeAPIBurst       int
 }
 
 func newControllerCommand() *cobra.Command {
@@ -69,6 +72,11 @@ Events current, and by default issues and rotates its own webhook certificate.`,
 	fl.StringVar(&f.profilingAddress, "profiling-bind-address", "", "address of Go's profiling endpoints (/debug/pprof/) for diagnosing memory and CPU; off when empty (keep it on loopback: they have no authentication)")
 	fl.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader so only one replica reconciles at a time")
 	fl.StringVar(&f.leaderElectionNS, "leader-election-namespace", "", "namespace of the leader-election Lease; empty uses the pod's namespace")
+	fl.DurationVar(&f.lease.LeaseDuration, "leader-elect-lease-duration", controllers.DefaultLeaseTimings.LeaseDuration, "how long the leader Lease holds without renewal before another replica may take over")
+	fl.DurationVar(&f.lease.RenewDeadline, "leader-elect-renew-deadline", controllers.DefaultLeaseTimings.RenewDeadline, "how long the leader keeps trying to renew its Lease before it stops leading (shorter than the lease duration)")
+	fl.DurationVar(&f.lease.RetryPeriod, "leader-elect-retry-period", controllers.DefaultLeaseTimings.RetryPeriod, "how often replicas try to acquire or renew the Lease")
+	fl.Float32Var(&f.kubeAPIQPS, "kube-api-qps", 100, "steady queries per second to the API server (a gang's release is a burst of patches)")
+	fl.IntVar(&f.kubeAPIBurst, "kube-api-burst", 200, "queries the controller may send in a burst above --kube-api-qps")
 	f.log.bind(fl)
 	fl.StringVar(&f.webhookHost, "webhook-host", "", "address the pod-gate webhook listens on (all when empty)")
 	fl.IntVar(&f.webhookPort, "webhook-port", 9443, "port of the pod-gate webhook; 0 disables it (gang members are then not gated)")
@@ -143,7 +151,10 @@ func runController(cmd *cobra.Command, f controllerFlags) error {
 	if err != nil {
 		return fmt.Errorf("--consolidation-guard: %w", err)
 	}
-	cfg.QPS, cfg.Burst = 100, 200 // a gang's release is a burst of patches
+	if f.kubeAPIQPS <= 0 || f.kubeAPIBurst < int(f.kubeAPIQPS) {
+		return fmt.Errorf("--kube-api-qps %v and --kube-api-burst %d: the rate must be positive and the burst at least the rate", f.kubeAPIQPS, f.kubeAPIBurst)
+	}
+	cfg.QPS, cfg.Burst = f.kubeAPIQPS, f.kubeAPIBurst
 	if err := registerOnce(ctrlmetrics.Registry, bmetrics.BuildInfo("controller")); err != nil {
 		return err
 	}
@@ -161,6 +172,7 @@ func runController(cmd *cobra.Command, f controllerFlags) error {
 		ProfilingAddress:        f.profilingAddress,
 		LeaderElection:          f.leaderElect,
 		LeaderElectionNamespace: f.leaderElectionNS,
+		Lease:                   f.lease,
 		Webhook: controllers.WebhookOptions{
 			Host: f.webhookHost, Port: f.webhookPort, CertDir: f.webhookCertDir, Adapters: adapters,
 			ManageCertificate: f.webhookSelfSigned, SecretNamespace: f.webhookNamespace, SecretName: f.webhookSecret,

@@ -2,6 +2,7 @@ package chart_test
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -91,5 +92,26 @@ func TestWorkloadKnobs(t *testing.T) {
 	}
 	if _, err := render(t, map[string]any{"controller": map[string]any{"strategy": map[string]any{"type": "Sometimes"}}}); err == nil {
 		t.Error("strategy type Sometimes rendered; want the schema to refuse it")
+	}
+}
+
+// TestControllerClientValues: lease timings and the API client's rate reach the controller's
+// flags (the controller itself refuses timings leader election cannot work with).
+func TestControllerClientValues(t *testing.T) {
+	got, err := render(t, map[string]any{"controller": map[string]any{
+		"leaderElection": map[string]any{"leaseDuration": "60s", "renewDeadline": "40s", "retryPeriod": "5s"},
+		"kubeAPI":        map[string]any{"qps": 50, "burst": 100},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := containerArgs(got["Deployment/berth-controller"])
+	for _, a := range []string{"--leader-elect-lease-duration=60s", "--leader-elect-renew-deadline=40s", "--leader-elect-retry-period=5s", "--kube-api-qps=50", "--kube-api-burst=100"} {
+		if !slices.Contains(args, a) {
+			t.Errorf("controller args %v lack %s", args, a)
+		}
+	}
+	if _, err := render(t, map[string]any{"controller": map[string]any{"kubeAPI": map[string]any{"qps": 0, "burst": 10}}}); err == nil {
+		t.Error("kubeAPI.qps 0 rendered; want the schema to refuse it")
 	}
 }
