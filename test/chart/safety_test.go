@@ -163,6 +163,32 @@ func TestHostNetworkWebhook(t *testing.T) {
 	}
 }
 
+// TestHostNetworkPortsAvoidTheNeighbours: under hostNetwork the ports are the node's, where
+// Karpenter (8080, 8081, 8443) and Kueue (8080, 8081, 9443) listen too when they run on the host
+// network: ports left at their defaults move to berth's own; on the pod network they stay.
+func TestHostNetworkPortsAvoidTheNeighbours(t *testing.T) {
+	for _, tc := range []struct {
+		hostNetwork bool
+		want        []string
+	}{
+		{true, []string{"--metrics-bind-address=:9340", "--health-probe-bind-address=:9341", "--webhook-port=9342"}},
+		{false, []string{"--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--webhook-port=9443"}},
+	} {
+		got := mustRender(t, map[string]any{"controller": map[string]any{"hostNetwork": tc.hostNetwork}})
+		dep := got["Deployment/berth-controller"]
+		args := asStrings(container(dep)["args"])
+		for _, want := range tc.want {
+			if !slices.Contains(args, want) {
+				t.Errorf("hostNetwork %v: args %v lack %s", tc.hostNetwork, args, want)
+			}
+		}
+		port := strings.TrimPrefix(tc.want[2], "--webhook-port=")
+		if ports := toYAML(t, container(dep)["ports"]); !strings.Contains(ports, "containerPort: "+port) {
+			t.Errorf("hostNetwork %v: container ports %s, want the webhook on %s", tc.hostNetwork, ports, port)
+		}
+	}
+}
+
 // TestBadPodValues: the new values are checked like the others.
 func TestBadPodValues(t *testing.T) {
 	tests := []struct {

@@ -171,3 +171,18 @@ volumes: {{ toYaml . | nindent 0 }}
 volumeMounts: {{ toYaml . | nindent 0 }}
 {{- end }}
 {{- end }}
+
+{{/* The controller's ports as a dict (metrics, health, webhook). On the pod network the values'
+ports; under controller.hostNetwork the ports are the node's, where Karpenter (8080, 8081, 8443)
+and Kueue (8080, 8081, 9443) listen too when they run on the host network: a port left at its
+pod-network default (8080, 8081, 9443) moves to berth's own (9340, 9341, 9342). */}}
+{{- define "berth.controllerPorts" -}}
+{{- $c := .Values.controller }}
+{{- $p := dict "metrics" (int $c.metricsPort) "health" (int $c.healthPort) "webhook" (int .Values.webhook.port) }}
+{{- if $c.hostNetwork }}
+{{- if eq $p.metrics 8080 }}{{ $_ := set $p "metrics" 9340 }}{{ end }}
+{{- if eq $p.health 8081 }}{{ $_ := set $p "health" 9341 }}{{ end }}
+{{- if eq $p.webhook 9443 }}{{ $_ := set $p "webhook" 9342 }}{{ end }}
+{{- end }}
+{{- toYaml $p }}
+{{- end }}
