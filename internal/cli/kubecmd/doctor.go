@@ -59,7 +59,7 @@ func Doctor() *cobra.Command {
 	var output string
 	kube := newClientFlags()
 	var skip []string
-	var install bool
+	var install, noHeaders bool
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Find GPU autoscaling set-ups that misbehave, with a fix for each",
@@ -86,7 +86,7 @@ skipped for lack of access with nothing found).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return couldNotCheck(runDoctor(cmd, doctorFlags{kube, output, skip, install}))
+			return couldNotCheck(runDoctor(cmd, doctorFlags{kube: kube, output: output, skip: skip, install: install, noHeaders: noHeaders}))
 		},
 	}
 	// A bad flag is "could not check" (2), not "found problems" (1).
@@ -94,6 +94,7 @@ skipped for lack of access with nothing found).`,
 	fl := cmd.Flags()
 	(&kube).bind(fl) // -n: the namespace to check (NodePools are cluster-wide); without it, all
 	fl.StringVarP(&output, "output", "o", "text", "output format: "+strings.Join(outputFormats, ", "))
+	fl.BoolVar(&noHeaders, "no-headers", false, "with -o wide or custom-columns: no header line")
 	fl.BoolVar(&install, "install", false, "check berth's own install in -n, berth's namespace (CRD, webhook reachable and trusted, a leader, an agent on every GPU node) instead of the workloads")
 	fl.StringSliceVar(&skip, "skip", nil, "checks not to run, comma-separated: "+strings.Join(doctor.Checks(), ", ")+"; with --install: "+strings.Join(doctor.InstallChecks(), ", "))
 	return cmd
@@ -101,17 +102,19 @@ skipped for lack of access with nothing found).`,
 
 // doctorFlags are berth doctor's flags.
 type doctorFlags struct {
-	kube    clientFlags
-	output  string
-	skip    []string
-	install bool
+	kube      clientFlags
+	output    string
+	skip      []string
+	install   bool
+	noHeaders bool
 }
 
 // runDoctor reads, checks and prints; ErrFindings or ErrIncomplete say what it found.
 func runDoctor(cmd *cobra.Command, f doctorFlags) error {
-	output, skip := f.output, f.skip
-	if !slices.Contains(outputFormats, output) {
-		return fmt.Errorf("-o: %q is not a format (%s)", output, strings.Join(outputFormats, ", "))
+	skip := f.skip
+	output, err := parseOutput(f.output)
+	if err != nil {
+		return err
 	}
 	names := doctor.Checks()
 	if f.install {
@@ -141,11 +144,11 @@ func runDoctor(cmd *cobra.Command, f doctorFlags) error {
 	if err != nil {
 		// What was found before the error still counts: show it, then the error (exit 2).
 		if len(report.Findings) > 0 {
-			return errors.Join(printReport(cmd.OutOrStdout(), report, output), err)
+			return errors.Join(printReport(cmd.OutOrStdout(), report, output, f.noHeaders), err)
 		}
 		return err
 	}
-	if err := printReport(cmd.OutOrStdout(), report, output); err != nil {
+	if err := printReport(cmd.OutOrStdout(), report, output, f.noHeaders); err != nil {
 		return err
 	}
 	switch {
@@ -179,8 +182,14 @@ const (
 	genericWorkloadOn  = "on (scheduling.k8s.io/v1beta1 PodGroups are served; docs/native-gangs.md says which to use when)"
 )
 
-func printReport(w io.Writer, r doctor.Report, format string) error {
+func printReport(w io.Writer, r doctor.Report, o output, noHeaders bool) error {
+	format := o.kind
 	switch format {
+	case "jsonpath", "custom-columns":
+		if r.Findings == nil {
+			r.Findings = []doctor.Finding{}
+		}
+		return printTemplate(w, r, r.Findings, o, noHeaders)
 	case "name":
 		for _, f := range r.Findings {
 			if _, err := fmt.Fprintln(w, objectName(f.Object)); err != nil {
@@ -200,7 +209,9 @@ func printReport(w io.Writer, r doctor.Report, format string) error {
 	if format == "wide" {
 		// One line per finding, for wide terminals and grep: check, object, problem, fix.
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "CHECK\tOBJECT\tPROBLEM\tFIX")
+		if !noHeaders {
+			fmt.Fprintln(tw, "CHECK\tOBJECT\tPROBLEM\tFIX")
+		}
 		for _, f := range r.Findings {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", f.Check, f.Object, f.Problem, f.Fix)
 		}

@@ -68,10 +68,6 @@ func (f clientFlags) namespace() (string, error) {
 	return ns, nil
 }
 
-// outputFormats are the -o values of berth's client commands: their text, kubectl's wide (the
-// text with more columns), name (kind/name of each object, for xargs), json and yaml.
-var outputFormats = []string{"text", "wide", "name", "json", "yaml"}
-
 // printStructured writes v as JSON or YAML (format "json" or "yaml").
 func printStructured(w io.Writer, v any, format string) error {
 	switch format {

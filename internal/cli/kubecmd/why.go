@@ -3,7 +3,6 @@ package kubecmd
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -19,6 +18,7 @@ import (
 func Why() *cobra.Command {
 	kube := newClientFlags()
 	var output string
+	var noHeaders bool
 	cmd := &cobra.Command{
 		Use:   "why PODGROUP",
 		Short: "Say what a gang waits for: members, gates, capacity, NodePool limits, quotas",
@@ -31,8 +31,9 @@ namespace's ResourceQuotas on what the waiting members ask for. -o json|yaml for
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if !slices.Contains(outputFormats, output) {
-				return fmt.Errorf("-o: %q is not a format (%s)", output, strings.Join(outputFormats, ", "))
+			o, err := parseOutput(output)
+			if err != nil {
+				return err
 			}
 			cfg, err := kube.restConfig()
 			if err != nil {
@@ -55,19 +56,22 @@ namespace's ResourceQuotas on what the waiting members ask for. -o json|yaml for
 				return err
 			}
 			ex := why.Explain(in)
-			switch output {
+			switch o.kind {
+			case "jsonpath", "custom-columns":
+				return printTemplate(cmd.OutOrStdout(), ex, ex.Members, o, noHeaders)
 			case "name":
 				_, err := fmt.Fprintln(cmd.OutOrStdout(), "podgroup."+berthv1alpha1.GroupVersion.Group+"/"+args[0])
 				return err
 			case "text", "wide":
-				return printExplanation(cmd.OutOrStdout(), ex, output == "wide")
+				return printExplanation(cmd.OutOrStdout(), ex, o.kind == "wide")
 			}
-			return printStructured(cmd.OutOrStdout(), ex, output)
+			return printStructured(cmd.OutOrStdout(), ex, o.kind)
 		},
 	}
 	fl := cmd.Flags()
 	(&kube).bind(fl)
 	fl.StringVarP(&output, "output", "o", "text", "output format: "+strings.Join(outputFormats, ", "))
+	fl.BoolVar(&noHeaders, "no-headers", false, "with -o custom-columns: no header line")
 	return cmd
 }
 

@@ -191,6 +191,16 @@ func TestDoctorFindsSeededProblems(t *testing.T) {
 	if wide, _ := doctorCmd("-n", "sick", "-o", "wide"); !strings.Contains(wide, "CHECK") || !strings.Contains(wide, "Deployment sick/llama") {
 		t.Errorf("-o wide:\n%s", wide)
 	}
+	if wide, _ := doctorCmd("-n", "sick", "-o", "wide", "--no-headers"); strings.Contains(wide, "CHECK") || !strings.Contains(wide, "Deployment sick/llama") {
+		t.Errorf("-o wide --no-headers:\n%s", wide)
+	}
+	// kubectl's templates, over the findings as -o json names them.
+	if objs, _ := doctorCmd("-n", "sick", "-o", "jsonpath={.findings[*].object}"); !strings.Contains(objs, "Deployment sick/llama") || strings.Contains(objs, "problem") {
+		t.Errorf("-o jsonpath:\n%s", objs)
+	}
+	if cols, _ := doctorCmd("-n", "sick", "-o", "custom-columns=OBJECT:.object,CHECK:.check"); !strings.HasPrefix(cols, "OBJECT") || !strings.Contains(cols, "Deployment sick/llama") {
+		t.Errorf("-o custom-columns:\n%s", cols)
+	}
 	// NodePools are cluster-wide, so they show in every namespace's report; a namespace with
 	// only healthy objects (a single-pod GPU Job) reports just that pool.
 	if got := findings(t, "-n", "healthy"); !cmp.Equal(got, poolFindings) {

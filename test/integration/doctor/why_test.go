@@ -68,4 +68,12 @@ func TestWhy(t *testing.T) {
 	if wide := run("-o", "wide"); !strings.Contains(wide, "quota") || !strings.Contains(wide, "requests.nvidia.com/gpu") {
 		t.Errorf("-o wide:\n%s", wide)
 	}
+	// kubectl's templates: one custom-columns row per member, jsonpath over the whole report.
+	cols := strings.Split(strings.TrimSpace(run("-o", "custom-columns=MEMBER:.name,STATE:.state,GPUS:.gpus", "--no-headers")), "\n")
+	if len(cols) != 2 || strings.Join(strings.Fields(cols[0]), " ") != ex.Members[0].Name+" "+ex.Members[0].State+" 8" {
+		t.Errorf("-o custom-columns --no-headers: %q", cols)
+	}
+	if jp := run("-o", "jsonpath={.minMember}"); jp != "3\n" {
+		t.Errorf("-o jsonpath={.minMember}: %q", jp)
+	}
 }
