@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"time"
 
@@ -41,6 +43,7 @@ type scalerFlags struct {
 	log                                               logFlags
 	warmSeats                                         bool
 	warmSeatPull, warmSeatImage                       string
+	prometheusCAFile                                  string
 }
 
 func newScalerCommand() *cobra.Command {
@@ -68,6 +71,7 @@ math: docs/scaler.md.`,
 	fl.StringVar(&f.tls.CertFile, "tls-cert-file", "", "serving certificate (PEM); enables TLS (KEDA trigger enableTLS: true)")
 	fl.StringVar(&f.tls.KeyFile, "tls-key-file", "", "serving certificate's private key (PEM)")
 	fl.StringVar(&f.tls.ClientCAFile, "tls-client-ca-file", "", "CA that signs KEDA's client certificate; enables mutual TLS")
+	fl.StringVar(&f.prometheusCAFile, "prometheus-ca-file", "", "PEM file of the certificate authorities trusted for HTTPS Prometheus servers (source prometheus, demandQuery), e.g. mounted with scaler.extraVolumes; empty: the system's")
 	fl.DurationVar(&f.scrapeTimeout, "scrape-timeout", 2*time.Second, "timeout of one replica scrape (source pods) or one evaluation's queries (source prometheus)")
 	fl.DurationVar(&f.freshFor, "scrape-reuse", 2*time.Second, "how long a scrape's outcome is reused (one KEDA poll = GetMetrics + IsActive; several ScaledObjects on the same pods)")
 	fl.DurationVar(&f.maxSampleAge, "max-sample-age", 45*time.Second, "staleness bound: a replica whose scrape fails counts with its last sample until it is this old")
@@ -120,10 +124,14 @@ func newScalerEngine(ctx context.Context, cfg *rest.Config, f scalerFlags) (*ser
 	}
 	verdicts := targets.NewKarpenterVerdicts(cs, f.namespace)
 	go verdicts.Run(ctx)
+	rootCAs, err := loadCAFile(f.prometheusCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("--prometheus-ca-file: %w", err)
+	}
 	eng := &server.Engine{
 		Resolver:   &targets.Targets{Pods: podCache, API: api, Capacity: verdicts},
 		Pods:       pods.New(pods.Options{Timeout: f.scrapeTimeout, FreshFor: f.freshFor, MaxAge: f.maxSampleAge, TTFTWindow: f.ttftWindow, Observe: observe(scaler.SourcePods)}),
-		Prometheus: promsource.New(promsource.Options{Timeout: f.scrapeTimeout, FreshFor: f.freshFor, MaxAge: f.maxSampleAge, TTFTWindow: f.ttftWindow, Observe: observe(scaler.SourcePrometheus)}),
+		Prometheus: promsource.New(promsource.Options{RootCAs: rootCAs, Timeout: f.scrapeTimeout, FreshFor: f.freshFor, MaxAge: f.maxSampleAge, TTFTWindow: f.ttftWindow, Observe: observe(scaler.SourcePrometheus)}),
 		Policy:     scaler.Policy{ScaleDownHeadroom: f.headroom},
 	}
 	// Replicas are read in the background at their ScaledObject's cadence; KEDA's calls are
@@ -193,4 +201,20 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 	}()
 	log.Info("serving KEDA's ExternalScaler", "address", lis.Addr().String(), "tls", f.tls.Enabled(), "mutualTLS", f.tls.ClientCAFile != "")
 	return server.Serve(ctx, gs, hs, lis, f.shutdownGrace)
+}
+
+// loadCAFile reads a PEM file of certificate authorities (nil for no file).
+func loadCAFile(path string) (*x509.CertPool, error) {
+	if path == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("%s holds no PEM certificate", path)
+	}
+	return pool, nil
 }

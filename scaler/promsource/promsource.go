@@ -7,6 +7,7 @@ package promsource
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"math"
@@ -41,6 +42,9 @@ type Options struct {
 	MaxAge time.Duration
 	// TTFTWindow is the rate() window of the TTFT quantile (default 1m).
 	TTFTWindow time.Duration
+	// RootCAs, when set, are the certificate authorities trusted for HTTPS Prometheus servers
+	// (a private CA in front of Thanos or a self-hosted Prometheus); nil: the system's.
+	RootCAs *x509.CertPool
 	// Clock is injected for tests.
 	Clock clock.PassiveClock
 	// Observe, when set, is told about every evaluation: its duration and the error reason
@@ -333,8 +337,11 @@ func (s *Source) client(cfg scaler.PrometheusConfig) (promv1.API, error) {
 		return c, nil
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	if cfg.InsecureSkipVerify {
+	switch {
+	case cfg.InsecureSkipVerify:
 		tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the user asked for it (prometheusUnsafeSsl)
+	case s.opts.RootCAs != nil:
+		tr.TLSClientConfig = &tls.Config{RootCAs: s.opts.RootCAs, MinVersion: tls.VersionTLS12}
 	}
 	var rt http.RoundTripper = tr
 	if cfg.BearerToken != "" || cfg.Username != "" {
