@@ -7,6 +7,7 @@ package nodepools
 import (
 	"errors"
 	"fmt"
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"regexp"
 	"strings"
 
@@ -70,6 +71,18 @@ type Options struct {
 	// version (al2023@v20251117) and rolls it deliberately: @latest drifts every node onto each
 	// new AMI release.
 	AMIAlias string
+	// NodeRole is the nodes' IAM role (aws); default KarpenterNodeRole-<ClusterName>, the name
+	// Karpenter's getting-started CloudFormation creates. eksctl, Terraform modules and Auto
+	// Mode name it otherwise.
+	NodeRole string
+	// DiscoveryTags select the subnets and security groups (aws); default
+	// karpenter.sh/discovery=<ClusterName>.
+	DiscoveryTags map[string]string
+	// CapacityReservationIDs (cr-…) and CapacityReservationTags select EC2 capacity
+	// reservations — On-Demand Capacity Reservations and Capacity Blocks for ML — the pools may
+	// launch into (aws); with either, CapacityTypes must include "reserved".
+	CapacityReservationIDs  []string
+	CapacityReservationTags map[string]string
 }
 
 // DefaultAMIAlias follows the newest AL2023 EKS AMI.
@@ -78,9 +91,16 @@ const DefaultAMIAlias = "al2023@latest"
 // amiAliasRE is Karpenter's alias form: family@version, where version is latest or a release.
 var amiAliasRE = regexp.MustCompile(`^(al2023|al2|bottlerocket)@(latest|v[0-9]{8}|v?[0-9]+(\.[0-9]+)*)$`)
 
-// capacityTypes are the capacity types a NodePool may request. "reserved" is left out: it
-// needs capacityReservationSelectorTerms on the EC2NodeClass, which these templates do not set.
-var capacityTypes = []string{karpv1.CapacityTypeSpot, karpv1.CapacityTypeOnDemand}
+// capacityTypes are the capacity types a NodePool may request; "reserved" only with capacity
+// reservations selected (Options.CapacityReservationIDs or CapacityReservationTags), which the
+// EC2NodeClass's capacityReservationSelectorTerms name.
+var capacityTypes = []string{karpv1.CapacityTypeSpot, karpv1.CapacityTypeOnDemand, karpv1.CapacityTypeReserved}
+
+// iamRoleRE is IAM's rule for role names.
+var iamRoleRE = regexp.MustCompile(`^[\w+=,.@-]{1,64}$`)
+
+// reservationIDRE is EC2's capacity reservation id.
+var reservationIDRE = regexp.MustCompile(`^cr-[0-9a-z]+$`)
 
 // clusterNameRE is EKS's rule for cluster names.
 var clusterNameRE = regexp.MustCompile(`^[0-9A-Za-z][A-Za-z0-9_-]*$`)
@@ -114,17 +134,69 @@ func (o Options) Validate() error {
 	if o.GPULimit < 0 {
 		return fmt.Errorf("GPU limit %d is negative (0 takes the role's default)", o.GPULimit)
 	}
+	if err := o.validateReservations(); err != nil {
+		return err
+	}
+	if o.NodeRole != "" && !iamRoleRE.MatchString(o.NodeRole) {
+		return fmt.Errorf("invalid node role %q: an IAM role name (letters, digits and +=,.@_-, at most 64)", o.NodeRole)
+	}
+	for k, v := range o.DiscoveryTags {
+		if k == "" || v == "" {
+			return fmt.Errorf("discovery tag %q=%q: empty keys and values select nothing", k, v)
+		}
+	}
 	if o.Provider == ProviderAWS {
 		switch {
-		case o.ClusterName == "":
+		case o.ClusterName == "" && (o.NodeRole == "" || len(o.DiscoveryTags) == 0):
 			return errors.New("the aws provider needs a cluster name (it names the node role KarpenterNodeRole-<cluster> and the karpenter.sh/discovery tag)")
+		case o.ClusterName == "":
 		case !clusterNameRE.MatchString(o.ClusterName):
 			return fmt.Errorf("invalid cluster name %q: letters, digits, '-' and '_' only, starting with a letter or digit", o.ClusterName)
-		case len(nodeRolePrefix)+len(o.ClusterName) > maxIAMRoleName:
+		case o.NodeRole == "" && len(nodeRolePrefix)+len(o.ClusterName) > maxIAMRoleName:
 			return fmt.Errorf("cluster name %q is too long: the IAM role %s<cluster> may have at most %d characters", o.ClusterName, nodeRolePrefix, maxIAMRoleName)
 		}
 	}
 	return nil
+}
+
+// validateReservations checks the capacity reservations and the reserved capacity type go
+// together.
+func (o Options) validateReservations() error {
+	for _, id := range o.CapacityReservationIDs {
+		if !reservationIDRE.MatchString(id) {
+			return fmt.Errorf("invalid capacity reservation id %q: want cr-…", id)
+		}
+	}
+	for k, v := range o.CapacityReservationTags {
+		if k == "" || v == "" {
+			return fmt.Errorf("capacity reservation tag %q=%q: empty keys and values are not supported", k, v)
+		}
+	}
+	reservations := len(o.CapacityReservationIDs)+len(o.CapacityReservationTags) > 0
+	reserved := contains(o.CapacityTypes, karpv1.CapacityTypeReserved)
+	switch {
+	case reserved && !reservations:
+		return errors.New(`capacity type "reserved" needs capacity reservations to launch into (capacity reservation ids or tags)`)
+	case reservations && !reserved:
+		return errors.New(`capacity reservations are selected but the capacity types lack "reserved": Karpenter would never launch into them`)
+	}
+	return nil
+}
+
+// nodeRole is the nodes' IAM role.
+func (o Options) nodeRole() string {
+	if o.NodeRole != "" {
+		return o.NodeRole
+	}
+	return nodeRolePrefix + o.ClusterName
+}
+
+// discoveryTags select the subnets and security groups.
+func (o Options) discoveryTags() map[string]string {
+	if len(o.DiscoveryTags) > 0 {
+		return o.DiscoveryTags
+	}
+	return map[string]string{berthv1alpha1.KarpenterDiscoveryTag: o.ClusterName}
 }
 
 // withDefaults fills the zero options with the role's defaults.

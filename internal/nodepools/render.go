@@ -173,7 +173,7 @@ func ec2NodeClass(f gpu.Family, o Options) (*awsv1.EC2NodeClass, error) {
 	if !ok {
 		return nil, fmt.Errorf("no EC2NodeClass settings for instance family %s", f.Name)
 	}
-	discovery := map[string]string{berthv1alpha1.KarpenterDiscoveryTag: o.ClusterName}
+	discovery := o.discoveryTags()
 	nc := &awsv1.EC2NodeClass{
 		TypeMeta:   metav1.TypeMeta{APIVersion: EC2NodeClassGroupVersion.String(), Kind: "EC2NodeClass"},
 		ObjectMeta: metav1.ObjectMeta{Name: NodePoolName(f.GPU, o.Role)},
@@ -183,7 +183,7 @@ func ec2NodeClass(f gpu.Family, o Options) (*awsv1.EC2NodeClass, error) {
 			// @latest follows new releases and drifts nodes onto them; production should pin a
 			// version (Options.AMIAlias: al2023@v20251117) and roll it deliberately.
 			AMISelectorTerms:           []awsv1.AMISelectorTerm{{Alias: o.AMIAlias}},
-			Role:                       nodeRolePrefix + o.ClusterName,
+			Role:                       o.nodeRole(),
 			SubnetSelectorTerms:        []awsv1.SubnetSelectorTerm{{Tags: discovery}},
 			SecurityGroupSelectorTerms: []awsv1.SecurityGroupSelectorTerm{{Tags: discovery}},
 			BlockDeviceMappings: []*awsv1.BlockDeviceMapping{{
@@ -211,6 +211,12 @@ func ec2NodeClass(f gpu.Family, o Options) (*awsv1.EC2NodeClass, error) {
 		// The local NVMe disks become one RAID0 array holding kubelet's and containerd's
 		// data: image pulls and emptyDir model caches at NVMe speed, not gp3's 125 MiB/s.
 		nc.Spec.InstanceStorePolicy = ptr.To(awsv1.InstanceStorePolicyRAID0)
+	}
+	for _, id := range o.CapacityReservationIDs {
+		nc.Spec.CapacityReservationSelectorTerms = append(nc.Spec.CapacityReservationSelectorTerms, awsv1.CapacityReservationSelectorTerm{ID: id})
+	}
+	if len(o.CapacityReservationTags) > 0 {
+		nc.Spec.CapacityReservationSelectorTerms = append(nc.Spec.CapacityReservationSelectorTerms, awsv1.CapacityReservationSelectorTerm{Tags: o.CapacityReservationTags})
 	}
 	return nc, nil
 }

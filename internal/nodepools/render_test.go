@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -214,4 +215,30 @@ func TestEncode(t *testing.T) {
 			t.Error("Encode with format toml: no error")
 		}
 	})
+}
+
+// TestRenderEKSSettings: the node role and discovery tags an install names (eksctl, Terraform
+// modules and Auto Mode do not use Karpenter's getting-started names), and capacity
+// reservations — ODCRs and Capacity Blocks for ML — with the reserved capacity type.
+func TestRenderEKSSettings(t *testing.T) {
+	objs, err := Render(Options{Families: []string{"h100"}, Role: RoleTraining, ClusterName: "prod",
+		NodeRole: "eks-gpu-nodes", DiscoveryTags: map[string]string{"kubernetes.io/cluster/prod": "owned"},
+		CapacityTypes: []string{"reserved", "on-demand"}, CapacityReservationIDs: []string{"cr-0123456789abcdef0"},
+		CapacityReservationTags: map[string]string{"team": "ml"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := Encode(&buf, objs, FormatYAML); err != nil {
+		t.Fatal(err)
+	}
+	out := buf.String()
+	for _, want := range []string{"role: eks-gpu-nodes", "kubernetes.io/cluster/prod: owned", "- id: cr-0123456789abcdef0", "team: ml", "- reserved", "- on-demand"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("render lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "KarpenterNodeRole") || strings.Contains(out, "karpenter.sh/discovery") {
+		t.Errorf("the defaults leak next to the install's own names:\n%s", out)
+	}
 }

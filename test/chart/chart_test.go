@@ -67,6 +67,45 @@ func TestNodePoolTemplatesMatchRenderer(t *testing.T) {
 	}
 }
 
+// TestNodePoolEKSSettingsMatchRenderer: an install's own node role and discovery tags, and
+// capacity reservations with the reserved capacity type, render in the chart exactly as
+// `berth nodepools render` prints them.
+func TestNodePoolEKSSettingsMatchRenderer(t *testing.T) {
+	got, err := render(t, map[string]any{"nodePools": map[string]any{
+		"nodeRole": "eks-gpu-nodes", "discoveryTags": map[string]any{"kubernetes.io/cluster/prod": "owned"},
+		"families": map[string]any{"h100": map[string]any{"enabled": true, "role": "training", "capacityTypes": []any{"reserved", "on-demand"},
+			"capacityReservationIDs": []any{"cr-0123456789abcdef0"}, "capacityReservationTags": map[string]any{"team": "ml"}}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := nodepools.Render(nodepools.Options{Families: []string{"h100"}, Role: nodepools.RoleTraining,
+		NodeRole: "eks-gpu-nodes", DiscoveryTags: map[string]string{"kubernetes.io/cluster/prod": "owned"},
+		CapacityTypes: []string{"reserved", "on-demand"}, CapacityReservationIDs: []string{"cr-0123456789abcdef0"},
+		CapacityReservationTags: map[string]string{"team": "ml"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := nodepools.Encode(&buf, objs, "yaml"); err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range splitDocs(buf.String()) {
+		var want map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &want); err != nil {
+			t.Fatal(err)
+		}
+		meta, _ := want["metadata"].(map[string]any)
+		key := fmt.Sprintf("%v/%v", want["kind"], meta["name"])
+		if got[key] == nil {
+			t.Fatalf("chart lacks %s", key)
+		}
+		if diff := cmp.Diff(want, withoutKeep(t, got[key])); diff != "" {
+			t.Errorf("%s: chart vs berth nodepools render (-render +chart):\n%s", key, diff)
+		}
+	}
+}
+
 // TestNodePoolValueOverrides: capacity types and the GPU limit can be set per family.
 func TestNodePoolValueOverrides(t *testing.T) {
 	got, err := render(t, map[string]any{"nodePools": map[string]any{"clusterName": "prod", "amiAlias": "al2023@v20251117", "families": map[string]any{
@@ -155,7 +194,11 @@ func TestNodePoolBadValues(t *testing.T) {
 		{"no cluster name", map[string]any{"nodePools": map[string]any{"families": map[string]any{"h100": map[string]any{"enabled": true}}}}, "nodePools.clusterName is required"},
 		{"bad role", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "role": "batch"}}}}, "role"},
 		{"unknown product", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"t4": map[string]any{"enabled": true}}}}, "t4"},
-		{"bad capacity type", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "capacityTypes": []any{"reserved"}}}}}, "capacityTypes"},
+		{"bad capacity type", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "capacityTypes": []any{"preemptible"}}}}}, "capacityTypes"},
+		{"reserved without reservations", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "capacityTypes": []any{"reserved"}}}}}, "needs capacityReservationIDs"},
+		{"reservations without reserved", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "capacityReservationIDs": []any{"cr-0abc"}}}}}, "lack reserved"},
+		{"bad reservation id", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "capacityTypes": []any{"reserved"}, "capacityReservationIDs": []any{"odcr-1"}}}}}, "capacityReservationIDs"},
+		{"node role without discovery tags and no cluster", map[string]any{"nodePools": map[string]any{"nodeRole": "gpu-nodes", "families": map[string]any{"h100": map[string]any{"enabled": true}}}}, "nodePools.clusterName is required"},
 		{"AMI not an alias", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "amiAlias": "ami-0123456789abcdef0"}}, "amiAlias"},
 		{"gpuLimit not a number", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "gpuLimit": "lots"}}}}, "gpuLimit"},
 	}

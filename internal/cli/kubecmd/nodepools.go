@@ -19,6 +19,11 @@ type nodePoolsRenderFlags struct {
 	gpuLimit      int64
 	output        string
 	amiAlias      string
+	nodeRole      string
+	discoveryTags map[string]string
+	// reservationIDs and reservationTags select EC2 capacity reservations.
+	reservationIDs  []string
+	reservationTags map[string]string
 }
 
 // NodePools is `nodepools`.
@@ -52,10 +57,14 @@ l40s (g6e), a10g (g5), l4 (g6), or all. See docs/nodepools.md for the defaults a
 	fl := cmd.Flags()
 	fl.StringSliceVar(&f.families, "family", nil, "GPU families, comma-separated: h100, h200, a100, l40s, a10g, l4 (or p5, p5e, p4d, g6e, g5, g6), or all")
 	fl.StringVar(&f.role, "role", string(nodepools.RoleInference), "workload the pools are tuned for: inference or training")
-	fl.StringSliceVar(&f.capacityTypes, "capacity-type", nil, "capacity types, comma-separated: spot, on-demand (default: on-demand for inference, spot,on-demand for training)")
+	fl.StringSliceVar(&f.capacityTypes, "capacity-type", nil, "capacity types, comma-separated: spot, on-demand, reserved (default: on-demand for inference, spot,on-demand for training; reserved needs capacity reservations)")
 	fl.StringVar(&f.provider, "provider", string(nodepools.ProviderAWS), "Karpenter provider: aws or kwok")
 	fl.StringVar(&f.clusterName, "cluster-name", "", "EKS cluster name (aws): node role KarpenterNodeRole-<name>, discovery tag karpenter.sh/discovery=<name>")
 	fl.StringVar(&f.amiAlias, "ami-alias", nodepools.DefaultAMIAlias, "EC2NodeClass AMI alias (aws); pin a release in production, e.g. al2023@v20251117")
+	fl.StringVar(&f.nodeRole, "node-role", "", "the nodes' IAM role (aws; default KarpenterNodeRole-<cluster-name>)")
+	fl.StringToStringVar(&f.discoveryTags, "discovery-tag", nil, "tags selecting subnets and security groups, key=value,… (aws; default karpenter.sh/discovery=<cluster-name>)")
+	fl.StringSliceVar(&f.reservationIDs, "capacity-reservation-id", nil, "EC2 capacity reservations (ODCRs, Capacity Blocks for ML) to launch into, cr-…,… (aws; needs --capacity-type reserved)")
+	fl.StringToStringVar(&f.reservationTags, "capacity-reservation-tag", nil, "tags selecting capacity reservations, key=value,… (aws; needs --capacity-type reserved)")
 	fl.Int64Var(&f.gpuLimit, "gpu-limit", 0, "nvidia.com/gpu limit of each NodePool (default 64 for inference, 128 for training)")
 	fl.StringVarP(&f.output, "output", "o", nodepools.FormatYAML, "output format: yaml or json")
 	return cmd
@@ -73,6 +82,11 @@ func runNodePoolsRender(cmd *cobra.Command, f nodePoolsRenderFlags) error {
 		ClusterName:   f.clusterName,
 		GPULimit:      f.gpuLimit,
 		AMIAlias:      f.amiAlias,
+		NodeRole:      f.nodeRole,
+		DiscoveryTags: f.discoveryTags,
+
+		CapacityReservationIDs:  f.reservationIDs,
+		CapacityReservationTags: f.reservationTags,
 	})
 	if err != nil {
 		return fmt.Errorf("nodepools render: %w", err)

@@ -62,7 +62,9 @@ func TestChartObjectsAcceptedByAPIServer(t *testing.T) {
 			"dashboard": map[string]any{"enabled": true},
 		},
 		"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{
-			"h100": map[string]any{"enabled": true}, "h200": map[string]any{"enabled": true}, "a100": map[string]any{"enabled": true},
+			"h100": map[string]any{"enabled": true, "capacityTypes": []any{"reserved", "on-demand"},
+				"capacityReservationIDs": []any{"cr-0123456789abcdef0"}, "capacityReservationTags": map[string]any{"team": "ml"}},
+			"h200": map[string]any{"enabled": true}, "a100": map[string]any{"enabled": true},
 			"l40s": map[string]any{"enabled": true}, "a10g": map[string]any{"enabled": true}, "l4": map[string]any{"enabled": true},
 		}},
 	}
