@@ -115,3 +115,25 @@ func TestControllerClientValues(t *testing.T) {
 		t.Error("kubeAPI.qps 0 rendered; want the schema to refuse it")
 	}
 }
+
+// TestSecurityContextOverrides: fields set over the restricted defaults win, and the defaults not
+// named stay (a platform's user id does not drop seccomp or the read-only root).
+func TestSecurityContextOverrides(t *testing.T) {
+	got, err := render(t, map[string]any{
+		"podSecurityContext":       map[string]any{"runAsUser": 1001, "fsGroup": 2000},
+		"containerSecurityContext": map[string]any{"seLinuxOptions": map[string]any{"type": "spc_t"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"Deployment/berth-controller", "Deployment/berth-scaler", "DaemonSet/berth-agent"} {
+		pod := dig(got[k], "spec", "template", "spec", "securityContext")
+		ctr := dig(container(got[k]), "securityContext")
+		if fmt.Sprint(dig(pod, "runAsUser")) != "1001" || fmt.Sprint(dig(pod, "fsGroup")) != "2000" || dig(pod, "runAsNonRoot") != true || dig(pod, "seccompProfile", "type") != "RuntimeDefault" {
+			t.Errorf("%s pod securityContext %v", k, pod)
+		}
+		if dig(ctr, "seLinuxOptions", "type") != "spc_t" || dig(ctr, "readOnlyRootFilesystem") != true || dig(ctr, "allowPrivilegeEscalation") != false {
+			t.Errorf("%s container securityContext %v", k, ctr)
+		}
+	}
+}

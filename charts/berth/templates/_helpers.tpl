@@ -47,21 +47,15 @@ is set, repository:tag otherwise (tag defaults to the chart's appVersion). */}}
 
 {{/* Restricted pod security (Pod Security Standards "restricted"). */}}
 {{- define "berth.podSecurityContext" -}}
-runAsNonRoot: true
-runAsUser: 65532
-runAsGroup: 65532
-seccompProfile:
-  type: RuntimeDefault
+{{- $d := dict "runAsNonRoot" true "runAsUser" 65532 "runAsGroup" 65532 "seccompProfile" (dict "type" "RuntimeDefault") }}
+{{- toYaml (mergeOverwrite $d (deepCopy (.Values.podSecurityContext | default dict))) }}
 {{- end }}
 
+{{/* The restricted defaults, with containerSecurityContext's fields over them (an SELinux type,
+a platform's required profile). */}}
 {{- define "berth.containerSecurityContext" -}}
-allowPrivilegeEscalation: false
-readOnlyRootFilesystem: true
-runAsNonRoot: true
-capabilities:
-  drop: [ALL]
-seccompProfile:
-  type: RuntimeDefault
+{{- $d := dict "allowPrivilegeEscalation" false "readOnlyRootFilesystem" true "runAsNonRoot" true "capabilities" (dict "drop" (list "ALL")) "seccompProfile" (dict "type" "RuntimeDefault") }}
+{{- toYaml (mergeOverwrite $d (deepCopy (.Values.containerSecurityContext | default dict))) }}
 {{- end }}
 
 {{- define "berth.webhookService" -}}
