@@ -223,6 +223,9 @@ const (
 	// NameLabel is Kubernetes' recommended application-name label; Karpenter's chart sets
 	// NameLabel=karpenter on its controller Deployment, which `berth doctor` reads.
 	NameLabel = "app.kubernetes.io/name"
+	// VersionLabel is Kubernetes' recommended version label; berth's chart sets it to the
+	// release's version on every object, which `berth version` reads from the controller.
+	VersionLabel = "app.kubernetes.io/version"
 	// ManagedByBerth is the ManagedByLabel value of objects berth creates.
 	ManagedByBerth = "berth"
 )

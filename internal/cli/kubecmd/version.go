@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/version"
 )
 
@@ -98,11 +99,11 @@ func readServerVersions(cmd *cobra.Command, kube clientFlags, info *versionInfo)
 		return fmt.Errorf("creating client: %w", err)
 	}
 	var deps appsv1.DeploymentList
-	if err := c.List(cmd.Context(), &deps, client.MatchingLabels{"app.kubernetes.io/name": "berth", "app.kubernetes.io/component": "controller"}); err != nil {
+	if err := c.List(cmd.Context(), &deps, client.MatchingLabels{berthv1alpha1.NameLabel: "berth", berthv1alpha1.ComponentLabel: "controller"}); err != nil {
 		return fmt.Errorf("listing berth's controller Deployments: %w", err)
 	}
 	for _, d := range deps.Items {
-		cv := controllerVersion{Deployment: d.Namespace + "/" + d.Name, Version: d.Labels["app.kubernetes.io/version"]}
+		cv := controllerVersion{Deployment: d.Namespace + "/" + d.Name, Version: d.Labels[berthv1alpha1.VersionLabel]}
 		for _, ct := range d.Spec.Template.Spec.Containers {
 			if ct.Name == "controller" {
 				cv.Image = ct.Image
