@@ -254,15 +254,7 @@ func TestRunLoopReportsInjectedFaults(t *testing.T) {
 		}
 		dev.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 	}
-	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
-		return &mock.EventSet{
-			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
-				time.Sleep(10 * time.Millisecond)
-				return nvml.EventData{}, nvml.ERROR_TIMEOUT
-			},
-			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
-		}, nvml.SUCCESS
-	}
+	quietEvents(s)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	pub := &agent.Publisher{Client: agentClient(t), NodeName: "gpu-loop", Now: time.Now}
@@ -348,15 +340,7 @@ func TestHungProbeFailsLiveness(t *testing.T) {
 		dev.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return 0, nvml.SUCCESS }
 		dev.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
 	}
-	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
-		return &mock.EventSet{
-			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
-				time.Sleep(10 * time.Millisecond)
-				return nvml.EventData{}, nvml.ERROR_TIMEOUT
-			},
-			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
-		}, nvml.SUCCESS
-	}
+	quietEvents(s)
 	live := agent.NewLiveness(time.Now())
 	const maxAge = 500 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
@@ -396,4 +380,18 @@ func TestHungProbeFailsLiveness(t *testing.T) {
 		err := live.Check(time.Now(), maxAge)
 		return err == nil, fmt.Sprint(err), nil
 	})
+}
+
+// quietEvents gives a mock server an NVML event set that never delivers an event (every wait
+// times out), so the agent's Xid watch runs without faults.
+func quietEvents(s *server.Server) {
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: func(uint32) (nvml.EventData, nvml.Return) {
+				time.Sleep(10 * time.Millisecond)
+				return nvml.EventData{}, nvml.ERROR_TIMEOUT
+			},
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		}, nvml.SUCCESS
+	}
 }
