@@ -147,12 +147,14 @@ func (s *Snapshot) classify(members []*corev1.Pod) []*class {
 	for i, m := range members {
 		reqs := s.requestsOf(m)
 		vt := s.volumesOf(m)
-		ports := portsKey(m)
-		key := classKey(m, reqs, labelsMatter) + "|" + ports + "|" + volumesKey(vt)
+		key := s.podKey(m, reqs, labelsMatter)
+		if vk := volumesKey(vt); vk != "" {
+			key += vk
+		}
 		c, ok := byKey[key]
 		if !ok {
 			c = &class{rep: m, req: s.ri.vecOf(reqs), aff: nodeaffinity.GetRequiredNodeAffinity(m), vols: volumeSelectors(vt),
-				slow: gangRules || ports != ""}
+				slow: gangRules || portsKey(m) != ""}
 			byKey[key] = c
 			out = append(out, c)
 			c.filter = s.staticFilter(key, c)
@@ -244,6 +246,31 @@ func weightOf(name corev1.ResourceName, milli int64) float64 {
 	}
 }
 
+// podKey is the part of p's class key that depends on p alone: classKey, then its host ports,
+// each followed by "|" (the volumes' key, which depends on the claims, follows). It is kept
+// with the Requests the caller keeps for p's version, and computed when there are none.
+func (s *Snapshot) podKey(p *corev1.Pod, reqs corev1.ResourceList, withLabels bool) string {
+	var req *Requests
+	if s.lookup != nil {
+		req = s.lookup(p)
+	}
+	i := 0
+	if withLabels {
+		i = 1
+	}
+	if req != nil && req.keys[i] != "" {
+		return req.keys[i]
+	}
+	k := classKey(p, reqs, withLabels) + "|" + portsKey(p) + "|"
+	if req != nil {
+		req.keys[i] = k
+	}
+	return k
+}
+
+// classKey encodes what placement reads of a pod besides its ports and volumes: namespace,
+// requests, node selector, tolerations, affinity and spread (and its labels, where inter-pod
+// rules make them matter). Members with one key are placed as one class.
 func classKey(p *corev1.Pod, reqs corev1.ResourceList, withLabels bool) string {
 	var b strings.Builder
 	b.WriteString(p.Namespace)

@@ -579,3 +579,42 @@ func TestRequestsKeptAcrossSnapshots(t *testing.T) {
 		t.Errorf("snapshot with other slots: %d FPGAs free on a, want 4", got)
 	}
 }
+
+// TestClassKeysKeptPerPodVersion: a caller's kept Requests remember each pod's class key, once
+// without and once with its labels. A key kept from a snapshot where labels did not matter
+// must not stand in where they do: here an existing pod on n1 repels app=x, so the member
+// labelled app=x goes to n2 and its app=y twin to n1 — with one key for both, they would share
+// one class and one set of nodes.
+func TestClassKeysKeptPerPodVersion(t *testing.T) {
+	kept := map[*corev1.Pod]*scheduling.Requests{}
+	lookup := func(p *corev1.Pod) *scheduling.Requests {
+		if kept[p] == nil {
+			kept[p] = scheduling.NewRequests(p)
+		}
+		return kept[p]
+	}
+	nodes := []*corev1.Node{builders.Node("n1").GPU(1).Obj(), builders.Node("n2").GPU(1).Obj()}
+	gang := scheduling.Gang{Members: []*corev1.Pod{
+		builders.Pod("m-0", "ml").Member("g").GPU(1).Label("app", "x").Obj(),
+		builders.Pod("m-1", "ml").Member("g").GPU(1).Label("app", "y").Obj(),
+	}}
+	layout := scheduling.NewLayout()
+	// Labels do not matter: no pod has inter-pod rules.
+	if r := scheduling.Place(scheduling.NewSnapshotWithRequests(nodes, nil, nil, lookup, layout), gang); !r.Fits() {
+		t.Fatalf("without rules: %s", r.Reason)
+	}
+	repel := scheduling.PodOnNode{Pod: builders.Pod("guard", "ml").PodAntiAffinity(corev1.LabelHostname, "app", "x").Obj(), Node: "n1"}
+	for i := range 2 { // twice: the second time from the kept keys
+		r := scheduling.Place(scheduling.NewSnapshotWithRequests(nodes, []scheduling.PodOnNode{repel}, nil, lookup, layout), gang)
+		if !r.Fits() {
+			t.Fatalf("round %d: does not fit: %s", i, r.Reason)
+		}
+		got := map[string]string{}
+		for _, a := range r.Assignments {
+			got[a.Pod] = a.Node
+		}
+		if diff := cmp.Diff(map[string]string{"m-0": "n2", "m-1": "n1"}, got); diff != "" {
+			t.Errorf("round %d: placement (-want +got):\n%s", i, diff)
+		}
+	}
+}

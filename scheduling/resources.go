@@ -61,20 +61,30 @@ func (ri *resIndex) prefixOfLen(other *resIndex, n int) bool {
 
 // vecOf converts a ResourceList, adding unseen names to the index.
 func (ri *resIndex) vecOf(l corev1.ResourceList) vec {
-	for name := range l {
-		ri.add(name)
-	}
+	ri.addAll(l)
 	v := make(vec, len(ri.names))
-	for name, q := range l {
-		v[ri.slot[name]] = q.MilliValue()
-	}
+	ri.fill(v, l)
 	return v
 }
 
-// grow pads v to the index's current size.
+// addAll adds l's names the index has not seen.
+func (ri *resIndex) addAll(l corev1.ResourceList) {
+	for name := range l {
+		ri.add(name)
+	}
+}
+
+// fill converts l into v, which has a slot for each of l's names.
+func (ri *resIndex) fill(v vec, l corev1.ResourceList) {
+	for name, q := range l {
+		v[ri.slot[name]] = q.MilliValue()
+	}
+}
+
+// grow pads v to the index's current size (in one allocation when it must).
 func (ri *resIndex) grow(v vec) vec {
-	for len(v) < len(ri.names) {
-		v = append(v, 0)
+	if n := len(ri.names); len(v) < n {
+		v = append(v, make(vec, n-len(v))...)
 	}
 	return v
 }

@@ -26,6 +26,9 @@ type Requests struct {
 	list   corev1.ResourceList
 	layout *resIndex
 	v      vec
+	// keys are the pod's class keys (without, with its labels), on first use: a pod version's
+	// key never changes, and building it was most of a cycle's garbage with gangs waiting.
+	keys [2]string
 }
 
 // NewRequests computes p's requests (PodRequests) for a caller to keep.
@@ -95,20 +98,48 @@ func NewSnapshotWithRequests(nodes []*corev1.Node, pods []PodOnNode, unavailable
 	}
 	sorted := append([]*corev1.Node(nil), nodes...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	// Node states, their vectors and their pod lists each come from one allocation (a snapshot
+	// is built every admission cycle: per-node allocations were most of its garbage). Every
+	// sub-slice is capped, so a node that grows reallocates its own and never a neighbour's.
 	for _, n := range sorted {
-		ns := &NodeState{Node: n, Unavailable: unavailable[n.Name], idx: len(s.nodes), alloc: s.ri.vecOf(n.Status.Allocatable)}
+		s.ri.addAll(n.Status.Allocatable)
+	}
+	states := make([]NodeState, len(sorted))
+	width := len(s.ri.names)
+	vecs := make(vec, 2*width*len(sorted))
+	s.nodes = make([]*NodeState, len(sorted))
+	for i, n := range sorted {
+		ns := &states[i]
+		off := 2 * width * i
+		*ns = NodeState{Node: n, Unavailable: unavailable[n.Name], idx: i,
+			alloc: vecs[off : off+width : off+width], used: vecs[off+width : off+2*width : off+2*width]}
+		s.ri.fill(ns.alloc, n.Status.Allocatable)
 		if n.DeletionTimestamp != nil && ns.Unavailable == "" {
 			ns.Unavailable = "node is being deleted"
 		}
-		s.nodes = append(s.nodes, ns)
+		s.nodes[i] = ns
 		s.byName[n.Name] = ns
 	}
-	for _, pn := range pods {
+	on := make([]int32, len(pods)) // the node index of each pod that counts, -1 for the others
+	counts := make([]int, len(s.nodes))
+	for i, pn := range pods {
+		on[i] = -1
 		if pn.Pod.Status.Phase == corev1.PodSucceeded || pn.Pod.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		if ns, ok := s.byName[pn.Node]; ok {
-			s.add(ns, pn.Pod, s.requestVec(pn.Pod))
+			on[i] = int32(ns.idx)
+			counts[ns.idx]++
+		}
+	}
+	slab := make([]*corev1.Pod, 0, len(pods))
+	for i, ns := range s.nodes {
+		ns.pods = slab[len(slab) : len(slab) : len(slab)+counts[i]]
+		slab = slab[:len(slab)+counts[i]]
+	}
+	for i, pn := range pods {
+		if on[i] >= 0 {
+			s.add(s.nodes[on[i]], pn.Pod, s.requestVec(pn.Pod))
 		}
 	}
 	return s

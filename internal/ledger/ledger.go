@@ -201,7 +201,13 @@ func (l *Ledger) CatchUp(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) {
 // node that the cache does not show yet; and room held for pods kube-scheduler is about to
 // place (Hold).
 func (l *Ledger) Promised(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) []scheduling.PodOnNode {
-	out := make([]scheduling.PodOnNode, 0, len(pods))
+	return l.AppendPromised(make([]scheduling.PodOnNode, 0, len(pods)), pods, groups)
+}
+
+// AppendPromised is Promised appended to dst: a caller that asks every cycle passes the last
+// cycle's list back (dst[:0]) instead of allocating one the size of the cluster each time.
+func (l *Ledger) AppendPromised(dst []scheduling.PodOnNode, pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) []scheduling.PodOnNode {
+	out := dst
 	var unbound []*corev1.Pod
 	// Which pods the cache shows, for the assumed and held ones only: built when there are any
 	// (a set of every pod per cycle was garbage on every cycle of a large cluster).
@@ -234,34 +240,8 @@ func (l *Ledger) Promised(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) 
 			unbound = append(unbound, p)
 		}
 	}
-	gangs := make(map[string]bool, len(groups))
-	for _, g := range groups {
-		gangs[g.Namespace+"/"+g.Name] = true
-	}
-	// Only an unbound pod can be promised: index those alone (a few against the cluster's
-	// thousands of bound pods).
-	byKey := make(map[string]*corev1.Pod, len(unbound))
-	byUID := make(map[types.UID]*corev1.Pod, len(unbound))
-	for _, p := range unbound {
-		if node := p.Annotations[berthv1alpha1.PinnedNodeAnnotation]; node != "" && !gated(p) &&
-			(IsSeat(p) || gangs[p.Namespace+"/"+p.Labels[berthv1alpha1.PodGroupLabel]]) {
-			out = append(out, scheduling.PodOnNode{Pod: p, Node: node})
-			continue
-		}
-		byKey[p.Namespace+"/"+p.Name] = p
-		byUID[p.UID] = p
-	}
-	for _, g := range groups {
-		for _, a := range l.Assignments(g) {
-			p, ok := byKey[g.Namespace+"/"+a.Pod]
-			if a.UID != "" {
-				p, ok = byUID[a.UID]
-			}
-			if ok {
-				out = append(out, scheduling.PodOnNode{Pod: p, Node: a.Node})
-			}
-		}
-	}
+	out, rest := appendPinned(out, unbound, groups)
+	out = l.appendAssigned(out, rest, groups)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for uid, a := range l.pods {
@@ -277,6 +257,65 @@ func (l *Ledger) Promised(pods []*corev1.Pod, groups []*berthv1alpha1.PodGroup) 
 		for _, pn := range h.pods {
 			if !seen[pn.Pod.UID] {
 				out = append(out, pn)
+			}
+		}
+	}
+	return out
+}
+
+// appendPinned appends the unbound pods berth pinned to a node and released — seats always,
+// gang members while their gang (one of groups) lives — and returns the other unbound pods
+// (reusing unbound's array).
+func appendPinned(out []scheduling.PodOnNode, unbound []*corev1.Pod, groups []*berthv1alpha1.PodGroup) ([]scheduling.PodOnNode, []*corev1.Pod) {
+	var gangs map[string]bool
+	rest := unbound[:0]
+	for _, p := range unbound {
+		node := p.Annotations[berthv1alpha1.PinnedNodeAnnotation]
+		if node == "" || gated(p) {
+			rest = append(rest, p)
+			continue
+		}
+		if IsSeat(p) {
+			out = append(out, scheduling.PodOnNode{Pod: p, Node: node})
+			continue
+		}
+		if gangs == nil {
+			gangs = make(map[string]bool, len(groups))
+			for _, g := range groups {
+				gangs[g.Namespace+"/"+g.Name] = true
+			}
+		}
+		if gangs[p.Namespace+"/"+p.Labels[berthv1alpha1.PodGroupLabel]] {
+			out = append(out, scheduling.PodOnNode{Pod: p, Node: node})
+			continue
+		}
+		rest = append(rest, p)
+	}
+	return out, rest
+}
+
+// appendAssigned appends the unbound pods (of unbound) that groups' admissions promised a node
+// (status, or assumed). Only an unbound pod can be promised: those alone are indexed (a few
+// against the cluster's thousands of bound pods), and only once an assignment is looked up (the
+// index was garbage of every cycle with members waiting and nothing assigned).
+func (l *Ledger) appendAssigned(out []scheduling.PodOnNode, unbound []*corev1.Pod, groups []*berthv1alpha1.PodGroup) []scheduling.PodOnNode {
+	var byKey map[string]*corev1.Pod
+	var byUID map[types.UID]*corev1.Pod
+	for _, g := range groups {
+		for _, a := range l.Assignments(g) {
+			if byUID == nil {
+				byKey, byUID = make(map[string]*corev1.Pod, len(unbound)), make(map[types.UID]*corev1.Pod, len(unbound))
+				for _, p := range unbound {
+					byKey[p.Namespace+"/"+p.Name] = p
+					byUID[p.UID] = p
+				}
+			}
+			p, ok := byKey[g.Namespace+"/"+a.Pod]
+			if a.UID != "" {
+				p, ok = byUID[a.UID]
+			}
+			if ok {
+				out = append(out, scheduling.PodOnNode{Pod: p, Node: a.Node})
 			}
 		}
 	}

@@ -161,7 +161,7 @@ func TestForgetGone(t *testing.T) {
 		failures:    map[types.UID]failure{"live": {count: 1}, "gone": {count: 2}, sweepsKey: {count: 1}}}
 	g := builders.PodGroup("g", "ml").Obj()
 	g.UID = "live"
-	r.forgetGone([]*berthv1alpha1.PodGroup{g}, map[types.UID]bool{"pod-here": true})
+	r.forgetGone(map[types.UID]*berthv1alpha1.PodGroup{g.UID: g}, map[types.UID]bool{"pod-here": true})
 	if diff := cmp.Diff(map[string]bool{"live/0": true, "live/1": true}, r.boundSeen); diff != "" {
 		t.Errorf("boundSeen (-want +got):\n%s", diff)
 	}

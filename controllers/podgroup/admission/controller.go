@@ -36,6 +36,7 @@ import (
 	"github.com/berth-dev/berth/controllers/podgroup/status"
 	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/internal/ledger"
+	"github.com/berth-dev/berth/scheduling"
 )
 
 // Name is the controller's name in logs and metrics.
@@ -100,6 +101,8 @@ type Reconciler struct {
 	// lastWritten is when this process last wrote each gang's conditions that refresh their
 	// messages at most once per messageRefresh.
 	lastWritten map[refreshKey]time.Time
+	// promised is the last cycle's list of what counts against nodes, refilled by the next.
+	promised []scheduling.PodOnNode
 	// jobs are members' Jobs read around the cache, each reused for a second (jobs.go).
 	jobs jobReads
 	// failures are the runs of failed steps of gangs (by UID) and of the sweeps, each backing
@@ -181,6 +184,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	defer r.endCycle()
 	r.forgetJobs(cy.now)
 	recordPhases(cy.groups)
 	r.reportOrphans(cy)
@@ -223,6 +227,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	}
 	lastCycle.Set(float64(r.clock.Now().UnixMilli()) / 1e3)
 	return reconcile.Result{RequeueAfter: next}, nil
+}
+
+// endCycle drops what the buffers a cycle refills point to, so that no replaced pod version
+// outlives the cycle that read it.
+func (r *Reconciler) endCycle() {
+	clear(r.promised)
+	if b, ok := r.reader.(interface{ release() }); ok {
+		b.release()
+	}
 }
 
 // sweep runs the cluster-wide clean-ups (seats, reservations, barriers, keys whose gangs are

@@ -37,6 +37,10 @@ type cycle struct {
 	// terminating pod still counts for kube-scheduler's pod affinity, so a release closes them
 	// too.
 	oldKeys map[string][]*corev1.Pod
+	// byUID and byKey find the cycle's PodGroups by UID and by namespace/name (groupByUID,
+	// groupByKey): built once per cycle, on first use (the sweeps each built their own).
+	byUID map[types.UID]*berthv1alpha1.PodGroup
+	byKey map[string]*berthv1alpha1.PodGroup
 	// seats are the seat pods by the UID of the gang they hold capacity for.
 	seats map[types.UID][]*corev1.Pod
 	// booked are the bound seats of ProvisioningRequests (controllers/provisioningrequest), by
@@ -111,7 +115,8 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 		}
 	}
 	r.forgetUnschedulable(func(uid types.UID) bool { return uids[uid] })
-	r.forgetGone(groups, uids)
+	cy.index()
+	r.forgetGone(cy.byUID, uids)
 	cy.seats, cy.booked = seatsByGroup(pods), bookedSeats(pods)
 	prio := make(map[*berthv1alpha1.PodGroup]int32, len(cy.groups))
 	for _, g := range cy.groups {
@@ -125,7 +130,10 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 		return older(a, b)
 	})
 	r.ledger.CatchUp(pods, cy.groups)
-	cy.onNodes = r.ledger.Promised(pods, cy.groups)
+	// The last cycle's list is reused: cycles run one at a time and none keeps its list.
+	clear(r.promised)
+	cy.onNodes = r.ledger.AppendPromised(r.promised[:0], pods, cy.groups)
+	r.promised = cy.onNodes
 	r.mu.Lock()
 	r.requests.update(pods)
 	cy.layout = r.requests.layout
@@ -137,6 +145,29 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	cy.snap = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, cy.unavailable, cy.requests, cy.layout)
 	cy.snap.SetVolumes(cy.volumes)
 	return cy, nil
+}
+
+// index builds byUID and byKey from groups, once.
+func (cy *cycle) index() {
+	if cy.byUID != nil {
+		return
+	}
+	cy.byUID, cy.byKey = make(map[types.UID]*berthv1alpha1.PodGroup, len(cy.groups)), make(map[string]*berthv1alpha1.PodGroup, len(cy.groups))
+	for _, g := range cy.groups {
+		cy.byUID[g.UID], cy.byKey[g.Namespace+"/"+g.Name] = g, g
+	}
+}
+
+// groupByUID is the cycle's PodGroup of that UID, or nil.
+func (cy *cycle) groupByUID(uid types.UID) *berthv1alpha1.PodGroup {
+	cy.index()
+	return cy.byUID[uid]
+}
+
+// groupByKey is the cycle's PodGroup of that namespace/name, or nil.
+func (cy *cycle) groupByKey(key string) *berthv1alpha1.PodGroup {
+	cy.index()
+	return cy.byKey[key]
 }
 
 // gang is the cycle's view of one PodGroup.
@@ -223,14 +254,10 @@ func (cy *cycle) reservePartial(gang scheduling.Gang) {
 // reportOrphans tells, once per pod, gated members whose PodGroup does not exist that they
 // wait for one: without it they would stay gated with no explanation.
 func (r *Reconciler) reportOrphans(cy *cycle) {
-	exists := map[string]bool{}
-	for _, g := range cy.groups {
-		exists[g.Namespace+"/"+g.Name] = true
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for key, ms := range cy.members {
-		if exists[key] {
+		if cy.groupByKey(key) != nil {
 			continue
 		}
 		for _, m := range gatedOnly(ms) {

@@ -105,15 +105,11 @@ func (r *Reconciler) remembersPods() bool {
 // gone: all-bound latencies observed (by gang UID and generation), orphans reported (by pod
 // UID) and failure runs (by gang UID). Kept otherwise, they grew with every gang, generation and
 // pod a long-lived controller ever saw. pods says which pod UIDs exist.
-func (r *Reconciler) forgetGone(groups []*berthv1alpha1.PodGroup, pods map[types.UID]bool) {
-	live := make(map[string]bool, len(groups))
-	for _, g := range groups {
-		live[string(g.UID)] = true
-	}
+func (r *Reconciler) forgetGone(live map[types.UID]*berthv1alpha1.PodGroup, pods map[types.UID]bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for key := range r.boundSeen {
-		if uid, _, _ := strings.Cut(key, "/"); !live[uid] {
+		if uid, _, _ := strings.Cut(key, "/"); live[types.UID(uid)] == nil {
 			delete(r.boundSeen, key)
 		}
 	}
@@ -123,7 +119,7 @@ func (r *Reconciler) forgetGone(groups []*berthv1alpha1.PodGroup, pods map[types
 		}
 	}
 	for uid := range r.failures {
-		if uid != sweepsKey && !live[string(uid)] {
+		if uid != sweepsKey && live[uid] == nil {
 			delete(r.failures, uid)
 		}
 	}

@@ -1,7 +1,6 @@
 package admission
 
 import (
-	"strings"
 	"sync"
 	"time"
 
@@ -63,31 +62,51 @@ var (
 		{vec: gangProvisioning}, {vec: gangProvisioningTimeout}, {vec: gangSeats}, {vec: seatOnlyNodeAge},
 	}
 	perGangMu sync.Mutex
+	// perGangByVec finds a vector's gaugeSeries.
+	perGangByVec = func() map[*prometheus.GaugeVec]*gaugeSeries {
+		m := make(map[*prometheus.GaugeVec]*gaugeSeries, len(perGang))
+		for _, gs := range perGang {
+			m[gs.vec] = gs
+		}
+		return m
+	}()
 )
 
 // gaugeSeries sets a gauge vector's series for one cycle and deletes, at flush, those the cycle
 // did not set. It never resets the vector: a scrape between a reset and the new values would see
-// no series and restart every alert's `for` clock.
+// no series and restart every alert's `for` clock. Its two sets of series are kept and cleared
+// between cycles rather than made anew (they were a per-gang garbage of every cycle).
 type gaugeSeries struct {
 	vec        *prometheus.GaugeVec
-	last, next map[string][]string
+	last, next map[seriesKey]struct{}
 }
+
+// seriesKey is one series' label values (the per-gang vectors have at most three labels).
+type seriesKey struct {
+	n      int
+	values [3]string
+}
+
+func (k seriesKey) labels() []string { return k.values[:k.n] }
 
 func (s *gaugeSeries) set(v float64, labels ...string) {
 	if s.next == nil {
-		s.next = map[string][]string{}
+		s.next = map[seriesKey]struct{}{}
 	}
-	s.next[strings.Join(labels, "\x00")] = labels
+	var k seriesKey
+	k.n = copy(k.values[:], labels) // TestPerGangSeriesFitTheirKey: no vector has more labels
+	s.next[k] = struct{}{}
 	s.vec.WithLabelValues(labels...).Set(v)
 }
 
 func (s *gaugeSeries) flush() {
-	for k, labels := range s.last {
+	for k := range s.last {
 		if _, ok := s.next[k]; !ok {
-			s.vec.DeleteLabelValues(labels...)
+			s.vec.DeleteLabelValues(k.labels()...)
 		}
 	}
-	s.last, s.next = s.next, nil
+	clear(s.last)
+	s.last, s.next = s.next, s.last
 }
 
 // gangState is what the per-gang series read of one PodGroup.
@@ -102,10 +121,7 @@ type gangState struct {
 func recordGangSeries(gangs []gangState, onNodes []scheduling.PodOnNode, nodes []*corev1.Node, now time.Time) {
 	perGangMu.Lock()
 	defer perGangMu.Unlock()
-	s := map[*prometheus.GaugeVec]*gaugeSeries{}
-	for _, gs := range perGang {
-		s[gs.vec] = gs
-	}
+	s := perGangByVec
 	for _, st := range gangs {
 		g := st.group
 		ns, name := g.Namespace, g.Name
@@ -168,18 +184,28 @@ func timeoutsOf(g *berthv1alpha1.PodGroup) int32 {
 // seatOnlyNodes is, per NodePool, the age of the oldest node whose only pods are seats
 // (DaemonSet pods aside).
 func seatOnlyNodes(onNodes []scheduling.PodOnNode, nodes []*corev1.Node, now time.Time) map[string]time.Duration {
-	seats, others := map[string]int{}, map[string]int{}
+	// Seats are few: count the other pods only on nodes that have one (a count of every node's
+	// pods was garbage of every cycle). A count of -1 marks a node with a pod other than seats.
+	var seats map[string]int
 	for _, pn := range onNodes {
-		switch {
-		case pn.Pod.Labels[berthv1alpha1.SeatOfLabel] != "":
+		if pn.Pod.Labels[berthv1alpha1.SeatOfLabel] != "" {
+			if seats == nil {
+				seats = map[string]int{}
+			}
 			seats[pn.Node]++
-		case !ownedByDaemonSet(pn.Pod):
-			others[pn.Node]++
+		}
+	}
+	if len(seats) == 0 {
+		return nil
+	}
+	for _, pn := range onNodes {
+		if n, ok := seats[pn.Node]; ok && n > 0 && pn.Pod.Labels[berthv1alpha1.SeatOfLabel] == "" && !ownedByDaemonSet(pn.Pod) {
+			seats[pn.Node] = -1
 		}
 	}
 	out := map[string]time.Duration{}
 	for _, n := range nodes {
-		if seats[n.Name] == 0 || others[n.Name] > 0 {
+		if seats[n.Name] <= 0 {
 			continue
 		}
 		pool := n.Labels[karpv1.NodePoolLabelKey]

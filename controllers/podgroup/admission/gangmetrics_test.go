@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -103,6 +104,25 @@ func TestGangSeries(t *testing.T) {
 	for _, s := range perGang {
 		if got := series(t, s.vec); len(got) != 0 {
 			t.Errorf("series left after the gangs left their state: %v", got)
+		}
+	}
+}
+
+// TestPerGangSeriesFitTheirKey: a gaugeSeries remembers a series by at most len(seriesKey.values)
+// label values; a vector with more would be remembered by its first ones only and its series
+// deleted under the wrong labels.
+func TestPerGangSeriesFitTheirKey(t *testing.T) {
+	for _, gs := range perGang {
+		ch := make(chan *prometheus.Desc, 1)
+		gs.vec.Describe(ch)
+		d := (<-ch).String()
+		_, labels, ok := strings.Cut(d, "variableLabels: {")
+		if !ok {
+			t.Fatalf("cannot read the labels of %s", d)
+		}
+		labels, _, _ = strings.Cut(labels, "}")
+		if n := len(strings.Split(labels, ",")); n > len(seriesKey{}.values) {
+			t.Errorf("%s has %d labels; seriesKey holds %d", d, n, len(seriesKey{}.values))
 		}
 	}
 }

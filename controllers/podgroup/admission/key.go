@@ -150,13 +150,9 @@ func (r *Reconciler) setKeyLabel(ctx context.Context, p *corev1.Pod, value strin
 // sweepKeys removes the key label from members of PodGroups that no longer exist: a PodGroup
 // created again under the same name must not find its gang already open.
 func (r *Reconciler) sweepKeys(ctx context.Context, cy *cycle) error {
-	live := make(map[string]bool, len(cy.groups))
-	for _, g := range cy.groups {
-		live[g.Namespace+"/"+g.Name] = true
-	}
 	var errs []error
 	for group, pods := range cy.members {
-		if live[group] {
+		if cy.groupByKey(group) != nil {
 			continue
 		}
 		for _, p := range pods {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/podgroup/status"
@@ -108,19 +109,18 @@ func behindBarrier(m *corev1.Pod, key string) bool {
 
 // sweepBarriers removes release barriers of PodGroups that no longer exist.
 func (r *Reconciler) sweepBarriers(ctx context.Context, cy *cycle) error {
-	live := map[string]bool{}
-	for _, g := range cy.groups {
-		live[barrierKey(g)] = true
-	}
-	return r.sweepNodeLabels(ctx, cy.nodes, berthv1alpha1.BarrierLabelPrefix, live)
+	return r.sweepNodeLabels(ctx, cy.nodes, berthv1alpha1.BarrierLabelPrefix, func(uid types.UID) bool {
+		return cy.groupByUID(uid) != nil
+	})
 }
 
-// sweepNodeLabels removes from every node the labels starting with prefix that are not live.
-func (r *Reconciler) sweepNodeLabels(ctx context.Context, nodes []*corev1.Node, prefix string, live map[string]bool) error {
+// sweepNodeLabels removes from every node the labels of prefix + a gang's UID whose gang is not
+// live.
+func (r *Reconciler) sweepNodeLabels(ctx context.Context, nodes []*corev1.Node, prefix string, live func(types.UID) bool) error {
 	var errs []error
 	for _, n := range nodes {
 		for k := range n.Labels {
-			if strings.HasPrefix(k, prefix) && !live[k] {
+			if uid, ok := strings.CutPrefix(k, prefix); ok && !live(types.UID(uid)) {
 				errs = append(errs, r.setNodeLabel(ctx, n.Name, k, false))
 			}
 		}
@@ -155,13 +155,10 @@ func (r *Reconciler) reserve(ctx context.Context, g *berthv1alpha1.PodGroup, sna
 // sweepReservations removes reservation labels of gangs whose capacity request ended (admitted,
 // withdrawn, timed out) or that are gone.
 func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
-	live := map[string]bool{}
-	for _, g := range cy.groups {
-		if reservationLive(g, cy.now) {
-			live[reserveKey(g)] = true
-		}
-	}
-	return r.sweepNodeLabels(ctx, cy.nodes, berthv1alpha1.ReservationLabelPrefix, live)
+	return r.sweepNodeLabels(ctx, cy.nodes, berthv1alpha1.ReservationLabelPrefix, func(uid types.UID) bool {
+		g := cy.groupByUID(uid)
+		return g != nil && reservationLive(g, cy.now)
+	})
 }
 
 // reservationLive reports whether gang g's reservation labels must stay: its attempt runs, or

@@ -99,13 +99,9 @@ func (r *Reconciler) deleteSeats(ctx context.Context, seats []*corev1.Pod) error
 // capacity request runs, so the seats of a PodGroup that is gone, or whose request ended
 // (admitted, withdrawn, timed out), go.
 func (r *Reconciler) sweepSeats(ctx context.Context, cy *cycle) error {
-	live := map[types.UID]*berthv1alpha1.PodGroup{}
-	for _, g := range cy.groups {
-		live[g.UID] = g
-	}
 	var stale []*corev1.Pod
 	for uid, ss := range cy.seats {
-		if g, ok := live[uid]; ok && g.Status.Provisioning.Active() && !status.TimedOutForGood(g) {
+		if g := cy.groupByUID(uid); g != nil && g.Status.Provisioning.Active() && !status.TimedOutForGood(g) {
 			continue
 		}
 		stale = append(stale, ss...)

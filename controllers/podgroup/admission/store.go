@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -53,6 +54,10 @@ type storeReader struct {
 	groups *objectStore[*berthv1alpha1.PodGroup]
 	pods   *objectStore[*corev1.Pod]
 	nodes  *objectStore[*corev1.Node]
+	// podList and nodeList are the last read's lists, refilled by the next: cycles run one at
+	// a time and none keeps a list past its end (a list of every pod per cycle was garbage).
+	podList  []*corev1.Pod
+	nodeList []*corev1.Node
 }
 
 // newStoreReader registers the stores with the cache's informers; each fires t after recording
@@ -104,7 +109,14 @@ func (s *storeReader) read(context.Context) ([]*berthv1alpha1.PodGroup, []*corev
 	for i, g := range shared {
 		groups[i] = *g
 	}
-	return ptrs(groups), s.pods.list(), s.nodes.list(), nil
+	s.podList, s.nodeList = s.pods.appendTo(s.podList), s.nodes.appendTo(s.nodeList)
+	return ptrs(groups), s.podList, s.nodeList, nil
+}
+
+// release drops the last read's lists' pointers (their arrays are kept for the next read).
+func (s *storeReader) release() {
+	clear(s.podList)
+	clear(s.nodeList)
 }
 
 // objectStore holds the objects of one kind as informer events leave them, by namespace and
@@ -177,10 +189,14 @@ func (s *objectStore[T]) OnDelete(obj any) {
 }
 
 // list is every object, in no particular order.
-func (s *objectStore[T]) list() []T {
+func (s *objectStore[T]) list() []T { return s.appendTo(nil) }
+
+// appendTo refills buf (its contents are dropped) with every object, in no particular order.
+func (s *objectStore[T]) appendTo(buf []T) []T {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]T, 0, len(s.items))
+	clear(buf)
+	out := slices.Grow(buf[:0], len(s.items))
 	for _, o := range s.items {
 		out = append(out, o)
 	}
