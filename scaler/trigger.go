@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/url"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -99,6 +100,10 @@ const (
 	// credentials, resolved by KEDA like KeyPrometheusBearerTokenFromEnv.
 	KeyPrometheusUsernameFromEnv = "prometheusUsernameFromEnv"
 	KeyPrometheusPasswordFromEnv = "prometheusPasswordFromEnv"
+	// KeyPrometheusAWSRegion makes the source sign its requests with AWS SigV4 for that region
+	// (Amazon Managed Service for Prometheus), with the scaler's own AWS credentials: IRSA or
+	// EKS Pod Identity on its ServiceAccount, or the default chain.
+	KeyPrometheusAWSRegion = "prometheusAwsRegion"
 )
 
 // kedaKeys are trigger keys KEDA itself reads and forwards to the scaler; they are accepted
@@ -116,6 +121,9 @@ type PrometheusConfig struct {
 	BearerToken, Username, Password string
 	// InsecureSkipVerify skips TLS verification of the server.
 	InsecureSkipVerify bool
+	// AWSRegion, when set, signs every request with AWS SigV4 for the "aps" service of this
+	// region (Amazon Managed Service for Prometheus).
+	AWSRegion string
 }
 
 // Trigger is the parsed, validated metadata of one ScaledObject trigger.
@@ -452,7 +460,7 @@ func (p parser) unknownKeys() error {
 
 func (p parser) prometheus(t *Trigger) error {
 	promKeys := []string{KeyPrometheusAddress, KeyPrometheusPodLabel, KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL,
-		KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv, KeyPrometheusPasswordFromEnv}
+		KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv, KeyPrometheusPasswordFromEnv, KeyPrometheusAWSRegion}
 	if t.Source != SourcePrometheus && t.DemandQuery == "" {
 		for _, k := range promKeys {
 			if _, ok := p.get(k); ok {
@@ -497,8 +505,20 @@ func (p parser) prometheus(t *Trigger) error {
 	if t.Prometheus.BearerToken != "" && t.Prometheus.Username != "" {
 		return &InvalidKeyError{KeyPrometheusBearerTokenFromEnv, "", "use a bearer token or basic auth, not both"}
 	}
+	if v, ok := p.get(KeyPrometheusAWSRegion); ok {
+		if !awsRegion.MatchString(v) {
+			return &InvalidKeyError{KeyPrometheusAWSRegion, v, "want an AWS region, e.g. us-east-1"}
+		}
+		if t.Prometheus.BearerToken != "" || t.Prometheus.Username != "" {
+			return &InvalidKeyError{KeyPrometheusAWSRegion, v, "SigV4 signs with the scaler's AWS credentials: not with a bearer token or basic auth (both would be sent in the Authorization header)"}
+		}
+		t.Prometheus.AWSRegion = v
+	}
 	return nil
 }
+
+// awsRegion matches AWS region names: us-east-1, eu-central-2, us-gov-west-1, cn-north-1.
+var awsRegion = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
 
 func isLabelName(s string) bool {
 	for i, r := range s {
@@ -516,7 +536,7 @@ func AcceptedKeys() []string {
 		KeyColdStartSeconds, KeyHeadroomQuantile, KeyMaxHeadroom, KeyWarmSeats, KeyMinWarmSeats, KeyTargetQueueDepth, KeyTargetConcurrency,
 		KeyTargetQueuedPrompt, KeyTargetKVCacheUsage, KeyTargetKVTokens, KeyKVSaturation, KeyTargetTokens, KeyTargetTTFTSeconds, KeyTargetITLSeconds, KeyMaxPreemptions, KeyFollow, KeyFollowRatio, KeyActivationQueueDepth, KeyStartupTimeout, KeyDemandQuery, KeyDemandPreset, KeyInferencePool, KeyRole, KeySource, KeyPrometheusAddress, KeyPrometheusPodLabel,
 		KeyPrometheusNSLabel, KeyPrometheusUnsafeSSL, KeyPrometheusBearerTokenFromEnv, KeyPrometheusUsernameFromEnv,
-		KeyPrometheusPasswordFromEnv}
+		KeyPrometheusPasswordFromEnv, KeyPrometheusAWSRegion}
 }
 
 // Signals lists the signals this trigger scales on, in a fixed order.

@@ -31,6 +31,13 @@ func TestParseTriggerDefaults(t *testing.T) {
 		tr.Prometheus.BearerToken != "tok" || tr.TargetTTFT != 0.4 {
 		t.Fatalf("parsed = %+v", tr)
 	}
+	for _, region := range []string{"us-east-1", "eu-central-2", "us-gov-west-1", "ap-southeast-4"} {
+		tr = trig(t, map[string]string{"targetQueueDepth": "4", "source": "prometheus",
+			"prometheusAddress": "https://aps-workspaces." + region + ".amazonaws.com/workspaces/ws-1", "prometheusAwsRegion": region})
+		if tr.Prometheus.AWSRegion != region {
+			t.Errorf("prometheusAwsRegion %s: parsed %q", region, tr.Prometheus.AWSRegion)
+		}
+	}
 }
 
 func TestParseTriggerErrors(t *testing.T) {
@@ -76,6 +83,10 @@ func TestParseTriggerErrors(t *testing.T) {
 		{map[string]string{"targetQueueDepth": "4", "prometheusAddress": "http://prom:9090"}, "prometheusAddress", "only used with source prometheus or demandQuery"},
 		{map[string]string{"targetQueueDepth": "4", "source": "prometheus", "prometheusAddress": "http://p", "prometheusPodLabel": "pod-name"}, "prometheusPodLabel", "label name"},
 		{map[string]string{"targetQueueDepth": "4", "source": "prometheus", "prometheusAddress": "http://p", "prometheusUsernameFromEnv": "u"}, "prometheusUsernameFromEnv", "both"},
+		{map[string]string{"targetQueueDepth": "4", "source": "prometheus", "prometheusAddress": "https://aps", "prometheusAwsRegion": "us-east"}, "prometheusAwsRegion", "want an AWS region"},
+		{map[string]string{"targetQueueDepth": "4", "source": "prometheus", "prometheusAddress": "https://aps", "prometheusAwsRegion": "US-EAST-1"}, "prometheusAwsRegion", "want an AWS region"},
+		{map[string]string{"targetQueueDepth": "4", "source": "prometheus", "prometheusAddress": "https://aps", "prometheusAwsRegion": "us-east-1", "prometheusBearerTokenFromEnv": "t"}, "prometheusAwsRegion", "not with a bearer token"},
+		{map[string]string{"targetQueueDepth": "4", "prometheusAwsRegion": "us-east-1"}, "prometheusAwsRegion", "only used with source prometheus or demandQuery"},
 	}
 	for _, tc := range tests {
 		_, err := ParseTrigger(tc.md)

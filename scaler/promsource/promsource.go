@@ -19,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
 	"github.com/prometheus/common/model"
@@ -45,6 +47,10 @@ type Options struct {
 	// RootCAs, when set, are the certificate authorities trusted for HTTPS Prometheus servers
 	// (a private CA in front of Thanos or a self-hosted Prometheus); nil: the system's.
 	RootCAs *x509.CertPool
+	// AWSCredentials sign requests to servers whose trigger sets prometheusAwsRegion (SigV4);
+	// nil: the AWS SDK's default chain (IRSA, EKS Pod Identity, environment, instance role),
+	// loaded when a trigger first needs it.
+	AWSCredentials aws.CredentialsProvider
 	// Clock is injected for tests.
 	Clock clock.PassiveClock
 	// Observe, when set, is told about every evaluation: its duration and the error reason
@@ -344,7 +350,17 @@ func (s *Source) client(cfg scaler.PrometheusConfig) (promv1.API, error) {
 		tr.TLSClientConfig = &tls.Config{RootCAs: s.opts.RootCAs, MinVersion: tls.VersionTLS12}
 	}
 	var rt http.RoundTripper = tr
-	if cfg.BearerToken != "" || cfg.Username != "" {
+	switch {
+	case cfg.AWSRegion != "":
+		creds := s.opts.AWSCredentials
+		if creds == nil {
+			var err error
+			if creds, err = defaultAWSCredentials(); err != nil {
+				return nil, err
+			}
+		}
+		rt = sigv4RoundTripper{next: tr, creds: creds, region: cfg.AWSRegion, signer: v4.NewSigner(), clock: s.opts.Clock}
+	case cfg.BearerToken != "" || cfg.Username != "":
 		rt = authRoundTripper{next: tr, cfg: cfg}
 	}
 	c, err := api.NewClient(api.Config{Address: cfg.Address, RoundTripper: rt})
