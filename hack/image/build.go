@@ -170,8 +170,56 @@ func baseLayer(spec Spec, bin string) (v1.Layer, error) {
 			}
 			files = append(files, file{path: lib, mode: 0o755, data: data})
 		}
+		records, err := packageRecords(libs)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, records...)
 	}
 	return layer(files, []string{"/tmp", "/home/nonroot"})
+}
+
+// packageRecords are the Debian package records of the packages that own libs, where image
+// scanners (Trivy, Grype, Syft) read what an image ships: a dpkg status entry per package in
+// /var/lib/dpkg/status.d/<package> — the layout distroless uses — and the package's copyright
+// file. Without them the copied C library is invisible to a scan (its CVEs never reported).
+func packageRecords(libs []string) ([]file, error) {
+	owners := map[string]bool{}
+	for _, lib := range libs {
+		out, err := exec.Command("dpkg-query", "-S", lib).Output()
+		if err != nil {
+			return nil, fmt.Errorf("which Debian package owns %s (the agent image records its libraries' packages for scanners; build it on Debian or Ubuntu): %w", lib, err)
+		}
+		// "libc6:amd64: /lib/x86_64-linux-gnu/libc.so.6"
+		pkg, _, ok := strings.Cut(strings.TrimSpace(string(out)), ": ")
+		if !ok {
+			return nil, fmt.Errorf("dpkg-query -S %s: unexpected answer %q", lib, out)
+		}
+		owners[pkg] = true
+	}
+	var files []file
+	for _, pkg := range sortedKeys(owners) {
+		status, err := exec.Command("dpkg-query", "-s", pkg).Output()
+		if err != nil {
+			return nil, fmt.Errorf("dpkg-query -s %s: %w", pkg, err)
+		}
+		name, _, _ := strings.Cut(pkg, ":")
+		files = append(files, file{path: "/var/lib/dpkg/status.d/" + name, mode: 0o644, data: status})
+		copyright := "/usr/share/doc/" + name + "/copyright"
+		if data, err := os.ReadFile(copyright); err == nil {
+			files = append(files, file{path: copyright, mode: 0o644, data: data})
+		}
+	}
+	return files, nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // appLayer holds the binary.

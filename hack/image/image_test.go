@@ -105,6 +105,19 @@ func TestImages(t *testing.T) {
 					t.Errorf("%s, needed by the agent, is not in the image", lib)
 				}
 			}
+			// Scanners see the C library it ships: a dpkg record of the package that owns it,
+			// with this machine's version.
+			want, err := exec.Command("dpkg-query", "-W", "-f=${Version}", "libc6").Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			status := string(files["var/lib/dpkg/status.d/libc6"])
+			if !strings.Contains(status, "Package: libc6\n") || !strings.Contains(status, "Version: "+string(want)+"\n") {
+				t.Errorf("no dpkg record of libc6 %s in the image: %q", want, status)
+			}
+			if _, ok := files["usr/share/doc/libc6/copyright"]; !ok {
+				t.Error("libc6's copyright is not in the image")
+			}
 		})
 	}
 }
