@@ -5,6 +5,7 @@ package release_test
 
 import (
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -116,6 +117,40 @@ func TestReleaseWaitsForCIAndSigns(t *testing.T) {
 		})
 		if !signed {
 			t.Errorf("release job %s does not sign what it pushes", job)
+		}
+	}
+}
+
+// pinned is an action pinned to a full commit, with the release it is as a comment (what
+// Dependabot updates in place): owner/repo[/path]@<40 hex> # vX.Y.Z.
+var pinned = regexp.MustCompile(`^[A-Za-z0-9_.-]+/[A-Za-z0-9_./-]+@[0-9a-f]{40} # v[0-9]+\.[0-9]+\.[0-9]+$`)
+
+// TestActionsPinnedByCommit: every third-party action a workflow runs is pinned to a commit (a
+// tag can be moved to other code; a commit cannot), with its release named beside it; the
+// workflows' own reusable workflow is the only local reference.
+func TestActionsPinnedByCommit(t *testing.T) {
+	for _, path := range []string{".github/workflows/ci.yaml", ".github/workflows/release.yaml"} {
+		data, err := os.ReadFile("../../" + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for line := range strings.Lines(string(data)) {
+			_, ref, ok := strings.Cut(line, "uses: ")
+			if !ok {
+				continue
+			}
+			ref = strings.TrimSpace(ref)
+			if strings.HasPrefix(ref, "./.github/workflows/") {
+				continue
+			}
+			n++
+			if !pinned.MatchString(ref) {
+				t.Errorf("%s: %q is not pinned to a commit with its release as a comment", path, ref)
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s: no action found; the test reads nothing", path)
 		}
 	}
 }
