@@ -108,6 +108,13 @@ func ComponentKubeconfig(ctx context.Context, r *rig.Rig, component string) (str
 	return path, nil
 }
 
+// ServiceAccountKubeconfig writes a kubeconfig that authenticates as ServiceAccount name in
+// rig.BerthNamespace with a day-long token: a process started with it has exactly that
+// account's permissions (the chart's, after a helm install).
+func ServiceAccountKubeconfig(ctx context.Context, r *rig.Rig, name string) (string, error) {
+	return tokenKubeconfig(ctx, r, name)
+}
+
 // tokenKubeconfig writes a kubeconfig that authenticates as ServiceAccount name in
 // rig.BerthNamespace with a day-long token.
 func tokenKubeconfig(ctx context.Context, r *rig.Rig, name string) (string, error) {

@@ -180,3 +180,14 @@ pod-network default (8080, 8081, 9443) moves to berth's own (9340, 9341, 9342). 
 {{- end }}
 {{- toYaml $p }}
 {{- end }}
+
+{{/* A probe: the chart's handler and timings, with <component>.<probe>'s timings over them:
+(dict "handler" <dict> "defaults" <dict> "timings" .Values.<component>.<probe>). The handler is
+always the chart's (the schema admits timings only). */}}
+{{- define "berth.probe" -}}
+{{- /* set, not merge: merge would take an explicit 0 (initialDelaySeconds: 0) for unset */ -}}
+{{- $p := deepCopy .defaults }}
+{{- range $k, $v := (.timings | default dict) }}{{ $_ := set $p $k $v }}{{ end }}
+{{- range $k, $v := .handler }}{{ $_ := set $p $k $v }}{{ end }}
+{{- toYaml $p }}
+{{- end }}

@@ -55,6 +55,24 @@ var quickstart = []string{
 	"monitoring.prometheusRelease=kube-prometheus-stack",
 }
 
+// installQuickstart runs helm install of the packaged chart with the quickstart's values and
+// returns the configuration and values it used.
+func installQuickstart(t *testing.T) (*action.Configuration, map[string]any) {
+	t.Helper()
+	opts := values.Options{Values: quickstart}
+	vals, err := opts.MergeValues(getter.Providers{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := helmConfig(t)
+	inst := action.NewInstall(cfg)
+	inst.ReleaseName, inst.Namespace, inst.CreateNamespace = release, namespace, true
+	if _, err := inst.Run(packaged(t), vals); err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+	return cfg, vals
+}
+
 // helmConfig is Helm's action configuration for the rig, as the helm CLI builds it from a
 // kubeconfig.
 func helmConfig(t *testing.T) *action.Configuration {
@@ -134,18 +152,7 @@ func hasColumn(crd *apiextensionsv1.CustomResourceDefinition, name string) bool 
 func TestInstallUpgradeUninstallKeepsPodGroups(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
-	opts := values.Options{Values: quickstart}
-	vals, err := opts.MergeValues(getter.Providers{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := helmConfig(t)
-
-	inst := action.NewInstall(cfg)
-	inst.ReleaseName, inst.Namespace, inst.CreateNamespace = release, namespace, true
-	if _, err := inst.Run(packaged(t), vals); err != nil {
-		t.Fatalf("helm install: %v", err)
-	}
+	cfg, vals := installQuickstart(t)
 	var crd apiextensionsv1.CustomResourceDefinition
 	if err := c.Get(ctx, client.ObjectKey{Name: crdName}, &crd); err != nil {
 		t.Fatalf("the PodGroup CRD after helm install: %v", err)
