@@ -69,7 +69,10 @@ test: verify test-rules test-image tools ## Everything CI runs: verify, unit tes
 test-unit: ## Unit tests only (no rig).
 	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/)
 
-demo: build tools ## Start the local dev cluster (berth dev up) and run the demo scenario.
+demo: build ## Start the local dev cluster (berth dev up) and run the demo scenario: builds what the cluster needs to come up (progress with an estimate), starts it and plays the first scenes while KEDA builds behind them.
+	@hack/build-tools.sh --demo >/dev/null
+	@mkdir -p bin && (hack/build-tools.sh keda-operator keda-adapter >bin/keda-build.log 2>&1 &) && \
+		echo "KEDA builds in the background (~15 min cold; log bin/keda-build.log): the cluster starts it once built, the autoscale scene waits for it."
 	$(BERTH) dev up --tools-dir "$(TOOLS_DIR)"
 	$(BERTH) dev demo
 	@echo "The dev cluster keeps running: '$(BERTH) dev status' shows it, '$(BERTH) dev down' stops it."

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -111,6 +113,9 @@ func printStatus(out io.Writer, st State) {
 	}
 	fmt.Fprintf(out, "dev cluster: %s (pid %d, since %s)\n", state, st.PID, st.StartedAt.Format(time.RFC3339))
 	fmt.Fprintf(out, "api server:  %s\nkubeconfig:  %s   (export KUBECONFIG=%s)\nlogs:        %s\npod IPs:     %s\n", st.APIServer, st.Kubeconfig, st.Kubeconfig, st.LogDir, st.PodCIDR)
+	for _, name := range slices.Sorted(maps.Keys(st.Pending)) {
+		fmt.Fprintf(out, "%-19s not started: %s\n", name+":", st.Pending[name])
+	}
 	names := make([]string, 0, len(st.Endpoints))
 	for name := range st.Endpoints {
 		names = append(names, name)

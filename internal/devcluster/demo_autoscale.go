@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -42,6 +44,9 @@ const (
 // autoscaleScene runs scene 5.
 func autoscaleScene(ctx context.Context, d *demo) error {
 	c, p := d.c, d.p
+	if err := waitForKEDA(ctx, d); err != nil {
+		return err
+	}
 	var eps corev1.ConfigMap
 	if err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: EndpointsConfigMap}, &eps); err != nil {
 		return fmt.Errorf("reading the dev cluster's endpoints (ConfigMap kube-system/%s; restart with 'berth dev down && berth dev up'): %w", EndpointsConfigMap, err)
@@ -235,4 +240,50 @@ func (w *autoscaleWatch) scalerView(ctx context.Context) (queue, kv, desired flo
 		}
 	}
 	return queue, kv, desired, nil
+}
+
+// kedaBuildWait bounds how long the autoscale scene waits for KEDA: make demo builds it in the
+// background (~15 min cold on 2 cores) while the first scenes play.
+const kedaBuildWait = 30 * time.Minute
+
+// waitForKEDA waits until KEDA's metrics adapter serves external metrics (its APIService is
+// Available), saying so while it waits: under make demo KEDA may still be building.
+func waitForKEDA(ctx context.Context, d *demo) error {
+	start := time.Now()
+	said := time.Time{}
+	for {
+		api := &unstructured.Unstructured{}
+		api.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiregistration.k8s.io", Version: "v1", Kind: "APIService"})
+		err := d.c.Get(ctx, client.ObjectKey{Name: "v1beta1.external.metrics.k8s.io"}, api)
+		if err == nil && apiServiceAvailable(api) {
+			if !said.IsZero() {
+				d.p.say("KEDA is up (waited %s)", time.Since(start).Round(time.Second))
+			}
+			return nil
+		}
+		if time.Since(start) > kedaBuildWait {
+			return fmt.Errorf("KEDA did not come up within %s (make demo builds it in the background; 'berth dev status' says why it is pending)", kedaBuildWait)
+		}
+		if time.Since(said) >= 2*time.Minute {
+			d.p.say("waiting for KEDA: it is still being built or starting ('berth dev status' shows it; waited %s)", time.Since(start).Round(time.Second))
+			said = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// apiServiceAvailable reports whether an APIService's Available condition is True.
+func apiServiceAvailable(api *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(api.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Available" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
 }

@@ -99,11 +99,34 @@ func Serve(ctx context.Context, o Options) error {
 			}
 			return nil
 		case <-tick.C:
+			if _, waiting := st.Pending[pendingKEDA]; waiting && rig.KEDABuilt(o.ToolsDir) {
+				startPendingKEDA(ctx, o, r, &st)
+			}
 			if name, err, dead := r.Exited(); dead && !reported {
 				o.Logf("component %s exited: %v (see %s)", name, err, r.LogDir())
 				reported = true
 			}
 		}
+	}
+}
+
+// pendingKEDA names KEDA in State.Pending.
+const pendingKEDA = "keda"
+
+// startPendingKEDA starts KEDA once its binaries exist and records it in the state; a start
+// that fails is recorded as the reason it is still pending (and retried on the next tick).
+func startPendingKEDA(ctx context.Context, o Options, r *rig.Rig, st *State) {
+	o.Logf("KEDA's binaries are built: starting KEDA")
+	if err := r.StartKEDA(ctx); err != nil {
+		st.Pending[pendingKEDA] = "starting failed, retrying: " + err.Error()
+		o.Logf("starting KEDA: %v", err)
+	} else {
+		delete(st.Pending, pendingKEDA)
+		st.Components = components(r)
+		o.Logf("KEDA started")
+	}
+	if err := writeState(o.StateDir, *st); err != nil {
+		o.Logf("recording KEDA's start: %v", err)
 	}
 }
 
@@ -163,8 +186,19 @@ func bringUp(ctx context.Context, o Options, st *State) (*rig.Rig, error) {
 	if err := r.InstallDevNodePools(ctx); err != nil {
 		return r, err
 	}
-	if err := r.StartKEDA(ctx); err != nil {
-		return r, err
+	if rig.KEDABuilt(o.ToolsDir) {
+		if err := r.StartKEDA(ctx); err != nil {
+			return r, err
+		}
+	} else {
+		// make demo builds KEDA (~15 min cold on 2 cores) while the first scenes play: KEDA
+		// starts once its binaries exist (Serve's loop), and the autoscale scene waits for it.
+		// Its CRDs now (they come with the tools' assets): ScaledObjects can be read before it runs.
+		if err := r.InstallCRDsFromDir(ctx, filepath.Join(o.ToolsDir, "crds", "keda")); err != nil {
+			return r, err
+		}
+		st.Pending = map[string]string{pendingKEDA: "its binaries are not built yet (hack/build-tools.sh keda-operator keda-adapter); it starts once they are"}
+		o.Logf("KEDA is not built yet: the cluster comes up without it and starts it once hack/build-tools.sh has built it")
 	}
 	// Before berth: berth serves ProvisioningRequests where their API is served when it starts.
 	if o.Kueue {

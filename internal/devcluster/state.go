@@ -50,6 +50,9 @@ type State struct {
 	Endpoints map[string]string `json:"endpoints,omitempty"`
 	// Components are the processes of the cluster.
 	Components []ComponentState `json:"components"`
+	// Pending are components not started yet, and why (KEDA while its build runs: `make demo`
+	// starts the cluster before KEDA is built and starts KEDA once it is).
+	Pending map[string]string `json:"pending,omitempty"`
 	// LogDir holds one log file per component.
 	LogDir string `json:"logDir"`
 }

@@ -26,6 +26,17 @@ const (
 	kedaCertsName = "kedaorg-certs"
 )
 
+// KEDABuilt reports whether toolsDir holds KEDA's binaries (hack/build-tools.sh builds them last
+// for the demo, which starts before they exist).
+func KEDABuilt(toolsDir string) bool {
+	for _, b := range []string{BinKEDAOperator, BinKEDAAdapter} {
+		if fi, err := os.Stat(filepath.Join(toolsDir, "bin", b)); err != nil || fi.Mode()&0o111 == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // StartKEDA runs the real KEDA operator and metrics adapter against the rig, with KEDA's CRDs
 // and the aggregation layer routing external.metrics.k8s.io to the adapter on loopback, so the
 // HPA controller in kube-controller-manager reads KEDA's external metrics as on a real cluster.

@@ -21,23 +21,27 @@ import (
 	"github.com/berth-dev/berth/internal/rig"
 )
 
-func TestDevUpDemoDown(t *testing.T) {
-	tools := os.Getenv(rig.ToolsDirEnv)
+// devSetup is what a dev-cluster test needs: the tools folder (skipping without one unless
+// BERTH_REQUIRE_RIG=1), a temporary folder, the dev cluster's state folder in it, and run, which
+// runs `berth dev <args>` (built into the folder) on that state; the cluster is taken down when
+// the test ends, with its serve.log shown if the test failed.
+func devSetup(t *testing.T) (tools, dir, state string, run func(args ...string) (string, error)) {
+	t.Helper()
+	tools = os.Getenv(rig.ToolsDirEnv)
 	if tools == "" {
 		if os.Getenv("BERTH_REQUIRE_RIG") == "1" {
 			t.Fatalf("%s not set", rig.ToolsDirEnv)
 		}
 		t.Skipf("needs %s (make test sets it)", rig.ToolsDirEnv)
 	}
-	dir := t.TempDir()
+	dir = t.TempDir()
 	berth := filepath.Join(dir, "berth")
 	build := exec.Command("go", "build", "-o", berth, "github.com/berth-dev/berth/cmd/berth")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building berth: %v\n%s", err, out)
 	}
-	state := filepath.Join(dir, "state")
-	kubeconfig := filepath.Join(dir, "kube", "config")
-	run := func(args ...string) (string, error) {
+	state = filepath.Join(dir, "state")
+	run = func(args ...string) (string, error) {
 		cmd := exec.Command(berth, append([]string{"dev", "--state-dir", state}, args...)...)
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
@@ -52,6 +56,12 @@ func TestDevUpDemoDown(t *testing.T) {
 		}
 		_, _ = run("down")
 	})
+	return tools, dir, state, run
+}
+
+func TestDevUpDemoDown(t *testing.T) {
+	tools, dir, state, run := devSetup(t)
+	kubeconfig := filepath.Join(dir, "kube", "config")
 
 	start := time.Now()
 	out, err := run("up", "--tools-dir", tools, "--kubeconfig", kubeconfig, "--kueue")
