@@ -53,7 +53,9 @@ const (
 	// the load and nothing is removed.
 	HeldNoReadyReplica Held = "no_ready_replica"
 	// HeldLearning: the SLO signal has not yet seen what a replica carries at the SLO, or has
-	// no arrival rate, so it holds the fleet (the TTFT and ITL constraints still add replicas).
+	// no arrival rate, so it holds the fleet (the TTFT and ITL constraints still add replicas);
+	// or its history is still too short to learn the burst headroom from, so it grows the
+	// fleet on the forecast but does not shrink it.
 	HeldLearning Held = "learning"
 )
 

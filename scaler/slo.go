@@ -111,6 +111,9 @@ type demandStats struct {
 	horizon               time.Duration
 	quantile, maxHeadroom float64
 	persistence, headroom float64
+	// learning is true while the history holds too few points to learn the burst headroom
+	// from (minHeadroomSamples): the headroom is 1 then, and the fleet is not shrunk.
+	learning bool
 }
 
 // statsEvery is how often the demand's statistics are computed again (each is a pass over a
@@ -224,7 +227,7 @@ func (m *FleetModel) computeStats(h time.Duration, slo SLO, now time.Time) deman
 	st := demandStats{at: now, horizon: h, quantile: slo.HeadroomQuantile, maxHeadroom: slo.MaxHeadroom,
 		persistence: persistence(pairs, h), headroom: 1}
 	if slo.HeadroomQuantile > 0 {
-		st.headroom = headroom(pairs, h, st.persistence, slo)
+		st.headroom, st.learning = headroom(pairs, h, st.persistence, slo)
 	}
 	return st
 }
@@ -360,6 +363,10 @@ type Forecast struct {
 	Horizon time.Duration
 	// Backlog is the rate that drains the requests waiting now over one horizon.
 	Backlog float64
+	// Learning is true while the fleet's history is too short to learn the burst headroom
+	// from (Headroom is 1 then): the forecast may grow the fleet but never shrinks it, since
+	// what the fleet holds may be the only cover it has for a burst it has not measured yet.
+	Learning bool
 }
 
 // Rate is the demand sized for: the expected demand times the headroom.
@@ -378,7 +385,7 @@ const minHeadroomSamples = 10
 // measured now (the same as that point's, or the point's own without one).
 func (m *FleetModel) forecast(rate float64, slo SLO) Forecast {
 	h := m.horizon(slo)
-	f := Forecast{Now: rate, Base: rate, Persistence: 1, Expected: rate, Headroom: 1, Horizon: h}
+	f := Forecast{Now: rate, Base: rate, Persistence: 1, Expected: rate, Headroom: 1, Horizon: h, Learning: slo.HeadroomQuantile > 0}
 	if m == nil || len(m.demand) == 0 {
 		return f
 	}
@@ -388,7 +395,7 @@ func (m *FleetModel) forecast(rate float64, slo SLO) Forecast {
 	if st.at.IsZero() || st.horizon != h || st.quantile != slo.HeadroomQuantile || st.maxHeadroom != slo.MaxHeadroom {
 		st = m.computeStats(h, slo, last.at)
 	}
-	f.Base, f.Persistence, f.Headroom = last.base, st.persistence, st.headroom
+	f.Base, f.Persistence, f.Headroom, f.Learning = last.base, st.persistence, st.headroom, st.learning
 	f.Expected = last.predict(h, f.Persistence)
 	return f
 }
@@ -451,8 +458,9 @@ func persistence(pairs []horizonPair, h time.Duration) float64 {
 // the forecast that covered slo.HeadroomQuantile of the requests — each point's demand against
 // what was forecast for it one horizon earlier, weighted by that demand (a burst's requests
 // count as many times as they came) — between 1 and slo.MaxHeadroom. The noise of a smooth
-// demand asks for little; bursts that no forecast sees coming ask for their height.
-func headroom(pairs []horizonPair, h time.Duration, rho float64, slo SLO) float64 {
+// demand asks for little; bursts that no forecast sees coming ask for their height. learning
+// is true (and the headroom 1) while fewer than minHeadroomSamples points can be judged.
+func headroom(pairs []horizonPair, h time.Duration, rho float64, slo SLO) (r float64, learning bool) {
 	type ratio struct{ r, weight float64 }
 	var ratios []ratio
 	total := 0.0
@@ -463,7 +471,7 @@ func headroom(pairs []horizonPair, h time.Duration, rho float64, slo SLO) float6
 		}
 	}
 	if len(ratios) < minHeadroomSamples {
-		return 1
+		return 1, true
 	}
 	slices.SortFunc(ratios, func(a, b ratio) int { return cmp.Compare(a.r, b.r) })
 	r, covered := ratios[len(ratios)-1].r, 0.0
@@ -481,7 +489,7 @@ func headroom(pairs []horizonPair, h time.Duration, rho float64, slo SLO) float6
 	if capH < 1 {
 		capH = DefaultMaxHeadroom
 	}
-	return min(max(r, 1), capH)
+	return min(max(r, 1), capH), false
 }
 
 // decideSLO is SignalSLO's decision: the replicas that carry the forecast demand plus the
@@ -504,8 +512,15 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 	fc = o.Model.forecast(arrivals, t.SLO)
 	fc.Backlog = (o.Waiting + o.Upstream) / fc.Horizon.Seconds()
 	sd.Raw = (fc.Rate() + fc.Backlog) / carry
-	sd.Desired, sd.Held = sizeSLO(sd.Raw, fc.Now/carry, headroom, current, partial)
-	serving, _ = sizeSLO((fc.Expected+fc.Backlog)/carry, fc.Now/carry, headroom, current, partial)
+	hold := Held("")
+	switch {
+	case partial:
+		hold = HeldPartial
+	case fc.Learning:
+		hold = HeldLearning
+	}
+	sd.Desired, sd.Held = sizeSLO(sd.Raw, fc.Now/carry, headroom, current, hold)
+	serving, _ = sizeSLO((fc.Expected+fc.Backlog)/carry, fc.Now/carry, headroom, current, hold)
 	sd.Value = metricValue(sd.Desired, 1)
 	return sd, fc, carry, serving
 }
@@ -513,14 +528,14 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 // sizeSLO is the replicas for a forecast of raw replicas when the demand now needs nowNeed:
 // replicas serving the demand now stay while it lasts, even where the forecast says a burst
 // will be over before any new replica could serve; a scale-down keeps the policy's headroom on
-// both and never happens on partial data.
-func sizeSLO(raw, nowNeed, headroom float64, current int, partial bool) (int, Held) {
+// both and never happens while hold says why not (partial data, a headroom not learned yet).
+func sizeSLO(raw, nowNeed, headroom float64, current int, hold Held) (int, Held) {
 	need := max(ceilCount(raw), min(current, ceilCount(nowNeed)))
 	switch {
 	case need >= current:
 		return need, ""
-	case partial:
-		return current, HeldPartial
+	case hold != "":
+		return current, hold
 	}
 	return min(current, max(ceilCount(raw/headroom), ceilCount(nowNeed/headroom))), ""
 }

@@ -10,6 +10,9 @@ import (
 // sloTrigger is the SLO trigger of the tests: first token within 2 s for 99 % of requests.
 var sloTrigger = map[string]string{"ttftSLOSeconds": "2", "coldStartSeconds": "200", "headroomQuantile": "0"}
 
+// headroomTrigger is sloTrigger with the default burst headroom.
+var headroomTrigger = map[string]string{"ttftSLOSeconds": "2", "coldStartSeconds": "200"}
+
 // hist is a TTFT window histogram with the given first tokens at or below each bound.
 func hist(bounds []float64, counts ...float64) Histogram {
 	return Histogram{Bounds: append(bounds, math.Inf(1)), Counts: counts}
@@ -217,12 +220,14 @@ func TestForecast(t *testing.T) {
 }
 
 func TestDecideSLO(t *testing.T) {
-	tr := trig(t, sloTrigger)
+	tr, hr := trig(t, sloTrigger), trig(t, headroomTrigger)
 	model := &FleetModel{Capacity: 0.5}
+	steady, young := demandModel(t, 40*time.Minute, 3.2), demandModel(t, 12*time.Minute, 3.2)
 	nan := math.NaN()
 	tests := []struct {
 		name     string
 		obs      Observation
+		trigger  *Trigger // tr when nil
 		want     int
 		wantHeld Held
 	}{
@@ -244,6 +249,14 @@ func TestDecideSLO(t *testing.T) {
 			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 3.2, ArrivalsSampled: 10, Model: model}, want: 8},
 		{name: "no scale-down on partial data",
 			obs: Observation{Ready: 10, Sampled: 8, Arrivals: 1, ArrivalsSampled: 8, Model: model}, want: 10, wantHeld: HeldPartial},
+		{name: "a burst headroom learned from the history lets the fleet shrink",
+			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 3.2, ArrivalsSampled: 10, Model: steady}, trigger: hr, want: 8},
+		{name: "no scale-down before the burst headroom is learned",
+			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 3.2, ArrivalsSampled: 10, Model: model}, trigger: hr, want: 10, wantHeld: HeldLearning},
+		{name: "no scale-down on a history too short to judge a burst by",
+			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 3.2, ArrivalsSampled: 10, Model: young}, trigger: hr, want: 10, wantHeld: HeldLearning},
+		{name: "a history too short to judge a burst by still grows the fleet",
+			obs: Observation{Ready: 4, Sampled: 4, Arrivals: 3.2, ArrivalsSampled: 4, Model: young}, trigger: hr, want: 7},
 		{name: "nothing learned: hold",
 			obs: Observation{Ready: 4, Sampled: 4, Arrivals: 30, ArrivalsSampled: 4, Model: &FleetModel{}}, want: 4, wantHeld: HeldLearning},
 		{name: "no arrival rate: hold",
@@ -254,7 +267,11 @@ func TestDecideSLO(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.obs.TTFTP95, tc.obs.ITLP95, tc.obs.PreemptionsPerMinute, tc.obs.FollowReplicas = nan, nan, nan, nan
-			d, err := DefaultPolicy.Decide(tc.obs, tr)
+			tt := tc.trigger
+			if tt == nil {
+				tt = tr
+			}
+			d, err := DefaultPolicy.Decide(tc.obs, tt)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -267,6 +284,24 @@ func TestDecideSLO(t *testing.T) {
 			}
 		})
 	}
+}
+
+// demandModel has a capacity of 0.5 requests/s per replica and a history of span of a steady
+// demand of rate requests/s, evaluated every 15 s: 40 minutes are enough to learn the burst
+// headroom from (1 on a steady demand), 12 are not (a baseline window and a cold start leave
+// no point to judge).
+func demandModel(t *testing.T, span time.Duration, rate float64) *FleetModel {
+	t.Helper()
+	m := &FleetModel{Capacity: 0.5}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for at := time.Duration(0); at <= span; at += 15 * time.Second {
+		m.record(start.Add(at), rate)
+	}
+	f := m.forecast(rate, trig(t, headroomTrigger).SLO)
+	if learned := span >= 30*time.Minute; f.Learning == learned || f.Headroom != 1 {
+		t.Fatalf("%s of a steady %v requests/s: headroom %v (learning %v)", span, rate, f.Headroom, f.Learning)
+	}
+	return m
 }
 
 // burstModel has learned that bursts of this fleet end within a cold start: the demand is 1.5
