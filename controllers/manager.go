@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -120,8 +122,10 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		RenewDeadline:                       &timings.RenewDeadline,
 		RetryPeriod:                         &timings.RetryPeriod,
 		// Admission needs every pod on every node (capacity in use), so pods are cached
-		// cluster-wide, without managed fields to keep the cache small.
-		Cache:         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		// cluster-wide, slimmed to what the controllers read (slimPod); other objects
+		// without managed fields.
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{&corev1.Pod{}: {Transform: slimPod}}},
 		WebhookServer: o.webhookServer(rot),
 	})
 	if err != nil {
