@@ -53,7 +53,11 @@ func TestWarmSeatsAnswerABurst(t *testing.T) {
 	}
 	so := vllmsim.ScaledObject(ns, app, vllmsim.ScaledObjectOptions{ScalerAddress: scalerProc.GRPCAddress,
 		Min: 1, Max: 6, PollingInterval: 5, CooldownPeriod: 30, ScaleDownWindow: 30, MetricsPort: metricsPort,
-		Metadata: map[string]string{"ttftSLOSeconds": "2", "coldStartSeconds": "80", "warmSeats": "2", "minWarmSeats": "2"}})
+		// No burst headroom: the seats are the floor's (minWarmSeats). The test runs a quarter of
+		// an hour, less than a fleet needs to learn a headroom from its history — with one, the
+		// SLO signal would grow the fleet but not shrink it all along (held learning,
+		// TestDecideSLO), and neither the seat path nor the drain would be seen.
+		Metadata: map[string]string{"ttftSLOSeconds": "2", "coldStartSeconds": "80", "headroomQuantile": "0", "warmSeats": "2", "minWarmSeats": "2"}})
 	if err := c.Create(ctx, so); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +84,9 @@ func TestWarmSeatsAnswerABurst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serving, err := readyPods(ctx, c, ns)
+	// Every replica there is at the burst, starting ones included: the one measured is a replica
+	// created for the burst (one the fleet ordered before it would make the figure meaningless).
+	existing, err := fleetPods(ctx, c, ns, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +96,9 @@ func TestWarmSeatsAnswerABurst(t *testing.T) {
 	}
 	var firstServing time.Duration
 	rigtest.Eventually(t, 5*time.Minute, time.Second, "a new replica serves the burst", func(ctx context.Context) (bool, string, error) {
-		now, err := readyPods(ctx, c, ns)
+		now, err := fleetPods(ctx, c, ns, true)
 		for name := range now {
-			if !serving[name] && firstServing == 0 {
+			if !existing[name] && firstServing == 0 {
 				firstServing = time.Since(burst)
 			}
 		}
@@ -137,16 +143,23 @@ func replicas(ctx context.Context, c client.Client, ns string) (ready, total int
 	return rigtest.CountPods(ctx, c, ns, map[string]string{"app": app})
 }
 
-// readyPods are the names of the fleet's ready pods.
-func readyPods(ctx context.Context, c client.Client, ns string) (map[string]bool, error) {
+// fleetPods are the names of the fleet's live pods (not being deleted): the ready ones with
+// readyOnly.
+func fleetPods(ctx context.Context, c client.Client, ns string, readyOnly bool) (map[string]bool, error) {
 	var pods corev1.PodList
 	if err := c.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": app}); err != nil {
 		return nil, err
 	}
 	out := map[string]bool{}
 	for _, p := range pods.Items {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		if !readyOnly {
+			out[p.Name] = true
+		}
 		for _, cond := range p.Status.Conditions {
-			if p.DeletionTimestamp == nil && cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
 				out[p.Name] = true
 			}
 		}
