@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # Builds what berth's local rig runs (etcd, kube-apiserver, kube-scheduler,
 # kube-controller-manager, kwok, Karpenter's kwok provider, the KEDA operator and metrics
-# adapter, the JobSet controller, the Kueue controller manager), controller-gen and golangci-lint,
-# from the Go module proxy at the versions pinned in hack/tools/go.mod and
-# hack/tools/{keda,jobset,kueue,lint}/go.mod, plus the assets the rig needs from those modules
-# (Karpenter's, KEDA's, JobSet's and Kueue's CRDs, Kueue's webhook manifests, the
-# ProvisioningRequest CRD of the Cluster Autoscaler API module Kueue pins, kwok's Stage configs)
-# and Prometheus Operator's CRDs generated from hack/tools/monitoring.
+# adapter, the JobSet controller, the Kueue controller manager, the Prometheus Operator,
+# Prometheus), controller-gen and golangci-lint, from the Go module proxy at the versions pinned
+# in hack/tools/go.mod and hack/tools/{keda,jobset,kueue,monitoring,prometheus,lint}/go.mod, plus
+# the assets the rig needs from those modules (Karpenter's, KEDA's, JobSet's, Kueue's and the Prometheus
+# Operator's CRDs, Kueue's webhook manifests, the ProvisioningRequest CRD of the Cluster
+# Autoscaler API module Kueue pins, kwok's Stage configs).
 #
 # Everything lands in a cache folder outside the repository keyed by the tools module's
 # content ($BERTH_TOOLS_CACHE, default ~/.cache/berth/tools/<key>), so a second run is instant.
-# KEDA, the JobSet controller, Kueue and golangci-lint are modules of their own with their own
-# keys (folders keda-<key>, jobset-<key>, kueue-<key>, lint-<key>, linked into the main folder),
+# KEDA, the JobSet controller, Kueue, the Prometheus Operator, Prometheus and golangci-lint are
+# modules of their own with their own keys (folders keda-<key>, jobset-<key>, kueue-<key>,
+# monitoring-<key>, prometheus-<key>, lint-<key>, linked into the main folder),
 # so moving one never rebuilds the others.
 #
 # Usage: hack/build-tools.sh [binary...]   Builds what is missing; prints the cache folder on
 #                                          stdout, progress on stderr.
 #        hack/build-tools.sh --demo        What `make demo` runs first: the binaries the dev
 #                                          cluster needs to come up (no golangci-lint, JobSet,
-#                                          Kueue, KEDA) and the assets; make demo then builds
+#                                          Kueue, KEDA, Prometheus Operator) and the assets; make demo then builds
 #                                          KEDA in the background (the autoscale scene waits).
 #        hack/build-tools.sh --dir         Only prints the cache folder (builds nothing).
 # Progress says which binary of how many is building and about how long is left, from the
@@ -43,6 +44,9 @@ jobsetkey=$(modkey "$tools/jobset/go.mod" "$tools/jobset/go.sum")
 jobsetcache="$cacheroot/jobset-$jobsetkey"
 kueuekey=$(modkey "$tools/kueue/go.mod" "$tools/kueue/go.sum")
 kueuecache="$cacheroot/kueue-$kueuekey"
+monkey=$(modkey "$tools/monitoring/go.mod" "$tools/monitoring/go.sum")
+moncache="$cacheroot/monitoring-$monkey"
+promcache="$cacheroot/prometheus-$(modkey "$tools/prometheus/go.mod" "$tools/prometheus/go.sum")"
 
 k8sver=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$tools/go.mod")
 minor=$(echo "$k8sver" | cut -d. -f2)
@@ -61,13 +65,15 @@ declare -A pkgs=(
   [golangci-lint]=github.com/golangci/golangci-lint/v2/cmd/golangci-lint
   [jobset-controller]=sigs.k8s.io/jobset
   [kueue-controller]=sigs.k8s.io/kueue/cmd/kueue
+  [prometheus-operator]=github.com/prometheus-operator/prometheus-operator/cmd/operator
+  [prometheus]=github.com/prometheus/prometheus/cmd/prometheus
 )
-order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager jobset-controller kueue-controller keda-operator keda-adapter)
+order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager jobset-controller kueue-controller prometheus-operator prometheus keda-operator keda-adapter)
 # Seconds each cold build took on 2 cores (2026-12), for the progress estimate.
 declare -A typical=(
   [etcd]=176 [kube-apiserver]=638 [controller-gen]=45 [golangci-lint]=138 [kwok]=37 [karpenter-kwok]=56
   [kube-scheduler]=102 [kube-controller-manager]=104 [jobset-controller]=171 [kueue-controller]=374
-  [keda-operator]=825 [keda-adapter]=93
+  [keda-operator]=825 [keda-adapter]=93 [prometheus-operator]=220 [prometheus]=380
 )
 # Named binaries only (make lint, make generate): build those and stop; the rig's assets below
 # need the whole set (controller-gen generates the monitoring CRDs). --demo: what the dev
@@ -88,6 +94,8 @@ for b in "${order[@]}"; do
     github.com/golangci/*) out=$lintcache/bin ;;
     sigs.k8s.io/jobset) out=$jobsetcache/bin ;;
     sigs.k8s.io/kueue/*) out=$kueuecache/bin ;;
+    github.com/prometheus-operator/*) out=$moncache/bin ;;
+    github.com/prometheus/prometheus/*) out=$promcache/bin ;;
   esac
   [ -x "$out/$b" ] || missing+=("$b")
 done
@@ -104,6 +112,8 @@ for b in "${order[@]}"; do
     github.com/golangci/*) dir=$tools/lint out=$lintcache/bin ;;
     sigs.k8s.io/jobset) dir=$tools/jobset out=$jobsetcache/bin ;;
     sigs.k8s.io/kueue/*) dir=$tools/kueue out=$kueuecache/bin ;;
+    github.com/prometheus-operator/*) dir=$tools/monitoring out=$moncache/bin ;;
+    github.com/prometheus/prometheus/*) dir=$tools/prometheus out=$promcache/bin ;;
   esac
   if [ ! -x "$out/$b" ]; then
     mkdir -p "$out"
@@ -112,7 +122,13 @@ for b in "${order[@]}"; do
     left=$(( left - ${typical[$b]:-120} ))
     start=$(date +%s)
     flags="-s -w"
-    case $pkg in k8s.io/kubernetes/*) flags=$k8sldflags ;; esac
+    case $pkg in
+      k8s.io/kubernetes/*) flags=$k8sldflags ;;
+      github.com/prometheus/prometheus/*)
+        # Prometheus prints (and the operator is told) its version: module v0.3XY.Z is Prometheus 3.XY.Z.
+        pv=$(cd "$dir" && go list -m -f '{{.Version}}' github.com/prometheus/prometheus | sed -E 's/^v0\.3([0-9][0-9])\.([0-9]+).*/3.\1.\2/; s/^3\.0([0-9])/3.\1/')
+        flags="-s -w -X github.com/prometheus/common/version.Version=$pv" ;;
+    esac
     (cd "$dir" && go build -trimpath -ldflags "$flags" -o "$out/$b.tmp" "$pkg")
     mv "$out/$b.tmp" "$out/$b"
     echo "build-tools: $b built in $(( $(date +%s) - start ))s" >&2
@@ -169,16 +185,15 @@ if [ ! -f "$cache/kueue-$kueuekey.done" ]; then
   chmod -R u+w "$cache/crds/kueue" "$cache/crds/provisioningrequest" "$cache/kueue"
   rm -f "$cache"/kueue-*.done && touch "$cache/kueue-$kueuekey.done"
 fi
-# Prometheus Operator's CRDs (ServiceMonitor, PodMonitor, PrometheusRule), generated from its
-# pinned API types with controller-gen: the chart test dry-runs berth's monitoring objects.
-monkey=$(cat "$tools/monitoring/go.mod" "$tools/monitoring/go.sum" | sha256sum | cut -c1-16)
+# The Prometheus Operator's CRDs, as its module ships them (example/prometheus-operator-crd: the
+# set kube-prometheus-stack installs), at the version the rig runs: the chart test dry-runs
+# berth's monitoring objects against them, the operator rig test runs the operator on them.
 if [ ! -f "$cache/monitoring-$monkey.done" ]; then
-  gen=$(mktemp -d)
-  (cd "$tools/monitoring" && go mod download && "$cache/bin/controller-gen" crd \
-    paths=github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1 output:crd:artifacts:config="$gen")
+  po=$(cd "$tools/monitoring" && go mod download github.com/prometheus-operator/prometheus-operator && go list -m -f '{{.Dir}}' github.com/prometheus-operator/prometheus-operator)
   rm -rf "$cache/crds/monitoring" && mkdir -p "$cache/crds/monitoring"
-  for k in servicemonitors podmonitors prometheusrules; do cp "$gen/monitoring.coreos.com_$k.yaml" "$cache/crds/monitoring/"; done
-  rm -rf "$gen" "$cache"/monitoring-*.done && touch "$cache/monitoring-$monkey.done"
+  cp "$po"/example/prometheus-operator-crd/*.yaml "$cache/crds/monitoring/"
+  chmod -R u+w "$cache/crds/monitoring"
+  rm -f "$cache"/monitoring-*.done && touch "$cache/monitoring-$monkey.done"
 fi
 # cert-manager's Certificate and Issuer CRDs (plain YAML in its module), for the chart's
 # cert-manager option.

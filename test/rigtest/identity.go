@@ -100,7 +100,7 @@ func ComponentKubeconfig(ctx context.Context, r *rig.Rig, component string) (str
 			}
 		}
 	}
-	path, err := tokenKubeconfig(ctx, r, name)
+	path, err := tokenKubeconfig(ctx, r, rig.BerthNamespace, name)
 	if err != nil {
 		return "", err
 	}
@@ -112,20 +112,34 @@ func ComponentKubeconfig(ctx context.Context, r *rig.Rig, component string) (str
 // rig.BerthNamespace with a day-long token: a process started with it has exactly that
 // account's permissions (the chart's, after a helm install).
 func ServiceAccountKubeconfig(ctx context.Context, r *rig.Rig, name string) (string, error) {
-	return tokenKubeconfig(ctx, r, name)
+	return tokenKubeconfig(ctx, r, rig.BerthNamespace, name)
 }
 
-// tokenKubeconfig writes a kubeconfig that authenticates as ServiceAccount name in
-// rig.BerthNamespace with a day-long token.
-func tokenKubeconfig(ctx context.Context, r *rig.Rig, name string) (string, error) {
+// NamespacedServiceAccountKubeconfig is ServiceAccountKubeconfig for an account in namespace ns.
+func NamespacedServiceAccountKubeconfig(ctx context.Context, r *rig.Rig, ns, name string) (string, error) {
+	return tokenKubeconfig(ctx, r, ns, name)
+}
+
+// ServiceAccountToken is a day-long token of ServiceAccount ns/name.
+func ServiceAccountToken(ctx context.Context, r *rig.Rig, ns, name string) (string, error) {
 	cs, err := kubernetes.NewForConfig(r.Config)
 	if err != nil {
 		return "", err
 	}
-	tok, err := cs.CoreV1().ServiceAccounts(rig.BerthNamespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+	tok, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)}}, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("a token for %s: %w", name, err)
+		return "", fmt.Errorf("a token for %s/%s: %w", ns, name, err)
+	}
+	return tok.Status.Token, nil
+}
+
+// tokenKubeconfig writes a kubeconfig that authenticates as ServiceAccount ns/name with a
+// day-long token.
+func tokenKubeconfig(ctx context.Context, r *rig.Rig, ns, name string) (string, error) {
+	token, err := ServiceAccountToken(ctx, r, ns, name)
+	if err != nil {
+		return "", err
 	}
 	admin, err := clientcmd.LoadFromFile(r.Kubeconfig)
 	if err != nil {
@@ -133,10 +147,14 @@ func tokenKubeconfig(ctx context.Context, r *rig.Rig, name string) (string, erro
 	}
 	cfg := clientcmdapi.NewConfig()
 	cfg.Clusters["rig"] = admin.Clusters[admin.Contexts[admin.CurrentContext].Cluster]
-	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: tok.Status.Token}
+	cfg.AuthInfos[name] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: "rig", AuthInfo: name}
 	cfg.CurrentContext = name
-	path := filepath.Join(r.WorkDir(), name+".kubeconfig")
+	file := name + ".kubeconfig"
+	if ns != rig.BerthNamespace {
+		file = ns + "-" + file
+	}
+	path := filepath.Join(r.WorkDir(), file)
 	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
 		return "", err
 	}

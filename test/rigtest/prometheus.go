@@ -70,6 +70,21 @@ func StartPrometheus(t testing.TB, interval time.Duration, targets []PrometheusT
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	u := runPrometheus(t, bin, dir)
+	deadline := time.Now().Add(60 * time.Second)
+	for up := 0; up < len(targets); up = promCount(u, "up==1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("Prometheus on %s: %d of %d targets up after 60s", u, up, len(targets))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return u
+}
+
+// runPrometheus starts Prometheus bin with dir/prometheus.yml, its data and log in dir, killed
+// when the test ends (its log shown if the test failed), and returns its URL once it serves.
+func runPrometheus(t testing.TB, bin, dir string) string {
+	t.Helper()
 	webPort, err := rig.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -95,13 +110,19 @@ func StartPrometheus(t testing.TB, interval time.Duration, targets []PrometheusT
 	})
 	u := "http://" + addr
 	deadline := time.Now().Add(60 * time.Second)
-	for up := 0; up < len(targets); up = promCount(u, "up==1") {
+	for {
+		resp, err := http.Get(u + "/-/ready") //nolint:gosec,noctx // loopback test Prometheus
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return u
+			}
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("Prometheus on %s: %d of %d targets up after 60s", u, up, len(targets))
+			t.Fatalf("Prometheus on %s not ready after 60s (%v)", u, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	return u
 }
 
 // promCount is the number of series an instant query returns (0 on any error).

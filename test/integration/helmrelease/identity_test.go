@@ -44,16 +44,10 @@ func TestComponentsRunAsTheChartsServiceAccounts(t *testing.T) {
 	}
 	start := func(component string, args ...string) {
 		t.Helper()
-		kubeconfig, err := rigtest.ServiceAccountKubeconfig(ctx, r, release+"-"+component)
-		if err != nil {
-			t.Fatal(err)
-		}
 		health, err := rig.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
-		name := "chart-sa-" + component
-		args = append([]string{component, "--kubeconfig=" + kubeconfig}, args...)
 		url := ""
 		switch component {
 		case "controller":
@@ -63,10 +57,7 @@ func TestComponentsRunAsTheChartsServiceAccounts(t *testing.T) {
 			args = append(args, "--metrics-address=127.0.0.1:"+strconv.Itoa(health))
 			url = fmt.Sprintf("http://127.0.0.1:%d/metrics", health)
 		}
-		if err := r.StartComponent(ctx, name, bin, args, nil, url); err != nil {
-			t.Fatalf("berth %s as ServiceAccount %s-%s: %v", component, release, component, err)
-		}
-		t.Cleanup(func() { _ = r.StopComponent(name, 5*time.Second) })
+		startAsChartAccount(ctx, t, r, bin, "chart-sa-"+component, component, url, args...)
 	}
 	grpc, err := rig.FreePort()
 	if err != nil {
@@ -110,4 +101,21 @@ func TestComponentsRunAsTheChartsServiceAccounts(t *testing.T) {
 			t.Errorf("berth %s as the chart's ServiceAccount was refused %d times, first: %s", component, len(refused), refused[0])
 		}
 	}
+}
+
+// startAsChartAccount runs berth's component (controller, scaler) with args as the process the
+// chart's pod would be — with the token of the ServiceAccount the chart made for it — as rig
+// component name (its log: name.log), stopped when the test ends; ready when url (if any)
+// answers.
+func startAsChartAccount(ctx context.Context, t *testing.T, r *rig.Rig, bin, name, component, url string, args ...string) {
+	t.Helper()
+	kubeconfig, err := rigtest.ServiceAccountKubeconfig(ctx, r, release+"-"+component)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args = append([]string{component, "--kubeconfig=" + kubeconfig}, args...)
+	if err := r.StartComponent(ctx, name, bin, args, nil, url); err != nil {
+		t.Fatalf("berth %s as ServiceAccount %s-%s: %v", component, release, component, err)
+	}
+	t.Cleanup(func() { _ = r.StopComponent(name, 5*time.Second) })
 }

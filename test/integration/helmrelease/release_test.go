@@ -1,7 +1,9 @@
 // Package helmrelease_test installs berth's packaged Helm chart on a real kube-apiserver with
 // Helm's own install, upgrade and uninstall (the Helm SDK, as the helm CLI runs them), with only
 // the values the quickstart names: the CRD is installed, upgraded when the chart changes it, and
-// kept with every PodGroup through upgrade and uninstall.
+// kept with every PodGroup through upgrade and uninstall; the components run as the chart's
+// ServiceAccounts; and kube-prometheus-stack's Prometheus, through the real Prometheus Operator,
+// scrapes them and evaluates every alert.
 package helmrelease_test
 
 import (
