@@ -16,7 +16,7 @@ TOOLS_DIR := $(shell hack/build-tools.sh --dir)
 export BERTH_TOOLS_DIR := $(TOOLS_DIR)
 GO_TEST_FLAGS ?= -race -shuffle=on -timeout=30m
 
-.PHONY: all build image tools generate verify vet lint cross test test-rules test-image test-unit demo bench fuzz clean help
+.PHONY: all build image tools generate verify vet lint cross test test-rules test-image test-unit demo bench fuzz clean help release-dry-run
 
 all: build
 
@@ -59,6 +59,9 @@ test-rules: ## Check and unit-test the Prometheus alert rules with promtool (ins
 	@promtool=$$(hack/ensure-promtool.sh) && \
 		$$promtool check rules config/prometheus/rules.yaml && \
 		cd config/prometheus && $$promtool test rules rules_test.yaml
+
+release-dry-run: ## The release workflow offline (hack/release-dry-run.sh): images with SPDX SBOMs, pushed to a loopback registry, signed and attested with cosign, the chart packaged with their digests pinned, pushed and signed; every signature verified offline. Output in bin/release-dry-run.
+	hack/release-dry-run.sh bin/release-dry-run
 
 test-image: ## Build both image archives and check them: entrypoint, the binary from the layers runs, berth static, every library the agent links inside its image.
 	go -C hack/image test -count=1 -timeout=30m ./...

@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"debug/elf"
+	"encoding/json"
 	"errors"
 	"io"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -74,6 +77,26 @@ func TestImages(t *testing.T) {
 				t.Error("no CA bundle in the image")
 			}
 
+			// The SBOM names what the image ships: the Go toolchain, berth at its version, the
+			// modules it was built from (client-go among them), and the agent's libc.
+			purls := sbomPURLs(t, spec, img)
+			wantPURLs := []string{"pkg:golang/stdlib@" + runtime.Version(), "pkg:golang/github.com/berth-dev/berth@v0.0.0-imagetest"}
+			if spec.CGO {
+				v, err := exec.Command("dpkg-query", "-W", "-f=${Version}", "libc6").Output()
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantPURLs = append(wantPURLs, "pkg:deb/debian/libc6@"+url.QueryEscape(string(v))+"?arch=")
+			}
+			for _, w := range wantPURLs {
+				if !slices.ContainsFunc(purls, func(p string) bool { return strings.HasPrefix(p, w) }) {
+					t.Errorf("the SBOM has no package %s", w)
+				}
+			}
+			if !slices.ContainsFunc(purls, func(p string) bool { return strings.HasPrefix(p, "pkg:golang/k8s.io/client-go@v0.") }) {
+				t.Errorf("the SBOM lists no client-go among its %d packages", len(purls))
+			}
+
 			f, err := elf.NewFile(bytes.NewReader(files["berth"]))
 			if err != nil {
 				t.Fatal(err)
@@ -120,6 +143,32 @@ func TestImages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sbomPURLs are the package URLs of img's SBOM, checked to be an SPDX 2.3 document whose image
+// package contains every other package.
+func sbomPURLs(t *testing.T, spec Spec, img v1.Image) []string {
+	t.Helper()
+	data, err := SBOM("ghcr.io/berth-dev/"+spec.Name, "v0.0.0-imagetest", img, time.Unix(0, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc spdxDocument
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("the SBOM is no JSON: %v", err)
+	}
+	if doc.SPDXVersion != "SPDX-2.3" || len(doc.Packages) < 2 || len(doc.Relationships) != len(doc.Packages) {
+		t.Fatalf("SBOM: version %s, %d packages, %d relationships", doc.SPDXVersion, len(doc.Packages), len(doc.Relationships))
+	}
+	var purls []string
+	for _, p := range doc.Packages[1:] {
+		if len(p.ExternalRefs) != 1 || p.VersionInfo == "" {
+			t.Errorf("SBOM package %s: version %q, refs %v", p.Name, p.VersionInfo, p.ExternalRefs)
+			continue
+		}
+		purls = append(purls, p.ExternalRefs[0].Locator)
+	}
+	return purls
 }
 
 // inLoaderPath reports whether lib is in one of the folders glibc's loader searches.

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -36,6 +37,7 @@ func run(args []string) error {
 	commit := fs.String("commit", "unknown", "commit stamped into the binary and the labels")
 	arch := fs.String("arch", runtime.GOARCH, "target architecture (linux); berth-agent builds only for this machine's")
 	only := fs.String("only", "", "build only this image (berth or berth-agent)")
+	sbom := fs.Bool("sbom", false, "also write each image's SPDX 2.3 SBOM (Go modules and Debian packages it ships) beside its archive, as <name>-<arch>.spdx.json")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,8 +74,34 @@ func run(args []string) error {
 			continue
 		}
 		fmt.Printf("%s\t%s\n", path, digest)
+		if *sbom {
+			doc, err := writeSBOM(path, *registry+"/"+spec.Name, *version)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			fmt.Printf("%s\t%s\n", doc, digest)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// writeSBOM writes the SBOM of the image in archive (repository repo, tag version) beside it and
+// returns its path.
+func writeSBOM(archive, repo, version string) (string, error) {
+	img, err := tarball.ImageFromPath(archive, nil)
+	if err != nil {
+		return "", fmt.Errorf("loading %s: %w", archive, err)
+	}
+	doc, err := SBOM(repo, version, img, time.Unix(0, 0))
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", archive, err)
+	}
+	out := strings.TrimSuffix(archive, ".tar") + ".spdx.json"
+	if err := os.WriteFile(out, doc, 0o644); err != nil {
+		return "", fmt.Errorf("writing %s: %w", out, err)
+	}
+	return out, nil
 }
 
 // Write builds spec's image and writes it to <outDir>/<name>-<arch>.tar, tagged
