@@ -16,7 +16,7 @@ import (
 var full = map[string]any{
 	"webhook":          map[string]any{"certManager": map[string]any{"enabled": true}},
 	"scaler":           map[string]any{"tls": map[string]any{"enabled": true, "existingSecret": "berth-scaler-tls", "mutual": true}, "watchNamespace": "inference"},
-	"agent":            map[string]any{"runtimeClassName": "nvidia"},
+	"agent":            map[string]any{"runtimeClassName": "nvidia", "gpuAccess": "volumeMounts"},
 	"controller":       map[string]any{"adapters": []any{"coscheduling", "volcano", "kai", "kueue"}},
 	"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
 	"monitoring": map[string]any{
@@ -332,6 +332,7 @@ func TestBadValuesFailInstall(t *testing.T) {
 		{"headroom above 1", map[string]any{"scaler": map[string]any{"scaleDownHeadroom": 1.5}}, "scaleDownHeadroom"},
 		{"bad duration", map[string]any{"scaler": map[string]any{"scrapeTimeout": "2 seconds"}}, "scrapeTimeout"},
 		{"pull policy", map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, "pullPolicy"},
+		{"GPU access", map[string]any{"agent": map[string]any{"gpuAccess": "privileged"}}, "gpuAccess"},
 		{"issuer kind", map[string]any{"webhook": map[string]any{"certManager": map[string]any{"enabled": true, "issuerRef": map[string]any{"name": "x", "kind": "Vault"}}}}, "kind"},
 	}
 	for _, tt := range tests {
@@ -422,5 +423,54 @@ func TestWarmSeatsValues(t *testing.T) {
 	}
 	if _, err := render(t, map[string]any{"scaler": map[string]any{"warmSeats": map[string]any{"pull": "sideways"}}}); err == nil {
 		t.Error("scaler.warmSeats.pull sideways: want a schema error")
+	}
+}
+
+// TestAgentGPUAccess: by default the agent asks the NVIDIA runtime for every GPU through
+// NVIDIA_VISIBLE_DEVICES and mounts nothing from the host; with gpuAccess volumeMounts (what
+// Bottlerocket's runtime accepts from an unprivileged container) it also mounts the host's
+// /dev/null at /var/run/nvidia-container-devices/all, read-only, beside any extra volume.
+func TestAgentGPUAccess(t *testing.T) {
+	for _, tt := range []struct {
+		access     string
+		wantDevice bool
+	}{{"", false}, {"environment", false}, {"volumeMounts", true}} {
+		t.Run("gpuAccess="+tt.access, func(t *testing.T) {
+			agent := map[string]any{"extraVolumes": []any{map[string]any{"name": "ca", "configMap": map[string]any{"name": "ca"}}},
+				"extraVolumeMounts": []any{map[string]any{"name": "ca", "mountPath": "/etc/ca"}}}
+			if tt.access != "" {
+				agent["gpuAccess"] = tt.access
+			}
+			ds := mustRender(t, map[string]any{"agent": agent})["DaemonSet/berth-agent"]
+			pod := dig(ds, "spec", "template", "spec").(map[string]any)
+			c := pod["containers"].([]any)[0].(map[string]any)
+			env := map[string]any{}
+			for _, e := range c["env"].([]any) {
+				env[e.(map[string]any)["name"].(string)] = e.(map[string]any)["value"]
+			}
+			if env["NVIDIA_VISIBLE_DEVICES"] != "all" {
+				t.Errorf("NVIDIA_VISIBLE_DEVICES = %v, want all", env["NVIDIA_VISIBLE_DEVICES"])
+			}
+			var device, ca bool
+			for _, v := range pod["volumes"].([]any) {
+				v := v.(map[string]any)
+				switch v["name"] {
+				case "nvidia-all-gpus":
+					device = dig(v, "hostPath", "path") == "/dev/null" && dig(v, "hostPath", "type") == "CharDevice"
+				case "ca":
+					ca = true
+				}
+			}
+			var mounted bool
+			for _, m := range c["volumeMounts"].([]any) {
+				m := m.(map[string]any)
+				if m["name"] == "nvidia-all-gpus" {
+					mounted = m["mountPath"] == "/var/run/nvidia-container-devices/all" && m["readOnly"] == true
+				}
+			}
+			if device != tt.wantDevice || mounted != tt.wantDevice || !ca {
+				t.Errorf("/dev/null volume %v, mounted at the device list %v (want %v); extra volume kept %v", device, mounted, tt.wantDevice, ca)
+			}
+		})
 	}
 }

@@ -46,7 +46,7 @@ func TestChartObjectsAcceptedByAPIServer(t *testing.T) {
 		"webhook": map[string]any{"certManager": map[string]any{"enabled": true}},
 		"scaler": map[string]any{"tls": map[string]any{"enabled": true, "existingSecret": "berth-scaler-tls", "mutual": true},
 			"strategy": map[string]any{"type": "Recreate"}, "extraVolumes": extraVol, "extraVolumeMounts": extraMount},
-		"agent": map[string]any{"runtimeClassName": "nvidia", "nodeSelector": map[string]any{"karpenter.sh/nodepool": "gpu"},
+		"agent": map[string]any{"runtimeClassName": "nvidia", "gpuAccess": "volumeMounts", "nodeSelector": map[string]any{"karpenter.sh/nodepool": "gpu"},
 			"updateStrategy": map[string]any{"type": "OnDelete"}, "extraVolumes": extraVol, "extraVolumeMounts": extraMount},
 		"controller": map[string]any{"strategy": map[string]any{"type": "RollingUpdate", "rollingUpdate": map[string]any{"maxUnavailable": 0, "maxSurge": 1}},
 			"extraVolumes": extraVol, "extraVolumeMounts": extraMount,
