@@ -153,10 +153,20 @@ func agentCheck(ctx context.Context, c client.Client, now time.Time) ([]Finding,
 		default:
 			continue
 		}
-		out = append(out, Finding{Check: CheckInstallAgent, Object: "Node " + n.Name, Problem: problem,
-			Fix: "check the agent DaemonSet's pod on the node (its nodeSelector and tolerations must match the node; kubectl get pods -o wide -l app.kubernetes.io/component=agent); --skip " + CheckInstallAgent + " where the agent is not installed by choice"})
+		fix := "check the agent DaemonSet's pod on the node (its nodeSelector and tolerations must match the node; kubectl get pods -o wide -l app.kubernetes.io/component=agent); --skip " + CheckInstallAgent + " where the agent is not installed by choice"
+		if isBottlerocket(n) {
+			problem += "; the node runs Bottlerocket, whose NVIDIA runtime gives an unprivileged container no GPU and no NVML for NVIDIA_VISIBLE_DEVICES"
+			fix = "install the chart with agent.gpuAccess=volumeMounts (the device-list mount Bottlerocket's runtime accepts; docs/agent.md), then " + fix
+		}
+		out = append(out, Finding{Check: CheckInstallAgent, Object: "Node " + n.Name, Problem: problem, Fix: fix})
 	}
 	return out, "", nil
+}
+
+// isBottlerocket reports whether n runs Bottlerocket (its kubelet's OS image, "Bottlerocket OS
+// 1.x (aws-k8s-1.3x-nvidia)").
+func isBottlerocket(n corev1.Node) bool {
+	return strings.HasPrefix(n.Status.NodeInfo.OSImage, "Bottlerocket")
 }
 
 // crdCheck finds a missing PodGroup CRD, or one that does not serve v1alpha1.

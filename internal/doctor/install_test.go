@@ -128,3 +128,33 @@ func TestLeaderAndAgentChecks(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentCheckNamesBottlerocket: a GPU node without the agent's report says why where the
+// likely cause is the node's OS — Bottlerocket's NVIDIA runtime ignores NVIDIA_VISIBLE_DEVICES
+// from the agent's unprivileged container — and only there.
+func TestAgentCheckNamesBottlerocket(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	gpuNode := func(name, osImage string) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{berthv1alpha1.GPUResource: resource.MustParse("8")},
+			NodeInfo:    corev1.NodeSystemInfo{OSImage: osImage}}}
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
+		gpuNode("br", "Bottlerocket OS 1.26.1 (aws-k8s-1.33-nvidia)"), gpuNode("al2023", "Amazon Linux 2023.6.20250115")).Build()
+	got, _, err := agentCheck(context.Background(), c, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("findings %+v, want one per unwatched GPU node", got)
+	}
+	for _, f := range got {
+		named := strings.Contains(f.Fix, "agent.gpuAccess=volumeMounts") && strings.Contains(f.Problem, "Bottlerocket")
+		if want := f.Object == "Node br"; named != want {
+			t.Errorf("%s: Bottlerocket named %v, want %v: %+v", f.Object, named, want, f)
+		}
+	}
+}
