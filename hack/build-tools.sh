@@ -83,7 +83,7 @@ declare -A typical=(
   [cosign]=300 [crane]=30 [helm]=90
 )
 # Named binaries only (make lint, make generate): build those and stop; the rig's assets below
-# need the whole set (controller-gen generates the monitoring CRDs). --demo: what the dev
+# come with the whole set. --demo: what the dev
 # cluster needs to come up (control plane, kwok, Karpenter; `berth dev serve` starts KEDA once
 # it is built), then the assets.
 only=0

@@ -2,7 +2,8 @@
 # Packages the release chart: charts/berth with its version and appVersion set to the release's
 # and both images pinned by the digests just pushed, into DEST; prints the package's path.
 # The release workflow (.github/workflows/release.yaml) and `make release-dry-run` both run it,
-# so what the dry run checks is what a release publishes. The checkout is left untouched.
+# so the chart the dry run checks is packaged as a release packages it. The checkout is left
+# untouched.
 #
 # Usage: hack/release-chart.sh VERSION BERTH_DIGEST AGENT_DIGEST DEST   (VERSION: v1.2.3)
 # helm: $HELM, else helm on $PATH.
@@ -13,7 +14,7 @@ helm=${HELM:-helm}
 for d in "$berth" "$agent"; do
   [[ $d =~ ^sha256:[0-9a-f]{64}$ ]] || { echo "release-chart: $d is no image digest (sha256:<64 hex>)" >&2; exit 2; }
 done
-[[ $version =~ ^v[0-9]+\.[0-9]+\.[0-9]+ ]] || { echo "release-chart: $version is no version (v1.2.3)" >&2; exit 2; }
+[[ $version =~ ^v[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.-]+)?$ ]] || { echo "release-chart: $version is no version (v1.2.3, v1.2.3-rc.1)" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,13 +79,17 @@ func TestImages(t *testing.T) {
 			// The SBOM names what the image ships: the Go toolchain, berth at its version, the
 			// modules it was built from (client-go among them), and the agent's libc.
 			purls := sbomPURLs(t, spec, img)
-			wantPURLs := []string{"pkg:golang/stdlib@" + runtime.Version(), "pkg:golang/github.com/berth-dev/berth@v0.0.0-imagetest"}
+			wantPURLs := []string{"pkg:golang/stdlib@" + strings.TrimPrefix(runtime.Version(), "go"), "pkg:golang/github.com/berth-dev/berth@v0.0.0-imagetest"}
 			if spec.CGO {
 				v, err := exec.Command("dpkg-query", "-W", "-f=${Version}", "libc6").Output()
 				if err != nil {
 					t.Fatal(err)
 				}
-				wantPURLs = append(wantPURLs, "pkg:deb/debian/libc6@"+url.QueryEscape(string(v))+"?arch=")
+				distro, err := HostDistro()
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantPURLs = append(wantPURLs, "pkg:deb/"+distro.ID+"/libc6@"+purlVersion(string(v))+"?arch=")
 			}
 			for _, w := range wantPURLs {
 				if !slices.ContainsFunc(purls, func(p string) bool { return strings.HasPrefix(p, w) }) {
@@ -149,7 +152,11 @@ func TestImages(t *testing.T) {
 // package contains every other package.
 func sbomPURLs(t *testing.T, spec Spec, img v1.Image) []string {
 	t.Helper()
-	data, err := SBOM("ghcr.io/berth-dev/"+spec.Name, "v0.0.0-imagetest", img, time.Unix(0, 0))
+	distro, err := HostDistro()
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := SBOM("ghcr.io/berth-dev/"+spec.Name, "v0.0.0-imagetest", img, time.Unix(0, 0), distro)
 	if err != nil {
 		t.Fatal(err)
 	}

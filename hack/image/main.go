@@ -93,7 +93,11 @@ func writeSBOM(archive, repo, version string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("loading %s: %w", archive, err)
 	}
-	doc, err := SBOM(repo, version, img, time.Unix(0, 0))
+	distro, err := HostDistro()
+	if err != nil {
+		return "", err
+	}
+	doc, err := SBOM(repo, version, img, time.Unix(0, 0), distro)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", archive, err)
 	}

@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"debug/buildinfo"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
+	"os"
 	"path"
 	"sort"
 	"strings"
@@ -63,17 +65,44 @@ type spdxRelationship struct {
 	Related string `json:"relatedSpdxElement"`
 }
 
+// Distro is the distribution the image's Debian packages come from (the build machine's, whose
+// libraries hack/image copies), as /etc/os-release names it.
+type Distro struct {
+	// ID is the distribution (debian, ubuntu), VersionID its release (12, 24.04), Name its
+	// name (Debian GNU/Linux).
+	ID, VersionID, Name string
+}
+
+// HostDistro reads the build machine's /etc/os-release.
+func HostDistro() (Distro, error) {
+	data, err := os.ReadFile("/etc/os-release")
+	if err != nil {
+		return Distro{}, fmt.Errorf("sbom: the build machine's distribution: %w", err)
+	}
+	f := map[string]string{}
+	for line := range strings.Lines(string(data)) {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
+			f[k] = strings.Trim(v, `"'`)
+		}
+	}
+	if f["ID"] == "" {
+		return Distro{}, errors.New("sbom: /etc/os-release names no ID")
+	}
+	return Distro{ID: f["ID"], VersionID: f["VERSION_ID"], Name: f["NAME"]}, nil
+}
+
 // SBOM is the SPDX 2.3 JSON document of what img — image repo (ghcr.io/berth-dev/berth) at
 // version — ships, read from its filesystem as a scanner reads it: each Go binary's build
 // information (the Go standard library at the toolchain's version, the main module at the
 // stamped version, every module it was built from) and each Debian package with a dpkg status
-// entry in /var/lib/dpkg/status.d (the agent's C libraries), each with its package URL.
-func SBOM(repo, version string, img v1.Image, created time.Time) ([]byte, error) {
+// entry in /var/lib/dpkg/status.d (the agent's C libraries, from distro), each with its package
+// URL.
+func SBOM(repo, version string, img v1.Image, created time.Time, distro Distro) ([]byte, error) {
 	digest, err := img.Digest()
 	if err != nil {
 		return nil, fmt.Errorf("sbom: image digest: %w", err)
 	}
-	pkgs, err := imagePackages(img, version)
+	pkgs, err := imagePackages(img, version, distro)
 	if err != nil {
 		return nil, err
 	}
@@ -98,15 +127,19 @@ func SBOM(repo, version string, img v1.Image, created time.Time) ([]byte, error)
 	return append(out, '\n'), nil
 }
 
-// imagePackages are the packages in img's flattened filesystem, sorted by package URL; a main
-// module built from source reports (devel) and is given version.
-func imagePackages(img v1.Image, version string) ([]spdxPackage, error) {
+// imagePackages are the packages in img's flattened filesystem, sorted by package URL; the
+// main module is given version (what the binary was stamped with, whatever its build
+// information says of the checkout).
+func imagePackages(img v1.Image, version string, distro Distro) ([]spdxPackage, error) {
 	rc := mutate.Extract(img)
 	defer func() { _ = rc.Close() }()
 	byPURL := map[string]spdxPackage{}
 	add := func(name, ver, purl, supplier string) {
 		byPURL[purl] = spdxPackage{Name: name, VersionInfo: ver, DownloadLocation: "NOASSERTION", Supplier: supplier,
 			ExternalRefs: []spdxExtRef{{"PACKAGE-MANAGER", "purl", purl}}}
+	}
+	golang := func(path, ver string) {
+		add(path, ver, "pkg:golang/"+path+"@"+purlVersion(ver), "")
 	}
 	tr := tar.NewReader(rc)
 	for {
@@ -131,8 +164,8 @@ func imagePackages(img v1.Image, version string) ([]spdxPackage, error) {
 			if f["Package"] == "" || f["Version"] == "" {
 				return nil, fmt.Errorf("sbom: %s is no dpkg status entry", name)
 			}
-			purl := fmt.Sprintf("pkg:deb/debian/%s@%s?arch=%s", f["Package"], url.QueryEscape(f["Version"]), f["Architecture"])
-			add(f["Package"], f["Version"], purl, "Organization: Debian")
+			purl, supplier := debPURL(f, distro)
+			add(f["Package"], f["Version"], purl, supplier)
 		case h.Mode&0o111 != 0:
 			data, err := io.ReadAll(tr)
 			if err != nil {
@@ -142,17 +175,17 @@ func imagePackages(img v1.Image, version string) ([]spdxPackage, error) {
 			if err != nil {
 				continue // not a Go binary
 			}
-			add("go", bi.GoVersion, "pkg:golang/stdlib@"+bi.GoVersion, "")
-			main := bi.Main.Version
-			if main == "" || main == "(devel)" {
-				main = version
-			}
-			add(bi.Main.Path, main, "pkg:golang/"+bi.Main.Path+"@"+main, "")
+			goVersion := strings.TrimPrefix(bi.GoVersion, "go")
+			add("go", goVersion, "pkg:golang/stdlib@"+purlVersion(goVersion), "")
+			golang(bi.Main.Path, version)
 			for _, d := range bi.Deps {
 				if d.Replace != nil {
 					d = d.Replace
 				}
-				add(d.Path, d.Version, "pkg:golang/"+d.Path+"@"+d.Version, "")
+				if d.Version == "" {
+					continue // replaced by a local folder: no module version to name
+				}
+				golang(d.Path, d.Version)
 			}
 		}
 	}
@@ -168,6 +201,31 @@ func imagePackages(img v1.Image, version string) ([]spdxPackage, error) {
 		out = append(out, pkg)
 	}
 	return out, nil
+}
+
+// debPURL is the package URL and supplier of the Debian package whose dpkg status fields are f,
+// from distro: pkg:deb/<id>/<name>@<version>?arch=<arch>&distro=<id>-<release>.
+func debPURL(f map[string]string, distro Distro) (purl, supplier string) {
+	purl = "pkg:deb/" + distro.ID + "/" + f["Package"] + "@" + purlVersion(f["Version"])
+	var q []string
+	if a := f["Architecture"]; a != "" {
+		q = append(q, "arch="+a)
+	}
+	if distro.VersionID != "" {
+		q = append(q, "distro="+distro.ID+"-"+distro.VersionID)
+	}
+	if len(q) > 0 {
+		purl += "?" + strings.Join(q, "&")
+	}
+	if distro.Name != "" {
+		supplier = "Organization: " + distro.Name
+	}
+	return purl, supplier
+}
+
+// purlVersion is v as a package URL's version: percent-encoded, '+' included.
+func purlVersion(v string) string {
+	return strings.ReplaceAll(url.PathEscape(v), "+", "%2B")
 }
 
 // dpkgFields are the fields of one dpkg status entry (continuation lines dropped).

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -133,6 +134,10 @@ func agentCheck(ctx context.Context, c client.Client, now time.Time) ([]Finding,
 	case err != nil:
 		return nil, "", fmt.Errorf("listing nodes: %w", err)
 	}
+	mounted, err := agentMountsDeviceList(ctx, c)
+	if err != nil {
+		return nil, "", err
+	}
 	var out []Finding
 	for _, n := range nodes.Items {
 		if q, ok := n.Status.Allocatable[berthv1alpha1.GPUResource]; !ok || q.IsZero() {
@@ -154,13 +159,41 @@ func agentCheck(ctx context.Context, c client.Client, now time.Time) ([]Finding,
 			continue
 		}
 		fix := "check the agent DaemonSet's pod on the node (its nodeSelector and tolerations must match the node; kubectl get pods -o wide -l app.kubernetes.io/component=agent); --skip " + CheckInstallAgent + " where the agent is not installed by choice"
-		if isBottlerocket(n) {
+		switch {
+		case isBottlerocket(n) && !mounted:
 			problem += "; the node runs Bottlerocket, whose NVIDIA runtime gives an unprivileged container no GPU and no NVML for NVIDIA_VISIBLE_DEVICES"
-			fix = "install the chart with agent.gpuAccess=volumeMounts (the device-list mount Bottlerocket's runtime accepts; docs/agent.md), then " + fix
+			fix = "install the chart with agent.gpuAccess=volumeMounts (the device-list mount Bottlerocket's runtime accepts; a hostPath volume, so the namespace needs Pod Security level privileged; docs/agent.md), then " + fix
+		case isBottlerocket(n):
+			fix = "the agent already asks for the GPUs with the device-list mount (agent.gpuAccess=volumeMounts): check that its namespace's Pod Security level admits hostPath volumes (privileged) and that the node's settings.kubernetes.nvidia.container-runtime.visible-devices-as-volume-mounts is true (Bottlerocket's default); then " + fix
 		}
 		out = append(out, Finding{Check: CheckInstallAgent, Object: "Node " + n.Name, Problem: problem, Fix: fix})
 	}
 	return out, "", nil
+}
+
+// deviceListMount is where agent.gpuAccess=volumeMounts mounts /dev/null: the NVIDIA runtime's
+// device list for every GPU.
+const deviceListMount = "/var/run/nvidia-container-devices/all"
+
+// agentMountsDeviceList reports whether a DaemonSet of berth's agent (its component label)
+// mounts the NVIDIA runtime's device list; false where DaemonSets may not be listed.
+func agentMountsDeviceList(ctx context.Context, c client.Client) (bool, error) {
+	var dss appsv1.DaemonSetList
+	err := c.List(ctx, &dss, client.MatchingLabels{berthv1alpha1.ComponentLabel: "agent"})
+	switch {
+	case apierrors.IsForbidden(err):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("listing the agent's DaemonSets: %w", err)
+	}
+	for _, ds := range dss.Items {
+		for _, ctr := range ds.Spec.Template.Spec.Containers {
+			if slices.ContainsFunc(ctr.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == deviceListMount }) {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // isBottlerocket reports whether n runs Bottlerocket (its kubelet's OS image, "Bottlerocket OS

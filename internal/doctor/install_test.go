@@ -9,6 +9,7 @@ import (
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -142,19 +143,33 @@ func TestAgentCheckNamesBottlerocket(t *testing.T) {
 			Allocatable: corev1.ResourceList{berthv1alpha1.GPUResource: resource.MustParse("8")},
 			NodeInfo:    corev1.NodeSystemInfo{OSImage: osImage}}}
 	}
-	c := fake.NewClientBuilder().WithScheme(s).WithObjects(
-		gpuNode("br", "Bottlerocket OS 1.26.1 (aws-k8s-1.33-nvidia)"), gpuNode("al2023", "Amazon Linux 2023.6.20250115")).Build()
-	got, _, err := agentCheck(context.Background(), c, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 {
-		t.Fatalf("findings %+v, want one per unwatched GPU node", got)
-	}
-	for _, f := range got {
-		named := strings.Contains(f.Fix, "agent.gpuAccess=volumeMounts") && strings.Contains(f.Problem, "Bottlerocket")
-		if want := f.Object == "Node br"; named != want {
-			t.Errorf("%s: Bottlerocket named %v, want %v: %+v", f.Object, named, want, f)
-		}
+	nodes := []client.Object{gpuNode("br", "Bottlerocket OS 1.26.1 (aws-k8s-1.33-nvidia)"), gpuNode("al2023", "Amazon Linux 2023.6.20250115")}
+	mounting := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "berth-agent", Namespace: "berth-system",
+		Labels: map[string]string{berthv1alpha1.ComponentLabel: "agent"}}}
+	mounting.Spec.Template.Spec.Containers = []corev1.Container{{Name: "agent", VolumeMounts: []corev1.VolumeMount{{Name: "nvidia-all-gpus", MountPath: deviceListMount}}}}
+	for _, tt := range []struct {
+		name    string
+		objs    []client.Object
+		wantFix string
+	}{
+		{"the agent asks by environment", nodes, "install the chart with agent.gpuAccess=volumeMounts"},
+		{"the agent already mounts the device list", append(slices.Clone(nodes), mounting), "Pod Security level admits hostPath"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := fake.NewClientBuilder().WithScheme(s).WithObjects(tt.objs...).Build()
+			got, _, err := agentCheck(context.Background(), c, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != 2 {
+				t.Fatalf("findings %+v, want one per unwatched GPU node", got)
+			}
+			for _, f := range got {
+				named := strings.Contains(f.Fix, tt.wantFix)
+				if want := f.Object == "Node br"; named != want {
+					t.Errorf("%s: fix names %q: %v, want %v: %+v", f.Object, tt.wantFix, named, want, f)
+				}
+			}
+		})
 	}
 }

@@ -7,9 +7,9 @@ import (
 	"strconv"
 )
 
-// BinPrometheusOperator is the Prometheus Operator (github.com/prometheus-operator/prometheus-operator)
-// and BinPrometheus the Prometheus of the module it is built with (github.com/prometheus/prometheus),
-// both built by hack/build-tools.sh from hack/tools/monitoring.
+// BinPrometheusOperator is the Prometheus Operator (github.com/prometheus-operator/prometheus-operator,
+// from hack/tools/monitoring) and BinPrometheus is Prometheus (github.com/prometheus/prometheus,
+// from hack/tools/prometheus), both built by hack/build-tools.sh.
 const (
 	BinPrometheusOperator = "prometheus-operator"
 	BinPrometheus         = "prometheus"

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,6 +32,11 @@ func TestReleaseDryRun(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "../../hack/release-dry-run.sh", out)
 	cmd.Env = append(os.Environ(), "VERSION=v0.0.0-dryruntest")
+	// On a timeout the whole process group goes (go run, crane, cosign), not only the shell
+	// whose children would hold the output open.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
 	got, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("release dry run: %v\n%s", err, got)

@@ -119,6 +119,11 @@ func TestReleaseWaitsForCIAndSigns(t *testing.T) {
 			t.Errorf("release job %s does not sign what it pushes", job)
 		}
 	}
+	// The chart is packaged by the script `make release-dry-run` checks (TestReleaseDryRun),
+	// and what it packaged is what is pushed.
+	if !runs(rel, "chart", "hack/release-chart.sh") || !runs(rel, "chart", `helm push "$tgz"`) {
+		t.Error("release job chart does not package the chart with hack/release-chart.sh and push what it packaged")
+	}
 }
 
 // pinned is an action pinned to a full commit, with the release it is as a comment (what

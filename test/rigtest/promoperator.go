@@ -82,13 +82,13 @@ func (k KubePrometheusStack) Create(ctx context.Context, c client.Client) error 
 }
 
 // OperatorPrometheus is the Prometheus the rig runs from what the Prometheus Operator generates:
-// built from the Prometheus module the operator is built with (hack/tools/monitoring), with
-// every service discovery — Debian's package leaves Kubernetes' out.
+// built from its module (hack/tools/prometheus) with every service discovery — Debian's package
+// leaves Kubernetes' out.
 func OperatorPrometheus(r *rig.Rig) string {
 	return filepath.Join(r.ToolsDir(), "bin", rig.BinPrometheus)
 }
 
-// PrometheusVersion is the version of Prometheus binary bin (v3.5.0), for the operator to
+// PrometheusVersion is the version of Prometheus binary bin (v3.16.0), for the operator to
 // generate a configuration that binary reads.
 func PrometheusVersion(t testing.TB, bin string) string {
 	t.Helper()

@@ -27,7 +27,9 @@ import (
 // selects berth's ServiceMonitors, PodMonitor and PrometheusRule, and a real Prometheus run from
 // the configuration and rule files the operator generated scrapes the controller and the scaler
 // through their Services — over HTTPS, with the chart's metrics-reader token, as the chart's
-// RBAC allows — and loads and evaluates every alert of the chart.
+// RBAC allows — and loads and evaluates every alert of the chart. Endpoints may not hold a
+// loopback address, so the machine needs an IPv4 address besides loopback (any machine or
+// container with a network interface has one; a --network none container does not).
 func TestKubePrometheusStackScrapesBerth(t *testing.T) {
 	ctx := context.Background()
 	r := rigtest.Current()
