@@ -76,10 +76,11 @@ func staticReject(n *NodeState, p *corev1.Pod, aff nodeaffinity.RequiredNodeAffi
 }
 
 // unsupported names what kube-scheduler would check for this pod that placement does not
-// model, or "" when placement models everything that matters.
-func unsupported(p *corev1.Pod) string {
-	if len(p.Spec.ResourceClaims) > 0 {
-		return "uses dynamic resource claims (spec.resourceClaims)"
+// model, or "" when placement models everything that matters. Resource claims are modelled
+// when the snapshot has the cluster's dynamic resources (SetDynamicResources).
+func (s *Snapshot) unsupported(p *corev1.Pod) string {
+	if len(p.Spec.ResourceClaims) > 0 && s.dra == nil {
+		return "uses dynamic resource claims (spec.resourceClaims) and placement was not given the cluster's ResourceSlices"
 	}
 	if p.Spec.NodeName != "" {
 		return "already names a node (spec.nodeName)"

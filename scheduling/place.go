@@ -51,6 +51,9 @@ type Result struct {
 	// partial are, when the gang does not fit, the nodes of the members the best attempt could
 	// place (nil for the others), for ReservePlaced.
 	partial []*NodeState
+	// dra are the members' device allocations (nil for members without claims), for Assume
+	// and ReservePlaced to count in the snapshot's ledger.
+	dra []*draAlloc
 }
 
 // Fits reports whether every member was placed.
@@ -78,7 +81,10 @@ type class struct {
 	terms   []term
 	aff     nodeaffinity.RequiredNodeAffinity
 	vols    []*nodeaffinity.LazyErrorNodeSelector
-	slow    bool // depends on where other pods run (inter-pod rules, host ports)
+	slow    bool // depends on where other pods run (inter-pod rules, host ports, devices)
+	dra     bool // has resource claims: placed where the structured allocator can allocate them
+	rules   bool // has inter-pod rules or host ports
+	key     string
 	cands   []*NodeState
 	rejects rejections
 	// filter is the snapshot's cached filter result for members like these.
@@ -91,7 +97,7 @@ func Place(s *Snapshot, g Gang) Result {
 		return Result{Reason: "the gang has no members"}
 	}
 	for _, m := range g.Members {
-		if why := unsupported(m); why != "" {
+		if why := s.unsupported(m); why != "" {
 			return Result{Reason: fmt.Sprintf("member %s %s, which berth's placement does not model; berth will not pin it where kube-scheduler might refuse it", m.Name, why), Unsupported: true}
 		}
 	}
@@ -116,7 +122,7 @@ func Place(s *Snapshot, g Gang) Result {
 		}
 	}
 	if best.placed == len(g.Members) {
-		r := Result{Domain: best.domain, Placeable: best.placed, Assignments: make([]Assignment, len(g.Members)), reqs: make([]vec, len(g.Members)), layout: s.ri}
+		r := Result{Domain: best.domain, Placeable: best.placed, Assignments: make([]Assignment, len(g.Members)), reqs: make([]vec, len(g.Members)), layout: s.ri, dra: best.allocs}
 		for i, m := range g.Members {
 			r.Assignments[i] = Assignment{Pod: m.Name, Node: best.assigned[i].Name()}
 		}
@@ -127,7 +133,7 @@ func Place(s *Snapshot, g Gang) Result {
 		}
 		return r
 	}
-	return Result{Reason: s.explain(g, classes, best, len(domains)), Placeable: best.placed, partial: best.assigned}
+	return Result{Reason: s.explain(g, classes, best, len(domains)), Placeable: best.placed, partial: best.assigned, dra: best.allocs}
 }
 
 // classify groups members that ask for the same things. Labels matter when some member has
@@ -151,10 +157,12 @@ func (s *Snapshot) classify(members []*corev1.Pod) []*class {
 		if vk := volumesKey(vt); vk != "" {
 			key += vk
 		}
+		key += draKey(m)
 		c, ok := byKey[key]
 		if !ok {
-			c = &class{rep: m, req: s.ri.vecOf(reqs), aff: nodeaffinity.GetRequiredNodeAffinity(m), vols: volumeSelectors(vt),
-				slow: gangRules || portsKey(m) != ""}
+			c = &class{key: key, rep: m, req: s.ri.vecOf(reqs), aff: nodeaffinity.GetRequiredNodeAffinity(m), vols: volumeSelectors(vt),
+				slow: gangRules || portsKey(m) != "" || len(m.Spec.ResourceClaims) > 0, dra: len(m.Spec.ResourceClaims) > 0,
+				rules: gangRules || portsKey(m) != ""}
 			byKey[key] = c
 			out = append(out, c)
 			c.filter = s.staticFilter(key, c)
@@ -377,6 +385,11 @@ type attempt struct {
 	view     *podView
 	failed   *class // first class that did not fit
 	s        *Snapshot
+	// dra is what the attempt promised of the snapshot's devices, allocs each member's share
+	// (nil without claims), draErr why an allocation could not even be tried (invalid claims).
+	dra     *draExtra
+	allocs  []*draAlloc
+	draErr  error
 }
 
 func (a *attempt) free(n *NodeState, slot int) int64 {
@@ -444,7 +457,10 @@ func (a *attempt) better(b *attempt) bool {
 // instead of stopping at the first class that does not fit.
 func (s *Snapshot) attempt(g Gang, classes []*class, domain string, keepGoing bool) *attempt {
 	a := &attempt{domain: domain, s: s, assigned: make([]*NodeState, len(g.Members)), used: map[*NodeState]vec{},
-		view: &podView{extra: map[*NodeState][]*corev1.Pod{}}}
+		view: &podView{extra: map[*NodeState][]*corev1.Pod{}}, dra: &draExtra{}, allocs: make([]*draAlloc, len(g.Members))}
+	// The attempt's devices leave the ledger when it ends: Place does not change the
+	// snapshot, Assume and the reservations commit the allocations they keep.
+	defer a.dra.undo(s.dra, 0)
 	for _, c := range classes {
 		cands := c.filter.withRoom(c)
 		if domain != "" {
@@ -464,7 +480,9 @@ func (s *Snapshot) attempt(g Gang, classes []*class, domain string, keepGoing bo
 			ip = a.interPodFor(c)
 		}
 		var ok bool
-		if c.slow {
+		if c.dra && !c.rules && ip == nil {
+			ok = a.placeDevices(g, c, cands)
+		} else if c.slow {
 			ok = a.placeOneByOne(g, c, cands, ip)
 		} else {
 			if ip != nil {
@@ -599,9 +617,11 @@ func (a *attempt) placeOneByOne(g Gang, c *class, cands []*NodeState, ip *interP
 const maxSeeds = 64
 
 func (a *attempt) greedy(g Gang, c *class, cands []*NodeState, seed *NodeState, ip *interPod) bool {
+	var fits []*NodeState
 	for i, m := range c.members {
 		p := g.Members[m]
 		var pick *NodeState
+		fits = fits[:0]
 		for _, n := range cands {
 			if i == 0 && seed != nil && n != seed {
 				continue
@@ -609,17 +629,157 @@ func (a *attempt) greedy(g Gang, c *class, cands []*NodeState, seed *NodeState, 
 			if a.capacity(n, c) == 0 || !ip.allows(n) || !portsOK(p, n, a.view) {
 				continue
 			}
+			if c.dra {
+				fits = append(fits, n)
+				continue
+			}
 			if pick == nil || a.tieBreak(n, pick) {
 				pick = n
 			}
+		}
+		var alloc *draAlloc
+		if c.dra {
+			pick, alloc = a.allocate(c, p, fits)
 		}
 		if pick == nil {
 			return false
 		}
 		a.put(pick, c, m, p)
+		if alloc != nil {
+			a.allocs[m] = alloc
+			a.dra.add(a.s.dra, pick, alloc)
+		}
 		ip.placed(pick)
 	}
 	return true
+}
+
+// placeDevices places members with resource claims and no rules between pods: each on the
+// node greedy's tieBreak would pick (nodes the gang uses, then the fullest, then the name)
+// where the structured allocator can allocate its claims. The nodes are ordered once per
+// class: placing a member only makes its own node more preferred, so the node that took the
+// last member is tried first for the next and a cursor walks the order as nodes fill —
+// about one allocation per member, where greedy would scan every node for each.
+func (a *attempt) placeDevices(g Gang, c *class, cands []*NodeState) bool {
+	full := a.s.dra.fullFor(c.key, len(a.s.nodes))
+	type keyed struct {
+		n    *NodeState
+		used bool
+		fw   float64
+	}
+	order := make([]keyed, 0, len(cands))
+	for _, n := range cands {
+		if !full[n.idx] {
+			_, used := a.used[n]
+			order = append(order, keyed{n: n, used: used, fw: a.freeWeight(n)})
+		}
+	}
+	sort.Slice(order, func(i, j int) bool {
+		x, y := order[i], order[j]
+		if x.used != y.used {
+			return x.used
+		}
+		if x.fw != y.fw {
+			return x.fw < y.fw
+		}
+		return x.n.Name() < y.n.Name()
+	})
+	need := a.s.dra.devicesNeeded(c.rep)
+	next := 0
+	for i := 0; i < len(c.members); {
+		placed := false
+		// Nodes at the cursor that are full for the class are passed for good; a node that
+		// only this member cannot use (its allocated claim is elsewhere) stays for the next.
+		for j := next; j < len(order) && !placed; j++ {
+			n := order[j].n
+			k := min(len(c.members)-i, a.capacity(n, c))
+			if k == 0 {
+				if j == next {
+					next++
+				}
+				continue
+			}
+			if est := a.s.dra.freeFor(n, need); est >= 0 {
+				k = min(k, est)
+				if est == 0 && a.dra.on[n] == 0 {
+					full[n.idx] = true // by plain counts, nothing like the class fits here
+				}
+			}
+			if k == 0 {
+				if j == next {
+					next++
+				}
+				continue
+			}
+			batch := make([]*corev1.Pod, k)
+			for b := range batch {
+				batch[b] = g.Members[c.members[i+b]]
+			}
+			allocs, isFull, err := a.s.allocateMany(n, batch, a.dra)
+			if err == nil && allocs == nil && k > 1 {
+				// Not all of them: one at a time, as kube-scheduler would.
+				batch = batch[:1]
+				allocs, isFull, err = a.s.allocateMany(n, batch, a.dra)
+			}
+			if err != nil {
+				a.draErr = err
+				return false
+			}
+			if allocs == nil {
+				if isFull && a.dra.on[n] == 0 {
+					full[n.idx] = true
+				}
+				if isFull && j == next {
+					next++
+				}
+				continue
+			}
+			for b, p := range batch {
+				m := c.members[i+b]
+				a.put(n, c, m, p)
+				a.allocs[m] = allocs[b]
+				a.dra.add(a.s.dra, n, allocs[b])
+			}
+			i += len(batch)
+			placed = true
+		}
+		if !placed {
+			return false
+		}
+	}
+	return true
+}
+
+// allocate picks, of the nodes that fit p otherwise, the first in placement's order (tieBreak)
+// where the structured allocator can allocate p's claims against the snapshot's ledger and
+// the attempt's own promises. Nodes are tried best first until one succeeds; a node that
+// fails on the ledger alone is remembered full for the class, so a member costs about one
+// allocation even on a filling cluster.
+func (a *attempt) allocate(c *class, p *corev1.Pod, fits []*NodeState) (*NodeState, *draAlloc) {
+	full := a.s.dra.fullFor(c.key, len(a.s.nodes))
+	fits = slices.DeleteFunc(fits, func(n *NodeState) bool { return full[n.idx] })
+	for len(fits) > 0 {
+		bi := 0
+		for i := 1; i < len(fits); i++ {
+			if a.tieBreak(fits[i], fits[bi]) {
+				bi = i
+			}
+		}
+		n := fits[bi]
+		alloc, isFull, err := a.s.allocateOn(n, p, a.dra)
+		if err != nil {
+			a.draErr = err
+			return nil, nil
+		}
+		if alloc != nil {
+			return n, alloc
+		}
+		if isFull && a.dra.on[n] == 0 {
+			full[n.idx] = true
+		}
+		fits = slices.Delete(fits, bi, bi+1)
+	}
+	return nil, nil
 }
 
 // attemptState is a copy of an attempt's mutable state.
@@ -628,10 +788,12 @@ type attemptState struct {
 	placed   int
 	used     map[*NodeState]vec
 	extra    map[*NodeState][]*corev1.Pod
+	dra      draSaved
+	allocs   []*draAlloc
 }
 
 func (a *attempt) save() attemptState {
-	st := attemptState{assigned: append([]*NodeState(nil), a.assigned...), placed: a.placed,
+	st := attemptState{assigned: append([]*NodeState(nil), a.assigned...), placed: a.placed, dra: a.dra.save(), allocs: slices.Clone(a.allocs),
 		used: make(map[*NodeState]vec, len(a.used)), extra: make(map[*NodeState][]*corev1.Pod, len(a.view.extra))}
 	for n, v := range a.used {
 		st.used[n] = append(vec(nil), v...)
@@ -646,6 +808,8 @@ func (a *attempt) restore(st attemptState) {
 	c := st
 	a.assigned = append([]*NodeState(nil), c.assigned...)
 	a.placed = c.placed
+	a.dra.restore(a.s.dra, c.dra)
+	a.allocs = slices.Clone(c.allocs)
 	a.used = make(map[*NodeState]vec, len(c.used))
 	for n, v := range c.used {
 		a.used[n] = append(vec(nil), v...)
@@ -716,6 +880,10 @@ func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int
 		}
 	}
 	switch {
+	case c.dra && best.draErr != nil:
+		fmt.Fprintf(&b, "; member %s's resource claims cannot be allocated: %v", c.rep.Name, best.draErr)
+	case c.dra && !hasInterPodRules(c.rep) && len(hostPorts(c.rep)) == 0:
+		fmt.Fprintf(&b, "; no eligible node has the devices member %s's resource claims ask for free", c.rep.Name)
 	case c.slow && hasInterPodRules(c.rep) && len(hostPorts(c.rep)) > 0:
 		b.WriteString("; the members' host ports, pod affinity, anti-affinity or topology spread rules cannot all be met")
 	case c.slow && len(hostPorts(c.rep)) > 0:

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 
 	"github.com/berth-dev/berth/scheduling"
 	"github.com/berth-dev/berth/test/builders"
@@ -14,13 +15,28 @@ import (
 // BenchmarkPlace: 1,000 nodes with 8 GPUs each in 3 zones, 500 gangs of 2–16 one-GPU members
 // placed and assumed one after another, half of them zone-constrained. Reports member
 // placements per second (target ≥ 20,000 on one core: go test -bench Place -cpu 1).
-func BenchmarkPlace(b *testing.B) {
+func BenchmarkPlace(b *testing.B) { benchmarkPlace(b, false) }
+
+// BenchmarkPlaceDRA is BenchmarkPlace with the GPUs published as ResourceSlices and every
+// member claiming its GPU through a ResourceClaimTemplate, allocated by the structured
+// allocator (target: within 2× of BenchmarkPlace's members/s).
+func BenchmarkPlaceDRA(b *testing.B) { benchmarkPlace(b, true) }
+
+func benchmarkPlace(b *testing.B, dra bool) {
 	zones := []string{"us-west-2a", "us-west-2b", "us-west-2c"}
 	nodes := make([]*corev1.Node, 1000)
+	res := scheduling.DynamicResources{Classes: []*resourceapi.DeviceClass{builders.GPUClass()},
+		Templates: []*resourceapi.ResourceClaimTemplate{builders.ClaimTemplate("gpu", "ml", 1, "")}}
 	for i := range nodes {
-		nodes[i] = builders.Node(fmt.Sprintf("node-%04d", i)).GPU(8).Allocatable(corev1.ResourceCPU, "192").
+		nb := builders.Node(fmt.Sprintf("node-%04d", i)).Allocatable(corev1.ResourceCPU, "192").
 			Allocatable(corev1.ResourceMemory, "2048Gi").Zone(zones[i%3]).
-			Taint("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).Obj()
+			Taint("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule)
+		if dra {
+			res.Slices = append(res.Slices, builders.GPUSlice(fmt.Sprintf("node-%04d", i), 8, "NVIDIA H100 80GB HBM3", "80Gi"))
+		} else {
+			nb = nb.GPU(8)
+		}
+		nodes[i] = nb.Obj()
 	}
 	rng := rand.New(rand.NewSource(7))
 	gangs := make([]scheduling.Gang, 500)
@@ -32,9 +48,15 @@ func BenchmarkPlace(b *testing.B) {
 			g.TopologyKey = corev1.LabelTopologyZone
 		}
 		for j := range n {
-			g.Members = append(g.Members, builders.Pod(fmt.Sprintf("g%03d-%02d", i, j), "ml").Member(fmt.Sprintf("g%03d", i)).
-				GPU(1).Request(corev1.ResourceCPU, "8").Request(corev1.ResourceMemory, "64Gi").
-				Tolerate("nvidia.com/gpu", "", corev1.TaintEffectNoSchedule).Obj())
+			pb := builders.Pod(fmt.Sprintf("g%03d-%02d", i, j), "ml").Member(fmt.Sprintf("g%03d", i)).
+				Request(corev1.ResourceCPU, "8").Request(corev1.ResourceMemory, "64Gi").
+				Tolerate("nvidia.com/gpu", "", corev1.TaintEffectNoSchedule)
+			if dra {
+				pb = pb.ClaimFromTemplate("gpu", "gpu")
+			} else {
+				pb = pb.GPU(1)
+			}
+			g.Members = append(g.Members, pb.Obj())
 		}
 		members += n
 		gangs[i] = g
@@ -45,6 +67,11 @@ func BenchmarkPlace(b *testing.B) {
 	for b.Loop() {
 		b.StopTimer()
 		s := scheduling.NewSnapshot(nodes, nil, nil)
+		if dra {
+			if err := s.SetDynamicResources(res); err != nil {
+				b.Fatal(err)
+			}
+		}
 		b.StartTimer()
 		for _, g := range gangs {
 			r := scheduling.Place(s, g)

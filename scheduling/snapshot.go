@@ -78,6 +78,9 @@ type Snapshot struct {
 	lookup RequestLookup
 	// shared: ri is a Layout's, and vectors converted in it may be kept in Requests.
 	shared bool
+	// dra are the cluster's dynamic resources and the device ledger (nil: not given;
+	// members with resource claims are then unsupported).
+	dra *draState
 }
 
 // NewSnapshot builds a snapshot from nodes and the pods that count against them. Pods on
@@ -244,6 +247,9 @@ func (s *Snapshot) Assume(members []*corev1.Pod, r Result) error {
 			req = s.requestVec(p)
 		}
 		s.add(ns, p, req)
+		if s.dra != nil && len(r.dra) == len(r.Assignments) {
+			s.dra.commit(r.dra[i])
+		}
 	}
 	return nil
 }
@@ -252,6 +258,9 @@ func (s *Snapshot) Assume(members []*corev1.Pod, r Result) error {
 func (s *Snapshot) Clone() *Snapshot {
 	c := &Snapshot{ri: &resIndex{slot: make(map[corev1.ResourceName]int, len(s.ri.slot)), names: append([]corev1.ResourceName(nil), s.ri.names...)},
 		byName: make(map[string]*NodeState, len(s.nodes)), volumes: s.volumes, antiPods: slices.Clone(s.antiPods), lookup: s.lookup}
+	if s.dra != nil {
+		c.dra = s.dra.clone()
+	}
 	for k, v := range s.ri.slot {
 		c.ri.slot[k] = v
 	}

@@ -38,10 +38,14 @@ func (s *Snapshot) volumesOf(p *corev1.Pod) VolumeTopology {
 	return s.volumes[VolumeKey(p)]
 }
 
-// blocked names the first member whose volumes keep it from being placed at all, with why.
+// blocked names the first member whose volumes or resource claims keep it from being placed at
+// all, with why.
 func (s *Snapshot) blocked(members []*corev1.Pod) (*corev1.Pod, string) {
 	for _, m := range members {
 		if why := s.volumesOf(m).Blocked; why != "" {
+			return m, why
+		}
+		if why := s.draBlocked(m); why != "" {
 			return m, why
 		}
 	}

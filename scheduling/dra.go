@@ -1,0 +1,460 @@
+package scheduling
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/dynamic-resource-allocation/cel"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+	"k8s.io/dynamic-resource-allocation/structured"
+)
+
+// DRAFeatures are the structured allocator's features placement uses: those kube-scheduler
+// 1.37 enables by default that the allocator's stable implementation supports (admin access,
+// prioritized lists, partitionable devices, device taints).
+var DRAFeatures = structured.Features{AdminAccess: true, PrioritizedList: true, PartitionableDevices: true, DeviceTaints: true}
+
+// DynamicResources are the cluster's dynamic resources a snapshot places members' resource
+// claims with: the devices drivers publish, the classes claims name, the claims that exist
+// (allocated or not) and the templates members' claims are made from.
+type DynamicResources struct {
+	Slices    []*resourceapi.ResourceSlice
+	Classes   []*resourceapi.DeviceClass
+	Claims    []*resourceapi.ResourceClaim
+	Templates []*resourceapi.ResourceClaimTemplate
+}
+
+// draState is a snapshot's dynamic resources and its device ledger: which devices are
+// allocated (by the cluster's claims) or promised (by placements assumed in the snapshot).
+type draState struct {
+	classes   classLister
+	byNode    map[string][]*resourceapi.ResourceSlice
+	anyNode   []*resourceapi.ResourceSlice // slices for all nodes or a node selector
+	ids       map[string][]structured.DeviceID // the devices of byNode's slices
+	claims    map[string]*resourceapi.ResourceClaim
+	templates map[string]*resourceapi.ResourceClaimTemplate
+	cel       *cel.Cache
+	// allocated are the devices taken: by allocated claims, by the claims of pods that count
+	// against a node whose claims are not allocated yet (berth's promise, replayed every
+	// snapshot), and by placements assumed or reserved in this snapshot.
+	allocated sets.Set[structured.DeviceID]
+	// promised are claims placements in this snapshot allocated (shared claims the next
+	// member must follow), by claim key.
+	promised map[string]*resourceapi.AllocationResult
+	// full are, per class key, the nodes where a member of the class could not be allocated
+	// against the ledger alone. The ledger only grows within a snapshot, so such a node stays
+	// full for the class: on a filling cluster each member then costs one allocation, not one
+	// per full node.
+	full map[string][]bool
+}
+
+func (d *draState) clone() *draState {
+	c := *d
+	c.allocated = d.allocated.Clone()
+	c.promised = make(map[string]*resourceapi.AllocationResult, len(d.promised))
+	for k, v := range d.promised {
+		c.promised[k] = v
+	}
+	c.full = map[string][]bool{} // a clone may diverge: it learns its own
+	return &c
+}
+
+// fullFor is, by node index, whether a member of class key is known not to be allocatable
+// there; n is the snapshot's node count.
+func (d *draState) fullFor(key string, n int) []bool {
+	f := d.full[key]
+	if f == nil {
+		f = make([]bool, n)
+		d.full[key] = f
+	}
+	return f
+}
+
+// classLister serves DeviceClasses to the allocator.
+type classLister map[string]*resourceapi.DeviceClass
+
+func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
+	out := make([]*resourceapi.DeviceClass, 0, len(l))
+	for _, c := range l {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+	if c, ok := l[name]; ok {
+		return c, nil
+	}
+	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
+}
+
+// SetDynamicResources gives the snapshot the cluster's dynamic resources, so that members
+// with resource claims are placed where the structured allocator (the one kube-scheduler
+// uses) can allocate their claims. Devices the cluster's claims hold are taken; so are the
+// devices of every pod already counted against a node whose claims are not allocated yet —
+// a member pinned by an earlier admission that kube-scheduler has not bound — allocated now
+// on its node, so no device is promised twice across cycles. It returns, joined, why some
+// such pod's claims could not be replayed (its devices are then not counted).
+func (s *Snapshot) SetDynamicResources(res DynamicResources) error {
+	d := &draState{classes: classLister{}, byNode: map[string][]*resourceapi.ResourceSlice{}, ids: map[string][]structured.DeviceID{},
+		claims: map[string]*resourceapi.ResourceClaim{}, templates: map[string]*resourceapi.ResourceClaimTemplate{},
+		cel: cel.NewCache(100, cel.Features{}), allocated: sets.New[structured.DeviceID](),
+		promised: map[string]*resourceapi.AllocationResult{}, full: map[string][]bool{}}
+	for _, c := range res.Classes {
+		d.classes[c.Name] = c
+	}
+	for _, sl := range res.Slices {
+		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
+			d.byNode[*sl.Spec.NodeName] = append(d.byNode[*sl.Spec.NodeName], sl)
+			for _, dev := range sl.Spec.Devices {
+				d.ids[*sl.Spec.NodeName] = append(d.ids[*sl.Spec.NodeName], structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, dev.Name))
+			}
+		} else {
+			d.anyNode = append(d.anyNode, sl)
+		}
+	}
+	for _, t := range res.Templates {
+		d.templates[t.Namespace+"/"+t.Name] = t
+	}
+	for _, c := range res.Claims {
+		d.claims[c.Namespace+"/"+c.Name] = c
+		if c.Status.Allocation != nil {
+			addDevices(d.allocated, c.Status.Allocation)
+		}
+	}
+	s.dra = d
+	var errs []error
+	for _, n := range s.nodes {
+		for _, p := range n.pods {
+			if len(p.Spec.ResourceClaims) == 0 {
+				continue
+			}
+			if _, _, err := s.allocateOn(n, p, nil); err != nil {
+				errs = append(errs, fmt.Errorf("counting the devices of pod %s/%s on node %s: %w", p.Namespace, p.Name, n.Name(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// addDevices marks the devices of an allocation taken (admin access does not take a device).
+func addDevices(set sets.Set[structured.DeviceID], a *resourceapi.AllocationResult) {
+	for _, r := range a.Devices.Results {
+		if r.AdminAccess != nil && *r.AdminAccess {
+			continue
+		}
+		set.Insert(structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
+	}
+}
+
+// memberClaim is one of a member's resource claims as placement sees it.
+type memberClaim struct {
+	// key identifies the claim: namespace/name of the ResourceClaim, also for a claim not
+	// created yet from a template (the name kube-controller-manager will give it is not
+	// known, so a pod-scoped key stands in).
+	key   string
+	claim *resourceapi.ResourceClaim
+}
+
+// claimsOf resolves p's resource claims. A claim that is missing (a named claim not created,
+// a template that does not exist) is an error saying what to create; a claim its template
+// will make but that is not made yet is placed from the template's spec.
+func (d *draState) claimsOf(p *corev1.Pod) ([]memberClaim, error) {
+	out := make([]memberClaim, 0, len(p.Spec.ResourceClaims))
+	for i := range p.Spec.ResourceClaims {
+		pc := &p.Spec.ResourceClaims[i]
+		name, _, err := resourceclaim.Name(p, pc)
+		switch {
+		case err == nil && name == nil:
+			continue // deliberately not created: nothing to allocate
+		case err == nil:
+			c, ok := d.claims[p.Namespace+"/"+*name]
+			if !ok {
+				return nil, fmt.Errorf("waits for ResourceClaim %s/%s (spec.resourceClaims %q), which does not exist", p.Namespace, *name, pc.Name)
+			}
+			out = append(out, memberClaim{key: p.Namespace + "/" + *name, claim: c})
+		case errors.Is(err, resourceclaim.ErrClaimNotFound) && pc.ResourceClaimTemplateName != nil:
+			t, ok := d.templates[p.Namespace+"/"+*pc.ResourceClaimTemplateName]
+			if !ok {
+				return nil, fmt.Errorf("waits for ResourceClaimTemplate %s/%s (spec.resourceClaims %q), which does not exist", p.Namespace, *pc.ResourceClaimTemplateName, pc.Name)
+			}
+			key := "pod:" + p.Namespace + "/" + p.Name + "/" + pc.Name
+			c := &resourceapi.ResourceClaim{Spec: t.Spec.Spec}
+			c.Namespace, c.Name, c.UID = p.Namespace, p.Name+"-"+pc.Name, types.UID(key)
+			out = append(out, memberClaim{key: key, claim: c})
+		default:
+			return nil, fmt.Errorf("spec.resourceClaims %q: %w", pc.Name, err)
+		}
+	}
+	return out, nil
+}
+
+// draKey is what of p's claims decides where it may go, for its class key: the claims by
+// what they are made from. Members of one template are alike; so are members sharing a claim.
+func draKey(p *corev1.Pod) string {
+	if len(p.Spec.ResourceClaims) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("dra:")
+	for _, pc := range p.Spec.ResourceClaims {
+		b.WriteString(pc.Name)
+		switch {
+		case pc.ResourceClaimName != nil:
+			b.WriteString("=claim/" + *pc.ResourceClaimName)
+		case pc.ResourceClaimTemplateName != nil:
+			b.WriteString("=template/" + *pc.ResourceClaimTemplateName)
+		}
+		b.WriteByte(';')
+	}
+	return b.String()
+}
+
+// draAlloc is what one member's placement took: devices, and the claims it allocated.
+type draAlloc struct {
+	devices []structured.DeviceID
+	claims  map[string]*resourceapi.AllocationResult
+}
+
+// allocateOn allocates p's claims on node n against the snapshot's ledger, in which an
+// attempt's devices are while it runs (extra: its promised shared claims; nil: none). It
+// returns nil and no error when they cannot be allocated there, and an error when the claims
+// or the cluster's dynamic resources are invalid (a CEL selector that does not compile, a
+// missing class…). With extra nil the allocation is committed to the ledger
+// (SetDynamicResources' replay). full is true when every claim of p was to be allocated and
+// the devices for them are not free on n: no member like p fits there while the ledger only
+// grows.
+func (s *Snapshot) allocateOn(n *NodeState, p *corev1.Pod, extra *draExtra) (alloc *draAlloc, full bool, err error) {
+	allocs, full, err := s.allocateMany(n, []*corev1.Pod{p}, extra)
+	if allocs == nil {
+		return nil, full, err
+	}
+	return allocs[0], false, nil
+}
+
+// allocateMany is allocateOn for several members at once, in one call of the allocator (one
+// call per member was most of placing a gang): every member's claims are allocated on n, or
+// none (nil). A claim several of them share is allocated once.
+func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra) (allocs []*draAlloc, full bool, err error) {
+	d := s.dra
+	var todo []*resourceapi.ResourceClaim
+	var keys []string
+	at := map[string]int{} // claim key → its index in todo
+	mine := make([][]string, len(ps))
+	whole := true
+	for i, p := range ps {
+		claims, err := d.claimsOf(p)
+		if err != nil {
+			return nil, false, err
+		}
+		for _, mc := range claims {
+			alloc := mc.claim.Status.Allocation
+			if alloc == nil {
+				alloc = d.promised[mc.key]
+			}
+			if alloc == nil && extra != nil {
+				alloc = extra.promised[mc.key]
+			}
+			if alloc != nil {
+				// Allocated already (or promised to another member sharing it): the member
+				// must go where its devices are.
+				whole = false
+				ok, err := structured.NodeMatches(DRAFeatures, n.Node, "", false, alloc.NodeSelector)
+				if err != nil {
+					return nil, false, fmt.Errorf("ResourceClaim %s: matching its allocation's node selector: %w", mc.key, err)
+				}
+				if !ok {
+					return nil, false, nil
+				}
+				continue
+			}
+			mine[i] = append(mine[i], mc.key)
+			if _, ok := at[mc.key]; ok {
+				whole = false // shared within the batch: allocated once
+				continue
+			}
+			at[mc.key] = len(todo)
+			todo = append(todo, mc.claim)
+			keys = append(keys, mc.key)
+		}
+	}
+	allocs = make([]*draAlloc, len(ps))
+	if len(todo) == 0 {
+		for i := range allocs {
+			allocs[i] = &draAlloc{}
+		}
+		return allocs, false, nil
+	}
+	whole = whole && len(ps) == 1
+	if len(d.byNode[n.Name()]) == 0 && len(d.anyNode) == 0 {
+		return nil, whole, nil // no devices here at all
+	}
+	slices := append(append([]*resourceapi.ResourceSlice(nil), d.byNode[n.Name()]...), d.anyNode...)
+	al, err := structured.NewAllocator(context.Background(), DRAFeatures, structured.AllocatedState{AllocatedDevices: d.allocated},
+		d.classes, slices, d.cel)
+	if err != nil {
+		return nil, false, fmt.Errorf("building the device allocator: %w", err)
+	}
+	results, err := al.Allocate(context.Background(), n.Node, todo)
+	if err != nil {
+		return nil, false, fmt.Errorf("allocating the claims of %s/%s: %w", ps[0].Namespace, ps[0].Name, err)
+	}
+	if results == nil {
+		return nil, whole, nil
+	}
+	// Each claim's devices go to the first member that names it.
+	given := map[string]bool{}
+	for i := range ps {
+		a := &draAlloc{claims: map[string]*resourceapi.AllocationResult{}}
+		set := sets.New[structured.DeviceID]()
+		for _, k := range mine[i] {
+			r := &results[at[k]]
+			a.claims[k] = r
+			if !given[k] {
+				given[k] = true
+				addDevices(set, r)
+			}
+		}
+		a.devices = set.UnsortedList()
+		allocs[i] = a
+		if extra == nil {
+			d.commit(a)
+		}
+	}
+	return allocs, false, nil
+}
+
+// freeFor estimates how many more members needing need devices each fit in n's free devices:
+// its own slices' devices the ledger does not hold, over need. -1 when it cannot tell (devices
+// offered to many nodes, members whose requests are not plain counts).
+func (d *draState) freeFor(n *NodeState, need int) int {
+	if need <= 0 || len(d.anyNode) > 0 {
+		return -1
+	}
+	free := 0
+	for _, id := range d.ids[n.Name()] {
+		if !d.allocated.Has(id) {
+			free++
+		}
+	}
+	return free / need
+}
+
+// devicesNeeded is how many devices p's claims that are still to be allocated ask for, when
+// every request is a plain count; 0 when that cannot be told.
+func (d *draState) devicesNeeded(p *corev1.Pod) int {
+	claims, err := d.claimsOf(p)
+	if err != nil {
+		return 0
+	}
+	need := 0
+	for _, mc := range claims {
+		if mc.claim.Status.Allocation != nil || d.promised[mc.key] != nil {
+			continue
+		}
+		for _, r := range mc.claim.Spec.Devices.Requests {
+			e := r.Exactly
+			if e == nil || e.AllocationMode != resourceapi.DeviceAllocationModeExactCount || e.AdminAccess != nil && *e.AdminAccess {
+				return 0
+			}
+			need += int(e.Count)
+		}
+	}
+	return need
+}
+
+// commit records a member's allocation in the ledger.
+func (d *draState) commit(a *draAlloc) {
+	if a == nil {
+		return
+	}
+	d.allocated.Insert(a.devices...)
+	for k, v := range a.claims {
+		d.promised[k] = v
+	}
+}
+
+// draExtra is what an attempt has promised on top of the snapshot's ledger. Its devices go
+// into the ledger itself while the attempt runs (the allocator reads one set; a union per
+// allocation was most of placing a member) and come out when it ends (undo).
+type draExtra struct {
+	// log are the devices the attempt put in the ledger, in order.
+	log []structured.DeviceID
+	// on counts them per node.
+	on       map[*NodeState]int
+	promised map[string]*resourceapi.AllocationResult
+}
+
+// add puts a member's allocation on n into the ledger d for the rest of the attempt.
+func (e *draExtra) add(d *draState, n *NodeState, a *draAlloc) {
+	if e.promised == nil {
+		e.promised = map[string]*resourceapi.AllocationResult{}
+		e.on = map[*NodeState]int{}
+	}
+	d.allocated.Insert(a.devices...)
+	e.log = append(e.log, a.devices...)
+	e.on[n] += len(a.devices)
+	for k, v := range a.claims {
+		e.promised[k] = v
+	}
+}
+
+// undo takes the attempt's devices after the first keep out of the ledger d again; it
+// returns the state to restore with.
+func (e *draExtra) undo(d *draState, keep int) {
+	if d != nil {
+		d.allocated.Delete(e.log[keep:]...)
+	}
+	e.log = e.log[:keep]
+}
+
+// draSaved is a draExtra as save keeps it.
+type draSaved struct {
+	n        int
+	on       map[*NodeState]int
+	promised map[string]*resourceapi.AllocationResult
+}
+
+func (e *draExtra) save() draSaved {
+	return draSaved{n: len(e.log), on: maps.Clone(e.on), promised: maps.Clone(e.promised)}
+}
+
+func (e *draExtra) restore(d *draState, st draSaved) {
+	e.undo(d, st.n)
+	e.on, e.promised = maps.Clone(st.on), maps.Clone(st.promised)
+}
+
+// draBlocked says why a member's claims keep it from being placed anywhere (a claim or
+// template that does not exist, an invalid claim), or "" when they do not. Without the
+// cluster's dynamic resources (SetDynamicResources) every member with claims is blocked.
+func (s *Snapshot) draBlocked(p *corev1.Pod) string {
+	if len(p.Spec.ResourceClaims) == 0 {
+		return ""
+	}
+	if s.dra == nil {
+		return ""
+	}
+	if _, err := s.dra.claimsOf(p); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// DevicesTaken is how many devices the snapshot's ledger counts taken (allocated, or promised
+// by berth), for tests and for status.
+func (s *Snapshot) DevicesTaken() int {
+	if s.dra == nil {
+		return 0
+	}
+	return s.dra.allocated.Len()
+}

@@ -1,0 +1,227 @@
+package scheduling_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+
+	"github.com/berth-dev/berth/scheduling"
+	"github.com/berth-dev/berth/test/builders"
+)
+
+const h100 = `device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"`
+
+// draCluster is nodes h-0… with 8 H100s each and l-0… with 8 L4s each, published as
+// ResourceSlices (no device-plugin GPUs).
+func draCluster(h, l int) ([]*corev1.Node, scheduling.DynamicResources) {
+	var nodes []*corev1.Node
+	res := scheduling.DynamicResources{Classes: []*resourceapi.DeviceClass{builders.GPUClass()},
+		Templates: []*resourceapi.ResourceClaimTemplate{builders.ClaimTemplate("h100x8", "ml", 8, h100), builders.ClaimTemplate("any4", "ml", 4, "")}}
+	for i := range h {
+		name := fmt.Sprintf("h-%d", i)
+		nodes = append(nodes, builders.Node(name).Obj())
+		res.Slices = append(res.Slices, builders.GPUSlice(name, 8, "NVIDIA H100 80GB HBM3", "80Gi"))
+	}
+	for i := range l {
+		name := fmt.Sprintf("l-%d", i)
+		nodes = append(nodes, builders.Node(name).Obj())
+		res.Slices = append(res.Slices, builders.GPUSlice(name, 8, "NVIDIA L4", "24Gi"))
+	}
+	return nodes, res
+}
+
+func draMember(template string) func(string) *builders.PodBuilder {
+	return func(name string) *builders.PodBuilder {
+		return builders.Pod(name, "ml").Member("g").ClaimFromTemplate("gpus", template)
+	}
+}
+
+func draSnapshot(t *testing.T, nodes []*corev1.Node, pods []scheduling.PodOnNode, res scheduling.DynamicResources) *scheduling.Snapshot {
+	t.Helper()
+	s := scheduling.NewSnapshot(nodes, pods, nil)
+	if err := s.SetDynamicResources(res); err != nil {
+		t.Fatalf("SetDynamicResources: %v", err)
+	}
+	return s
+}
+
+func TestPlaceDRA(t *testing.T) {
+	tests := []struct {
+		name    string
+		h, l    int
+		claims  []*resourceapi.ResourceClaim
+		pods    []scheduling.PodOnNode
+		members []*corev1.Pod
+		// want is members per node when the gang fits; nil: it does not, and reason says why.
+		want      map[string]int
+		placeable int
+		reason    string
+		blocked   bool
+	}{{
+		name: "four members of eight H100s each go one to an H100 node, never to the L4s", h: 4, l: 4,
+		members: members(4, draMember("h100x8")),
+		want:    map[string]int{"h-0": 1, "h-1": 1, "h-2": 1, "h-3": 1},
+	}, {
+		name: "seven of eight is not a gang: no member is placed where the eighth cannot follow", h: 7, l: 2,
+		members: members(8, draMember("h100x8")), placeable: 7,
+		reason: "7 of 8 members fit; no eligible node has the devices member m-00's resource claims ask for free",
+	}, {
+		name: "devices the cluster's claims hold are taken", h: 2,
+		claims:  []*resourceapi.ResourceClaim{builders.AllocatedClaim("train-0", "other", "h-0", 0, 1)},
+		members: members(2, draMember("h100x8")), placeable: 1,
+		reason: "1 of 2 members fit",
+	}, {
+		name: "smaller members share a node's devices", h: 1,
+		members: members(2, draMember("any4")),
+		want:    map[string]int{"h-0": 2},
+	}, {
+		name: "a pinned member whose claims are not allocated yet keeps its devices (the ledger replayed)", h: 1,
+		pods:    []scheduling.PodOnNode{{Pod: builders.Pod("earlier", "ml").ClaimFromTemplate("gpus", "any4").Obj(), Node: "h-0"}},
+		members: members(2, draMember("any4")), placeable: 1,
+		reason: "1 of 2 members fit",
+	}, {
+		name: "members sharing one claim go where its devices are", h: 3,
+		claims: []*resourceapi.ResourceClaim{builders.Claim("shared", "ml", 2, "")},
+		members: members(3, func(name string) *builders.PodBuilder {
+			return builders.Pod(name, "ml").Member("g").SharedClaim("shared", "shared")
+		}),
+		want: map[string]int{"h-0": 3},
+	}, {
+		name: "an allocated shared claim decides the node", h: 3,
+		claims: []*resourceapi.ResourceClaim{builders.AllocatedClaim("shared", "ml", "h-2", 0)},
+		members: members(2, func(name string) *builders.PodBuilder {
+			return builders.Pod(name, "ml").Member("g").SharedClaim("shared", "shared")
+		}),
+		want: map[string]int{"h-2": 2},
+	}, {
+		name: "a claim created from the template is the one placed", h: 2,
+		claims: []*resourceapi.ResourceClaim{builders.AllocatedClaim("m-00-gpus-x1", "ml", "h-1", 0, 1, 2, 3, 4, 5, 6, 7)},
+		members: []*corev1.Pod{
+			builders.Pod("m-00", "ml").Member("g").ClaimFromTemplate("gpus", "h100x8").ClaimCreated("gpus", "m-00-gpus-x1").Obj(),
+			draMember("h100x8")("m-01").Obj(),
+		},
+		want: map[string]int{"h-0": 1, "h-1": 1},
+	}, {
+		name: "a template that does not exist blocks the gang and says so", h: 2,
+		members: members(2, draMember("missing")), blocked: true,
+		reason: "member m-00 waits for ResourceClaimTemplate ml/missing",
+	}, {
+		name: "a named claim that does not exist blocks the gang", h: 2,
+		members: members(1, func(name string) *builders.PodBuilder {
+			return builders.Pod(name, "ml").Member("g").SharedClaim("gpus", "nope")
+		}), blocked: true,
+		reason: "waits for ResourceClaim ml/nope",
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			nodes, res := draCluster(tt.h, tt.l)
+			res.Claims = tt.claims
+			s := draSnapshot(t, nodes, tt.pods, res)
+			r := scheduling.Place(s, scheduling.Gang{Members: tt.members})
+			if tt.want != nil {
+				if !r.Fits() {
+					t.Fatalf("does not fit: %s", r.Reason)
+				}
+				if got := perNode(r); fmt.Sprint(got) != fmt.Sprint(tt.want) {
+					t.Fatalf("placed %v, want %v", got, tt.want)
+				}
+				return
+			}
+			if r.Fits() {
+				t.Fatalf("fits %v, want it not to", perNode(r))
+			}
+			if !strings.Contains(r.Reason, tt.reason) {
+				t.Errorf("reason %q, want it to contain %q", r.Reason, tt.reason)
+			}
+			if r.Placeable != tt.placeable || r.Blocked != tt.blocked || r.Unsupported {
+				t.Errorf("placeable %d blocked %v unsupported %v, want %d %v false", r.Placeable, r.Blocked, r.Unsupported, tt.placeable, tt.blocked)
+			}
+		})
+	}
+}
+
+// TestDRALedger: a gang assumed in the snapshot holds its devices for the next; in the next
+// cycle's snapshot its members, pinned and not bound, still hold them.
+func TestDRALedger(t *testing.T) {
+	nodes, res := draCluster(3, 0)
+	s := draSnapshot(t, nodes, nil, res)
+	a := members(2, draMember("h100x8"))
+	ra := scheduling.Place(s, scheduling.Gang{Members: a})
+	if !ra.Fits() {
+		t.Fatalf("gang a: %s", ra.Reason)
+	}
+	if err := s.Assume(a, ra); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.DevicesTaken(); got != 16 {
+		t.Fatalf("devices taken after assuming a: %d, want 16", got)
+	}
+	b := make([]*corev1.Pod, 2)
+	for i := range b {
+		b[i] = draMember("h100x8")(fmt.Sprintf("b-%d", i)).Obj()
+	}
+	if rb := scheduling.Place(s, scheduling.Gang{Members: b}); rb.Fits() || rb.Placeable != 1 {
+		t.Fatalf("gang b fits (%v) with a's devices promised, placeable %d", perNode(rb), rb.Placeable)
+	}
+	// The next cycle: a's members count against their nodes, pinned, their claims not allocated.
+	var pods []scheduling.PodOnNode
+	for i, as := range ra.Assignments {
+		pods = append(pods, scheduling.PodOnNode{Pod: a[i], Node: as.Node})
+	}
+	next := draSnapshot(t, nodes, pods, res)
+	if got := next.DevicesTaken(); got != 16 {
+		t.Fatalf("devices taken in the next snapshot: %d, want 16", got)
+	}
+	if rb := scheduling.Place(next, scheduling.Gang{Members: b}); rb.Fits() {
+		t.Fatalf("gang b fits in the next cycle (%v): a device promised twice", perNode(rb))
+	}
+	// ReservePartial keeps the room b can use from a gang placed after it.
+	if got := next.ReservePartial(scheduling.Gang{Members: b}); got != 1 {
+		t.Fatalf("reserved %d of b, want 1", got)
+	}
+	c := []*corev1.Pod{draMember("any4")("c-0").Obj()}
+	if rc := scheduling.Place(next, scheduling.Gang{Members: c}); rc.Fits() {
+		t.Fatalf("c fits on %v, in room b reserved", perNode(rc))
+	}
+}
+
+// TestDRAMixedWithDevicePlugin: device-plugin GPUs and DRA GPUs on one cluster, each gang on
+// the nodes that serve its kind.
+func TestDRAMixedWithDevicePlugin(t *testing.T) {
+	nodes, res := draCluster(1, 0)
+	nodes = append(nodes, builders.Node("dp-0").GPU(8).Obj())
+	s := draSnapshot(t, nodes, nil, res)
+	dp := members(1, gpuMember(8))
+	rdp := scheduling.Place(s, scheduling.Gang{Members: dp})
+	if got := perNode(rdp); fmt.Sprint(got) != "map[dp-0:1]" {
+		t.Fatalf("device-plugin gang on %v (%s), want dp-0", got, rdp.Reason)
+	}
+	if err := s.Assume(dp, rdp); err != nil {
+		t.Fatal(err)
+	}
+	dra := members(1, draMember("h100x8"))
+	if got := perNode(scheduling.Place(s, scheduling.Gang{Members: dra})); fmt.Sprint(got) != "map[h-0:1]" {
+		t.Fatalf("DRA gang on %v, want h-0", got)
+	}
+}
+
+func TestDRAWithoutDynamicResourcesIsUnsupported(t *testing.T) {
+	nodes, _ := draCluster(1, 0)
+	r := scheduling.Place(scheduling.NewSnapshot(nodes, nil, nil), scheduling.Gang{Members: members(1, draMember("h100x8"))})
+	if !r.Unsupported || !strings.Contains(r.Reason, "dynamic resource claims") {
+		t.Fatalf("got %+v, want unsupported naming dynamic resource claims", r)
+	}
+}
+
+func TestDRAInvalidSelectorSaysSo(t *testing.T) {
+	nodes, res := draCluster(1, 0)
+	res.Templates = append(res.Templates, builders.ClaimTemplate("bad", "ml", 1, `device.attributes["gpu.nvidia.com"].productName ==`))
+	s := draSnapshot(t, nodes, nil, res)
+	r := scheduling.Place(s, scheduling.Gang{Members: members(1, draMember("bad"))})
+	if r.Fits() || !strings.Contains(r.Reason, "resource claims cannot be allocated") {
+		t.Fatalf("got %q, want the allocator's error", r.Reason)
+	}
+}
