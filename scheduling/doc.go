@@ -12,9 +12,13 @@
 // inter-pod affinity and anti-affinity, and DoNotSchedule topology spread — so that a member
 // is never pinned where kube-scheduler would then refuse to bind it — host ports (a hostNetwork
 // pod's ports too) and the node topology of members' volumes (resolved by the caller into a
-// VolumeTopology) included. Features it does not model (dynamic resource claims,
-// namespaceSelector in pod affinity) are detected and reported as unsupported instead of
-// guessed.
+// VolumeTopology) included — and members' resource claims (DRA): given the cluster's
+// ResourceSlices, DeviceClasses, claims and templates (SetDynamicResources), each member goes
+// only where k8s.io/dynamic-resource-allocation's structured allocator, the one kube-scheduler
+// runs, can allocate its claims, against a device ledger of what the cluster's claims hold and
+// what berth has promised. Features it does not model (namespaceSelector in pod affinity;
+// claims when the snapshot was not given the dynamic resources) are detected and reported as
+// unsupported instead of guessed.
 //
 // Gangs are packed tightly: fewest nodes first, then the least capacity left stranded on the
 // nodes used, preferring existing free capacity in every case. Results are deterministic for a

@@ -245,7 +245,7 @@ func (r *Reconciler) sweep(ctx context.Context, cy *cycle) time.Duration {
 	if wait, ok := r.backingOff(sweepsKey, cy.now); ok {
 		return wait
 	}
-	err := errors.Join(cy.volumeErr, r.sweepSeats(ctx, cy), r.sweepReservations(ctx, cy), r.sweepBarriers(ctx, cy), r.sweepKeys(ctx, cy))
+	err := errors.Join(cy.volumeErr, cy.draErr, r.sweepSeats(ctx, cy), r.sweepReservations(ctx, cy), r.sweepBarriers(ctx, cy), r.sweepKeys(ctx, cy))
 	if err == nil || lostRace(err) {
 		r.recovered(sweepsKey)
 		return 0

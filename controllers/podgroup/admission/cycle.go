@@ -49,6 +49,10 @@ type cycle struct {
 	booked map[string][]*corev1.Pod
 	// volumeErr is what went wrong reading members' claims (those members are blocked).
 	volumeErr error
+	// dynamic are the cluster's dynamic resources, read when some member or pod on a node has
+	// resource claims (nil otherwise); draErr is what went wrong reading or counting them.
+	dynamic *scheduling.DynamicResources
+	draErr  error
 	// requests looks up pods' requests kept across cycles (the Reconciler's requestCache).
 	requests scheduling.RequestLookup
 	// layout is the resource order the cycle's snapshots share with the request cache.
@@ -144,6 +148,7 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	cy.volumes, cy.volumeErr = volumeTopologies(ctx, cacheVolumes{r.client}, cy.members)
 	cy.snap = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, cy.unavailable, cy.requests, cy.layout)
 	cy.snap.SetVolumes(cy.volumes)
+	cy.draErr = cy.setDynamicResources(ctx, r.client, cy.snap)
 	return cy, nil
 }
 
@@ -213,6 +218,9 @@ func (cy *cycle) bootingSnapshot() *scheduling.Snapshot {
 	if cy.booting == nil {
 		cy.booting = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, withoutBooting(cy.unavailable, cy.nodes, cy.now, cy.bootBudget), cy.requests, cy.layout)
 		cy.booting.SetVolumes(cy.volumes)
+		if cy.dynamic != nil {
+			_ = cy.booting.SetDynamicResources(*cy.dynamic) // its errors are cy.snap's, returned once
+		}
 		for _, kept := range cy.kept {
 			kept(cy.booting)
 		}
