@@ -22,6 +22,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -47,6 +48,12 @@ type Snapshot struct {
 	// ResourceClaims names the ResourceClaims and ResourceClaimTemplates ("Kind namespace/name")
 	// through which pods ask for devices (DRA).
 	ResourceClaims []string
+	// DeviceClassRequests are, per DeviceClass, the claims and templates ("Kind namespace/name")
+	// that ask for it.
+	DeviceClassRequests map[string][]string
+	// ResourceSlices are the devices DRA drivers publish; DeviceClasses the classes.
+	ResourceSlices []resourcev1.ResourceSlice
+	DeviceClasses  []resourcev1.DeviceClass
 	// ProvisioningChecks are Kueue's provisioning admission checks (AdmissionChecks with
 	// controllerName kueue.x-k8s.io/provisioning-request and their ProvisioningRequestConfigs).
 	ProvisioningChecks []ProvisioningCheck
@@ -134,6 +141,8 @@ var checks = []check{
 	{CheckGeneralPoolGPUs, []string{KindNodePool}, generalPoolGPUs},
 	{CheckKarpenterIgnoresDRA, []string{KindKarpenter, KindResourceClaim}, karpenterIgnoresDRA},
 	{CheckKarpenterNodeRepair, []string{KindKarpenter, KindNode}, karpenterNodeRepairOff},
+	{CheckGPUAdvertisedTwice, []string{KindNode, KindResourceSlice}, gpuAdvertisedTwice},
+	{CheckDeviceClassUnsatisfiable, []string{KindNode, KindResourceSlice, KindDeviceClass, KindResourceClaim}, deviceClassUnsatisfiable},
 	{CheckJobWithoutGang, []string{KindJob, "JobSet", "PyTorchJob"}, jobsWithoutGang},
 	{CheckVLLMWithoutScaler, []string{KindDeployment, KindHPA, KindScaledObject}, vllmWithoutScaler},
 	{CheckUnaggregatedQuery, []string{KindScaledObject}, unaggregatedQueries},

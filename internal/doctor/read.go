@@ -107,6 +107,7 @@ func (r *reader) workloads() {
 		if r.list(KindResourceClaim, &tmpls, r.in...) {
 			for _, t := range tmpls.Items {
 				r.s.ResourceClaims = append(r.s.ResourceClaims, obj("ResourceClaimTemplate", t.Namespace, t.Name))
+				requestedClasses(r.classRequests(), t.Spec.Spec, obj("ResourceClaimTemplate", t.Namespace, t.Name))
 			}
 		}
 		var claims resourcev1.ResourceClaimList
@@ -114,6 +115,7 @@ func (r *reader) workloads() {
 			for _, rc := range claims.Items {
 				if len(rc.OwnerReferences) == 0 { // claims made from a template are counted by it
 					r.s.ResourceClaims = append(r.s.ResourceClaims, obj("ResourceClaim", rc.Namespace, rc.Name))
+					requestedClasses(r.classRequests(), rc.Spec, obj("ResourceClaim", rc.Namespace, rc.Name))
 				}
 			}
 		}
@@ -149,6 +151,16 @@ func (r *reader) capacity() {
 	var nodes corev1.NodeList
 	if r.list(KindNode, &nodes) {
 		r.s.Nodes = nodes.Items
+	}
+	if served(r.c, resourceClaimTemplateGVK) {
+		var slices resourcev1.ResourceSliceList
+		if r.list(KindResourceSlice, &slices) {
+			r.s.ResourceSlices = slices.Items
+		}
+		var classes resourcev1.DeviceClassList
+		if r.list(KindDeviceClass, &classes) {
+			r.s.DeviceClasses = classes.Items
+		}
 	}
 	r.kueue()
 	r.nativeGangs()
@@ -215,6 +227,14 @@ func unstructuredList(gvk schema.GroupVersionKind) *unstructured.UnstructuredLis
 	l := &unstructured.UnstructuredList{}
 	l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 	return l
+}
+
+// classRequests is the snapshot's DeviceClassRequests, made on first use.
+func (r *reader) classRequests() map[string][]string {
+	if r.s.DeviceClassRequests == nil {
+		r.s.DeviceClassRequests = map[string][]string{}
+	}
+	return r.s.DeviceClassRequests
 }
 
 func served(c client.Client, gvk schema.GroupVersionKind) bool {
