@@ -11,6 +11,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/test/builders"
@@ -55,7 +56,7 @@ func TestDRAGang(t *testing.T) {
 	}
 	members := func(group string, n int) {
 		t.Helper()
-		if err := c.Create(ctx, builders.PodGroup(group, ns).MinMember(int32(n)).Obj()); err != nil {
+		if err := c.Create(ctx, builders.PodGroup(group, ns).MinMember(int32(n)).Protect(true).Obj()); err != nil {
 			t.Fatal(err)
 		}
 		for i := range n {
@@ -83,6 +84,20 @@ func TestDRAGang(t *testing.T) {
 		seen[p.Spec.NodeName] = true
 		claimOnNode(t, &p)
 	}
+	// The consolidation guard's do-not-disrupt mark covers DRA members as any other.
+	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "every member marked do-not-disrupt", func(ctx context.Context) (bool, string, error) {
+		var ps corev1.PodList
+		if err := c.List(ctx, &ps, client.InNamespace(ns), client.MatchingLabels{berthv1alpha1.PodGroupLabel: "train"}); err != nil {
+			return false, "", err
+		}
+		marked := 0
+		for _, p := range ps.Items {
+			if p.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true" {
+				marked++
+			}
+		}
+		return marked == 4, fmt.Sprintf("%d of 4 marked", marked), nil
+	})
 
 	// No H100 is free: a second gang waits whole, and says why in devices.
 	members("next", 2)
