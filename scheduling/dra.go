@@ -7,6 +7,7 @@ import (
 	"maps"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -164,6 +165,9 @@ type memberClaim struct {
 	// known, so a pod-scoped key stands in).
 	key   string
 	claim *resourceapi.ResourceClaim
+	// named: the pod names the claim (spec.resourceClaims[].resourceClaimName), which other
+	// pods may name too; otherwise it is the pod's own, made from a template.
+	named bool
 }
 
 // claimsOf resolves p's resource claims. A claim that is missing (a named claim not created,
@@ -182,7 +186,7 @@ func (d *draState) claimsOf(p *corev1.Pod) ([]memberClaim, error) {
 			if !ok {
 				return nil, fmt.Errorf("waits for ResourceClaim %s/%s (spec.resourceClaims %q), which does not exist", p.Namespace, *name, pc.Name)
 			}
-			out = append(out, memberClaim{key: p.Namespace + "/" + *name, claim: c})
+			out = append(out, memberClaim{key: p.Namespace + "/" + *name, claim: c, named: pc.ResourceClaimName != nil})
 		case errors.Is(err, resourceclaim.ErrClaimNotFound) && pc.ResourceClaimTemplateName != nil:
 			t, ok := d.templates[p.Namespace+"/"+*pc.ResourceClaimTemplateName]
 			if !ok {
@@ -218,6 +222,17 @@ func draKey(p *corev1.Pod) string {
 		b.WriteByte(';')
 	}
 	return b.String()
+}
+
+// namesClaims reports whether p names a ResourceClaim (which other pods may name too) rather
+// than having its own made from a template.
+func namesClaims(p *corev1.Pod) bool {
+	for _, pc := range p.Spec.ResourceClaims {
+		if pc.ResourceClaimName != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // draAlloc is what one member's placement took: devices, and the claims it allocated.
@@ -305,7 +320,15 @@ func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra)
 	if err != nil {
 		return nil, false, fmt.Errorf("building the device allocator: %w", err)
 	}
-	results, err := al.Allocate(context.Background(), n.Node, todo)
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if len(ps) > 1 {
+		ctx, cancel = context.WithTimeout(ctx, batchTimeout)
+	}
+	defer cancel()
+	results, err := al.Allocate(ctx, n.Node, todo)
+	if len(ps) > 1 && errors.Is(err, context.DeadlineExceeded) {
+		return nil, false, nil // the caller falls back to one member at a time
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("allocating the claims of %s/%s: %w", ps[0].Namespace, ps[0].Name, err)
 	}
@@ -334,6 +357,11 @@ func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra)
 	return allocs, false, nil
 }
 
+// batchTimeout bounds the allocator's search for a batch of members: a batch that does not fit
+// can make it try device combinations for long (the allocator backtracks over them), and the
+// caller then places the members one at a time, as kube-scheduler does.
+const batchTimeout = 100 * time.Millisecond
+
 // freeFor estimates how many more members needing need devices each fit in n's free devices:
 // its own slices' devices the ledger does not hold, over need. -1 when it cannot tell (devices
 // offered to many nodes, members whose requests are not plain counts).
@@ -350,7 +378,8 @@ func (d *draState) freeFor(n *NodeState, need int) int {
 	return free / need
 }
 
-// devicesNeeded is how many devices p's claims that are still to be allocated ask for, when
+// devicesNeeded is how many devices p's own claims (made from templates: a named claim may be
+// shared, so its devices are not each member's) that are still to be allocated ask for, when
 // every request is a plain count; 0 when that cannot be told.
 func (d *draState) devicesNeeded(p *corev1.Pod) int {
 	claims, err := d.claimsOf(p)
@@ -359,7 +388,7 @@ func (d *draState) devicesNeeded(p *corev1.Pod) int {
 	}
 	need := 0
 	for _, mc := range claims {
-		if mc.claim.Status.Allocation != nil || d.promised[mc.key] != nil {
+		if mc.named || mc.claim.Status.Allocation != nil || d.promised[mc.key] != nil {
 			continue
 		}
 		for _, r := range mc.claim.Spec.Devices.Requests {

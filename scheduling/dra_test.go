@@ -90,6 +90,20 @@ func TestPlaceDRA(t *testing.T) {
 		}),
 		want: map[string]int{"h-0": 3},
 	}, {
+		name: "members sharing a claim as large as a node's free devices go to that node together", h: 2,
+		claims: []*resourceapi.ResourceClaim{builders.Claim("shared", "ml", 8, "")},
+		members: members(3, func(name string) *builders.PodBuilder {
+			return builders.Pod(name, "ml").Member("g").SharedClaim("shared", "shared")
+		}),
+		want: map[string]int{"h-0": 3},
+	}, {
+		name: "members with a shared claim and their own each", h: 2,
+		claims: []*resourceapi.ResourceClaim{builders.Claim("shared", "ml", 2, "")},
+		members: members(3, func(name string) *builders.PodBuilder {
+			return builders.Pod(name, "ml").Member("g").SharedClaim("shared", "shared").ClaimFromTemplate("own", "any4")
+		}),
+		placeable: 1, reason: "1 of 3 members fit",
+	}, {
 		name: "an allocated shared claim decides the node", h: 3,
 		claims: []*resourceapi.ResourceClaim{builders.AllocatedClaim("shared", "ml", "h-2", 0)},
 		members: members(2, func(name string) *builders.PodBuilder {

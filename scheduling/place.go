@@ -84,6 +84,7 @@ type class struct {
 	slow    bool // depends on where other pods run (inter-pod rules, host ports, devices)
 	dra     bool // has resource claims: placed where the structured allocator can allocate them
 	rules   bool // has inter-pod rules or host ports
+	shares  bool // names resource claims other pods may name too
 	key     string
 	cands   []*NodeState
 	rejects rejections
@@ -162,7 +163,7 @@ func (s *Snapshot) classify(members []*corev1.Pod) []*class {
 		if !ok {
 			c = &class{key: key, rep: m, req: s.ri.vecOf(reqs), aff: nodeaffinity.GetRequiredNodeAffinity(m), vols: volumeSelectors(vt),
 				slow: gangRules || portsKey(m) != "" || len(m.Spec.ResourceClaims) > 0, dra: len(m.Spec.ResourceClaims) > 0,
-				rules: gangRules || portsKey(m) != ""}
+				rules: gangRules || portsKey(m) != "", shares: namesClaims(m)}
 			byKey[key] = c
 			out = append(out, c)
 			c.filter = s.staticFilter(key, c)
@@ -698,6 +699,9 @@ func (a *attempt) placeDevices(g Gang, c *class, cands []*NodeState) bool {
 					next++
 				}
 				continue
+			}
+			if c.shares {
+				k = 1 // members sharing claims: no estimate of what each takes
 			}
 			if est := a.s.dra.freeFor(n, need); est >= 0 {
 				k = min(k, est)

@@ -156,3 +156,76 @@ func claimOnNode(t *testing.T, p *corev1.Pod) {
 		return len(rc.Status.Allocation.Devices.Results) == 8, fmt.Sprintf("%d devices", len(rc.Status.Allocation.Devices.Results)), nil
 	})
 }
+
+// TestDRASharedClaimAndDevicePlugin: a gang whose three members share one ResourceClaim and a
+// device-plugin gang, side by side on one cluster. Every member is bound exactly where berth
+// pinned it (its pin annotation is kube-scheduler's node): the sharing members on the one node
+// whose devices the claim was allocated, the device-plugin members on the device-plugin node.
+func TestDRASharedClaimAndDevicePlugin(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	ns := namespace(t)
+	pool := map[string]string{"pool": "drashared-" + ns}
+	if err := c.Create(ctx, builders.GPUClass()); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating DeviceClass: %v", err)
+	}
+	for i := range 2 {
+		name := fmt.Sprintf("%s-d%d", ns, i)
+		kwokNode(t, name, 0, pool)
+		sl := builders.GPUSlice(name, 2, "NVIDIA L4", "24Gi")
+		if err := c.Create(ctx, sl); err != nil {
+			t.Fatalf("creating ResourceSlice: %v", err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), sl) })
+	}
+	kwokNode(t, ns+"-plugin", 2, pool)
+	if err := c.Create(ctx, builders.Claim("shared", ns, 2, "")); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []struct {
+		name string
+		n    int
+		mk   func(string) *builders.PodBuilder
+	}{
+		{"sharing", 3, func(n string) *builders.PodBuilder {
+			return builders.Pod(n, ns).Member("sharing").SharedClaim("gpus", "shared")
+		}},
+		{"plugin", 2, func(n string) *builders.PodBuilder { return builders.Pod(n, ns).Member("plugin").GPU(1) }},
+	} {
+		if err := c.Create(ctx, builders.PodGroup(g.name, ns).MinMember(int32(g.n)).Obj()); err != nil {
+			t.Fatal(err)
+		}
+		for i := range g.n {
+			p := g.mk(fmt.Sprintf("%s-%d", g.name, i))
+			for k, v := range pool {
+				p.NodeSelector(k, v)
+			}
+			if err := c.Create(ctx, p.Obj()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	waitAllBound(t, ns, "sharing", 3, time.Minute)
+	waitAllBound(t, ns, "plugin", 2, time.Minute)
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	var claim resourceapi.ResourceClaim
+	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "the shared claim allocated", func(ctx context.Context) (bool, string, error) {
+		err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared"}, &claim)
+		return err == nil && claim.Status.Allocation != nil, "not allocated", err
+	})
+	claimNode := claim.Status.Allocation.Devices.Results[0].Pool
+	for _, p := range pods.Items {
+		if pin := p.Annotations[berthv1alpha1.PinnedNodeAnnotation]; pin != p.Spec.NodeName {
+			t.Errorf("member %s pinned to %q, bound to %q", p.Name, pin, p.Spec.NodeName)
+		}
+		switch group := p.Labels[berthv1alpha1.PodGroupLabel]; {
+		case group == "sharing" && p.Spec.NodeName != claimNode:
+			t.Errorf("member %s on %s, its shared claim's devices on %s", p.Name, p.Spec.NodeName, claimNode)
+		case group == "plugin" && p.Spec.NodeName != ns+"-plugin":
+			t.Errorf("device-plugin member %s on %s, want %s-plugin", p.Name, p.Spec.NodeName, ns)
+		}
+	}
+}
