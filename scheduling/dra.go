@@ -39,7 +39,7 @@ type DynamicResources struct {
 type draState struct {
 	classes   classLister
 	byNode    map[string][]*resourceapi.ResourceSlice
-	anyNode   []*resourceapi.ResourceSlice // slices for all nodes or a node selector
+	anyNode   []*resourceapi.ResourceSlice     // slices for all nodes or a node selector
 	ids       map[string][]structured.DeviceID // the devices of byNode's slices
 	claims    map[string]*resourceapi.ResourceClaim
 	templates map[string]*resourceapi.ResourceClaimTemplate

@@ -388,9 +388,9 @@ type attempt struct {
 	s        *Snapshot
 	// dra is what the attempt promised of the snapshot's devices, allocs each member's share
 	// (nil without claims), draErr why an allocation could not even be tried (invalid claims).
-	dra     *draExtra
-	allocs  []*draAlloc
-	draErr  error
+	dra    *draExtra
+	allocs []*draAlloc
+	draErr error
 }
 
 func (a *attempt) free(n *NodeState, slot int) int64 {
