@@ -257,20 +257,24 @@ func (s *Snapshot) allocateOn(n *NodeState, p *corev1.Pod, extra *draExtra) (all
 	return allocs[0], false, nil
 }
 
-// allocateMany is allocateOn for several members at once, in one call of the allocator (one
-// call per member was most of placing a gang): every member's claims are allocated on n, or
-// none (nil). A claim several of them share is allocated once.
-func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra) (allocs []*draAlloc, full bool, err error) {
-	d := s.dra
-	var todo []*resourceapi.ResourceClaim
-	var keys []string
-	at := map[string]int{} // claim key → its index in todo
-	mine := make([][]string, len(ps))
-	whole := true
+// batchClaims are the claims a batch of members still needs allocated: todo, each claim's
+// index in todo by key (at), each member's claim keys (mine), and whether every claim of a
+// single member is in todo (whole: a failure then says the node is full for members like it).
+type batchClaims struct {
+	todo  []*resourceapi.ResourceClaim
+	at    map[string]int
+	mine  [][]string
+	whole bool
+}
+
+// pending collects what ps still need allocated on n. ok is false when a claim of theirs is
+// allocated (or promised) on another node: they cannot go to n at all.
+func (d *draState) pending(n *NodeState, ps []*corev1.Pod, extra *draExtra) (b batchClaims, ok bool, err error) {
+	b = batchClaims{at: map[string]int{}, mine: make([][]string, len(ps)), whole: len(ps) == 1}
 	for i, p := range ps {
 		claims, err := d.claimsOf(p)
 		if err != nil {
-			return nil, false, err
+			return b, false, err
 		}
 		for _, mc := range claims {
 			alloc := mc.claim.Status.Allocation
@@ -283,26 +287,36 @@ func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra)
 			if alloc != nil {
 				// Allocated already (or promised to another member sharing it): the member
 				// must go where its devices are.
-				whole = false
+				b.whole = false
 				ok, err := structured.NodeMatches(DRAFeatures, n.Node, "", false, alloc.NodeSelector)
 				if err != nil {
-					return nil, false, fmt.Errorf("ResourceClaim %s: matching its allocation's node selector: %w", mc.key, err)
+					return b, false, fmt.Errorf("ResourceClaim %s: matching its allocation's node selector: %w", mc.key, err)
 				}
 				if !ok {
-					return nil, false, nil
+					return b, false, nil
 				}
 				continue
 			}
-			mine[i] = append(mine[i], mc.key)
-			if _, ok := at[mc.key]; ok {
-				whole = false // shared within the batch: allocated once
-				continue
+			b.mine[i] = append(b.mine[i], mc.key)
+			if _, ok := b.at[mc.key]; !ok {
+				b.at[mc.key] = len(b.todo)
+				b.todo = append(b.todo, mc.claim)
 			}
-			at[mc.key] = len(todo)
-			todo = append(todo, mc.claim)
-			keys = append(keys, mc.key)
 		}
 	}
+	return b, true, nil
+}
+
+// allocateMany is allocateOn for several members at once, in one call of the allocator (one
+// call per member was most of placing a gang): every member's claims are allocated on n, or
+// none (nil). A claim several of them share is allocated once.
+func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra) (allocs []*draAlloc, full bool, err error) {
+	d := s.dra
+	b, ok, err := d.pending(n, ps, extra)
+	if err != nil || !ok {
+		return nil, false, err
+	}
+	todo, at, mine, whole := b.todo, b.at, b.mine, b.whole
 	allocs = make([]*draAlloc, len(ps))
 	if len(todo) == 0 {
 		for i := range allocs {
@@ -310,7 +324,6 @@ func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra)
 		}
 		return allocs, false, nil
 	}
-	whole = whole && len(ps) == 1
 	if len(d.byNode[n.Name()]) == 0 && len(d.anyNode) == 0 {
 		return nil, whole, nil // no devices here at all
 	}

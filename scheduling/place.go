@@ -663,28 +663,7 @@ func (a *attempt) greedy(g Gang, c *class, cands []*NodeState, seed *NodeState, 
 // about one allocation per member, where greedy would scan every node for each.
 func (a *attempt) placeDevices(g Gang, c *class, cands []*NodeState) bool {
 	full := a.s.dra.fullFor(c.key, len(a.s.nodes))
-	type keyed struct {
-		n    *NodeState
-		used bool
-		fw   float64
-	}
-	order := make([]keyed, 0, len(cands))
-	for _, n := range cands {
-		if !full[n.idx] {
-			_, used := a.used[n]
-			order = append(order, keyed{n: n, used: used, fw: a.freeWeight(n)})
-		}
-	}
-	sort.Slice(order, func(i, j int) bool {
-		x, y := order[i], order[j]
-		if x.used != y.used {
-			return x.used
-		}
-		if x.fw != y.fw {
-			return x.fw < y.fw
-		}
-		return x.n.Name() < y.n.Name()
-	})
+	order := a.deviceOrder(cands, full)
 	need := a.s.dra.devicesNeeded(c.rep)
 	next := 0
 	for i := 0; i < len(c.members); {
@@ -692,7 +671,7 @@ func (a *attempt) placeDevices(g Gang, c *class, cands []*NodeState) bool {
 		// Nodes at the cursor that are full for the class are passed for good; a node that
 		// only this member cannot use (its allocated claim is elsewhere) stays for the next.
 		for j := next; j < len(order) && !placed; j++ {
-			n := order[j].n
+			n := order[j]
 			k := min(len(c.members)-i, a.capacity(n, c))
 			if k == 0 {
 				if j == next {
@@ -752,6 +731,38 @@ func (a *attempt) placeDevices(g Gang, c *class, cands []*NodeState) bool {
 		}
 	}
 	return true
+}
+
+// deviceOrder is cands without those known full for the class, in tieBreak's order: nodes the
+// gang uses, then the fullest, then the name (free weights computed once).
+func (a *attempt) deviceOrder(cands []*NodeState, full []bool) []*NodeState {
+	type keyed struct {
+		n    *NodeState
+		used bool
+		fw   float64
+	}
+	order := make([]keyed, 0, len(cands))
+	for _, n := range cands {
+		if !full[n.idx] {
+			_, used := a.used[n]
+			order = append(order, keyed{n: n, used: used, fw: a.freeWeight(n)})
+		}
+	}
+	sort.Slice(order, func(i, j int) bool {
+		x, y := order[i], order[j]
+		if x.used != y.used {
+			return x.used
+		}
+		if x.fw != y.fw {
+			return x.fw < y.fw
+		}
+		return x.n.Name() < y.n.Name()
+	})
+	out := make([]*NodeState, len(order))
+	for i, k := range order {
+		out[i] = k.n
+	}
+	return out
 }
 
 // allocate picks, of the nodes that fit p otherwise, the first in placement's order (tieBreak)

@@ -23,6 +23,7 @@ func BenchmarkPlace(b *testing.B) { benchmarkPlace(b, false) }
 func BenchmarkPlaceDRA(b *testing.B) { benchmarkPlace(b, true) }
 
 func benchmarkPlace(b *testing.B, dra bool) {
+	b.Helper()
 	zones := []string{"us-west-2a", "us-west-2b", "us-west-2c"}
 	nodes := make([]*corev1.Node, 1000)
 	res := scheduling.DynamicResources{Classes: []*resourceapi.DeviceClass{builders.GPUClass()},
