@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -48,6 +49,9 @@ type draState struct {
 	// against a node whose claims are not allocated yet (berth's promise, replayed every
 	// snapshot), and by placements assumed or reserved in this snapshot.
 	allocated sets.Set[structured.DeviceID]
+	// resolved memoizes claimsOf: a pod's claims resolve the same way for the snapshot's life
+	// (the claims and templates do not change in it), and are read for every node tried.
+	resolved map[*corev1.Pod]resolvedClaims
 	// promised are claims placements in this snapshot allocated (shared claims the next
 	// member must follow), by claim key.
 	promised map[string]*resourceapi.AllocationResult
@@ -110,7 +114,7 @@ func (s *Snapshot) SetDynamicResources(res DynamicResources) error {
 	d := &draState{classes: classLister{}, byNode: map[string][]*resourceapi.ResourceSlice{}, ids: map[string][]structured.DeviceID{},
 		claims: map[string]*resourceapi.ResourceClaim{}, templates: map[string]*resourceapi.ResourceClaimTemplate{},
 		cel: cel.NewCache(100, cel.Features{}), allocated: sets.New[structured.DeviceID](),
-		promised: map[string]*resourceapi.AllocationResult{}, full: map[string][]bool{}}
+		promised: map[string]*resourceapi.AllocationResult{}, full: map[string][]bool{}, resolved: map[*corev1.Pod]resolvedClaims{}}
 	for _, c := range res.Classes {
 		d.classes[c.Name] = c
 	}
@@ -174,10 +178,25 @@ type memberClaim struct {
 // a template that does not exist) is an error saying what to create; a claim its template
 // will make but that is not made yet is placed from the template's spec.
 func (d *draState) claimsOf(p *corev1.Pod) ([]memberClaim, error) {
+	if mc, ok := d.resolved[p]; ok {
+		return mc.claims, mc.err
+	}
+	claims, err := d.resolve(p)
+	d.resolved[p] = resolvedClaims{claims, err}
+	return claims, err
+}
+
+// resolvedClaims are a pod's claims as claimsOf resolved them.
+type resolvedClaims struct {
+	claims []memberClaim
+	err    error
+}
+
+func (d *draState) resolve(p *corev1.Pod) ([]memberClaim, error) {
 	out := make([]memberClaim, 0, len(p.Spec.ResourceClaims))
 	for i := range p.Spec.ResourceClaims {
 		pc := &p.Spec.ResourceClaims[i]
-		name, _, err := resourceclaim.Name(p, pc)
+		name, err := claimName(p, pc)
 		switch {
 		case err == nil && name == nil:
 			continue // deliberately not created: nothing to allocate
@@ -201,6 +220,17 @@ func (d *draState) claimsOf(p *corev1.Pod) ([]memberClaim, error) {
 		}
 	}
 	return out, nil
+}
+
+// claimName is resourceclaim.Name without building an error for the common case of a claim
+// its template has not made yet (most members, every cycle).
+func claimName(p *corev1.Pod, pc *corev1.PodResourceClaim) (*string, error) {
+	if pc.ResourceClaimTemplateName != nil && pc.ResourceClaimName == nil &&
+		!slices.ContainsFunc(p.Status.ResourceClaimStatuses, func(st corev1.PodResourceClaimStatus) bool { return st.Name == pc.Name }) {
+		return nil, resourceclaim.ErrClaimNotFound
+	}
+	name, _, err := resourceclaim.Name(p, pc)
+	return name, err
 }
 
 // draKey is what of p's claims decides where it may go, for its class key: the claims by
@@ -327,9 +357,9 @@ func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra)
 	if len(d.byNode[n.Name()]) == 0 && len(d.anyNode) == 0 {
 		return nil, whole, nil // no devices here at all
 	}
-	slices := append(append([]*resourceapi.ResourceSlice(nil), d.byNode[n.Name()]...), d.anyNode...)
+	offered := append(d.freeSlices(n.Name()), d.anyNode...)
 	al, err := structured.NewAllocator(context.Background(), DRAFeatures, structured.AllocatedState{AllocatedDevices: d.allocated},
-		d.classes, slices, d.cel)
+		d.classes, offered, d.cel)
 	if err != nil {
 		return nil, false, fmt.Errorf("building the device allocator: %w", err)
 	}
@@ -368,6 +398,40 @@ func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra)
 		}
 	}
 	return allocs, false, nil
+}
+
+// freeSlices are node's slices with the devices the ledger holds left out, where that changes
+// nothing but the work: the allocator evaluates every class and request selector (CEL) on each
+// device it considers, taken or not, and on a filling node most are taken. Slices whose
+// devices consume shared counters are kept whole: the allocator reads a taken device's
+// consumption from the slice.
+func (d *draState) freeSlices(node string) []*resourceapi.ResourceSlice {
+	in := d.byNode[node]
+	out := make([]*resourceapi.ResourceSlice, 0, len(in)+len(d.anyNode))
+	for _, sl := range in {
+		taken := 0
+		counters := len(sl.Spec.SharedCounters) > 0
+		for i := range sl.Spec.Devices {
+			dev := &sl.Spec.Devices[i]
+			counters = counters || len(dev.ConsumesCounters) > 0
+			if d.allocated.Has(structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, dev.Name)) {
+				taken++
+			}
+		}
+		if taken == 0 || counters {
+			out = append(out, sl)
+			continue
+		}
+		c := *sl
+		c.Spec.Devices = make([]resourceapi.Device, 0, len(sl.Spec.Devices)-taken)
+		for _, dev := range sl.Spec.Devices {
+			if !d.allocated.Has(structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, dev.Name)) {
+				c.Spec.Devices = append(c.Spec.Devices, dev)
+			}
+		}
+		out = append(out, &c)
+	}
+	return out
 }
 
 // batchTimeout bounds the allocator's search for a batch of members: a batch that does not fit

@@ -670,8 +670,8 @@ func (a *attempt) placeDevices(g Gang, c *class, cands []*NodeState) bool {
 		placed := false
 		// Nodes at the cursor that are full for the class are passed for good; a node that
 		// only this member cannot use (its allocated claim is elsewhere) stays for the next.
-		for j := next; j < len(order) && !placed; j++ {
-			n := order[j]
+		for j := next; j < order.len() && !placed; j++ {
+			n := order.at(j)
 			k := min(len(c.members)-i, a.capacity(n, c))
 			if k == 0 {
 				if j == next {
@@ -734,35 +734,58 @@ func (a *attempt) placeDevices(g Gang, c *class, cands []*NodeState) bool {
 }
 
 // deviceOrder is cands without those known full for the class, in tieBreak's order: nodes the
-// gang uses, then the fullest, then the name (free weights computed once).
-func (a *attempt) deviceOrder(cands []*NodeState, full []bool) []*NodeState {
-	type keyed struct {
-		n    *NodeState
-		used bool
-		fw   float64
-	}
-	order := make([]keyed, 0, len(cands))
+// gang uses, then the fullest, then the name. The order is selected lazily (a gang looks at
+// the first few nodes of a thousand; sorting them all for every gang was a third of placing
+// it), each node's free weight computed once.
+func (a *attempt) deviceOrder(cands []*NodeState, full []bool) *lazyOrder {
+	o := &lazyOrder{keys: make([]orderKey, 0, len(cands))}
 	for _, n := range cands {
 		if !full[n.idx] {
 			_, used := a.used[n]
-			order = append(order, keyed{n: n, used: used, fw: a.freeWeight(n)})
+			o.keys = append(o.keys, orderKey{n: n, used: used, fw: a.freeWeight(n)})
 		}
 	}
-	sort.Slice(order, func(i, j int) bool {
-		x, y := order[i], order[j]
-		if x.used != y.used {
-			return x.used
-		}
-		if x.fw != y.fw {
-			return x.fw < y.fw
-		}
-		return x.n.Name() < y.n.Name()
-	})
-	out := make([]*NodeState, len(order))
-	for i, k := range order {
-		out[i] = k.n
+	return o
+}
+
+// orderKey is a node with what tieBreak orders it by.
+type orderKey struct {
+	n    *NodeState
+	used bool
+	fw   float64
+}
+
+func (x orderKey) before(y orderKey) bool {
+	if x.used != y.used {
+		return x.used
 	}
-	return out
+	if x.fw != y.fw {
+		return x.fw < y.fw
+	}
+	return x.n.Name() < y.n.Name()
+}
+
+// lazyOrder is a list whose first sorted entries are selected on demand.
+type lazyOrder struct {
+	keys   []orderKey
+	sorted int // keys[:sorted] are the smallest, in order
+}
+
+func (o *lazyOrder) len() int { return len(o.keys) }
+
+// at is the j-th node in order (j ≤ how many were asked for before, plus one).
+func (o *lazyOrder) at(j int) *NodeState {
+	for o.sorted <= j {
+		best := o.sorted
+		for i := o.sorted + 1; i < len(o.keys); i++ {
+			if o.keys[i].before(o.keys[best]) {
+				best = i
+			}
+		}
+		o.keys[o.sorted], o.keys[best] = o.keys[best], o.keys[o.sorted]
+		o.sorted++
+	}
+	return o.keys[j].n
 }
 
 // allocate picks, of the nodes that fit p otherwise, the first in placement's order (tieBreak)
