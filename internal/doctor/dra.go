@@ -12,6 +12,7 @@ import (
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/scheduling"
 )
 
@@ -21,7 +22,7 @@ const (
 	CheckDeviceClassUnsatisfiable = "deviceclass-unsatisfiable"
 	KindResourceSlice             = "ResourceSlice"
 	KindDeviceClass               = "DeviceClass"
-	nvidiaDeviceResource          = corev1.ResourceName("nvidia.com/gpu")
+	nvidiaDeviceResource          = corev1.ResourceName(berthv1alpha1.GPUResource)
 	nvidiaDRADriver               = "gpu.nvidia.com"
 )
 
