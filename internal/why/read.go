@@ -3,8 +3,10 @@ package why
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -14,7 +16,8 @@ import (
 )
 
 // Read gathers Explain's inputs for PodGroup namespace/name. A NodePool that is missing (or a
-// cluster without Karpenter) and quotas the caller may not list are left out, not errors.
+// cluster without Karpenter), quotas and ResourceClaims the caller may not list (claims are read
+// only when a member has some) are left out, not errors.
 func Read(ctx context.Context, c client.Reader, namespace, name string) (Inputs, error) {
 	var in Inputs
 	g := &berthv1alpha1.PodGroup{}
@@ -35,6 +38,16 @@ func Read(ctx context.Context, c client.Reader, namespace, name string) (Inputs,
 		case apierrors.IsNotFound(err), meta.IsNoMatchError(err), apierrors.IsForbidden(err):
 		default:
 			return in, fmt.Errorf("reading NodePool %s: %w", g.Spec.NodePool, err)
+		}
+	}
+	if slices.ContainsFunc(in.Members, func(m corev1.Pod) bool { return len(m.Spec.ResourceClaims) > 0 }) {
+		var claims resourcev1.ResourceClaimList
+		switch err := c.List(ctx, &claims, client.InNamespace(namespace)); {
+		case err == nil:
+			in.Claims = claims.Items
+		case apierrors.IsForbidden(err), meta.IsNoMatchError(err):
+		default:
+			return in, fmt.Errorf("listing the ResourceClaims of %s: %w", namespace, err)
 		}
 	}
 	var quotas corev1.ResourceQuotaList

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -26,6 +27,8 @@ type Inputs struct {
 	Members  []corev1.Pod
 	NodePool *karpv1.NodePool
 	Quotas   []corev1.ResourceQuota
+	// Claims are the namespace's ResourceClaims, when a member claims devices (DRA).
+	Claims []resourcev1.ResourceClaim
 }
 
 // Explanation is what a gang waits for.
@@ -65,6 +68,9 @@ type MemberState struct {
 	Detail string `json:"detail,omitempty"`
 	// GPUs it asks for (nvidia.com/gpu).
 	GPUs int64 `json:"gpus,omitempty"`
+	// Devices are its resource claims (DRA), one line each: what it claims and where that
+	// stands (to be made, missing, not allocated yet, allocated on a node).
+	Devices []string `json:"devices,omitempty"`
 }
 
 // Member states.
@@ -120,8 +126,13 @@ func Explain(in Inputs) Explanation {
 	}
 	waiting := corev1.ResourceList{}
 	counts := map[string]int{}
+	claims := make(map[string]*resourcev1.ResourceClaim, len(in.Claims))
+	for i := range in.Claims {
+		claims[in.Claims[i].Name] = &in.Claims[i]
+	}
 	for i := range in.Members {
 		m := memberState(&in.Members[i])
+		m.Devices = memberDevices(&in.Members[i], claims)
 		ex.Members = append(ex.Members, m)
 		counts[m.State]++
 		if m.State != StateRunning && m.State != StateSucceeded && m.State != StateFailed && m.State != StateBound {
@@ -294,6 +305,15 @@ func summarize(ex Explanation, counts map[string]int, members int, waiting corev
 		if q.Short {
 			out = append(out, fmt.Sprintf("ResourceQuota %s: %s used of %s for %s; the waiting members would pass it, so the API server refuses them or their replacements", q.Quota, q.Used, q.Hard, q.Resource))
 		}
+	}
+	dra := 0
+	for _, m := range ex.Members {
+		if len(m.Devices) > 0 && (m.State == StateGated || m.State == StatePending || m.State == StatePinned) {
+			dra++
+		}
+	}
+	if dra > 0 {
+		out = append(out, fmt.Sprintf("%d waiting member(s) claim devices through DRA: berth admits them only where kube-scheduler's allocator can allocate their claims, and does not order nodes for them (docs/dra.md)", dra))
 	}
 	for _, m := range ex.Members {
 		if m.State == StatePinned && m.Detail != "" {

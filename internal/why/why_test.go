@@ -4,7 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
@@ -57,6 +59,13 @@ func TestExplain(t *testing.T) {
 			map[string]string{"stuck-0": StatePinned, "run-0": StateRunning}, []string{"member stuck-0 was released onto gpu-3 but kube-scheduler does not bind it: Unschedulable: 0/4 nodes are available"}},
 		{"running", Inputs{Group: group(1, berthv1alpha1.PodGroupRunning, "", ""), Members: []corev1.Pod{running}},
 			nil, []string{"the gang is running: nothing to wait for"}},
+		{"members claiming devices", Inputs{Group: group(2, "", berthv1alpha1.ReasonUnschedulable, "1 of 2 members fit; no eligible node has the devices member d-0's resource claims ask for free"),
+			Members: []corev1.Pod{
+				*builders.Pod("d-0", "team-a").Member("train").Gated().ClaimFromTemplate("gpus", "h100x8").Obj(),
+				*builders.Pod("d-1", "team-a").Member("train").Gated().ClaimFromTemplate("gpus", "h100x8").ClaimCreated("gpus", "d-1-gpus-x").SharedClaim("ckpt", "ckpt").Obj(),
+			},
+			Claims: []resourcev1.ResourceClaim{*builders.Claim("d-1-gpus-x", "team-a", 8, ""), *builders.AllocatedClaim("ckpt", "team-a", "gpu-3", 0)}},
+			nil, []string{"no eligible node has the devices", "2 waiting member(s) claim devices through DRA"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ex := Explain(tc.in)
@@ -73,6 +82,33 @@ func TestExplain(t *testing.T) {
 				if want, ok := tc.states[m.Name]; ok && m.State != want {
 					t.Errorf("member %s: state %s, want %s", m.Name, m.State, want)
 				}
+			}
+		})
+	}
+}
+
+func TestMemberDevices(t *testing.T) {
+	claims := map[string]*resourcev1.ResourceClaim{
+		"d-1-gpus-x": builders.Claim("d-1-gpus-x", "team-a", 8, ""),
+		"ckpt":       builders.AllocatedClaim("ckpt", "team-a", "gpu-3", 0),
+	}
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		want []string
+	}{
+		{"a claim its template has not made yet", builders.Pod("d-0", "team-a").ClaimFromTemplate("gpus", "h100x8").Obj(),
+			[]string{"gpus: to be made from ResourceClaimTemplate h100x8 (kube-controller-manager makes it for the pod)"}},
+		{"made and not allocated; a shared one allocated", builders.Pod("d-1", "team-a").ClaimFromTemplate("gpus", "h100x8").ClaimCreated("gpus", "d-1-gpus-x").SharedClaim("ckpt", "ckpt").Obj(),
+			[]string{"gpus: ResourceClaim d-1-gpus-x, asking for 8 of gpu.nvidia.com, not allocated yet (kube-scheduler allocates it when it binds the member)",
+				"ckpt: ResourceClaim ckpt, allocated: 1 device(s) of gpu.nvidia.com on node gpu-3"}},
+		{"a named claim that does not exist", builders.Pod("d-2", "team-a").SharedClaim("gpus", "nope").Obj(),
+			[]string{"gpus: ResourceClaim nope does not exist"}},
+		{"no claims", builders.Pod("p", "team-a").GPU(1).Obj(), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, memberDevices(tc.pod, claims)); diff != "" {
+				t.Errorf("devices (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -91,6 +91,11 @@ func printExplanation(w io.Writer, ex why.Explanation, wide bool) error {
 	for _, m := range ex.Members {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", m.Name, m.State, m.Node, m.GPUs, m.Detail)
 	}
+	for _, m := range ex.Members {
+		for _, d := range m.Devices {
+			fmt.Fprintf(tw, "%s\tclaim\t\t\t%s\n", m.Name, d)
+		}
+	}
 	if wide {
 		if c := ex.Capacity; c != nil {
 			fmt.Fprintf(tw, "\ncapacity\t%s\tattempt %d\t%d seat(s)\t%s\n", c.Reason, c.Attempt, c.Seats, c.Message)
