@@ -357,7 +357,11 @@ func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra)
 	if len(d.byNode[n.Name()]) == 0 && len(d.anyNode) == 0 {
 		return nil, whole, nil // no devices here at all
 	}
-	offered := append(d.freeSlices(n.Name()), d.anyNode...)
+	offered := d.byNode[n.Name()]
+	if plainCounts(todo) {
+		offered = d.freeSlices(n.Name())
+	}
+	offered = append(offered[:len(offered):len(offered)], d.anyNode...)
 	al, err := structured.NewAllocator(context.Background(), DRAFeatures, structured.AllocatedState{AllocatedDevices: d.allocated},
 		d.classes, offered, d.cel)
 	if err != nil {
@@ -371,6 +375,9 @@ func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra)
 	results, err := al.Allocate(ctx, n.Node, todo)
 	if len(ps) > 1 && errors.Is(err, context.DeadlineExceeded) {
 		return nil, false, nil // the caller falls back to one member at a time
+	}
+	if errors.Is(err, structured.ErrFailedAllocationOnNode) {
+		return nil, false, nil // this node's pools are unusable (invalid): other nodes may do
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("allocating the claims of %s/%s: %w", ps[0].Namespace, ps[0].Name, err)
@@ -398,6 +405,24 @@ func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra)
 		}
 	}
 	return allocs, false, nil
+}
+
+// plainCounts reports whether every request of claims is one exact count of devices without
+// admin access: what the free-device estimate, offering only free devices and batching may
+// assume. "All" requests need every matching device, taken ones included, to be refused
+// rightly; admin access may use taken devices; alternatives (firstAvailable), several requests
+// or constraints in a claim make a batch's joint search find fits one member at a time would not.
+func plainCounts(claims []*resourceapi.ResourceClaim) bool {
+	for _, c := range claims {
+		if len(c.Spec.Devices.Requests) != 1 || len(c.Spec.Devices.Constraints) > 0 {
+			return false
+		}
+		e := c.Spec.Devices.Requests[0].Exactly
+		if e == nil || e.AllocationMode != resourceapi.DeviceAllocationModeExactCount || e.AdminAccess != nil && *e.AdminAccess {
+			return false
+		}
+	}
+	return true
 }
 
 // freeSlices are node's slices with the devices the ledger holds left out, where that changes
@@ -468,13 +493,10 @@ func (d *draState) devicesNeeded(p *corev1.Pod) int {
 		if mc.named || mc.claim.Status.Allocation != nil || d.promised[mc.key] != nil {
 			continue
 		}
-		for _, r := range mc.claim.Spec.Devices.Requests {
-			e := r.Exactly
-			if e == nil || e.AllocationMode != resourceapi.DeviceAllocationModeExactCount || e.AdminAccess != nil && *e.AdminAccess {
-				return 0
-			}
-			need += int(e.Count)
+		if !plainCounts([]*resourceapi.ResourceClaim{mc.claim}) {
+			return 0
 		}
+		need += int(mc.claim.Spec.Devices.Requests[0].Exactly.Count)
 	}
 	return need
 }
@@ -524,19 +546,33 @@ func (e *draExtra) undo(d *draState, keep int) {
 	e.log = e.log[:keep]
 }
 
-// draSaved is a draExtra as save keeps it.
+// untouched reports whether nothing the attempt promised can be why an allocation on n failed
+// — it holds no device of n, and none of slices offered to every node — so the failure says n
+// is full for members like these for the rest of the snapshot.
+func (e *draExtra) untouched(d *draState, n *NodeState) bool {
+	return e.on[n] == 0 && (len(d.anyNode) == 0 || len(e.log) == 0)
+}
+
+// draSaved is a draExtra as save keeps it: the devices themselves, not how many — the log may
+// be cut back and refilled with other devices before a restore to it (placeOneByOne's seeds).
 type draSaved struct {
-	n        int
+	log      []structured.DeviceID
 	on       map[*NodeState]int
 	promised map[string]*resourceapi.AllocationResult
 }
 
 func (e *draExtra) save() draSaved {
-	return draSaved{n: len(e.log), on: maps.Clone(e.on), promised: maps.Clone(e.promised)}
+	return draSaved{log: slices.Clone(e.log), on: maps.Clone(e.on), promised: maps.Clone(e.promised)}
 }
 
+// restore puts the attempt's promises back to st: the devices it holds now leave the ledger d,
+// those it held then return.
 func (e *draExtra) restore(d *draState, st draSaved) {
-	e.undo(d, st.n)
+	e.undo(d, 0)
+	if d != nil {
+		d.allocated.Insert(st.log...)
+	}
+	e.log = slices.Clone(st.log)
 	e.on, e.promised = maps.Clone(st.on), maps.Clone(st.promised)
 }
 

@@ -239,3 +239,54 @@ func TestDRAInvalidSelectorSaysSo(t *testing.T) {
 		t.Fatalf("got %q, want the allocator's error", r.Reason)
 	}
 }
+
+// TestDRASeedRetriesKeepTheLedger: members with zone affinity to each other are placed one by
+// one, retried from each zone as a seed; undoing a failed seed must leave the ledger as the
+// best attempt had it (the devices of one attempt, never another's, and none after Place).
+func TestDRASeedRetriesKeepTheLedger(t *testing.T) {
+	nodes := []*corev1.Node{builders.Node("a").Zone("za").Obj(), builders.Node("b").Zone("zb").Obj()}
+	res := scheduling.DynamicResources{Classes: []*resourceapi.DeviceClass{builders.GPUClass()},
+		Slices:    []*resourceapi.ResourceSlice{builders.GPUSlice("a", 2, "NVIDIA L4", "24Gi"), builders.GPUSlice("b", 1, "NVIDIA L4", "24Gi")},
+		Templates: []*resourceapi.ResourceClaimTemplate{builders.ClaimTemplate("one", "ml", 1, "")}}
+	s := draSnapshot(t, nodes, nil, res)
+	gang := scheduling.Gang{Members: members(3, func(name string) *builders.PodBuilder {
+		return builders.Pod(name, "ml").Member("g").Label("app", "x").PodAffinity(zone, "app", "x").ClaimFromTemplate("gpu", "one")
+	})}
+	r := scheduling.Place(s, gang)
+	if r.Fits() || r.Placeable != 2 {
+		t.Fatalf("fits %v placeable %d (%s), want 2 of 3", r.Fits(), r.Placeable, r.Reason)
+	}
+	if got := s.DevicesTaken(); got != 0 {
+		t.Fatalf("Place left %d devices in the ledger", got)
+	}
+	if got := s.ReservePlaced(gang, r); got != 2 {
+		t.Fatalf("reserved %d, want 2", got)
+	}
+	if got := s.DevicesTaken(); got != 2 {
+		t.Fatalf("ledger holds %d devices after reserving 2 members, want 2", got)
+	}
+	// a's two devices are reserved: one more member fits on b only.
+	one := []*corev1.Pod{builders.Pod("c-0", "ml").ClaimFromTemplate("gpu", "one").Obj()}
+	if got := perNode(scheduling.Place(s, scheduling.Gang{Members: one})); fmt.Sprint(got) != "map[b:1]" {
+		t.Fatalf("another member on %v, want b (a's devices reserved)", got)
+	}
+}
+
+// TestDRAAllModeCountsTakenDevices: a claim for all of a node's devices does not fit while one
+// of them is taken (the allocator must see taken devices to refuse it, as kube-scheduler does).
+func TestDRAAllModeCountsTakenDevices(t *testing.T) {
+	nodes, res := draCluster(1, 0)
+	all := builders.ClaimTemplate("all", "ml", 0, "")
+	all.Spec.Spec.Devices.Requests[0].Exactly.AllocationMode = resourceapi.DeviceAllocationModeAll
+	all.Spec.Spec.Devices.Requests[0].Exactly.Count = 0
+	res.Templates = append(res.Templates, all)
+	res.Claims = []*resourceapi.ResourceClaim{builders.AllocatedClaim("other", "ml", "h-0", 3)}
+	r := scheduling.Place(draSnapshot(t, nodes, nil, res), scheduling.Gang{Members: members(1, draMember("all"))})
+	if r.Fits() {
+		t.Fatalf("a claim for all devices fits on %v with one taken", perNode(r))
+	}
+	res.Claims = nil
+	if r := scheduling.Place(draSnapshot(t, nodes, nil, res), scheduling.Gang{Members: members(1, draMember("all"))}); !r.Fits() {
+		t.Fatalf("a claim for all devices does not fit on a free node: %s", r.Reason)
+	}
+}

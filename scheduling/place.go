@@ -679,12 +679,12 @@ func (a *attempt) placeDevices(g Gang, c *class, cands []*NodeState) bool {
 				}
 				continue
 			}
-			if c.shares {
-				k = 1 // members sharing claims: no estimate of what each takes
+			if c.shares || need == 0 {
+				k = 1 // shared claims or requests beyond plain counts: one at a time, as kube-scheduler
 			}
 			if est := a.s.dra.freeFor(n, need); est >= 0 {
 				k = min(k, est)
-				if est == 0 && a.dra.on[n] == 0 {
+				if est == 0 && a.dra.untouched(a.s.dra, n) {
 					full[n.idx] = true // by plain counts, nothing like the class fits here
 				}
 			}
@@ -709,7 +709,7 @@ func (a *attempt) placeDevices(g Gang, c *class, cands []*NodeState) bool {
 				return false
 			}
 			if allocs == nil {
-				if isFull && a.dra.on[n] == 0 {
+				if isFull && a.dra.untouched(a.s.dra, n) {
 					full[n.idx] = true
 				}
 				if isFull && j == next {
@@ -812,7 +812,7 @@ func (a *attempt) allocate(c *class, p *corev1.Pod, fits []*NodeState) (*NodeSta
 		if alloc != nil {
 			return n, alloc
 		}
-		if isFull && a.dra.on[n] == 0 {
+		if isFull && a.dra.untouched(a.s.dra, n) {
 			full[n.idx] = true
 		}
 		fits = slices.Delete(fits, bi, bi+1)
