@@ -123,9 +123,6 @@ const statsEvery = time.Minute
 type demandPoint struct {
 	at                time.Time
 	rate, base, slope float64
-	// fitted is the span of history the slope was fitted over: a trend is projected no
-	// further ahead than that (a minute's rise is no forecast of the next three).
-	fitted time.Duration
 	// since is when the stretch of history without a gap that this point ends began: a point
 	// with less than baselineWindow of it behind has a baseline and a slope of a few samples,
 	// a forecast the burst headroom and the persistence must not be judged by.
@@ -348,7 +345,6 @@ func (m *FleetModel) record(now time.Time, rate float64) {
 	add(p)
 	if den := n*sxx - sx*sx; n >= 3 && den > 0 {
 		p.slope = (n*sxy - sx*sy) / den
-		p.fitted = now.Sub(m.demand[first].at)
 	}
 	m.demand = append(m.demand, p)
 }
@@ -376,12 +372,9 @@ type Forecast struct {
 // Rate is the demand sized for: the expected demand times the headroom.
 func (f Forecast) Rate() float64 { return f.Expected * f.Headroom }
 
-// predict is the demand expected h after p with persistence rho: the trend is followed for h,
-// but no further than the history it was fitted on (a young history's first rise — a fleet's
-// first minute, the first points after a gap — projected a whole cold start ahead ordered
-// twice the fleet the demand needed).
+// predict is the demand expected h after p with persistence rho.
 func (p demandPoint) predict(h time.Duration, rho float64) float64 {
-	return max(0, p.base+rho*(p.rate-p.base)+max(0, p.slope)*min(h, p.fitted).Seconds())
+	return max(0, p.base+rho*(p.rate-p.base)+max(0, p.slope)*h.Seconds())
 }
 
 // minHeadroomSamples is the fewest past points whose next horizon is known that a persistence
@@ -553,9 +546,10 @@ func sizeSLO(raw, nowNeed, headroom float64, current int, hold Held) (int, Held)
 const windowSpanTolerance = 0.9
 
 // windowsWhole reports whether every ready replica has a window of at least minWindowSpan and
-// all of them span about the same time: only then is the demand measured (WindowArrivals) kept
-// in the history. While replicas join, a new one's window misses what it served before its
-// first page, and minutes of joins read as dips and bursts the history would learn from.
+// all of them span about the same time. Rates over different spans do not add up to the
+// fleet's: while replicas join, the oldest one's window still holds the minutes it took every
+// request, the new ones' hold their share since, and the sum counts the demand more than once
+// (a 5.5-requests/s hour read as 8.9 as four replicas joined one).
 func (o Observation) windowsWhole() bool {
 	if len(o.Windows) < o.Ready || len(o.Windows) == 0 {
 		return false
@@ -567,30 +561,6 @@ func (o Observation) windowsWhole() bool {
 		}
 	}
 	return true
-}
-
-// WindowArrivals is the fleet's arrival rate over the replicas' windows ws and how many had a
-// window: every request that arrived in any window, over the longest window. While replicas
-// join, a new one's window is short, and the older ones' windows still hold the minutes they
-// took a larger share of every request: their rates summed counted the demand more than once
-// (a 5.1-requests/s minute read as 9 as nine replicas joined four, and the fleet was sized for
-// it). A replica gets requests only once ready, so the requests every window holds are the
-// fleet's over the longest one.
-func WindowArrivals(ws []ReplicaWindow) (rate float64, n int) {
-	var arrived float64
-	var longest time.Duration
-	for _, w := range ws {
-		if w.Span <= 0 {
-			continue
-		}
-		arrived += w.Arrived
-		longest = max(longest, w.Span)
-		n++
-	}
-	if n == 0 {
-		return math.NaN(), 0
-	}
-	return arrived / longest.Seconds(), n
 }
 
 // arrivalRate is the fleet's arrival rate: Arrivals scaled from the replicas with a window to

@@ -219,59 +219,6 @@ func TestForecast(t *testing.T) {
 	}
 }
 
-// TestForecastTrendNoFurtherThanFitted: a fleet's first minute rises from nothing to its load;
-// that slope, fitted on 45 s, is followed for 45 s of a 200-s horizon, not the whole horizon
-// (which asked for twice the replicas the load needed), while a ramp with minutes of history
-// is followed all the way (TestForecast).
-func TestForecastTrendNoFurtherThanFitted(t *testing.T) {
-	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	slo := SLO{TTFT: 2, ColdStart: 200 * time.Second}
-	young := FleetModel{}
-	for i, rate := range []float64{1, 2.5, 3.5, 4.4} { // 15 s apart: 45 s of history
-		young.record(start.Add(time.Duration(i)*15*time.Second), rate)
-	}
-	last := young.demand[len(young.demand)-1]
-	if last.fitted != 45*time.Second || last.slope <= 0 {
-		t.Fatalf("slope %v fitted over %v, want a rise fitted over 45s", last.slope, last.fitted)
-	}
-	f := young.forecast(4.4, slo)
-	want := last.base + (4.4 - last.base) + last.slope*45
-	if math.Abs(f.Expected-want) > 1e-9 || f.Expected > 4.4+last.slope*46 {
-		t.Errorf("expected %v, want %v: the first minute's slope %v/s followed for 45 s, not %v", f.Expected, want, last.slope, slo.ColdStart)
-	}
-}
-
-// TestWindowArrivals: the fleet's arrival rate is every request in any window over the longest
-// window. Equal windows add up as rates do; while replicas join, a rate per window counted the
-// older replicas' larger share twice.
-func TestWindowArrivals(t *testing.T) {
-	w := func(span time.Duration, arrived float64) ReplicaWindow {
-		return ReplicaWindow{Span: span, Arrived: arrived}
-	}
-	for _, tt := range []struct {
-		name  string
-		ws    []ReplicaWindow
-		want  float64
-		wantN int
-	}{
-		{"none", nil, math.NaN(), 0},
-		{"four equal windows", []ReplicaWindow{w(time.Minute, 60), w(time.Minute, 60), w(time.Minute, 60), w(time.Minute, 60)}, 4, 4},
-		// 5 req/s: four replicas took it all for the first 40 s (50 each), then nine shared the
-		// last 20 s (100 requests, ~11 each): per-window rates summed read 4.07 + 2.8 ≈ 6.9.
-		{"five replicas joined four 20 s ago",
-			[]ReplicaWindow{w(time.Minute, 61), w(time.Minute, 61), w(time.Minute, 61), w(time.Minute, 61),
-				w(20*time.Second, 11.2), w(20*time.Second, 11.2), w(20*time.Second, 11.2), w(20*time.Second, 11.2), w(20*time.Second, 11.2)}, 5, 9},
-		{"a window with no span is left out", []ReplicaWindow{w(time.Minute, 120), w(0, 50)}, 2, 1},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			got, n := WindowArrivals(tt.ws)
-			if n != tt.wantN || (math.IsNaN(tt.want) != math.IsNaN(got)) || (!math.IsNaN(tt.want) && math.Abs(got-tt.want) > 1e-9) {
-				t.Errorf("WindowArrivals = %v over %d windows, want %v over %d", got, n, tt.want, tt.wantN)
-			}
-		})
-	}
-}
-
 func TestDecideSLO(t *testing.T) {
 	tr, hr := trig(t, sloTrigger), trig(t, headroomTrigger)
 	model := &FleetModel{Capacity: 0.5}

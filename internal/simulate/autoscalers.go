@@ -201,6 +201,8 @@ func (b *Berth) observe(v View) scaler.Observation {
 			if span := w.Span.Seconds(); span > 0 {
 				if b.trigger.SLO.TTFT > 0 {
 					o.Windows = append(o.Windows, w)
+					o.Arrivals = nanSum(o.Arrivals, w.Arrived/span)
+					o.ArrivalsSampled++
 				}
 				preempt += (l.preemptions - base.preemptions) / span * 60
 				o.TokensPerSecond += (l.tokens - base.tokens) / span
@@ -213,10 +215,15 @@ func (b *Berth) observe(v View) scaler.Observation {
 	if windowed > 0 {
 		o.PreemptionsPerMinute = preempt
 	}
-	if len(o.Windows) > 0 {
-		o.Arrivals, o.ArrivalsSampled = scaler.WindowArrivals(o.Windows) // as the scaler's scrape reads them
-	}
 	return o
+}
+
+// nanSum adds x to a sum that starts as NaN (nothing yet).
+func nanSum(sum, x float64) float64 {
+	if math.IsNaN(sum) {
+		return x
+	}
+	return sum + x
 }
 
 // promHist is a vllmsim histogram as the scaler reads it from /metrics: cumulative counts

@@ -286,6 +286,11 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 		}
 		if w := r.Window; w != nil && t.SLO.TTFT > 0 && w.Span > 0 {
 			o.Windows = append(o.Windows, *w)
+			if math.IsNaN(o.Arrivals) {
+				o.Arrivals = 0
+			}
+			o.Arrivals += w.Arrived / w.Span.Seconds()
+			o.ArrivalsSampled++
 		}
 		if r.Windowed {
 			if math.IsNaN(o.PreemptionsPerMinute) {
@@ -299,9 +304,6 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 	}
 	o.TTFTP95 = ttft.Quantile(0.95)
 	o.ITLP95 = itl.Quantile(0.95)
-	if len(o.Windows) > 0 {
-		o.Arrivals, o.ArrivalsSampled = scaler.WindowArrivals(o.Windows)
-	}
 	return o, results
 }
 
