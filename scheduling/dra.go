@@ -38,7 +38,7 @@ type DynamicResources struct {
 // draState is a snapshot's dynamic resources and its device ledger: which devices are
 // allocated (by the cluster's claims) or promised (by placements assumed in the snapshot).
 type draState struct {
-	classes   classLister
+	classes   DeviceClassLister
 	byNode    map[string][]*resourceapi.ResourceSlice
 	anyNode   []*resourceapi.ResourceSlice     // slices for all nodes or a node selector
 	ids       map[string][]structured.DeviceID // the devices of byNode's slices
@@ -84,10 +84,11 @@ func (d *draState) fullFor(key string, n int) []bool {
 	return f
 }
 
-// classLister serves DeviceClasses to the allocator.
-type classLister map[string]*resourceapi.DeviceClass
+// DeviceClassLister serves DeviceClasses, by name, to the structured allocator.
+type DeviceClassLister map[string]*resourceapi.DeviceClass
 
-func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
+// List is every class, by name.
+func (l DeviceClassLister) List() ([]*resourceapi.DeviceClass, error) {
 	out := make([]*resourceapi.DeviceClass, 0, len(l))
 	for _, c := range l {
 		out = append(out, c)
@@ -96,7 +97,8 @@ func (l classLister) List() ([]*resourceapi.DeviceClass, error) {
 	return out, nil
 }
 
-func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
+// Get is the class of that name, or a NotFound error.
+func (l DeviceClassLister) Get(name string) (*resourceapi.DeviceClass, error) {
 	if c, ok := l[name]; ok {
 		return c, nil
 	}
@@ -111,7 +113,7 @@ func (l classLister) Get(name string) (*resourceapi.DeviceClass, error) {
 // on its node, so no device is promised twice across cycles. It returns, joined, why some
 // such pod's claims could not be replayed (its devices are then not counted).
 func (s *Snapshot) SetDynamicResources(res DynamicResources) error {
-	d := &draState{classes: classLister{}, byNode: map[string][]*resourceapi.ResourceSlice{}, ids: map[string][]structured.DeviceID{},
+	d := &draState{classes: DeviceClassLister{}, byNode: map[string][]*resourceapi.ResourceSlice{}, ids: map[string][]structured.DeviceID{},
 		claims: map[string]*resourceapi.ResourceClaim{}, templates: map[string]*resourceapi.ResourceClaimTemplate{},
 		cel: cel.NewCache(100, cel.Features{}), allocated: sets.New[structured.DeviceID](),
 		promised: map[string]*resourceapi.AllocationResult{}, full: map[string][]bool{}, resolved: map[*corev1.Pod]resolvedClaims{}}

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
@@ -109,7 +108,7 @@ func satisfiable(class string, classes map[string]*resourcev1.DeviceClass, slice
 	}}}}}
 	claim.Name, claim.Namespace, claim.UID = "berth-doctor", "default", "berth-doctor"
 	al, err := structured.NewAllocator(context.Background(), scheduling.DRAFeatures, structured.AllocatedState{AllocatedDevices: sets.New[structured.DeviceID]()},
-		classLister(classes), slices, cel.NewCache(10, cel.Features{}))
+		scheduling.DeviceClassLister(classes), slices, cel.NewCache(10, cel.Features{}))
 	if err != nil {
 		return false, err
 	}
@@ -127,24 +126,6 @@ func satisfiable(class string, classes map[string]*resourcev1.DeviceClass, slice
 		}
 	}
 	return false, nil
-}
-
-// classLister serves DeviceClasses to the allocator.
-type classLister map[string]*resourcev1.DeviceClass
-
-func (l classLister) List() ([]*resourcev1.DeviceClass, error) {
-	out := make([]*resourcev1.DeviceClass, 0, len(l))
-	for _, c := range l {
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-func (l classLister) Get(name string) (*resourcev1.DeviceClass, error) {
-	if c, ok := l[name]; ok {
-		return c, nil
-	}
-	return nil, apierrors.NewNotFound(resourcev1.Resource("deviceclasses"), name)
 }
 
 // requestedClasses adds to into the DeviceClasses a claim spec asks for, for the object named by.
