@@ -64,6 +64,9 @@ type ReplicaWindow struct {
 	// Waiting is the requests waiting at both the window's start and its end, the smaller of
 	// the two: a replica that had a queue through its window served at its limit.
 	Waiting float64
+	// Joined says the window starts when the replica became ready, from counters at zero: it
+	// holds every request the replica has had, and it had none before (WindowArrivals).
+	Joined bool
 }
 
 // minWindowSpan is the shortest window a capacity is learned from.
@@ -123,6 +126,9 @@ const statsEvery = time.Minute
 type demandPoint struct {
 	at                time.Time
 	rate, base, slope float64
+	// fitted is the span of history the slope was fitted over: a trend is projected no
+	// further ahead than that (a minute's rise is no forecast of the next three).
+	fitted time.Duration
 	// since is when the stretch of history without a gap that this point ends began: a point
 	// with less than baselineWindow of it behind has a baseline and a slope of a few samples,
 	// a forecast the burst headroom and the persistence must not be judged by.
@@ -345,6 +351,7 @@ func (m *FleetModel) record(now time.Time, rate float64) {
 	add(p)
 	if den := n*sxx - sx*sx; n >= 3 && den > 0 {
 		p.slope = (n*sxy - sx*sy) / den
+		p.fitted = now.Sub(m.demand[first].at)
 	}
 	m.demand = append(m.demand, p)
 }
@@ -372,9 +379,12 @@ type Forecast struct {
 // Rate is the demand sized for: the expected demand times the headroom.
 func (f Forecast) Rate() float64 { return f.Expected * f.Headroom }
 
-// predict is the demand expected h after p with persistence rho.
+// predict is the demand expected h after p with persistence rho: the trend is followed for h,
+// but no further than the history it was fitted on (a young history's first rise — a fleet's
+// first minute, the first points after a gap — projected a whole cold start ahead ordered
+// twice the fleet the demand needed).
 func (p demandPoint) predict(h time.Duration, rho float64) float64 {
-	return max(0, p.base+rho*(p.rate-p.base)+max(0, p.slope)*h.Seconds())
+	return max(0, p.base+rho*(p.rate-p.base)+max(0, p.slope)*min(h, p.fitted).Seconds())
 }
 
 // minHeadroomSamples is the fewest past points whose next horizon is known that a persistence
@@ -545,22 +555,57 @@ func sizeSLO(raw, nowNeed, headroom float64, current int, hold Held) (int, Held)
 // within the window.
 const windowSpanTolerance = 0.9
 
-// windowsWhole reports whether every ready replica has a window of at least minWindowSpan and
-// all of them span about the same time. Rates over different spans do not add up to the
-// fleet's: while replicas join, the oldest one's window still holds the minutes it took every
-// request, the new ones' hold their share since, and the sum counts the demand more than once
-// (a 5.5-requests/s hour read as 8.9 as four replicas joined one).
+// windowsWhole reports whether every ready replica has a window and the demand they measure
+// (WindowArrivals) is whole enough to keep in the history: the longest spans at least
+// minWindowSpan, and every window of a replica that was serving before it (not Joined) spans
+// about as long. A window from a first page that came after the replica's first requests
+// misses them, and minutes of such joins read as dips and bursts the history would learn from.
 func (o Observation) windowsWhole() bool {
 	if len(o.Windows) < o.Ready || len(o.Windows) == 0 {
 		return false
 	}
 	longest := slices.MaxFunc(o.Windows, func(a, b ReplicaWindow) int { return cmp.Compare(a.Span, b.Span) }).Span
+	if longest < minWindowSpan {
+		return false
+	}
 	for _, w := range o.Windows {
-		if w.Span < minWindowSpan || float64(w.Span) < windowSpanTolerance*float64(longest) {
+		if !w.Joined && float64(w.Span) < windowSpanTolerance*float64(longest) {
 			return false
 		}
 	}
 	return true
+}
+
+// WindowArrivals is the fleet's arrival rate over the replicas' windows ws and how many had a
+// window. A replica that was serving through its window adds its rate; one that joined inside
+// the longest window (Joined: its window starts at its ready time, counters at zero) adds what
+// it has had over that longest window. While replicas join, their windows are short and hold
+// their share since they joined, and the older ones' windows still hold the minutes they took
+// a larger share of every request: rates summed counted the demand more than once (a
+// 5.1-requests/s minute read as 9 as nine replicas joined four), and the fleet was sized for
+// it. Counting a joined replica from its ready time, not its first scrape, misses none of its
+// requests (a window from its first page undercounted a burst and shrank the fleet in it).
+func WindowArrivals(ws []ReplicaWindow) (rate float64, n int) {
+	var longest time.Duration
+	for _, w := range ws {
+		if w.Span > 0 {
+			longest = max(longest, w.Span)
+			n++
+		}
+	}
+	if n == 0 {
+		return math.NaN(), 0
+	}
+	for _, w := range ws {
+		switch {
+		case w.Span <= 0:
+		case w.Joined:
+			rate += w.Arrived / longest.Seconds()
+		default:
+			rate += w.Arrived / w.Span.Seconds()
+		}
+	}
+	return rate, n
 }
 
 // arrivalRate is the fleet's arrival rate: Arrivals scaled from the replicas with a window to

@@ -152,7 +152,9 @@ func TestWindowsWhole(t *testing.T) {
 	}{
 		{"every replica a minute", Observation{Ready: 2, Windows: []ReplicaWindow{w(time.Minute), w(58 * time.Second)}}, true},
 		{"a replica without a window", Observation{Ready: 2, Windows: []ReplicaWindow{w(time.Minute)}}, false},
-		{"a replica that joined 35 s ago: its rate is over another span", Observation{Ready: 2, Windows: []ReplicaWindow{w(time.Minute), w(35 * time.Second)}}, false},
+		{"a replica whose window began 35 s ago, after its first requests: its rate is over another span", Observation{Ready: 2, Windows: []ReplicaWindow{w(time.Minute), w(35 * time.Second)}}, false},
+		{"a replica that joined 10 s ago, counted from its ready time", Observation{Ready: 2, Windows: []ReplicaWindow{w(time.Minute), {Span: 10 * time.Second, Joined: true}}}, true},
+		{"only replicas that joined, 20 s ago: too short to keep", Observation{Ready: 1, Windows: []ReplicaWindow{{Span: 20 * time.Second, Joined: true}}}, false},
 		{"too short for any", Observation{Ready: 1, Windows: []ReplicaWindow{w(20 * time.Second)}}, false},
 		{"none ready", Observation{}, false},
 	} {
@@ -216,6 +218,69 @@ func TestForecast(t *testing.T) {
 	slo.HeadroomQuantile, slo.MaxHeadroom = 0.9, 1.5
 	if f := bursty.forecast(4, slo); f.Headroom != 1.5 {
 		t.Errorf("maxHeadroom 1.5 caps it: headroom %v", f.Headroom)
+	}
+}
+
+// TestForecastTrendNoFurtherThanFitted: a fleet's first minute rises from nothing to its load;
+// that slope, fitted on 45 s, is followed for 45 s of a 200-s horizon, not the whole horizon
+// (which asked for twice the replicas the load needed), while a ramp with minutes of history
+// is followed all the way (TestForecast).
+func TestForecastTrendNoFurtherThanFitted(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	slo := SLO{TTFT: 2, ColdStart: 200 * time.Second}
+	young := FleetModel{}
+	for i, rate := range []float64{1, 2.5, 3.5, 4.4} { // 15 s apart: 45 s of history
+		young.record(start.Add(time.Duration(i)*15*time.Second), rate)
+	}
+	last := young.demand[len(young.demand)-1]
+	if last.fitted != 45*time.Second || last.slope <= 0 {
+		t.Fatalf("slope %v fitted over %v, want a rise fitted over 45s", last.slope, last.fitted)
+	}
+	f := young.forecast(4.4, slo)
+	want := last.base + (4.4 - last.base) + last.slope*45
+	if math.Abs(f.Expected-want) > 1e-9 || f.Expected > 4.4+last.slope*46 {
+		t.Errorf("expected %v, want %v: the first minute's slope %v/s followed for 45 s, not %v", f.Expected, want, last.slope, slo.ColdStart)
+	}
+}
+
+// TestWindowArrivals: the fleet's arrival rate. Replicas serving through their windows add
+// their rates; a replica that joined inside the longest window adds every request it has had
+// over that window. While replicas join, a rate per window counted the older replicas' larger
+// share twice; a window from a joining replica's first page missed its first requests.
+func TestWindowArrivals(t *testing.T) {
+	w := func(span time.Duration, arrived float64) ReplicaWindow {
+		return ReplicaWindow{Span: span, Arrived: arrived}
+	}
+	joined := func(span time.Duration, arrived float64) ReplicaWindow {
+		return ReplicaWindow{Span: span, Arrived: arrived, Joined: true}
+	}
+	for _, tt := range []struct {
+		name  string
+		ws    []ReplicaWindow
+		want  float64
+		wantN int
+	}{
+		{"none", nil, math.NaN(), 0},
+		{"four equal windows", []ReplicaWindow{w(time.Minute, 60), w(time.Minute, 60), w(time.Minute, 60), w(time.Minute, 60)}, 4, 4},
+		// 5 req/s: four replicas took it all for the first 40 s (50 each), then nine shared the
+		// last 20 s (100 requests, ~11 each): per-window rates summed read 4.07 + 2.8 ≈ 6.9.
+		{"five replicas joined four 20 s ago",
+			[]ReplicaWindow{w(time.Minute, 61), w(time.Minute, 61), w(time.Minute, 61), w(time.Minute, 61),
+				joined(20*time.Second, 11.2), joined(20*time.Second, 11.2), joined(20*time.Second, 11.2), joined(20*time.Second, 11.2), joined(20*time.Second, 11.2)}, 5, 9},
+		// The scrapes of the old replicas are 75 s apart where the window is a minute: their
+		// rates, not their counts over the longest window, say what they carry.
+		{"windows of different spans, none joined", []ReplicaWindow{w(75*time.Second, 150), w(time.Minute, 120)}, 4, 2},
+		// 3 req/s, three replicas; a fourth joined 30 s ago and has had 22 (a quarter since).
+		{"a replica that joined in a burst", []ReplicaWindow{w(time.Minute, 52), w(time.Minute, 52), w(time.Minute, 52), joined(30*time.Second, 22)}, 2.6 + 22.0/60, 4},
+		{"a fleet that started 40 s ago", []ReplicaWindow{joined(40*time.Second, 80), joined(25*time.Second, 30)}, 110.0 / 40, 2},
+		{"a window with no span is left out", []ReplicaWindow{w(time.Minute, 120), w(0, 50)}, 2, 1},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, n := WindowArrivals(tt.ws)
+			if n != tt.wantN || (math.IsNaN(tt.want) != math.IsNaN(got)) || (!math.IsNaN(tt.want) && math.Abs(got-tt.want) > 1e-9) {
+				t.Errorf("WindowArrivals = %v over %d windows, want %v over %d", got, n, tt.want, tt.wantN)
+			}
+		})
 	}
 }
 

@@ -45,19 +45,26 @@ func (p *pod) latestAt(at time.Duration) (reading, bool) {
 
 // window is a pod's newest reading and its baseline one window earlier, as berth's scraper
 // takes them (scaler/pods: the newest page at or before the window's start, else the oldest
-// that is not the newest); false with fewer than two readings.
-func (p *pod) window(d time.Duration) (latest, base reading, ok bool) {
-	if len(p.history) < 2 {
-		return reading{}, reading{}, false
+// that is not the newest; a replica that became ready inside the window from its counters at
+// zero then, joined true); false without a window.
+func (p *pod) window(d time.Duration) (latest, base reading, joined, ok bool) {
+	if len(p.history) == 0 {
+		return reading{}, reading{}, false, false
 	}
 	latest = p.history[len(p.history)-1]
+	if p.replica != nil && latest.at > p.ready && latest.at-p.ready <= d && p.history[0].at >= p.ready {
+		return latest, reading{at: p.ready}, true, true
+	}
+	if len(p.history) < 2 {
+		return reading{}, reading{}, false, false
+	}
 	base = p.history[0]
 	for _, r := range p.history[:len(p.history)-1] {
 		if r.at <= latest.at-d {
 			base = r
 		}
 	}
-	return latest, base, true
+	return latest, base, false, true
 }
 
 // Berth is berth's scaler: scaler.Policy.Decide on what the replicas report, through KEDA's
@@ -191,8 +198,8 @@ func (b *Berth) observe(v View) scaler.Observation {
 				o.QueuedPromptTokens += float64(latest.waiting) * latest.promptSum / latest.prompts
 			}
 		}
-		if l, base, ok := p.window(b.TTFTWindow); ok {
-			w := scaler.ReplicaWindow{Span: l.at - base.at, Finished: l.finished - base.finished,
+		if l, base, joined, ok := p.window(b.TTFTWindow); ok {
+			w := scaler.ReplicaWindow{Span: l.at - base.at, Finished: l.finished - base.finished, Joined: joined,
 				TTFT: promHist(l.ttft).Sub(promHist(base.ttft)), ITL: promHist(l.itl).Sub(promHist(base.itl)), Waiting: float64(min(l.waiting, base.waiting))}
 			w.Arrived = w.Finished + l.aborted - base.aborted + float64(l.waiting+l.running-base.waiting-base.running)
 			w.End = epoch.Add(l.at)
@@ -201,8 +208,6 @@ func (b *Berth) observe(v View) scaler.Observation {
 			if span := w.Span.Seconds(); span > 0 {
 				if b.trigger.SLO.TTFT > 0 {
 					o.Windows = append(o.Windows, w)
-					o.Arrivals = nanSum(o.Arrivals, w.Arrived/span)
-					o.ArrivalsSampled++
 				}
 				preempt += (l.preemptions - base.preemptions) / span * 60
 				o.TokensPerSecond += (l.tokens - base.tokens) / span
@@ -215,15 +220,10 @@ func (b *Berth) observe(v View) scaler.Observation {
 	if windowed > 0 {
 		o.PreemptionsPerMinute = preempt
 	}
-	return o
-}
-
-// nanSum adds x to a sum that starts as NaN (nothing yet).
-func nanSum(sum, x float64) float64 {
-	if math.IsNaN(sum) {
-		return x
+	if len(o.Windows) > 0 {
+		o.Arrivals, o.ArrivalsSampled = scaler.WindowArrivals(o.Windows) // as the scaler's scrape reads them
 	}
-	return sum + x
+	return o
 }
 
 // promHist is a vllmsim histogram as the scaler reads it from /metrics: cumulative counts

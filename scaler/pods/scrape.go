@@ -84,7 +84,9 @@ type Scraper struct {
 // endpoint is one metrics URL's memory: the pages within the TTFT window (newest last), the
 // last attempt and its error, and the scrape in flight, if any.
 type endpoint struct {
-	pages       []Reading
+	pages []Reading
+	// first is when its first page was taken (pages are trimmed to the window; this is not).
+	first       time.Time
 	lastAttempt time.Time
 	lastErr     error
 	inflight    chan struct{}
@@ -189,6 +191,9 @@ func (s *Scraper) finish(ep *endpoint, done chan struct{}, o scrapeOutcome) {
 	ep.lastErr = o.err
 	if o.err == nil {
 		ep.pages = trim(append(ep.pages, o.page), o.page.At.Add(-s.opts.TTFTWindow))
+		if ep.first.IsZero() {
+			ep.first = o.page.At
+		}
 	}
 	s.mu.Unlock()
 	close(done)
@@ -286,11 +291,6 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 		}
 		if w := r.Window; w != nil && t.SLO.TTFT > 0 && w.Span > 0 {
 			o.Windows = append(o.Windows, *w)
-			if math.IsNaN(o.Arrivals) {
-				o.Arrivals = 0
-			}
-			o.Arrivals += w.Arrived / w.Span.Seconds()
-			o.ArrivalsSampled++
 		}
 		if r.Windowed {
 			if math.IsNaN(o.PreemptionsPerMinute) {
@@ -304,6 +304,9 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 	}
 	o.TTFTP95 = ttft.Quantile(0.95)
 	o.ITLP95 = itl.Quantile(0.95)
+	if len(o.Windows) > 0 {
+		o.Arrivals, o.ArrivalsSampled = scaler.WindowArrivals(o.Windows)
+	}
 	return o, results
 }
 
@@ -316,9 +319,10 @@ func (s *Scraper) replica(ctx context.Context, t *scaler.Trigger, p scaler.Pod, 
 		return res
 	}
 	latest := pages[len(pages)-1]
+	since := joinedAt(p, s.firstPage(url), latest.At, s.opts.TTFTWindow, t.StartupTimeout)
 	d, ok := s.derived(url, t.Model, latest.At)
-	if !ok {
-		d = derive(pages, t.Model, s.opts.TTFTWindow)
+	if !ok || !d.since.Equal(since) {
+		d = derive(pages, t.Model, s.opts.TTFTWindow, since)
 		s.remember(url, t.Model, latest.At, d)
 	}
 	if d.err != nil {
@@ -341,28 +345,70 @@ type derivedSample struct {
 	tokensPerSec  float64
 	windowed      bool
 	window        *scaler.ReplicaWindow
-	err           error
+	// since is the zero baseline the window starts from (joinedAt), zero when none.
+	since time.Time
+	err   error
 }
 
-func derive(pages []Reading, model string, window time.Duration) derivedSample {
+// derive derives a model's sample and window from an endpoint's pages; since, when not zero,
+// is when the replica's counters were at zero inside the window (joinedAt): the window starts
+// there rather than at a page.
+func derive(pages []Reading, model string, window time.Duration, since time.Time) derivedSample {
 	latest := pages[len(pages)-1]
 	sample, err := latest.Sample(model)
 	if err != nil {
 		return derivedSample{err: err}
 	}
-	d := derivedSample{sample: sample}
-	if base, ok := baseline(pages, latest.At.Add(-window)); ok {
-		if old, err := base.Sample(model); err == nil {
-			d.ttft, d.itl = sample.TTFT.Sub(old.TTFT), sample.ITL.Sub(old.ITL)
-			if span := latest.At.Sub(base.At).Seconds(); span > 0 {
-				d.preemptPerMin = counterDelta(sample.Preemptions, old.Preemptions) / span * 60
-				d.tokensPerSec = counterDelta(sample.Tokens, old.Tokens) / span
-				d.windowed = true
-				d.window = replicaWindow(sample, old, latest.At.Sub(base.At), d.ttft, d.itl)
-			}
+	d := derivedSample{sample: sample, since: since}
+	old, ok := scaler.Sample{At: since, HasFinished: sample.HasFinished}, !since.IsZero()
+	if !ok {
+		if base, found := baseline(pages, latest.At.Add(-window)); found {
+			old, err = base.Sample(model)
+			old.At, ok = base.At, err == nil
+		}
+	}
+	if !ok {
+		return d
+	}
+	d.ttft, d.itl = sample.TTFT.Sub(old.TTFT), sample.ITL.Sub(old.ITL)
+	if span := latest.At.Sub(old.At); span > 0 {
+		d.preemptPerMin = counterDelta(sample.Preemptions, old.Preemptions) / span.Seconds() * 60
+		d.tokensPerSec = counterDelta(sample.Tokens, old.Tokens) / span.Seconds()
+		d.windowed = true
+		d.window = replicaWindow(sample, old, span, d.ttft, d.itl)
+		if d.window != nil {
+			d.window.Joined = !since.IsZero()
 		}
 	}
 	return d
+}
+
+// joinedAt is when replica p's counters were at zero inside the window that ends at latest:
+// its Ready time, when it became ready within the window, the scraper's first page of it
+// (first) came after that — so no page was missed — and it became ready within
+// startupTimeout of its creation (a first start: a container restarted or a readiness that
+// flapped long after it has counters from before). Zero when that cannot be said. A replica
+// gets requests only once ready, so its window from then holds every request it has had; a
+// window from its first page missed those before the first scrape, and a fleet that took on
+// replicas in a burst measured less demand than came.
+func joinedAt(p scaler.Pod, first, latest time.Time, window, startupTimeout time.Duration) time.Time {
+	switch {
+	case p.ReadyAt.IsZero(), p.Created.IsZero(), first.IsZero(), first.Before(p.ReadyAt), !latest.After(p.ReadyAt):
+		return time.Time{}
+	case latest.Sub(p.ReadyAt) > window, startupTimeout > 0 && p.ReadyAt.Sub(p.Created) > startupTimeout:
+		return time.Time{}
+	}
+	return p.ReadyAt
+}
+
+// firstPage is when the endpoint's first page was taken (zero before one).
+func (s *Scraper) firstPage(url string) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ep := s.eps[url]; ep != nil {
+		return ep.first
+	}
+	return time.Time{}
 }
 
 // replicaWindow is the window from old to sample for the SLO signal; nil when the pages do

@@ -496,3 +496,64 @@ func TestRecentStartup(t *testing.T) {
 		t.Errorf("RecentStartup = %s, want 3m30s: the longest of the last hour's start-ups (a start-up three hours ago is forgotten)", got)
 	}
 }
+
+// TestJoinedWindow: a replica that became ready inside the window, first read after that, has
+// a window from its ready time with its counters at zero then — the requests it took before
+// the first scrape count — while one whose readiness came long after its creation (a restart,
+// a flap: counters from before) or that was read before it became ready keeps windows between
+// pages.
+func TestJoinedWindow(t *testing.T) {
+	reps, qtr, pods := fleet(t, 1)
+	tr, err := scaler.ParseTrigger(map[string]string{"ttftSLOSeconds": "2", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stop atomic.Int64
+	reps[0].Set(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "vllm:num_requests_waiting 0\nvllm:num_requests_running 4\n# TYPE vllm:request_success_total counter\n"+
+			"vllm:request_success_total{finished_reason=\"stop\"} %d\n", stop.Load())
+	})
+	start := time.Now()
+	for _, tc := range []struct {
+		name           string
+		startup, ready time.Duration // before the first page
+		readBefore     bool          // the scraper read the endpoint before it became ready
+		wantSpan       time.Duration
+		wantArrived    float64
+	}{
+		{"joined 8 s before the first page", 2 * time.Minute, 8 * time.Second, false, 8 * time.Second, 24},
+		{"ready before the window: pages only", 2 * time.Minute, 2 * time.Minute, false, 0, 0},
+		{"ready again long after it was created", 2 * time.Hour, 8 * time.Second, false, 0, 0},
+		{"read before it was ready", 2 * time.Minute, 8 * time.Second, true, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := clocktesting.NewFakeClock(start)
+			s := New(Options{Clock: clk, TTFTWindow: time.Minute})
+			p := pods[0]
+			if tc.readBefore {
+				stop.Store(0)
+				s.Observe(context.Background(), tr, []scaler.Pod{p}, 0)
+				clk.Step(10 * time.Second)
+			}
+			p.ReadyAt = clk.Now().Add(-tc.ready)
+			p.Created = p.ReadyAt.Add(-tc.startup)
+			stop.Store(20)
+			o, _ := s.Observe(context.Background(), tr, []scaler.Pod{p}, 0)
+			if tc.wantSpan == 0 {
+				if len(o.Windows) != 0 && o.Windows[0].Joined {
+					t.Fatalf("window %+v: want none joined", o.Windows[0])
+				}
+				return
+			}
+			if len(o.Windows) != 1 {
+				t.Fatalf("%d windows, want 1", len(o.Windows))
+			}
+			if w := o.Windows[0]; !w.Joined || w.Span != tc.wantSpan || w.Arrived != tc.wantArrived {
+				t.Errorf("window: joined %v, span %s, arrived %v; want joined, %s, %v", w.Joined, w.Span, w.Arrived, tc.wantSpan, tc.wantArrived)
+			}
+			if math.Abs(o.Arrivals-tc.wantArrived/tc.wantSpan.Seconds()) > 1e-9 {
+				t.Errorf("arrivals %v, want %v", o.Arrivals, tc.wantArrived/tc.wantSpan.Seconds())
+			}
+		})
+	}
+}

@@ -3,7 +3,10 @@ package warmseats_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,14 +21,19 @@ import (
 	"github.com/berth-dev/berth/test/rigtest"
 )
 
-// The fleet: each replica serves 8 sequences of 2 s (4 requests/s at most) and loads its model
-// for modelLoad once it is on a node; berth sizes it on a 2 s TTFT SLO and holds two warm seats.
+// The fleet: each replica serves 5 sequences of 2 s (2.5 requests/s at most) and loads its
+// model for modelLoad once it is on a node; berth sizes it on a 2 s TTFT SLO and holds two warm
+// seats. The steady rate needs one replica; the burst needs three, more than the fleet holds at
+// the burst whether berth has ordered a second replica for the steady rate or not (it knows a
+// replica carries what it has seen one carry, so a steady rate's jitter may order a second):
+// a burst that the replicas already there carry would measure nothing.
 const (
 	app         = "llama"
 	metricsPort = 8000
 	modelLoad   = 60 * time.Second
+	maxSeqs     = 5
 	steadyRate  = 2.0
-	burstRate   = 6.0 // 3×
+	burstRate   = 6.0 // 3×: more than two replicas carry (2 × 5 / 2 s)
 	drain       = 60 * time.Second
 )
 
@@ -40,7 +48,7 @@ func TestWarmSeatsAnswerABurst(t *testing.T) {
 	c := r.Client
 	ns := rigtest.Namespace(t, "warm")
 	sim, err := rigtest.StartVLLMSim(ctx, r, berthBin, ns, "app="+app, metricsPort,
-		"--max-num-seqs=8", "--service-time=2s", "--kv-blocks=1000", "--kv-blocks-per-seq=110",
+		"--max-num-seqs="+strconv.Itoa(maxSeqs), "--service-time=2s", "--kv-blocks=1000", "--kv-blocks-per-seq=110",
 		"--rate="+strconv.FormatFloat(steadyRate, 'f', -1, 64), "--drain-timeout="+drain.String())
 	if err != nil {
 		t.Fatal(err)
@@ -90,12 +98,20 @@ func TestWarmSeatsAnswerABurst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if carried := float64(len(existing)*maxSeqs) / 2; carried >= burstRate {
+		t.Fatalf("%d replicas at the steady rate carry %.1f requests/s: the burst of %.1f would need no new one", len(existing), carried, burstRate)
+	}
 	burst := time.Now()
 	if err := sim.SetRate(ctx, burstRate); err != nil {
 		t.Fatal(err)
 	}
 	var firstServing time.Duration
+	lastTrace := time.Time{}
 	rigtest.Eventually(t, 5*time.Minute, time.Second, "a new replica serves the burst", func(ctx context.Context) (bool, string, error) {
+		if time.Since(lastTrace) >= 5*time.Second { // what the scaler saw, for a slow answer's why
+			lastTrace = time.Now()
+			t.Logf("burst +%3.0f s: %s; scaler: %s", time.Since(burst).Seconds(), state(ctx), scalerGauges(ctx, scalerProc.MetricsURL, ns))
+		}
 		now, err := fleetPods(ctx, c, ns, true)
 		for name := range now {
 			if !existing[name] && firstServing == 0 {
@@ -193,4 +209,34 @@ func onSeatNodes(ctx context.Context, t *testing.T, c client.Client, ns string, 
 			t.Errorf("replica %s of the burst runs on node %s, launched %.0f s after the burst: not a warm seat's", p.Name, n.Name, n.CreationTimestamp.Sub(burst).Seconds())
 		}
 	}
+}
+
+// scalerGauges is the scaler's view of the fleet in ns from its metrics page: desired
+// replicas, learned capacity, forecast demand, the SLO signal, and any hold.
+func scalerGauges(ctx context.Context, url, ns string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if !strings.Contains(line, `namespace="`+ns+`"`) {
+			continue
+		}
+		for _, name := range []string{"desired_replicas", "replica_capacity_requests_per_second", "demand_forecast_requests_per_second", `signal_value{`, "berth_scaler_held{"} {
+			if strings.Contains(line, name) && !strings.HasSuffix(line, " 0") {
+				out = append(out, strings.TrimPrefix(line, "berth_scaler_"))
+			}
+		}
+	}
+	return strings.Join(out, "; ")
 }
