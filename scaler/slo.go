@@ -104,9 +104,6 @@ func (m *FleetModel) Clone() FleetModel {
 	return c
 }
 
-// demandPoint is the demand at one evaluation: the rate measured, its baseline (the median
-// over baselineWindow, which a burst shorter than half of it does not move) and the
-// baseline's slope then.
 // demandStats is what the demand's history says of one horizon: the persistence of a
 // deviation from the baseline and the burst headroom, as of at.
 type demandStats struct {
@@ -123,6 +120,9 @@ type demandStats struct {
 // day of history).
 const statsEvery = time.Minute
 
+// demandPoint is the demand at one evaluation: the rate measured, its baseline (the median
+// over baselineWindow, which a burst shorter than half of it does not move) and the
+// baseline's slope then.
 type demandPoint struct {
 	at                time.Time
 	rate, base, slope float64

@@ -60,6 +60,8 @@ type draState struct {
 	// full for the class: on a filling cluster each member then costs one allocation, not one
 	// per full node.
 	full map[string][]bool
+	// orderBuf is deviceOrder's scratch: the keys of the one node order in use.
+	orderBuf []orderKey
 }
 
 func (d *draState) clone() *draState {
