@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # Builds what berth's local rig runs (etcd, kube-apiserver, kube-scheduler,
-# kube-controller-manager, kwok, Karpenter's kwok provider, the KEDA operator and metrics
+# kube-controller-manager, kwok, Karpenter's kwok provider (and, for the rig's DRA mode, that
+# provider with the GPU instance types' devices: hack/tools/dra), the KEDA operator and metrics
 # adapter, the JobSet controller, the Kueue controller manager, the Prometheus Operator,
 # Prometheus), controller-gen and golangci-lint, and what `make release-dry-run` runs (cosign,
 # crane, helm), from the Go module proxy at the versions pinned in hack/tools/go.mod and
-# hack/tools/{keda,jobset,kueue,monitoring,prometheus,release,lint}/go.mod, plus
+# hack/tools/{keda,jobset,kueue,monitoring,prometheus,release,dra,lint}/go.mod, plus
 # the assets the rig needs from those modules (Karpenter's, KEDA's, JobSet's, Kueue's and the Prometheus
 # Operator's CRDs, Kueue's webhook manifests, the ProvisioningRequest CRD of the Cluster
 # Autoscaler API module Kueue pins, kwok's Stage configs).
 #
 # Everything lands in a cache folder outside the repository keyed by the tools module's
 # content ($BERTH_TOOLS_CACHE, default ~/.cache/berth/tools/<key>), so a second run is instant.
-# KEDA, the JobSet controller, Kueue, the Prometheus Operator, Prometheus, the release tools and
-# golangci-lint are modules of their own with their own keys (folders keda-<key>, jobset-<key>,
-# kueue-<key>, monitoring-<key>, prometheus-<key>, release-<key>, lint-<key>, linked into the
-# main folder),
+# KEDA, the JobSet controller, Kueue, the Prometheus Operator, Prometheus, the release tools,
+# the DRA mode's Karpenter, and golangci-lint are modules of their own with
+# their own keys (folders keda-<key>, jobset-<key>, kueue-<key>, monitoring-<key>,
+# prometheus-<key>, release-<key>, dra-<key>, lint-<key>, linked into the main folder),
 # so moving one never rebuilds the others.
 #
 # Usage: hack/build-tools.sh [binary...]   Builds what is missing; prints the cache folder on
@@ -50,6 +51,8 @@ monkey=$(modkey "$tools/monitoring/go.mod" "$tools/monitoring/go.sum")
 moncache="$cacheroot/monitoring-$monkey"
 promcache="$cacheroot/prometheus-$(modkey "$tools/prometheus/go.mod" "$tools/prometheus/go.sum")"
 relcache="$cacheroot/release-$(modkey "$tools/release/go.mod" "$tools/release/go.sum")"
+drakey=$(modkey "$tools/dra/go.mod" "$tools/dra/go.sum" "$tools/dra/karpenter-kwok-dra/main.go")
+dracache="$cacheroot/dra-$drakey"
 
 k8sver=$(awk '$1=="k8s.io/kubernetes"{print $2}' "$tools/go.mod")
 minor=$(echo "$k8sver" | cut -d. -f2)
@@ -73,14 +76,15 @@ declare -A pkgs=(
   [cosign]=github.com/sigstore/cosign/v2/cmd/cosign
   [crane]=github.com/google/go-containerregistry/cmd/crane
   [helm]=helm.sh/helm/v3/cmd/helm
+  [karpenter-kwok-dra]=github.com/berth-dev/berth/hack/tools/dra/karpenter-kwok-dra
 )
-order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager jobset-controller kueue-controller prometheus-operator prometheus cosign crane helm keda-operator keda-adapter)
+order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager jobset-controller kueue-controller prometheus-operator prometheus cosign crane helm karpenter-kwok-dra keda-operator keda-adapter)
 # Seconds each cold build took on 2 cores (2026-12), for the progress estimate.
 declare -A typical=(
   [etcd]=176 [kube-apiserver]=638 [controller-gen]=45 [golangci-lint]=138 [kwok]=37 [karpenter-kwok]=56
   [kube-scheduler]=102 [kube-controller-manager]=104 [jobset-controller]=171 [kueue-controller]=374
   [keda-operator]=825 [keda-adapter]=93 [prometheus-operator]=220 [prometheus]=380
-  [cosign]=300 [crane]=30 [helm]=90
+  [cosign]=300 [crane]=30 [helm]=90 [karpenter-kwok-dra]=140
 )
 # Named binaries only (make lint, make generate): build those and stop; the rig's assets below
 # come with the whole set. --demo: what the dev
@@ -104,6 +108,7 @@ for b in "${order[@]}"; do
     github.com/prometheus-operator/*) out=$moncache/bin ;;
     github.com/prometheus/prometheus/*) out=$promcache/bin ;;
     github.com/sigstore/*|github.com/google/go-containerregistry/*|helm.sh/*) out=$relcache/bin ;;
+    github.com/berth-dev/berth/hack/tools/dra/*) out=$dracache/bin ;;
   esac
   [ -x "$out/$b" ] || missing+=("$b")
 done
@@ -123,6 +128,7 @@ for b in "${order[@]}"; do
     github.com/prometheus-operator/*) dir=$tools/monitoring out=$moncache/bin ;;
     github.com/prometheus/prometheus/*) dir=$tools/prometheus out=$promcache/bin ;;
     github.com/sigstore/*|github.com/google/go-containerregistry/*|helm.sh/*) dir=$tools/release out=$relcache/bin ;;
+    github.com/berth-dev/berth/hack/tools/dra/*) dir=$tools/dra out=$dracache/bin ;;
   esac
   if [ ! -x "$out/$b" ]; then
     mkdir -p "$out"

@@ -256,6 +256,10 @@ type KarpenterOptions struct {
 	BatchIdleDuration, BatchMaxDuration time.Duration
 	// ExtraEnv is appended to Karpenter's environment (e.g. FEATURE_GATES=...).
 	ExtraEnv []string
+	// DRA runs the DRA mode's Karpenter (BinKarpenterKwokDRA): its instance types carry the
+	// devices their nodes publish (GPUDevices), and it sizes pods' resource claims against them
+	// (--ignore-dra-requests=false). StartDRADriver publishes the devices once nodes are up.
+	DRA bool
 }
 
 // StartKarpenter installs Karpenter's CRDs and runs its kwok provider, waiting for readiness.
@@ -286,8 +290,13 @@ func (r *Rig) StartKarpenter(ctx context.Context, o KarpenterOptions) error {
 	if o.BatchMaxDuration > 0 {
 		env = append(env, "BATCH_MAX_DURATION="+o.BatchMaxDuration.String())
 	}
+	bin := BinKarpenterKwok
+	if o.DRA {
+		bin = BinKarpenterKwokDRA
+		env = append(env, "IGNORE_DRA_REQUESTS=false")
+	}
 	env = append(env, o.ExtraEnv...)
-	p, err := r.start(BinKarpenterKwok, r.bin(BinKarpenterKwok), nil, env)
+	p, err := r.start(bin, r.bin(bin), nil, env)
 	if err != nil {
 		return fmt.Errorf("rig: %w", err)
 	}

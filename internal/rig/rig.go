@@ -35,6 +35,9 @@ const (
 	BinKubeControllerManager = "kube-controller-manager"
 	BinKwok                  = "kwok"
 	BinKarpenterKwok         = "karpenter-kwok"
+	// BinKarpenterKwokDRA is Karpenter's kwok provider with the GPU instance types' devices
+	// (hack/tools/dra/karpenter-kwok-dra).
+	BinKarpenterKwokDRA = "karpenter-kwok-dra"
 )
 
 // ToolsDirEnv names the environment variable that points at the folder built by
@@ -100,6 +103,8 @@ type Rig struct {
 	mu      sync.Mutex
 	procs   []*process
 	stopped bool
+	// loops stop the rig's in-process components (StartDRADriver), before its processes.
+	loops []func()
 }
 
 // Start runs etcd and kube-apiserver and returns once the apiserver is ready.
@@ -251,9 +256,12 @@ func (r *Rig) start(name, binary string, args, env []string) (*process, error) {
 func (r *Rig) Stop() error {
 	r.mu.Lock()
 	r.stopped = true
-	procs := r.procs
-	r.procs = nil
+	procs, loops := r.procs, r.loops
+	r.procs, r.loops = nil, nil
 	r.mu.Unlock()
+	for _, stop := range loops {
+		stop()
+	}
 	for i := len(procs) - 1; i >= 0; i-- {
 		grace := 5 * time.Second
 		if procs[i].name == BinKubeAPIServer || procs[i].name == BinEtcd {
