@@ -163,8 +163,8 @@ func (r *Rig) publishGPUSlices(ctx context.Context, devices map[string][]resourc
 		}
 		slice := &resourcev1.ResourceSlice{
 			ObjectMeta: metav1.ObjectMeta{
-				Name:   strings.ReplaceAll(DRADriver, ".", "-") + "-" + n.Name,
-				Labels: map[string]string{draSliceLabel: "true"},
+				Name:            strings.ReplaceAll(DRADriver, ".", "-") + "-" + n.Name,
+				Labels:          map[string]string{draSliceLabel: "true"},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}},
 			},
 			Spec: resourcev1.ResourceSliceSpec{
