@@ -160,7 +160,7 @@ var demoMilestones = []string{
 	"all 4 members of ddp run together", "lifted the cap on NodePool gpu-h100",
 	// 3: whole-gang provisioning through seats.
 	"PodGroup llm-h200: phase Provisioning", "berth created 2 seat pods", "PriorityClass berth-seat",
-	"Karpenter created 2 NodeClaims for the 2 seats", "p5e.48xlarge", "PodGroup llm-h200: phase Admitted",
+	"Karpenter created 2 NodeClaims for the 2 seats", "p5e.48xlarge", "PodGroup llm-h200: phase Running", // Admitted lasts until the members run: a poll may miss it
 	"condition CapacityProvisioned=True (Provisioned)", "the seats are deleted", "all 2 members were bound within",
 	"status.provisioning: attempt 1, 2 seats", "status.nodeClaims:",
 	// 4: the consolidation guard.
