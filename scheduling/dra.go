@@ -62,6 +62,9 @@ type draState struct {
 	full map[string][]bool
 	// orderBuf is deviceOrder's scratch: the keys of the one node order in use.
 	orderBuf []orderKey
+	// podDevices are the devices each pod alone holds, by pod UID: those of allocated claims
+	// reserved for it alone, and those replayed for it on its node. Without gives them back.
+	podDevices map[types.UID][]structured.DeviceID
 }
 
 func (d *draState) clone() *draState {
@@ -135,10 +138,14 @@ func (s *Snapshot) SetDynamicResources(res DynamicResources) error {
 	for _, t := range res.Templates {
 		d.templates[t.Namespace+"/"+t.Name] = t
 	}
+	d.podDevices = map[types.UID][]structured.DeviceID{}
 	for _, c := range res.Claims {
 		d.claims[c.Namespace+"/"+c.Name] = c
 		if c.Status.Allocation != nil {
 			addDevices(d.allocated, c.Status.Allocation)
+			if rf := c.Status.ReservedFor; len(rf) == 1 && rf[0].Resource == "pods" && rf[0].APIGroup == "" {
+				d.podDevices[rf[0].UID] = appendDevices(d.podDevices[rf[0].UID], c.Status.Allocation)
+			}
 		}
 	}
 	s.dra = d
@@ -148,12 +155,37 @@ func (s *Snapshot) SetDynamicResources(res DynamicResources) error {
 			if len(p.Spec.ResourceClaims) == 0 {
 				continue
 			}
-			if _, _, err := s.allocateOn(n, p, nil); err != nil {
+			a, _, err := s.allocateOn(n, p, nil)
+			if err != nil {
 				errs = append(errs, fmt.Errorf("counting the devices of pod %s/%s on node %s: %w", p.Namespace, p.Name, n.Name(), err))
+			}
+			if a != nil && p.UID != "" {
+				d.podDevices[p.UID] = append(d.podDevices[p.UID], a.devices...)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// appendDevices appends the devices an allocation takes (admin access takes none) to ids.
+func appendDevices(ids []structured.DeviceID, a *resourceapi.AllocationResult) []structured.DeviceID {
+	for _, r := range a.Devices.Results {
+		if r.AdminAccess == nil || !*r.AdminAccess {
+			ids = append(ids, structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
+		}
+	}
+	return ids
+}
+
+// release gives back the devices pods alone hold (Snapshot.Without): a gang's seats hold
+// devices through their own claims, which its members will have.
+func (d *draState) release(pods []*corev1.Pod) {
+	for _, p := range pods {
+		for _, id := range d.podDevices[p.UID] {
+			d.allocated.Delete(id)
+		}
+	}
+	d.full = map[string][]bool{} // nodes full before may have room now
 }
 
 // addDevices marks the devices of an allocation taken (admin access does not take a device).

@@ -756,7 +756,10 @@ func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int
 	case c.dra && best.draErr != nil:
 		fmt.Fprintf(&b, "; member %s's resource claims cannot be allocated: %v", c.rep.Name, best.draErr)
 	case c.dra && !hasInterPodRules(c.rep) && len(hostPorts(c.rep)) == 0:
-		fmt.Fprintf(&b, "; no eligible node has the devices member %s's resource claims ask for free (berth does not order nodes for gangs that claim devices yet: they must exist first)", c.rep.Name)
+		fmt.Fprintf(&b, "; no eligible node has the devices member %s's resource claims ask for free", c.rep.Name)
+		if c.shares {
+			b.WriteString(" (berth orders no nodes for members that name claims other pods may share: they must exist first)")
+		}
 	case c.slow && hasInterPodRules(c.rep) && len(hostPorts(c.rep)) > 0:
 		b.WriteString("; the members' host ports, pod affinity, anti-affinity or topology spread rules cannot all be met")
 	case c.slow && len(hostPorts(c.rep)) > 0:

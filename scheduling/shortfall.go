@@ -26,8 +26,10 @@ type Shortfall struct {
 
 // ComputeShortfall places as many members of g as existing nodes allow (in the best topology
 // domain, with the same rules as Place) and returns the rest. A gang that fits has no
-// shortfall; one whose members use features placement does not model, or whose volumes block a
-// member, has no meaningful shortfall either, and ok is false for it.
+// shortfall; one whose members use features placement does not model, whose volumes block a
+// member, or that name resource claims other pods may share has no meaningful shortfall
+// either, and ok is false for it. Members with claims from templates have one: their seats
+// carry copies of the templates.
 func ComputeShortfall(s *Snapshot, g Gang) (sf Shortfall, ok bool) {
 	if len(g.Members) == 0 {
 		return Shortfall{}, false
@@ -36,9 +38,10 @@ func ComputeShortfall(s *Snapshot, g Gang) (sf Shortfall, ok bool) {
 		if s.unsupported(m) != "" {
 			return Shortfall{}, false
 		}
-		if len(m.Spec.ResourceClaims) > 0 {
-			// Seats that carry members' device requests are not built yet: a shortfall in
-			// cpu and memory alone would order nodes without the devices.
+		if namesClaims(m) {
+			// A seat carries a member's own claims (copies of its templates), not a claim
+			// other pods name: where such a claim is allocated decides where the member goes,
+			// and a copy would order devices the member will not use.
 			return Shortfall{}, false
 		}
 	}
@@ -143,7 +146,8 @@ func (s *Snapshot) ReservePlaced(g Gang, r Result) int {
 }
 
 // Without is a copy of the snapshot in which the given pods no longer count against their
-// nodes: the capacity a gang's own seat pods hold is free for that gang.
+// nodes, nor the devices their own resource claims hold in the device ledger: the capacity a
+// gang's own seat pods hold is free for that gang.
 func (s *Snapshot) Without(pods []*corev1.Pod) *Snapshot {
 	if len(pods) == 0 {
 		return s
@@ -169,5 +173,8 @@ func (s *Snapshot) Without(pods []*corev1.Pod) *Snapshot {
 		n.pods = kept
 	}
 	c.antiPods = slices.DeleteFunc(c.antiPods, func(ap antiPod) bool { return drop[ap.pod] })
+	if c.dra != nil {
+		c.dra.release(pods)
+	}
 	return c
 }

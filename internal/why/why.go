@@ -313,7 +313,7 @@ func summarize(ex Explanation, counts map[string]int, members int, waiting corev
 		}
 	}
 	if dra > 0 {
-		out = append(out, fmt.Sprintf("%d waiting member(s) claim devices through DRA: berth admits them only where kube-scheduler's allocator can allocate their claims, and does not order nodes for them (docs/dra.md)", dra))
+		out = append(out, fmt.Sprintf("%d waiting member(s) claim devices through DRA: berth admits them only where kube-scheduler's allocator can allocate their claims; their seats carry copies of their claim templates, and members that name a shared claim get no seats (docs/dra.md)", dra))
 	}
 	for _, m := range ex.Members {
 		if m.State == StatePinned && m.Detail != "" {

@@ -151,7 +151,7 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	// as room for a member, and shrinking to what is missing then deleted the seat holding it
 	// (the gang lost the node it asked for, and its timeout could not reclaim it).
 	want := int(p.Seats)
-	if err := r.ensureSeats(ctx, gv, p.Attempt, sf, want); err != nil {
+	if err := r.ensureSeats(ctx, gv, p.Attempt, sf, want, cy.dynamic); err != nil {
 		return 0, err
 	}
 	onReady := 0
@@ -198,7 +198,7 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 		return 0, err
 	}
 	provisioningAttempts.WithLabelValues(g.Namespace, g.Spec.NodePool, ProvisioningStarted).Inc()
-	if err := r.ensureSeats(ctx, gv, attempt, sf, len(sf.Missing)); err != nil {
+	if err := r.ensureSeats(ctx, gv, attempt, sf, len(sf.Missing), cy.dynamic); err != nil {
 		return 0, err
 	}
 	r.recorder.Normal(g, events.ReasonCapacityRequested, msg)

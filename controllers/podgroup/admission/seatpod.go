@@ -49,6 +49,7 @@ func seatPod(g *berthv1alpha1.PodGroup, m *corev1.Pod, vt scheduling.VolumeTopol
 		}
 		seat.Spec.NodeSelector[karpv1.NodePoolLabelKey] = g.Spec.NodePool
 	}
+	seatClaims(seat, m)
 	// Always set: at least the reservation term is there.
 	seat.Spec.Affinity = seatAffinity(g, m, sf)
 	for _, sel := range vt.Required {

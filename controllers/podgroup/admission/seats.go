@@ -2,7 +2,9 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -34,8 +36,9 @@ func seatsByGroup(pods []*corev1.Pod) map[types.UID][]*corev1.Pod {
 
 // ensureSeats makes the attempt's seat set exactly seats 0..want-1: missing ones are created
 // (all at once, so Karpenter batches them) for the members sf lacks room for — a seat beyond
-// those is kept while it exists, not created again — and extra ones deleted.
-func (r *Reconciler) ensureSeats(ctx context.Context, gv gangView, attempt int32, sf scheduling.Shortfall, want int) error {
+// those is kept while it exists, not created again — and extra ones deleted. Seats of members
+// that claim devices get copies of their claim templates (res: the cycle's dynamic resources).
+func (r *Reconciler) ensureSeats(ctx context.Context, gv gangView, attempt int32, sf scheduling.Shortfall, want int, res *scheduling.DynamicResources) error {
 	g, existing := gv.group, gv.seats
 	have := map[string]bool{}
 	var extra []*corev1.Pod
@@ -75,13 +78,20 @@ func (r *Reconciler) ensureSeats(ctx context.Context, gv gangView, attempt int32
 		}
 		faultPoint("mid-seats")
 	}
-	return parallel(create, func(_ int, s *corev1.Pod) error {
+	err := parallel(create, func(_ int, s *corev1.Pod) error {
 		if err := r.client.Create(ctx, s); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating seat %s: %w", s.Name, err)
 		}
 		seatsCreated.Inc()
 		return nil
 	})
+	byName := map[string]*corev1.Pod{}
+	for _, m := range gv.members {
+		byName[m.Name] = m
+	}
+	memberOf := func(s *corev1.Pod) *corev1.Pod { return byName[s.Annotations[berthv1alpha1.SeatForMemberAnnotation]] }
+	kept := slices.DeleteFunc(slices.Clone(existing), func(s *corev1.Pod) bool { return !have[s.Name] })
+	return errors.Join(err, r.ensureSeatTemplates(ctx, g, append(kept, create...), memberOf, res))
 }
 
 // deleteSeats deletes seats at once (no grace period: a seat holds nothing worth stopping

@@ -3,7 +3,8 @@
 // whose GPU instance types carry the devices their nodes publish (NVIDIA's, as Karpenter's AWS
 // provider declares them) and that sizes claims against them (--ignore-dra-requests=false),
 // and Karpenter's kwok DRA driver publishing those devices as gpu.nvidia.com ResourceSlices
-// once the nodes are up.
+// once the nodes are up; berth's controller (its own process, with its pod-gate webhook) admits
+// and provisions gangs whose members claim GPUs.
 package dra_test
 
 import (
@@ -18,6 +19,9 @@ import (
 // instanceTypes is the rig's GPU instance-types file, relative to this package.
 const instanceTypes = "../../testdata/gpu-instance-types.json"
 
+// berth runs `berth controller` as a process, with its pod-gate webhook.
+var berth *rigtest.BerthProcess
+
 func TestMain(m *testing.M) {
 	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
 		if err := rigtest.StartCluster(ctx, r, rig.KwokOptions{NodeReadyDelay: 2 * time.Second}); err != nil {
@@ -29,6 +33,13 @@ func TestMain(m *testing.M) {
 		if err := r.StartKarpenter(ctx, rig.KarpenterOptions{InstanceTypesFile: instanceTypes, DRA: true}); err != nil {
 			return err
 		}
-		return r.InstallDevNodePools(ctx)
+		if err := r.InstallDevNodePools(ctx); err != nil {
+			return err
+		}
+		var err error
+		if berth, err = rigtest.NewBerthProcess(ctx, r); err != nil {
+			return err
+		}
+		return berth.Start(ctx)
 	})
 }

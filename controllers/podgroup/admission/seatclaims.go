@@ -1,0 +1,110 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/scheduling"
+)
+
+// Seats for members that claim devices (DRA): a seat carries its member's claims, so Karpenter's
+// DRA-aware provisioning (--ignore-dra-requests=false) launches instance types whose devices
+// satisfy them and kube-scheduler allocates them on the seat's node. Seats live in berth's own
+// namespace and a pod's claim templates must be in its own, so each seat gets copies of its
+// member's templates, owned by the seat (they go with it; kube-controller-manager's claims from
+// them too, freeing the devices for the members). Claims a member names (shared with other
+// pods) are not carried: scheduling.ComputeShortfall orders no seats for such members.
+
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=create
+
+// seatTemplateName is the name of the copy of claim i's template for seat seat.
+func seatTemplateName(seat string, i int) string { return seat + "-claim-" + strconv.Itoa(i) }
+
+// seatClaims gives seat the member's claims made from templates, each from the seat's own copy
+// of the template (seatTemplates).
+func seatClaims(seat, m *corev1.Pod) {
+	for i, pc := range m.Spec.ResourceClaims {
+		if pc.ResourceClaimTemplateName != nil {
+			seat.Spec.ResourceClaims = append(seat.Spec.ResourceClaims, corev1.PodResourceClaim{
+				Name: pc.Name, ResourceClaimTemplateName: ptr.To(seatTemplateName(seat.Name, i))})
+		}
+	}
+}
+
+// seatTemplates are the copies of member m's claim templates that seat (created: it has its
+// UID) refers to, owned by it. A template that does not exist is an error (placement already
+// holds the gang for it).
+func seatTemplates(g *berthv1alpha1.PodGroup, seat, m *corev1.Pod, res *scheduling.DynamicResources) ([]*resourceapi.ResourceClaimTemplate, error) {
+	var out []*resourceapi.ResourceClaimTemplate
+	for i, pc := range m.Spec.ResourceClaims {
+		if pc.ResourceClaimTemplateName == nil {
+			continue
+		}
+		t := findTemplate(res, m.Namespace, *pc.ResourceClaimTemplateName)
+		if t == nil {
+			return nil, fmt.Errorf("member %s's ResourceClaimTemplate %s/%s does not exist", m.Name, m.Namespace, *pc.ResourceClaimTemplateName)
+		}
+		out = append(out, &resourceapi.ResourceClaimTemplate{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: seatTemplateName(seat.Name, i), Namespace: seat.Namespace,
+				Labels: map[string]string{
+					berthv1alpha1.ManagedByLabel: berthv1alpha1.ManagedByBerth,
+					berthv1alpha1.ComponentLabel: "seat",
+					berthv1alpha1.SeatOfLabel:    string(g.UID),
+				},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: seat.Name, UID: seat.UID}},
+			},
+			Spec: *t.Spec.DeepCopy(),
+		})
+	}
+	return out, nil
+}
+
+// findTemplate is the template ns/name among res's (nil when missing or res is).
+func findTemplate(res *scheduling.DynamicResources, ns, name string) *resourceapi.ResourceClaimTemplate {
+	if res == nil {
+		return nil
+	}
+	for _, t := range res.Templates {
+		if t.Namespace == ns && t.Name == name {
+			return t
+		}
+	}
+	return nil
+}
+
+// ensureSeatTemplates creates the template copies of seats that carry claims and are not on a
+// node yet (a copy already there is left as it is): those created in this cycle, and those of
+// an earlier one whose copies a crash or a failed call may have left missing — until they
+// exist, kube-controller-manager makes no claim and the seat waits.
+func (r *Reconciler) ensureSeatTemplates(ctx context.Context, g *berthv1alpha1.PodGroup, seats []*corev1.Pod, memberOf func(*corev1.Pod) *corev1.Pod, res *scheduling.DynamicResources) error {
+	var ts []*resourceapi.ResourceClaimTemplate
+	for _, s := range seats {
+		if len(s.Spec.ResourceClaims) == 0 || s.Spec.NodeName != "" || s.UID == "" || s.DeletionTimestamp != nil {
+			continue
+		}
+		m := memberOf(s)
+		if m == nil {
+			continue // its member is gone: the seat goes with the attempt
+		}
+		mine, err := seatTemplates(g, s, m, res)
+		if err != nil {
+			return fmt.Errorf("seat %s: %w", s.Name, err)
+		}
+		ts = append(ts, mine...)
+	}
+	return parallel(ts, func(_ int, t *resourceapi.ResourceClaimTemplate) error {
+		if err := r.client.Create(ctx, t); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating ResourceClaimTemplate %s/%s for a seat: %w", t.Namespace, t.Name, err)
+		}
+		return nil
+	})
+}

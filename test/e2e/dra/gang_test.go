@@ -1,0 +1,165 @@
+package dra_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/builders"
+	"github.com/berth-dev/berth/test/rigtest"
+)
+
+// TestDRAGangProvisionedWhole: a gang of 4 members, each claiming 8 H100s through a
+// ResourceClaimTemplate (a CEL selector on the product name), on a family with no nodes. berth
+// finds no place, creates a seat per member carrying a copy of the member's template, Karpenter
+// launches every node in one batch for the seats' claims, and the gang is released whole: no
+// member bound while another is gated, every claim allocated to devices of its own member's
+// node, no seat or seat template left.
+func TestDRAGangProvisionedWhole(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	ns := rigtest.Namespace(t, "dragang")
+	const n = 4
+	pool := rig.GPUNodePoolName("h100")
+	var before karpv1.NodeClaimList
+	if err := c.List(ctx, &before, client.MatchingLabels{karpv1.NodePoolLabelKey: pool}); err != nil {
+		t.Fatal(err)
+	}
+	if len(before.Items) != 0 {
+		t.Fatalf("want no %s capacity before the test, found %d NodeClaims", pool, len(before.Items))
+	}
+	tmpl := builders.ClaimTemplate("eight-h100", ns, 8, `device.attributes["gpu.nvidia.com"].productName.lowerAscii().contains("h100")`)
+	pg := builders.PodGroup("train", ns).MinMember(n).Obj()
+	for _, obj := range []client.Object{tmpl, pg} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		m := builders.Pod(fmt.Sprintf("train-%d", i), ns).Member(pg.Name).Request(corev1.ResourceCPU, "16").Request(corev1.ResourceMemory, "64Gi").
+			Tolerate("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).NodeSelector(karpv1.NodePoolLabelKey, pool).
+			ClaimFromTemplate("gpus", tmpl.Name).Obj()
+		if err := c.Create(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
+		t.Fatal(err)
+	}
+	maxSeats, seatTemplates := 0, 0
+	var early []string
+	rigtest.Eventually(t, 4*time.Minute, 200*time.Millisecond, "every member running", func(ctx context.Context) (bool, string, error) {
+		var ms corev1.PodList
+		if err := c.List(ctx, &ms, client.InNamespace(ns), client.MatchingLabels{berthv1alpha1.PodGroupLabel: pg.Name}); err != nil {
+			return false, "", err
+		}
+		gatedN, bound, running := 0, 0, 0
+		for _, m := range ms.Items {
+			for _, g := range m.Spec.SchedulingGates {
+				if g.Name == berthv1alpha1.SchedulingGate {
+					gatedN++
+				}
+			}
+			if m.Spec.NodeName != "" {
+				bound++
+			}
+			if m.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if bound > 0 && gatedN > 0 {
+			early = append(early, fmt.Sprintf("%d bound while %d gated", bound, gatedN))
+		}
+		var seats corev1.PodList
+		if err := c.List(ctx, &seats, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
+			return false, "", err
+		}
+		maxSeats = max(maxSeats, len(seats.Items))
+		var ts resourcev1.ResourceClaimTemplateList
+		if err := c.List(ctx, &ts, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
+			return false, "", err
+		}
+		seatTemplates = max(seatTemplates, len(ts.Items))
+		var g berthv1alpha1.PodGroup
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), &g); err != nil {
+			return false, "", err
+		}
+		return running == n, fmt.Sprintf("%d running, %d bound, %d gated, %d seats, %d seat templates; phase %s, %v",
+			running, bound, gatedN, len(seats.Items), len(ts.Items), g.Status.Phase, g.Status.Conditions), nil
+	})
+	if len(early) > 0 {
+		t.Errorf("members bound while others were gated: %v", early)
+	}
+	if maxSeats != n || seatTemplates != n {
+		t.Errorf("saw at most %d seats and %d seat templates, want %d of each (one per member)", maxSeats, seatTemplates, n)
+	}
+	// Every member's claim on devices of its own node, one node per member (8 GPUs each).
+	var ms corev1.PodList
+	if err := c.List(ctx, &ms, client.InNamespace(ns), client.MatchingLabels{berthv1alpha1.PodGroupLabel: pg.Name}); err != nil {
+		t.Fatal(err)
+	}
+	nodes := map[string]bool{}
+	for _, m := range ms.Items {
+		nodes[m.Spec.NodeName] = true
+		if len(m.Status.ResourceClaimStatuses) != 1 || m.Status.ResourceClaimStatuses[0].ResourceClaimName == nil {
+			t.Fatalf("member %s: claim statuses %v", m.Name, m.Status.ResourceClaimStatuses)
+		}
+		var claim resourcev1.ResourceClaim
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: *m.Status.ResourceClaimStatuses[0].ResourceClaimName}, &claim); err != nil {
+			t.Fatal(err)
+		}
+		a := claim.Status.Allocation
+		if a == nil || len(a.Devices.Results) != 8 {
+			t.Fatalf("member %s's claim %s: allocation %+v, want 8 devices", m.Name, claim.Name, a)
+		}
+		for _, r := range a.Devices.Results {
+			if r.Pool != m.Spec.NodeName {
+				t.Errorf("member %s on %s has device %s/%s/%s of another node", m.Name, m.Spec.NodeName, r.Driver, r.Pool, r.Device)
+			}
+		}
+	}
+	if len(nodes) != n {
+		t.Errorf("members on %d nodes, want %d", len(nodes), n)
+	}
+	// One Karpenter batch: every NodeClaim of the pool within its 10 s window of the first.
+	var ncs karpv1.NodeClaimList
+	if err := c.List(ctx, &ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: pool}); err != nil {
+		t.Fatal(err)
+	}
+	var first time.Time
+	for _, nc := range ncs.Items {
+		if first.IsZero() || nc.CreationTimestamp.Time.Before(first) {
+			first = nc.CreationTimestamp.Time
+		}
+	}
+	batch := 0
+	for _, nc := range ncs.Items {
+		if nc.CreationTimestamp.Sub(first) <= 10*time.Second {
+			batch++
+		}
+	}
+	t.Logf("%d NodeClaims (%d in the first batch) for a gang on %d nodes; at most %d seats with %d template copies", len(ncs.Items), batch, len(nodes), maxSeats, seatTemplates)
+	if batch < n {
+		t.Errorf("the first batch held %d NodeClaims for a gang that needs %d nodes", batch, n)
+	}
+	// The seats and their template copies go once the gang runs.
+	rigtest.Eventually(t, 30*time.Second, 500*time.Millisecond, "no seat or seat template left", func(ctx context.Context) (bool, string, error) {
+		var seats corev1.PodList
+		if err := c.List(ctx, &seats, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
+			return false, "", err
+		}
+		var ts resourcev1.ResourceClaimTemplateList
+		if err := c.List(ctx, &ts, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
+			return false, "", err
+		}
+		return len(seats.Items) == 0 && len(ts.Items) == 0, fmt.Sprintf("%d seats, %d templates", len(seats.Items), len(ts.Items)), nil
+	})
+}
