@@ -290,3 +290,72 @@ func TestDRAAllModeCountsTakenDevices(t *testing.T) {
 		t.Fatalf("a claim for all devices does not fit on a free node: %s", r.Reason)
 	}
 }
+
+// TestWithoutGivesBackTheDevicesOfSeats: a gang's seat holds a node's 8 GPUs through its own
+// claim (allocated and reserved for it, or not allocated yet and replayed on its node); the gang
+// does not fit while the seat counts and fits on the snapshot without it. Another pod's claim
+// on the node keeps its devices.
+func TestWithoutGivesBackTheDevicesOfSeats(t *testing.T) {
+	member := draMember("h100x8")
+	for _, tc := range []struct {
+		name      string
+		allocated bool // the seat's claim is allocated; otherwise replayed from its template
+	}{{"allocated claim reserved for the seat", true}, {"claim not allocated yet, replayed", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes, res := draCluster(1, 0)
+			sb := builders.Pod("seat-0", "berth-system")
+			if tc.allocated {
+				sb = sb.ClaimCreated("gpus", "seat-0-gpus")
+			} else {
+				sb = sb.ClaimFromTemplate("gpus", "seat-0-claim-0")
+				res.Templates = append(res.Templates, builders.ClaimTemplate("seat-0-claim-0", "berth-system", 8, h100))
+			}
+			seat := sb.Obj()
+			seat.UID = "uid-seat-0"
+			if tc.allocated {
+				c := builders.AllocatedClaim("seat-0-gpus", "berth-system", "h-0", 0, 1, 2, 3, 4, 5, 6, 7)
+				c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: seat.Name, UID: seat.UID}}
+				res.Claims = append(res.Claims, c)
+			}
+			s := draSnapshot(t, nodes, []scheduling.PodOnNode{{Pod: seat, Node: "h-0"}}, res)
+			g := scheduling.Gang{Members: []*corev1.Pod{member("m-0").Obj()}}
+			if r := scheduling.Place(s, g); r.Fits() {
+				t.Fatal("the gang fits while its seat holds the node's GPUs")
+			}
+			if r := scheduling.Place(s.Without([]*corev1.Pod{seat}), g); !r.Fits() {
+				t.Fatalf("without its seat the gang does not fit: %s", r.Reason)
+			}
+			if r := scheduling.Place(s, g); r.Fits() {
+				t.Fatal("Without changed the snapshot it was taken from")
+			}
+			other := builders.Pod("other", "ml").Obj()
+			other.UID = "uid-other"
+			if r := scheduling.Place(s.Without([]*corev1.Pod{other}), g); r.Fits() {
+				t.Fatal("without another pod the gang fits on the seat's devices")
+			}
+		})
+	}
+}
+
+// TestShortfallOfDRAGangs: a gang whose members claim devices from templates has a shortfall
+// (its seats carry copies of the templates); one whose members name a claim others may share
+// has none (a copy would order devices the members will not use).
+func TestShortfallOfDRAGangs(t *testing.T) {
+	nodes, res := draCluster(1, 0)
+	res.Claims = append(res.Claims, builders.Claim("shared", "ml", 8, ""))
+	s := draSnapshot(t, nodes, nil, res)
+	member := draMember("h100x8")
+	g := scheduling.Gang{Members: []*corev1.Pod{member("m-0").Obj(), member("m-1").Obj(), member("m-2").Obj()}}
+	sf, ok := scheduling.ComputeShortfall(s, g)
+	if !ok || len(sf.Missing) != 2 || len(sf.Nodes) != 1 || sf.Nodes[0] != "h-0" {
+		t.Errorf("3 members of 8 H100s on one 8-H100 node: shortfall %d missing, nodes %v, ok %v; want 2 missing, [h-0], true", len(sf.Missing), sf.Nodes, ok)
+	}
+	named := scheduling.Gang{Members: []*corev1.Pod{
+		builders.Pod("n-0", "ml").Member("g").SharedClaim("gpus", "shared").Obj(),
+		builders.Pod("n-1", "ml").Member("g").SharedClaim("gpus", "shared").Obj(),
+	}}
+	named.Members = append(named.Members, member("n-2").Obj(), member("n-3").Obj())
+	if sf, ok := scheduling.ComputeShortfall(s, named); ok {
+		t.Errorf("members naming a shared claim: shortfall %d missing, ok; want none", len(sf.Missing))
+	}
+}
