@@ -54,47 +54,8 @@ func TestDRAGangProvisionedWhole(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
 		t.Fatal(err)
 	}
-	maxSeats, seatTemplates := 0, 0
-	var early []string
-	rigtest.Eventually(t, 4*time.Minute, 200*time.Millisecond, "every member running", func(ctx context.Context) (bool, string, error) {
-		var ms corev1.PodList
-		if err := c.List(ctx, &ms, client.InNamespace(ns), client.MatchingLabels{berthv1alpha1.PodGroupLabel: pg.Name}); err != nil {
-			return false, "", err
-		}
-		gatedN, bound, running := 0, 0, 0
-		for _, m := range ms.Items {
-			for _, g := range m.Spec.SchedulingGates {
-				if g.Name == berthv1alpha1.SchedulingGate {
-					gatedN++
-				}
-			}
-			if m.Spec.NodeName != "" {
-				bound++
-			}
-			if m.Status.Phase == corev1.PodRunning {
-				running++
-			}
-		}
-		if bound > 0 && gatedN > 0 {
-			early = append(early, fmt.Sprintf("%d bound while %d gated", bound, gatedN))
-		}
-		var seats corev1.PodList
-		if err := c.List(ctx, &seats, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
-			return false, "", err
-		}
-		maxSeats = max(maxSeats, len(seats.Items))
-		var ts resourcev1.ResourceClaimTemplateList
-		if err := c.List(ctx, &ts, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
-			return false, "", err
-		}
-		seatTemplates = max(seatTemplates, len(ts.Items))
-		var g berthv1alpha1.PodGroup
-		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), &g); err != nil {
-			return false, "", err
-		}
-		return running == n, fmt.Sprintf("%d running, %d bound, %d gated, %d seats, %d seat templates; phase %s, %v",
-			running, bound, gatedN, len(seats.Items), len(ts.Items), g.Status.Phase, g.Status.Conditions), nil
-	})
+	run := waitGangRunning(t, pg, n)
+	maxSeats, seatTemplates, early := run.maxSeats, run.seatTemplates, run.early
 	if len(early) > 0 {
 		t.Errorf("members bound while others were gated: %v", early)
 	}
@@ -162,4 +123,122 @@ func TestDRAGangProvisionedWhole(t *testing.T) {
 		}
 		return len(seats.Items) == 0 && len(ts.Items) == 0, fmt.Sprintf("%d seats, %d templates", len(seats.Items), len(ts.Items)), nil
 	})
+}
+
+// gangRun is what waitGangRunning saw: the most seats and seat template copies at once, and
+// every moment a member was bound while another was gated.
+type gangRun struct {
+	maxSeats, seatTemplates int
+	early                   []string
+}
+
+// waitGangRunning waits until the gang's n members run, watching its seats and its gate.
+func waitGangRunning(t *testing.T, pg *berthv1alpha1.PodGroup, n int) gangRun {
+	t.Helper()
+	c := rigtest.Current().Client
+	ns := pg.Namespace
+	var run gangRun
+	rigtest.Eventually(t, 4*time.Minute, 200*time.Millisecond, "every member running", func(ctx context.Context) (bool, string, error) {
+		var ms corev1.PodList
+		if err := c.List(ctx, &ms, client.InNamespace(ns), client.MatchingLabels{berthv1alpha1.PodGroupLabel: pg.Name}); err != nil {
+			return false, "", err
+		}
+		gatedN, bound, running := 0, 0, 0
+		for _, m := range ms.Items {
+			for _, g := range m.Spec.SchedulingGates {
+				if g.Name == berthv1alpha1.SchedulingGate {
+					gatedN++
+				}
+			}
+			if m.Spec.NodeName != "" {
+				bound++
+			}
+			if m.Status.Phase == corev1.PodRunning {
+				running++
+			}
+		}
+		if bound > 0 && gatedN > 0 {
+			run.early = append(run.early, fmt.Sprintf("%d bound while %d gated", bound, gatedN))
+		}
+		var seats corev1.PodList
+		if err := c.List(ctx, &seats, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
+			return false, "", err
+		}
+		run.maxSeats = max(run.maxSeats, len(seats.Items))
+		var ts resourcev1.ResourceClaimTemplateList
+		if err := c.List(ctx, &ts, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
+			return false, "", err
+		}
+		run.seatTemplates = max(run.seatTemplates, len(ts.Items))
+		var g berthv1alpha1.PodGroup
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), &g); err != nil {
+			return false, "", err
+		}
+		return running == n, fmt.Sprintf("%d running, %d bound, %d gated, %d seats, %d seat templates; phase %s, %v",
+			running, bound, gatedN, len(seats.Items), len(ts.Items), g.Status.Phase, g.Status.Conditions), nil
+	})
+	return run
+}
+
+// TestDRASevenOfEight: a node with 8 L4s, one claimed by another pod, and a gang of 8 members
+// claiming one L4 each on that instance type (other tests' L4 nodes are not theirs to use). Seven would fit: berth releases none of them, orders one seat (with
+// its copy of the member's template) for the eighth, and releases all 8 once Karpenter's node
+// for it is up — no member bound while another waits.
+func TestDRASevenOfEight(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	ns := rigtest.Namespace(t, "dra78")
+	const n = 8
+	pool := rig.GPUNodePoolName("l4")
+	one := builders.ClaimTemplate("one-l4", ns, 1, `device.attributes["gpu.nvidia.com"].productName.lowerAscii().contains("l4")`)
+	if err := c.Create(ctx, one); err != nil {
+		t.Fatal(err)
+	}
+	// The blocker takes one L4 of a g6.48xlarge (8 L4s): 7 left there.
+	blocker := builders.Pod("blocker", ns).Ungated().Request(corev1.ResourceCPU, "1").
+		Tolerate("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).NodeSelector(karpv1.NodePoolLabelKey, pool).
+		NodeSelector(corev1.LabelInstanceTypeStable, "g6.48xlarge").ClaimFromTemplate("gpu", one.Name).Obj()
+	if err := c.Create(ctx, blocker); err != nil {
+		t.Fatal(err)
+	}
+	rigtest.Eventually(t, 2*time.Minute, time.Second, "the blocker running", func(ctx context.Context) (bool, string, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(blocker), blocker)
+		return blocker.Status.Phase == corev1.PodRunning, fmt.Sprintf("phase %s on %q", blocker.Status.Phase, blocker.Spec.NodeName), err
+	})
+	pg := builders.PodGroup("ddp", ns).MinMember(n).Obj()
+	if err := c.Create(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		m := builders.Pod(fmt.Sprintf("ddp-%d", i), ns).Member(pg.Name).Request(corev1.ResourceCPU, "1").
+			Tolerate("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).NodeSelector(karpv1.NodePoolLabelKey, pool).
+			NodeSelector(corev1.LabelInstanceTypeStable, "g6.48xlarge").ClaimFromTemplate("gpu", one.Name).Obj()
+		if err := c.Create(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
+		t.Fatal(err)
+	}
+	run := waitGangRunning(t, pg, n)
+	if len(run.early) > 0 {
+		t.Errorf("members bound while others were gated: %v", run.early)
+	}
+	if run.maxSeats != 1 || run.seatTemplates != 1 {
+		t.Errorf("saw at most %d seats and %d seat templates, want 1 of each (for the eighth member)", run.maxSeats, run.seatTemplates)
+	}
+	var ms corev1.PodList
+	if err := c.List(ctx, &ms, client.InNamespace(ns), client.MatchingLabels{berthv1alpha1.PodGroupLabel: pg.Name}); err != nil {
+		t.Fatal(err)
+	}
+	on := map[string]int{}
+	for _, m := range ms.Items {
+		on[m.Spec.NodeName]++
+	}
+	// Released whole, berth places the gang where it fits best: the new node takes all 8 (one
+	// node rather than two), or 7 go beside the blocker.
+	if len(on) > 2 {
+		t.Errorf("members per node %v: want them on the blocker's node and the new one at most", on)
+	}
+	t.Logf("members per node %v (the blocker on %s); at most %d seat", on, blocker.Spec.NodeName, run.maxSeats)
 }
