@@ -167,5 +167,6 @@ func addRigFlags(cmd *cobra.Command, o *devcluster.Options) {
 	cmd.Flags().StringVar(&o.ToolsDir, "tools-dir", os.Getenv(rig.ToolsDirEnv), "folder made by hack/build-tools.sh (default $"+rig.ToolsDirEnv+")")
 	cmd.Flags().DurationVar(&o.NodeReadyDelay, "node-ready-delay", 0, "how long new nodes take to become Ready (about 70s looks like a real GPU node)")
 	cmd.Flags().BoolVar(&o.GenericWorkload, "generic-workload", false, "turn on Kubernetes' native gang scheduling (feature gate GenericWorkload, scheduling.k8s.io/v1beta1 Workload and PodGroup) in the control plane; berth then serves native gangs (docs/native-gangs.md)")
+	cmd.Flags().BoolVar(&o.DRA, "dra", false, "GPUs through Dynamic Resource Allocation: GPU nodes publish their GPUs as gpu.nvidia.com ResourceSlices and Karpenter sizes pods' resource claims against them (needs hack/build-tools.sh karpenter-kwok-dra; docs/dra.md)")
 	cmd.Flags().BoolVar(&o.Kueue, "kueue", false, "also run Kueue (its CRDs, webhooks and ProvisioningRequest admission check), with berth serving its ProvisioningRequests; apply config/samples/kueue/queues.yaml to try the setup of docs/kueue.md")
 }

@@ -47,7 +47,7 @@ func Up(ctx context.Context, o Options, out io.Writer) error {
 	defer func() { _ = logFile.Close() }() // the child holds its own descriptor; ours only needs closing
 	args := []string{"dev", "serve", "--state-dir=" + o.StateDir, "--tools-dir=" + o.ToolsDir,
 		"--kubeconfig=" + o.Kubeconfig, "--node-ready-delay=" + o.NodeReadyDelay.String(), "--kueue=" + strconv.FormatBool(o.Kueue),
-		"--generic-workload=" + strconv.FormatBool(o.GenericWorkload)}
+		"--generic-workload=" + strconv.FormatBool(o.GenericWorkload), "--dra=" + strconv.FormatBool(o.DRA)}
 	cmd := exec.Command(o.BerthBinary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A new session: the cluster outlives this command and the terminal it ran in.

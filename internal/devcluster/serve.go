@@ -33,6 +33,9 @@ type Options struct {
 	GenericWorkload bool
 	// Kueue also runs Kueue (with the ProvisioningRequest API, which berth then serves).
 	Kueue bool
+	// DRA runs the rig's DRA mode: GPU nodes publish their GPUs as gpu.nvidia.com
+	// ResourceSlices and Karpenter sizes pods' resource claims against them.
+	DRA bool
 	// BerthBinary is the berth executable run for berth's own components.
 	BerthBinary string
 	// Logf reports progress.
@@ -180,7 +183,12 @@ func bringUp(ctx context.Context, o Options, st *State) (*rig.Rig, error) {
 	if err := os.WriteFile(typesFile, types, 0o644); err != nil {
 		return r, fmt.Errorf("writing instance types: %w", err)
 	}
-	if err := r.StartKarpenter(ctx, rig.KarpenterOptions{InstanceTypesFile: typesFile}); err != nil {
+	if o.DRA {
+		if err := r.StartDRADriver(ctx, typesFile); err != nil {
+			return r, err
+		}
+	}
+	if err := r.StartKarpenter(ctx, rig.KarpenterOptions{InstanceTypesFile: typesFile, DRA: o.DRA}); err != nil {
 		return r, err
 	}
 	if err := r.InstallDevNodePools(ctx); err != nil {

@@ -294,6 +294,9 @@ func (r *Rig) StartKarpenter(ctx context.Context, o KarpenterOptions) error {
 	if o.DRA {
 		bin = BinKarpenterKwokDRA
 		env = append(env, "IGNORE_DRA_REQUESTS=false")
+		if _, err := os.Stat(r.bin(bin)); err != nil {
+			return fmt.Errorf("rig: the DRA mode's Karpenter is not built (hack/build-tools.sh %s): %w", bin, err)
+		}
 	}
 	env = append(env, o.ExtraEnv...)
 	p, err := r.start(bin, r.bin(bin), nil, env)
