@@ -170,6 +170,9 @@ const (
 	// DevStartDelayAnnotation on a dev-cluster pod is how long it stays ContainerCreating on its
 	// node before it runs and reports Ready (a Go duration): an image pull and a model load.
 	DevStartDelayAnnotation = "sim.berth.dev/start-delay"
+	// DevDRASliceLabel marks the ResourceSlices the dev cluster's DRA mode publishes for its
+	// GPU nodes, as a DRA driver would.
+	DevDRASliceLabel = "sim.berth.dev/dra-driver"
 )
 
 // Keys of other projects that berth reads or writes and whose Go packages berth does not link.

@@ -17,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/karpenter/pkg/cloudprovider"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 )
 
 // The rig's DRA mode: GPUs published as ResourceSlices of NVIDIA's driver, gpu.nvidia.com, for
@@ -104,9 +106,6 @@ func GPUDeviceClass() *resourcev1.DeviceClass {
 	}
 }
 
-// draSliceLabel marks the ResourceSlices the rig's DRA driver publishes.
-const draSliceLabel = "rig.berth.dev/dra-driver"
-
 // StartDRADriver creates the GPU DeviceClass and runs the rig's DRA driver: every kwok node of a
 // GPU instance type gets one ResourceSlice of NVIDIA's driver with its devices (GPUDevices),
 // its pool named after the node and the Node as its owner (the slice goes with the node), as
@@ -158,13 +157,13 @@ func (r *Rig) publishGPUSlices(ctx context.Context, devices map[string][]resourc
 	for i := range nodes.Items {
 		n := &nodes.Items[i]
 		devs, ok := devices[n.Labels[corev1.LabelInstanceTypeStable]]
-		if !ok || published[n.Name] || n.Annotations["kwok.x-k8s.io/node"] == "" || !n.DeletionTimestamp.IsZero() {
+		if !ok || published[n.Name] || n.Annotations[berthv1alpha1.KwokNodeAnnotation] == "" || !n.DeletionTimestamp.IsZero() {
 			continue
 		}
 		slice := &resourcev1.ResourceSlice{
 			ObjectMeta: metav1.ObjectMeta{
 				Name:            strings.ReplaceAll(DRADriver, ".", "-") + "-" + n.Name,
-				Labels:          map[string]string{draSliceLabel: "true"},
+				Labels:          map[string]string{berthv1alpha1.DevDRASliceLabel: "true"},
 				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: n.Name, UID: n.UID}},
 			},
 			Spec: resourcev1.ResourceSliceSpec{
