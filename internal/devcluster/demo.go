@@ -43,6 +43,7 @@ var scenes = []Scene{
 	{"provision", "a 2-node gang (2 x 8 H200 GPUs, one zone) on a family with no nodes yet", provisionTimeout, provisionScene},
 	{"guard", "the consolidation guard on a GPU NodePool that consolidates underutilized nodes", guardTimeout, guardScene},
 	{"autoscale", "a vLLM Deployment sized by KEDA and berth's scaler from queue depth and KV-cache usage", autoscaleTimeout, autoscaleScene},
+	{"dra", "a 2-node gang claiming 8 L40S each through DRA (berth dev up --dra) on a family with no nodes yet", draTimeout, draScene},
 }
 
 // Scenes are the demo's scenes in the order Demo plays them.

@@ -41,7 +41,7 @@ func provisionScene(ctx context.Context, d *demo) error {
 	c, p := d.c, d.p
 	pg := demoGroup(provisionGroup, provisionMembers)
 	pg.Spec.Topology = &berthv1alpha1.TopologySpec{RequiredKey: corev1.LabelTopologyZone}
-	v := &provisionView{p: p, pg: pg, pool: rig.GPUNodePoolName(provisionProduct), boundAt: map[string]time.Time{}}
+	v := &provisionView{p: p, pg: pg, pool: rig.GPUNodePoolName(provisionProduct), members: provisionMembers, boundAt: map[string]time.Time{}}
 	stop, err := v.watch(ctx, c)
 	if err != nil {
 		return err
@@ -63,6 +63,8 @@ type provisionView struct {
 	p    *printer
 	pg   *berthv1alpha1.PodGroup
 	pool string
+	// members is the gang's size.
+	members int
 	// mu guards what the watches record: the PodGroup's versions not printed yet, so that a
 	// phase that lasts less than a poll (Admitted) is seen, and when each member was first seen
 	// bound, to the millisecond, where a poll would round the spread of bind times to its
@@ -100,7 +102,7 @@ func (v *provisionView) step(ctx context.Context, c client.Client) (bool, error)
 		return false, err
 	}
 	v.running = runningMembers(states)
-	return v.running == provisionMembers && v.seats == 0 && v.last.Status.Phase == berthv1alpha1.PodGroupRunning, nil
+	return v.running == v.members && v.seats == 0 && v.last.Status.Phase == berthv1alpha1.PodGroupRunning, nil
 }
 
 // watch starts recording the PodGroup's versions and its members' first binds, until stop.
@@ -180,7 +182,7 @@ func (v *provisionView) showSeats(ctx context.Context, c client.Client) error {
 	v.seats = len(seats)
 	// berth creates the seats in parallel: announce the set once it is complete (the request
 	// recorded in status.provisioning.seats), not the first seat a poll happens to see.
-	want := provisionMembers
+	want := v.members
 	if pr := v.last.Status.Provisioning; pr != nil && pr.Seats > 0 {
 		want = int(pr.Seats)
 	}
@@ -207,8 +209,8 @@ func affinityNote(seat corev1.Pod) string {
 // showBatch says, once there is a NodeClaim per member, whether they came in one batch; and, if
 // Karpenter launched them in different zones, that a seat will need another node.
 func (v *provisionView) showBatch() {
-	if claims := v.claims.claims; len(claims) >= provisionMembers {
-		v.p.once("batch/"+v.pool, "Karpenter created %d NodeClaims for the %d seats %s", len(claims), provisionMembers, batchNote(claims))
+	if claims := v.claims.claims; len(claims) >= v.members {
+		v.p.once("batch/"+v.pool, "Karpenter created %d NodeClaims for the %d seats %s", len(claims), v.members, batchNote(claims))
 	}
 	if zones := v.claims.zones; len(zones) > 1 {
 		v.p.once("zones/"+v.pool, "  the NodeClaims were launched in %d zones (%s) though the seats must share one (pod affinity):"+
@@ -241,7 +243,7 @@ func spread(ts []time.Time) time.Duration {
 // state sums up what scene 3 has seen, for a time-out error.
 func (v *provisionView) state() string {
 	return fmt.Sprintf("phase %q, %d seats now (%d at most), %d NodeClaims with %d Ready nodes, %d/%d members running, status.nodeClaims %v",
-		v.last.Status.Phase, v.seats, v.maxSeats, len(v.claims.claims), v.claims.ready, v.running, provisionMembers, v.last.Status.NodeClaims)
+		v.last.Status.Phase, v.seats, v.maxSeats, len(v.claims.claims), v.claims.ready, v.running, v.members, v.last.Status.NodeClaims)
 }
 
 // summarize prints the bind-time spread, what the PodGroup records and which NodeClaims hold
@@ -249,7 +251,7 @@ func (v *provisionView) state() string {
 // not in one zone.
 func (v *provisionView) summarize() error {
 	g := v.last
-	if spread, n := v.bindSpread(); n == provisionMembers {
+	if spread, n := v.bindSpread(); n == v.members {
 		within := spread.Round(time.Millisecond).String()
 		if spread < time.Millisecond {
 			within = "less than a millisecond"
@@ -258,8 +260,8 @@ func (v *provisionView) summarize() error {
 	}
 	v.p.say("PodGroup %s: phase %s; %s", g.Name, g.Status.Phase, conditionSummary(g.Status.Conditions))
 	prov := g.Status.Provisioning
-	if prov == nil || prov.Seats != provisionMembers || v.maxSeats == 0 {
-		return fmt.Errorf("gang %s did not get its capacity through %d seats: status.provisioning %+v, %d seats seen", g.Name, provisionMembers, prov, v.maxSeats)
+	if prov == nil || int(prov.Seats) != v.members || v.maxSeats == 0 {
+		return fmt.Errorf("gang %s did not get its capacity through %d seats: status.provisioning %+v, %d seats seen", g.Name, v.members, prov, v.maxSeats)
 	}
 	took := "unfinished"
 	if prov.StartedAt != nil && prov.FinishedAt != nil {
