@@ -82,8 +82,8 @@ func findTemplate(res *scheduling.DynamicResources, ns, name string) *resourceap
 }
 
 // ensureSeatTemplates creates the template copies of seats that carry claims and are not on a
-// node yet (a copy already there is left as it is): those created in this cycle, and those of
-// an earlier one whose copies a crash or a failed call may have left missing — until they
+// node yet, unless the cycle's cache already shows them: those created in this cycle, and those
+// of an earlier one whose copies a crash or a failed call may have left missing — until they
 // exist, kube-controller-manager makes no claim and the seat waits.
 func (r *Reconciler) ensureSeatTemplates(ctx context.Context, g *berthv1alpha1.PodGroup, seats []*corev1.Pod, memberOf func(*corev1.Pod) *corev1.Pod, res *scheduling.DynamicResources) error {
 	var ts []*resourceapi.ResourceClaimTemplate
@@ -99,7 +99,11 @@ func (r *Reconciler) ensureSeatTemplates(ctx context.Context, g *berthv1alpha1.P
 		if err != nil {
 			return fmt.Errorf("seat %s: %w", s.Name, err)
 		}
-		ts = append(ts, mine...)
+		for _, t := range mine {
+			if findTemplate(res, t.Namespace, t.Name) == nil { // the cache has not seen it yet
+				ts = append(ts, t)
+			}
+		}
 	}
 	return parallel(ts, func(_ int, t *resourceapi.ResourceClaimTemplate) error {
 		if err := r.client.Create(ctx, t); err != nil && !apierrors.IsAlreadyExists(err) {
