@@ -201,6 +201,9 @@ func (b *Berth) observe(v View) scaler.Observation {
 		if l, base, joined, ok := p.window(b.TTFTWindow); ok {
 			w := scaler.ReplicaWindow{Span: l.at - base.at, Finished: l.finished - base.finished, Joined: joined,
 				TTFT: promHist(l.ttft).Sub(promHist(base.ttft)), ITL: promHist(l.itl).Sub(promHist(base.itl)), Waiting: float64(min(l.waiting, base.waiting))}
+			if joined { // held through its window: from its first reading on (the zero baseline had no chance to queue)
+				w.Waiting = float64(min(l.waiting, p.history[0].waiting))
+			}
 			w.Arrived = w.Finished + l.aborted - base.aborted + float64(l.waiting+l.running-base.waiting-base.running)
 			w.End = epoch.Add(l.at)
 			ttft.Add(w.TTFT)
