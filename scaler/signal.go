@@ -335,6 +335,9 @@ type Pod struct {
 	// ReadyAt is when a ready pod's Ready condition last turned true (zero when unknown):
 	// with Created, how long the replica took to start.
 	ReadyAt time.Time
+	// StartedAt is when the longest-running of its containers started (zero when unknown or
+	// not all run): counters a replica exports start at zero then.
+	StartedAt time.Time
 	// Stuck, for a pod that is not ready, says why it will not become ready by itself ("" when
 	// it may): a crash-looping or unpullable container, or no node and none coming.
 	Stuck StallReason

@@ -75,6 +75,7 @@ func (d *draState) clone() *draState {
 		c.promised[k] = v
 	}
 	c.full = map[string][]bool{} // a clone may diverge: it learns its own
+	c.orderBuf = nil             // its own scratch
 	return &c
 }
 
@@ -190,12 +191,7 @@ func (d *draState) release(pods []*corev1.Pod) {
 
 // addDevices marks the devices of an allocation taken (admin access does not take a device).
 func addDevices(set sets.Set[structured.DeviceID], a *resourceapi.AllocationResult) {
-	for _, r := range a.Devices.Results {
-		if r.AdminAccess != nil && *r.AdminAccess {
-			continue
-		}
-		set.Insert(structured.MakeDeviceID(r.Driver, r.Pool, r.Device))
-	}
+	set.Insert(appendDevices(nil, a)...)
 }
 
 // memberClaim is one of a member's resource claims as placement sees it.

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -42,7 +43,7 @@ func draScene(ctx context.Context, d *demo) error {
 	c, p := d.c, d.p
 	var dc resourcev1.DeviceClass
 	switch err := c.Get(ctx, client.ObjectKey{Name: rig.DRADriver}, &dc); {
-	case apierrors.IsNotFound(err), meta404(err):
+	case apierrors.IsNotFound(err), meta.IsNoMatchError(err): // no class, or no resource.k8s.io at all
 		p.say("skipped: this dev cluster runs without DRA (start it with 'berth dev up --dra')")
 		return nil
 	case err != nil:
@@ -89,9 +90,6 @@ func draScene(ctx context.Context, d *demo) error {
 	}
 	return v.summarize()
 }
-
-// meta404 is true for a kind the API server does not serve (no resource.k8s.io).
-func meta404(err error) bool { return err != nil && apierrors.IsNotFound(err) }
 
 // draPod is a member claiming its GPUs from the scene's template, on pool.
 func draPod(name, pool string) *corev1.Pod {

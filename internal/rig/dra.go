@@ -118,7 +118,7 @@ func (r *Rig) StartDRADriver(ctx context.Context, instanceTypesFile string) erro
 	if err != nil {
 		return err
 	}
-	if err := r.Client.Create(ctx, GPUDeviceClass()); err != nil {
+	if err := r.Client.Create(ctx, GPUDeviceClass()); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("rig: creating the GPU DeviceClass: %w", err)
 	}
 	loopCtx, cancel := context.WithCancel(context.Background())

@@ -390,18 +390,21 @@ func derive(pages []Reading, model string, window time.Duration, since time.Time
 }
 
 // joinedAt is when replica p's counters were at zero inside the window that ends at latest:
-// its Ready time, when it became ready within the window, the scraper's first page of it
-// (first) came after that — so no page was missed — and it became ready within
-// startupTimeout of its creation (a first start: a container restarted or a readiness that
-// flapped long after it has counters from before). Zero when that cannot be said. A replica
-// gets requests only once ready, so its window from then holds every request it has had; a
-// window from its first page missed those before the first scrape, and a fleet that took on
-// replicas in a burst measured less demand than came.
+// its Ready time, when its containers all started within startupTimeout before it (a first
+// start or a restart: the process and its counters are new — a readiness that flapped later
+// has counters from before), the scraper's first page of it (first) came after it — so no
+// page was missed — and it became ready within the window. Zero when that cannot be said. A replica gets requests only once ready,
+// so its window from then holds every request it has had; a window from its first page missed
+// those before the first scrape, and a fleet that took on replicas in a burst measured less
+// demand than came.
 func joinedAt(p scaler.Pod, first, latest time.Time, window, startupTimeout time.Duration) time.Time {
+	if startupTimeout <= 0 {
+		startupTimeout = scaler.DefaultStartupTimeout
+	}
 	switch {
-	case p.ReadyAt.IsZero(), p.Created.IsZero(), first.IsZero(), first.Before(p.ReadyAt), !latest.After(p.ReadyAt):
+	case p.ReadyAt.IsZero(), p.StartedAt.IsZero(), first.IsZero(), first.Before(p.ReadyAt), !latest.After(p.ReadyAt):
 		return time.Time{}
-	case latest.Sub(p.ReadyAt) > window, startupTimeout > 0 && p.ReadyAt.Sub(p.Created) > startupTimeout:
+	case latest.Sub(p.ReadyAt) > window, p.ReadyAt.Before(p.StartedAt), p.ReadyAt.Sub(p.StartedAt) > startupTimeout:
 		return time.Time{}
 	}
 	return p.ReadyAt

@@ -499,9 +499,9 @@ func TestRecentStartup(t *testing.T) {
 
 // TestJoinedWindow: a replica that became ready inside the window, first read after that, has
 // a window from its ready time with its counters at zero then — the requests it took before
-// the first scrape count — while one whose readiness came long after its creation (a restart,
-// a flap: counters from before) or that was read before it became ready keeps windows between
-// pages.
+// the first scrape count — also after a container restart; one whose readiness came back long
+// after its containers started (a flapping probe: counters from before) or that was read
+// before it became ready keeps windows between pages.
 func TestJoinedWindow(t *testing.T) {
 	reps, qtr, pods := fleet(t, 1)
 	tr, err := scaler.ParseTrigger(map[string]string{"ttftSLOSeconds": "2", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
@@ -516,14 +516,14 @@ func TestJoinedWindow(t *testing.T) {
 	start := time.Now()
 	for _, tc := range []struct {
 		name           string
-		startup, ready time.Duration // before the first page
+		startup, ready time.Duration // containers started startup before ready; ready before the first page
 		readBefore     bool          // the scraper read the endpoint before it became ready
 		wantSpan       time.Duration
 		wantArrived    float64
 	}{
 		{"joined 8 s before the first page", 2 * time.Minute, 8 * time.Second, false, 8 * time.Second, 24},
 		{"ready before the window: pages only", 2 * time.Minute, 2 * time.Minute, false, 0, 0},
-		{"ready again long after it was created", 2 * time.Hour, 8 * time.Second, false, 0, 0},
+		{"ready again long after its containers started", 2 * time.Hour, 8 * time.Second, false, 0, 0},
 		{"read before it was ready", 2 * time.Minute, 8 * time.Second, true, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -536,7 +536,8 @@ func TestJoinedWindow(t *testing.T) {
 				clk.Step(10 * time.Second)
 			}
 			p.ReadyAt = clk.Now().Add(-tc.ready)
-			p.Created = p.ReadyAt.Add(-tc.startup)
+			p.StartedAt = p.ReadyAt.Add(-tc.startup)
+			p.Created = p.StartedAt.Add(-3 * time.Hour) // a container restarted: its age is not the pod's
 			stop.Store(20)
 			o, _ := s.Observe(context.Background(), tr, []scaler.Pod{p}, 0)
 			if tc.wantSpan == 0 {

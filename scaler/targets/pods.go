@@ -57,8 +57,8 @@ func unschedulable(p *corev1.Pod) bool {
 }
 
 // SlimPod is the pod cache's transform: it keeps only what the scaler reads (labels, phase,
-// IP, creation time, the Ready and PodScheduled conditions, node name and why containers
-// wait), so a cache of every pod in a large cluster stays small.
+// IP, creation time, the Ready and PodScheduled conditions, node name, why containers wait and
+// when running ones started), so a cache of every pod in a large cluster stays small.
 func SlimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
@@ -80,15 +80,36 @@ func SlimPod(obj any) (any, error) {
 	return slim, nil
 }
 
-// slimStatuses keeps the waiting reason of containers that wait.
+// slimStatuses keeps the waiting reason of containers that wait and when running ones started.
 func slimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 	var out []corev1.ContainerStatus
 	for _, cs := range in {
-		if cs.State.Waiting != nil {
+		switch {
+		case cs.State.Waiting != nil:
 			out = append(out, corev1.ContainerStatus{Name: cs.Name, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: cs.State.Waiting.Reason}}})
+		case cs.State.Running != nil:
+			out = append(out, corev1.ContainerStatus{Name: cs.Name, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: cs.State.Running.StartedAt}}})
 		}
 	}
 	return out
+}
+
+// startedAt is when the longest-running of the pod's containers started (zero unless every
+// container runs): the newest process of a pod whose containers all started after it.
+func startedAt(p *corev1.Pod) time.Time {
+	var first time.Time
+	if len(p.Status.ContainerStatuses) == 0 {
+		return first
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil || cs.State.Running.StartedAt.IsZero() {
+			return time.Time{}
+		}
+		if t := cs.State.Running.StartedAt.Time; first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	return first
 }
 
 func ready(p *corev1.Pod) bool {

@@ -2,6 +2,7 @@ package targets
 
 import (
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,3 +61,31 @@ func TestSlimPodKeepsWhatStuckReads(t *testing.T) {
 }
 
 func uid(u string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: "p", UID: types.UID(u)} }
+
+// TestStartedAt: when the longest-running container started, kept through SlimPod; unknown
+// while a container does not run.
+func TestStartedAt(t *testing.T) {
+	at := func(m int) metav1.Time { return metav1.NewTime(time.Date(2026, 1, 1, 0, m, 0, 0, time.UTC)) }
+	running := func(name string, m int) corev1.ContainerStatus {
+		return corev1.ContainerStatus{Name: name, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: at(m)}}}
+	}
+	for _, tc := range []struct {
+		name string
+		cs   []corev1.ContainerStatus
+		want time.Time
+	}{
+		{"none", nil, time.Time{}},
+		{"one", []corev1.ContainerStatus{running("vllm", 5)}, at(5).Time},
+		{"a sidecar restarted later: the older start", []corev1.ContainerStatus{running("vllm", 5), running("proxy", 9)}, at(5).Time},
+		{"one waiting", []corev1.ContainerStatus{running("vllm", 5), {Name: "proxy", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}, time.Time{}},
+	} {
+		p := &corev1.Pod{Status: corev1.PodStatus{ContainerStatuses: tc.cs}}
+		slim, err := SlimPod(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := startedAt(slim.(*corev1.Pod)); !got.Equal(tc.want) {
+			t.Errorf("%s: startedAt = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

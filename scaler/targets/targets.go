@@ -187,7 +187,7 @@ func (t *Targets) List(ctx context.Context, namespace string, sel labels.Selecto
 		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		sp := scaler.Pod{Name: p.Name, IP: p.Status.PodIP, Ready: ready(p), Created: p.CreationTimestamp.Time, ReadyAt: readyAt(p)}
+		sp := scaler.Pod{Name: p.Name, IP: p.Status.PodIP, Ready: ready(p), Created: p.CreationTimestamp.Time, ReadyAt: readyAt(p), StartedAt: startedAt(p)}
 		if !sp.Ready {
 			sp.Stuck = Stuck(p, t.Capacity)
 		}

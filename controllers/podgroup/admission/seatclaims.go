@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -9,6 +10,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -39,16 +41,16 @@ func seatClaims(seat, m *corev1.Pod) {
 	}
 }
 
-// seatTemplates are the copies of member m's claim templates that seat (created: it has its
-// UID) refers to, owned by it. A template that does not exist is an error (placement already
-// holds the gang for it).
-func seatTemplates(g *berthv1alpha1.PodGroup, seat, m *corev1.Pod, res *scheduling.DynamicResources) ([]*resourceapi.ResourceClaimTemplate, error) {
+// seatTemplates are the copies of member m's claim templates (from templates, by
+// namespace/name) that seat (created: it has its UID) refers to, owned by it. A template that
+// does not exist is an error (placement already holds the gang for it).
+func seatTemplates(g *berthv1alpha1.PodGroup, seat, m *corev1.Pod, templates map[string]*resourceapi.ResourceClaimTemplate) ([]*resourceapi.ResourceClaimTemplate, error) {
 	var out []*resourceapi.ResourceClaimTemplate
 	for i, pc := range m.Spec.ResourceClaims {
 		if pc.ResourceClaimTemplateName == nil {
 			continue
 		}
-		t := findTemplate(res, m.Namespace, *pc.ResourceClaimTemplateName)
+		t := templates[m.Namespace+"/"+*pc.ResourceClaimTemplateName]
 		if t == nil {
 			return nil, fmt.Errorf("member %s's ResourceClaimTemplate %s/%s does not exist", m.Name, m.Namespace, *pc.ResourceClaimTemplateName)
 		}
@@ -60,7 +62,7 @@ func seatTemplates(g *berthv1alpha1.PodGroup, seat, m *corev1.Pod, res *scheduli
 					berthv1alpha1.ComponentLabel: "seat",
 					berthv1alpha1.SeatOfLabel:    string(g.UID),
 				},
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: seat.Name, UID: seat.UID}},
+				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: seat.Name, UID: seat.UID, Controller: ptr.To(true)}},
 			},
 			Spec: *t.Spec.DeepCopy(),
 		})
@@ -68,25 +70,27 @@ func seatTemplates(g *berthv1alpha1.PodGroup, seat, m *corev1.Pod, res *scheduli
 	return out, nil
 }
 
-// findTemplate is the template ns/name among res's (nil when missing or res is).
-func findTemplate(res *scheduling.DynamicResources, ns, name string) *resourceapi.ResourceClaimTemplate {
-	if res == nil {
-		return nil
-	}
-	for _, t := range res.Templates {
-		if t.Namespace == ns && t.Name == name {
-			return t
+// templateIndex indexes res's templates by namespace/name (empty when res is nil).
+func templateIndex(res *scheduling.DynamicResources) map[string]*resourceapi.ResourceClaimTemplate {
+	idx := map[string]*resourceapi.ResourceClaimTemplate{}
+	if res != nil {
+		for _, t := range res.Templates {
+			idx[t.Namespace+"/"+t.Name] = t
 		}
 	}
-	return nil
+	return idx
 }
 
 // ensureSeatTemplates creates the template copies of seats that carry claims and are not on a
-// node yet, unless the cycle's cache already shows them: those created in this cycle, and those
-// of an earlier one whose copies a crash or a failed call may have left missing — until they
-// exist, kube-controller-manager makes no claim and the seat waits.
+// node yet, unless the cycle's cache already shows them owned by the seat: those created in
+// this cycle, and those of an earlier one whose copies a crash or a failed call may have left
+// missing — until they exist, kube-controller-manager makes no claim and the seat waits. A copy
+// left by an earlier seat of the same name (deleted, then made again) is replaced: the garbage
+// collector takes it with its old owner.
 func (r *Reconciler) ensureSeatTemplates(ctx context.Context, g *berthv1alpha1.PodGroup, seats []*corev1.Pod, memberOf func(*corev1.Pod) *corev1.Pod, res *scheduling.DynamicResources) error {
-	var ts []*resourceapi.ResourceClaimTemplate
+	idx := templateIndex(res)
+	var ts, stale []*resourceapi.ResourceClaimTemplate
+	var errs []error
 	for _, s := range seats {
 		if len(s.Spec.ResourceClaims) == 0 || s.Spec.NodeName != "" || s.UID == "" || s.DeletionTimestamp != nil {
 			continue
@@ -95,20 +99,41 @@ func (r *Reconciler) ensureSeatTemplates(ctx context.Context, g *berthv1alpha1.P
 		if m == nil {
 			continue // its member is gone: the seat goes with the attempt
 		}
-		mine, err := seatTemplates(g, s, m, res)
+		mine, err := seatTemplates(g, s, m, idx)
 		if err != nil {
-			return fmt.Errorf("seat %s: %w", s.Name, err)
+			errs = append(errs, fmt.Errorf("seat %s: %w", s.Name, err))
+			continue
 		}
 		for _, t := range mine {
-			if findTemplate(res, t.Namespace, t.Name) == nil { // the cache has not seen it yet
+			switch have := idx[t.Namespace+"/"+t.Name]; {
+			case have == nil: // the cache has not seen it
+				ts = append(ts, t)
+			case !metav1.IsControlledBy(have, s) && !ownedBy(have, s.UID):
+				stale = append(stale, have)
 				ts = append(ts, t)
 			}
 		}
 	}
-	return parallel(ts, func(_ int, t *resourceapi.ResourceClaimTemplate) error {
+	for _, t := range stale {
+		if err := r.client.Delete(ctx, t); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("deleting a stale seat template %s/%s: %w", t.Namespace, t.Name, err))
+		}
+	}
+	errs = append(errs, parallel(ts, func(_ int, t *resourceapi.ResourceClaimTemplate) error {
 		if err := r.client.Create(ctx, t); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating ResourceClaimTemplate %s/%s for a seat: %w", t.Namespace, t.Name, err)
 		}
 		return nil
-	})
+	}))
+	return errors.Join(errs...)
+}
+
+// ownedBy reports whether obj has an owner reference to uid.
+func ownedBy(obj metav1.Object, uid types.UID) bool {
+	for _, o := range obj.GetOwnerReferences() {
+		if o.UID == uid {
+			return true
+		}
+	}
+	return false
 }

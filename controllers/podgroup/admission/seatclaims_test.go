@@ -38,7 +38,7 @@ func TestSeatCarriesItsMembersClaims(t *testing.T) {
 	eight := builders.ClaimTemplate("eight", "ml", 8, `device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"`)
 	eight.Spec.ObjectMeta = metav1.ObjectMeta{Labels: map[string]string{"team": "ml"}}
 	res := &scheduling.DynamicResources{Templates: []*resourceapi.ResourceClaimTemplate{eight, builders.ClaimTemplate("two", "ml", 2, "")}}
-	ts, err := seatTemplates(g, seat, m, res)
+	ts, err := seatTemplates(g, seat, m, templateIndex(res))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestSeatCarriesItsMembersClaims(t *testing.T) {
 	if eight.Spec.Labels["team"] != "ml" {
 		t.Error("the copy shares the template's maps")
 	}
-	if _, err := seatTemplates(g, seat, m, &scheduling.DynamicResources{Templates: []*resourceapi.ResourceClaimTemplate{eight}}); err == nil {
+	if _, err := seatTemplates(g, seat, m, templateIndex(&scheduling.DynamicResources{Templates: []*resourceapi.ResourceClaimTemplate{eight}})); err == nil {
 		t.Error("a missing template: no error")
 	}
 }

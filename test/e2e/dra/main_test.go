@@ -2,8 +2,8 @@
 // rig's DRA mode: kube-scheduler with its DynamicResources plugin, Karpenter's kwok provider
 // whose GPU instance types carry the devices their nodes publish (NVIDIA's, as Karpenter's AWS
 // provider declares them) and that sizes claims against them (--ignore-dra-requests=false),
-// and Karpenter's kwok DRA driver publishing those devices as gpu.nvidia.com ResourceSlices
-// once the nodes are up; berth's controller (its own process, with its pod-gate webhook) admits
+// and the rig publishing those devices as gpu.nvidia.com ResourceSlices once the nodes are up
+// (rig.StartDRADriver); berth's controller (its own process, with its pod-gate webhook) admits
 // and provisions gangs whose members claim GPUs.
 package dra_test
 

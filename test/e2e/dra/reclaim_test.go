@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -106,7 +107,7 @@ func TestDRAIncompleteBatchReclaimed(t *testing.T) {
 		t.Logf("PodGroup says: %s", cond.Message)
 		return true, "", nil
 	})
-	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "the NodeClaims no pod uses deleted, no seat left", func(ctx context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "the NodeClaims no pod uses deleted, no seat or seat template left", func(ctx context.Context) (bool, string, error) {
 		n, err := live(ctx)
 		if err != nil {
 			return false, "", err
@@ -115,7 +116,11 @@ func TestDRAIncompleteBatchReclaimed(t *testing.T) {
 		if err := c.List(ctx, &seats, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
 			return false, "", err
 		}
-		return n == 0 && len(seats.Items) == 0, fmt.Sprintf("%d NodeClaims, %d seats", n, len(seats.Items)), nil
+		var ts resourcev1.ResourceClaimTemplateList
+		if err := c.List(ctx, &ts, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
+			return false, "", err
+		}
+		return n == 0 && len(seats.Items) == 0 && len(ts.Items) == 0, fmt.Sprintf("%d NodeClaims, %d seats, %d seat templates", n, len(seats.Items), len(ts.Items)), nil
 	})
 	var ms corev1.PodList
 	if err := c.List(ctx, &ms, client.InNamespace(ns), client.MatchingLabels{berthv1alpha1.PodGroupLabel: pg.Name}); err != nil {
