@@ -113,15 +113,11 @@ func TestDRAGangProvisionedWhole(t *testing.T) {
 	}
 	// The seats and their template copies go once the gang runs.
 	rigtest.Eventually(t, 30*time.Second, 500*time.Millisecond, "no seat or seat template left", func(ctx context.Context) (bool, string, error) {
-		var seats corev1.PodList
-		if err := c.List(ctx, &seats, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
+		seats, templates, err := seatsOf(ctx, pg)
+		if err != nil {
 			return false, "", err
 		}
-		var ts resourcev1.ResourceClaimTemplateList
-		if err := c.List(ctx, &ts, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
-			return false, "", err
-		}
-		return len(seats.Items) == 0 && len(ts.Items) == 0, fmt.Sprintf("%d seats, %d templates", len(seats.Items), len(ts.Items)), nil
+		return seats == 0 && templates == 0, fmt.Sprintf("%d seats, %d templates", seats, templates), nil
 	})
 }
 
@@ -160,22 +156,17 @@ func waitGangRunning(t *testing.T, pg *berthv1alpha1.PodGroup, n int) gangRun {
 		if bound > 0 && gatedN > 0 {
 			run.early = append(run.early, fmt.Sprintf("%d bound while %d gated", bound, gatedN))
 		}
-		var seats corev1.PodList
-		if err := c.List(ctx, &seats, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
+		seats, templates, err := seatsOf(ctx, pg)
+		if err != nil {
 			return false, "", err
 		}
-		run.maxSeats = max(run.maxSeats, len(seats.Items))
-		var ts resourcev1.ResourceClaimTemplateList
-		if err := c.List(ctx, &ts, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
-			return false, "", err
-		}
-		run.seatTemplates = max(run.seatTemplates, len(ts.Items))
+		run.maxSeats, run.seatTemplates = max(run.maxSeats, seats), max(run.seatTemplates, templates)
 		var g berthv1alpha1.PodGroup
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), &g); err != nil {
 			return false, "", err
 		}
 		return running == n, fmt.Sprintf("%d running, %d bound, %d gated, %d seats, %d seat templates; phase %s, %v",
-			running, bound, gatedN, len(seats.Items), len(ts.Items), g.Status.Phase, g.Status.Conditions), nil
+			running, bound, gatedN, seats, templates, g.Status.Phase, g.Status.Conditions), nil
 	})
 	return run
 }
@@ -241,4 +232,24 @@ func TestDRASevenOfEight(t *testing.T) {
 		t.Errorf("members per node %v: want them on the blocker's node and the new one at most", on)
 	}
 	t.Logf("members per node %v (the blocker on %s); at most %d seat", on, blocker.Spec.NodeName, run.maxSeats)
+}
+
+// seatsOf counts the live seats of pg and the claim template copies they carry.
+func seatsOf(ctx context.Context, pg *berthv1alpha1.PodGroup) (seats, templates int, err error) {
+	c := rigtest.Current().Client
+	mine := []client.ListOption{client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}}
+	var pods corev1.PodList
+	if err := c.List(ctx, &pods, mine...); err != nil {
+		return 0, 0, err
+	}
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			seats++
+		}
+	}
+	var ts resourcev1.ResourceClaimTemplateList
+	if err := c.List(ctx, &ts, mine...); err != nil {
+		return 0, 0, err
+	}
+	return seats, len(ts.Items), nil
 }

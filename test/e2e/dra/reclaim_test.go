@@ -7,7 +7,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -112,15 +111,11 @@ func TestDRAIncompleteBatchReclaimed(t *testing.T) {
 		if err != nil {
 			return false, "", err
 		}
-		var seats corev1.PodList
-		if err := c.List(ctx, &seats, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
+		seats, templates, err := seatsOf(ctx, pg)
+		if err != nil {
 			return false, "", err
 		}
-		var ts resourcev1.ResourceClaimTemplateList
-		if err := c.List(ctx, &ts, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatOfLabel: string(pg.UID)}); err != nil {
-			return false, "", err
-		}
-		return n == 0 && len(seats.Items) == 0 && len(ts.Items) == 0, fmt.Sprintf("%d NodeClaims, %d seats, %d seat templates", n, len(seats.Items), len(ts.Items)), nil
+		return n == 0 && seats == 0 && templates == 0, fmt.Sprintf("%d NodeClaims, %d seats, %d seat templates", n, seats, templates), nil
 	})
 	var ms corev1.PodList
 	if err := c.List(ctx, &ms, client.InNamespace(ns), client.MatchingLabels{berthv1alpha1.PodGroupLabel: pg.Name}); err != nil {
