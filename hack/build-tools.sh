@@ -2,10 +2,10 @@
 # Builds what berth's local rig runs (etcd, kube-apiserver, kube-scheduler,
 # kube-controller-manager, kwok, Karpenter's kwok provider (and, for the rig's DRA mode, that
 # provider with the GPU instance types' devices: hack/tools/dra), the KEDA operator and metrics
-# adapter, the JobSet controller, the Kueue controller manager, the Prometheus Operator,
+# adapter, the JobSet controller, the LeaderWorkerSet controller, the Kueue controller manager, the Prometheus Operator,
 # Prometheus), controller-gen and golangci-lint, and what `make release-dry-run` runs (cosign,
 # crane, helm), from the Go module proxy at the versions pinned in hack/tools/go.mod and
-# hack/tools/{keda,jobset,kueue,monitoring,prometheus,release,dra,lint}/go.mod, plus
+# hack/tools/{keda,jobset,lws,kueue,monitoring,prometheus,release,dra,lint}/go.mod, plus
 # the assets the rig needs from those modules (Karpenter's, KEDA's, JobSet's, Kueue's and the Prometheus
 # Operator's CRDs, Kueue's webhook manifests, the ProvisioningRequest CRD of the Cluster
 # Autoscaler API module Kueue pins, kwok's Stage configs).
@@ -14,7 +14,7 @@
 # content ($BERTH_TOOLS_CACHE, default ~/.cache/berth/tools/<key>), so a second run is instant.
 # KEDA, the JobSet controller, Kueue, the Prometheus Operator, Prometheus, the release tools,
 # the DRA mode's Karpenter, and golangci-lint are modules of their own with
-# their own keys (folders keda-<key>, jobset-<key>, kueue-<key>, monitoring-<key>,
+# their own keys (folders keda-<key>, jobset-<key>, lws-<key>, kueue-<key>, monitoring-<key>,
 # prometheus-<key>, release-<key>, dra-<key>, lint-<key>, linked into the main folder),
 # so moving one never rebuilds the others.
 #
@@ -45,6 +45,8 @@ kedacache="$cacheroot/keda-$kedakey"
 lintcache="$cacheroot/lint-$(modkey "$tools/lint/go.mod" "$tools/lint/go.sum")"
 jobsetkey=$(modkey "$tools/jobset/go.mod" "$tools/jobset/go.sum")
 jobsetcache="$cacheroot/jobset-$jobsetkey"
+lwskey=$(modkey "$tools/lws/go.mod" "$tools/lws/go.sum")
+lwscache="$cacheroot/lws-$lwskey"
 kueuekey=$(modkey "$tools/kueue/go.mod" "$tools/kueue/go.sum")
 kueuecache="$cacheroot/kueue-$kueuekey"
 monkey=$(modkey "$tools/monitoring/go.mod" "$tools/monitoring/go.sum")
@@ -70,6 +72,7 @@ declare -A pkgs=(
   [keda-adapter]=github.com/kedacore/keda/v2/cmd/adapter
   [golangci-lint]=github.com/golangci/golangci-lint/v2/cmd/golangci-lint
   [jobset-controller]=sigs.k8s.io/jobset
+  [lws-controller]=sigs.k8s.io/lws/cmd
   [kueue-controller]=sigs.k8s.io/kueue/cmd/kueue
   [prometheus-operator]=github.com/prometheus-operator/prometheus-operator/cmd/operator
   [prometheus]=github.com/prometheus/prometheus/cmd/prometheus
@@ -78,11 +81,11 @@ declare -A pkgs=(
   [helm]=helm.sh/helm/v3/cmd/helm
   [karpenter-kwok-dra]=github.com/berth-dev/berth/hack/tools/dra/karpenter-kwok-dra
 )
-order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager jobset-controller kueue-controller prometheus-operator prometheus cosign crane helm karpenter-kwok-dra keda-operator keda-adapter)
+order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager jobset-controller lws-controller kueue-controller prometheus-operator prometheus cosign crane helm karpenter-kwok-dra keda-operator keda-adapter)
 # Seconds each cold build took on 2 cores (2026-12), for the progress estimate.
 declare -A typical=(
   [etcd]=176 [kube-apiserver]=638 [controller-gen]=45 [golangci-lint]=138 [kwok]=37 [karpenter-kwok]=56
-  [kube-scheduler]=102 [kube-controller-manager]=104 [jobset-controller]=171 [kueue-controller]=374
+  [kube-scheduler]=102 [kube-controller-manager]=104 [jobset-controller]=171 [lws-controller]=170 [kueue-controller]=374
   [keda-operator]=825 [keda-adapter]=93 [prometheus-operator]=220 [prometheus]=380
   [cosign]=300 [crane]=30 [helm]=90 [karpenter-kwok-dra]=140
 )
@@ -104,6 +107,7 @@ for b in "${order[@]}"; do
     github.com/kedacore/*) out=$kedacache/bin ;;
     github.com/golangci/*) out=$lintcache/bin ;;
     sigs.k8s.io/jobset) out=$jobsetcache/bin ;;
+    sigs.k8s.io/lws/*) out=$lwscache/bin ;;
     sigs.k8s.io/kueue/*) out=$kueuecache/bin ;;
     github.com/prometheus-operator/*) out=$moncache/bin ;;
     github.com/prometheus/prometheus/*) out=$promcache/bin ;;
@@ -124,6 +128,7 @@ for b in "${order[@]}"; do
     github.com/kedacore/*) dir=$tools/keda out=$kedacache/bin ;;
     github.com/golangci/*) dir=$tools/lint out=$lintcache/bin ;;
     sigs.k8s.io/jobset) dir=$tools/jobset out=$jobsetcache/bin ;;
+    sigs.k8s.io/lws/*) dir=$tools/lws out=$lwscache/bin ;;
     sigs.k8s.io/kueue/*) dir=$tools/kueue out=$kueuecache/bin ;;
     github.com/prometheus-operator/*) dir=$tools/monitoring out=$moncache/bin ;;
     github.com/prometheus/prometheus/*) dir=$tools/prometheus out=$promcache/bin ;;
@@ -184,6 +189,16 @@ if [ ! -f "$cache/jobset-$jobsetkey.done" ]; then
   cp "$jobset"/config/components/crd/bases/*.yaml "$cache/crds/jobset/"
   chmod -R u+w "$cache/crds/jobset"
   rm -f "$cache"/jobset-*.done && touch "$cache/jobset-$jobsetkey.done"
+fi
+# LeaderWorkerSet's CRD and webhook manifests (the rig routes the webhooks to the controller's
+# local port: its pod webhook labels each group's pods, which its controller reads).
+if [ ! -f "$cache/lws-$lwskey.done" ]; then
+  lws=$(cd "$tools/lws" && go mod download sigs.k8s.io/lws && go list -m -f '{{.Dir}}' sigs.k8s.io/lws)
+  rm -rf "$cache/crds/lws" "$cache/lws" && mkdir -p "$cache/crds/lws" "$cache/lws"
+  cp "$lws"/config/crd/bases/*.yaml "$cache/crds/lws/"
+  cp "$lws"/config/webhook/manifests.yaml "$cache/lws/webhooks.yaml"
+  chmod -R u+w "$cache/crds/lws" "$cache/lws"
+  rm -f "$cache"/lws-*.done && touch "$cache/lws-$lwskey.done"
 fi
 # Kueue's CRDs and webhook manifests as its kustomize bases leave them (the rig names and routes
 # them, as Kueue's config/default does), and the ProvisioningRequest CRD from the Cluster
