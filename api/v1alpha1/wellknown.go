@@ -212,6 +212,25 @@ const (
 	// KueueQueueNameLabel is Kueue's label submitting a workload to a LocalQueue.
 	KueueQueueNameLabel = "kueue.x-k8s.io/queue-name"
 
+	// LWSNameLabel is LeaderWorkerSet's label on every pod of a LeaderWorkerSet, naming it.
+	LWSNameLabel = "leaderworkerset.sigs.k8s.io/name"
+	// LWSWorkerIndexLabel is LeaderWorkerSet's label with a pod's index in its group ("0": the
+	// group's leader).
+	LWSWorkerIndexLabel = "leaderworkerset.sigs.k8s.io/worker-index"
+	// LWSGroupIndexLabel is LeaderWorkerSet's label with a pod's group index (on a leader, set by
+	// LeaderWorkerSet's pod webhook).
+	LWSGroupIndexLabel = "leaderworkerset.sigs.k8s.io/group-index"
+	// LWSSizeAnnotation is LeaderWorkerSet's annotation on every pod with its group's size
+	// (leader included).
+	LWSSizeAnnotation = "leaderworkerset.sigs.k8s.io/size"
+	// LWSLeaderNameAnnotation is LeaderWorkerSet's annotation on a worker naming its group's
+	// leader pod; a leader does not carry it.
+	LWSLeaderNameAnnotation = "leaderworkerset.sigs.k8s.io/leader-name"
+	// LWSExclusiveTopologyAnnotation is LeaderWorkerSet's exclusive placement (a topology key),
+	// copied to its pods: LeaderWorkerSet then creates a group's workers only once the leader is
+	// scheduled.
+	LWSExclusiveTopologyAnnotation = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+
 	// KarpenterDiscoveryTag is the tag Karpenter's getting-started guide puts on a cluster's
 	// subnets and security groups; berth's EC2NodeClass templates select on it.
 	KarpenterDiscoveryTag = "karpenter.sh/discovery"

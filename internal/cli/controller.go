@@ -85,7 +85,7 @@ Events current, and by default issues and rotates its own webhook certificate.`,
 	fl.StringVar(&f.webhookSecret, "webhook-secret", "berth-webhook-cert", "Secret holding the self-signed webhook certificate")
 	fl.StringVar(&f.webhookNamespace, "webhook-secret-namespace", envOr("POD_NAMESPACE", "berth-system"), "namespace of --webhook-secret")
 	fl.StringSliceVar(&f.webhookHosts, "webhook-hosts", []string{"berth-webhook.berth-system.svc"}, "DNS names the webhook certificate is for (IPs are not supported: use localhost for a loopback webhook)")
-	fl.StringSliceVar(&f.adapters, "adapters", nil, "foreign gang sources treated as berth gangs, off unless listed: coscheduling, volcano, kai, kueue")
+	fl.StringSliceVar(&f.adapters, "adapters", nil, "foreign gang sources treated as berth gangs, off unless listed: lws (each LeaderWorkerSet group one gang), coscheduling, volcano, kai, kueue")
 	fl.BoolVar(&f.gangProvisioning, "gang-provisioning", true, "get capacity for gangs that do not fit from Karpenter in one batch (seat pods); off when Karpenter is not installed")
 	fl.StringVar(&f.consolidationGuard, "consolidation-guard", string(guard.ModeEnforce), "what the consolidation guard does with GPU NodePools that let Karpenter consolidate underutilized nodes, unless the NodePool's scheduling.berth.dev/consolidation-guard annotation says otherwise: enforce (add a budget blocking Underutilized), when-empty (switch to WhenEmpty), audit (report only), off")
 	fl.DurationVar(&f.admissionResync, "admission-resync", admission.DefaultResync, "longest gang admission waits for an event before it looks again (a safety net; deadlines are kept exactly)")
@@ -96,19 +96,29 @@ Events current, and by default issues and rotates its own webhook certificate.`,
 	return cmd
 }
 
-// parseAdapters turns --adapters into sources, rejecting unknown names.
+// parseAdapters turns --adapters into sources in gate.Adapters' order (a pod two sources claim
+// belongs to the first), rejecting unknown names.
 func parseAdapters(names []string) ([]gate.Source, error) {
-	var out []gate.Source
+	want := map[string]bool{}
 	for _, n := range names {
 		n = strings.TrimSpace(n)
 		if n == "" || n == "none" {
 			continue
 		}
-		s, ok := gate.AdapterSources[n]
-		if !ok {
-			return nil, fmt.Errorf("--adapters: unknown source %q (known: coscheduling, volcano, kai, kueue)", n)
+		if _, ok := gate.AdapterSources[n]; !ok {
+			known := make([]string, 0, len(gate.AdapterSources))
+			for _, s := range gate.Adapters() {
+				known = append(known, s.Name)
+			}
+			return nil, fmt.Errorf("--adapters: unknown source %q (known: %s)", n, strings.Join(known, ", "))
 		}
-		out = append(out, s)
+		want[n] = true
+	}
+	var out []gate.Source
+	for _, s := range gate.Adapters() {
+		if want[s.Name] {
+			out = append(out, s)
+		}
 	}
 	return out, nil
 }

@@ -41,6 +41,9 @@ const (
 	ReasonGangAdapted = "GangAdapted"
 	// ReasonGangSizeUnknown: a pod of a foreign gang cannot be admitted: its size is unknown.
 	ReasonGangSizeUnknown = "GangSizeUnknown"
+	// ReasonGangCannotFormWhole: an adapted gang's owner creates its members one after another
+	// (a LeaderWorkerSet with startupPolicy LeaderReady), so berth admits them as they come.
+	ReasonGangCannotFormWhole = "GangCannotFormWhole"
 	// ReasonStaleGangReplaced: an adapted PodGroup left from an earlier submission of the same
 	// gang name (another owner) was deleted, so the new submission gets a PodGroup of its own.
 	ReasonStaleGangReplaced = "StaleGangReplaced"

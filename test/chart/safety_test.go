@@ -53,11 +53,13 @@ func TestSafeDefaults(t *testing.T) {
 		}
 	}
 	hooks, _ := dig(got["MutatingWebhookConfiguration/berth-pod-gate"], "webhooks").([]any)
-	if len(hooks) != 1 {
-		t.Fatalf("%d webhooks by default, want berth's own only (adapters are off unless listed)", len(hooks))
+	if len(hooks) != 2 {
+		t.Fatalf("%d webhooks by default, want berth's own and LeaderWorkerSet's (the other adapters are off unless listed)", len(hooks))
 	}
-	if fp := hooks[0].(map[string]any)["failurePolicy"]; fp != "Fail" {
-		t.Errorf("failurePolicy %v, want Fail", fp)
+	for _, h := range hooks {
+		if fp := h.(map[string]any)["failurePolicy"]; fp != "Fail" {
+			t.Errorf("failurePolicy %v, want Fail", fp)
+		}
 	}
 	full := mustRender(t, full)
 	for _, key := range []string{"ServiceMonitor/berth-controller", "ServiceMonitor/berth-scaler"} {

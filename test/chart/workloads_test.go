@@ -17,7 +17,7 @@ var full = map[string]any{
 	"webhook":          map[string]any{"certManager": map[string]any{"enabled": true}},
 	"scaler":           map[string]any{"tls": map[string]any{"enabled": true, "existingSecret": "berth-scaler-tls", "mutual": true}, "watchNamespace": "inference"},
 	"agent":            map[string]any{"runtimeClassName": "nvidia", "gpuAccess": "volumeMounts"},
-	"controller":       map[string]any{"adapters": []any{"coscheduling", "volcano", "kai", "kueue"}},
+	"controller":       map[string]any{"adapters": []any{"lws", "coscheduling", "volcano", "kai", "kueue"}},
 	"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
 	"monitoring": map[string]any{
 		"serviceMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus-stack"}},
@@ -100,8 +100,8 @@ func TestDefaultRender(t *testing.T) {
 			t.Errorf("webhook %v points at %v", h.(map[string]any)["name"], svc)
 		}
 	}
-	if len(hooks) != 1 {
-		t.Errorf("%d webhooks, want berth's own only (adapters are off unless listed)", len(hooks))
+	if len(hooks) != 2 {
+		t.Errorf("%d webhooks, want berth's own and LeaderWorkerSet's (the other adapters are off unless listed)", len(hooks))
 	}
 	aff := dig(got["DaemonSet/berth-agent"], "spec", "template", "spec", "affinity", "nodeAffinity")
 	if !strings.Contains(toYAML(t, aff), "nvidia.com/gpu.present") || !strings.Contains(toYAML(t, got["DaemonSet/berth-agent"]), "key: nvidia.com/gpu") {
@@ -111,10 +111,10 @@ func TestDefaultRender(t *testing.T) {
 
 func TestFullRender(t *testing.T) {
 	got := mustRender(t, full)
-	if hooks := dig(got["MutatingWebhookConfiguration/berth-pod-gate"], "webhooks").([]any); len(hooks) != 5 {
-		t.Errorf("%d webhooks, want berth + coscheduling + volcano + kai + kueue (every adapter the controller knows)", len(hooks))
+	if hooks := dig(got["MutatingWebhookConfiguration/berth-pod-gate"], "webhooks").([]any); len(hooks) != 6 {
+		t.Errorf("%d webhooks, want berth + lws + coscheduling + volcano + kai + kueue (every adapter the controller knows)", len(hooks))
 	}
-	if args := toYAML(t, dig(got["Deployment/berth-controller"], "spec", "template", "spec", "containers")); !strings.Contains(args, "--adapters=coscheduling,volcano,kai,kueue") {
+	if args := toYAML(t, dig(got["Deployment/berth-controller"], "spec", "template", "spec", "containers")); !strings.Contains(args, "--adapters=lws,coscheduling,volcano,kai,kueue") {
 		t.Errorf("controller lacks --adapters: %s", args)
 	}
 	for _, k := range []string{"Certificate/berth-webhook-cert", "Issuer/berth-selfsigned", "Certificate/berth-webhook-ca", "Issuer/berth-ca", "ServiceMonitor/berth-controller", "ServiceMonitor/berth-scaler",

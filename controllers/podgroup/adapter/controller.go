@@ -2,7 +2,8 @@
 // declare them (scheduler-plugins coscheduling, Volcano, KAI, Kueue pod groups), so those
 // workloads get berth's admission without being rewritten. The pod-gate webhook labels such
 // pods as berth members and records their source; this controller creates the same-named
-// PodGroup when none exists, sized from what the source says.
+// PodGroup when none exists, sized from what the source says. Each group of a LeaderWorkerSet
+// (a leader and its workers) is one such gang, named after and owned by its leader pod.
 //
 // An adapted PodGroup belongs to one submission of its gang: it is owned by the members'
 // controller (a Job, a Volcano Job…), or by the members themselves when they have none, so
@@ -12,6 +13,7 @@ package adapter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -77,13 +79,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	}
 	var existing berthv1alpha1.PodGroup
 	err := r.Client.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: group}, &existing)
+	var res reconcile.Result
 	switch {
 	case err == nil:
-		return r.keep(ctx, &pod, &existing)
+		res, err = r.keep(ctx, &pod, &existing)
 	case !apierrors.IsNotFound(err):
 		return reconcile.Result{}, fmt.Errorf("reading PodGroup %s: %w", group, err)
+	default:
+		err = r.create(ctx, &pod, source, group)
 	}
-	return reconcile.Result{}, r.create(ctx, &pod, source, group)
+	if errors.Is(err, errLeaderGone) {
+		// A worker of a group whose leader is going: the group's next leader makes its PodGroup.
+		return reconcile.Result{RequeueAfter: staleRetry}, nil
+	}
+	return res, err
 }
 
 // create makes the adapted PodGroup for the pod's gang, owned like the pod (see ownerOf).
@@ -108,6 +117,12 @@ func (r *Reconciler) create(ctx context.Context, pod *corev1.Pod, source, group 
 		},
 		Spec: berthv1alpha1.PodGroupSpec{MinMember: minMember},
 	}
+	if source == gate.SourceLWS.Name {
+		if err := r.shapeLWSGroup(ctx, pod, pg); err != nil {
+			return err
+		}
+		minMember = pg.Spec.MinMember
+	}
 	if err := r.Client.Create(ctx, pg); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil // another member's reconcile made it; the next event checks its owner
@@ -124,6 +139,9 @@ func (r *Reconciler) create(ctx context.Context, pod *corev1.Pod, source, group 
 // PodGroup lives as long as the JobSet), or the pod itself when it has none (more members are
 // added as owners as they come).
 func (r *Reconciler) ownerOf(ctx context.Context, pod *corev1.Pod) (metav1.OwnerReference, error) {
+	if pod.Annotations[berthv1alpha1.SourceAnnotation] == gate.SourceLWS.Name {
+		return r.groupLeader(ctx, pod)
+	}
 	c := metav1.GetControllerOf(pod)
 	if c == nil {
 		return metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: pod.Name, UID: pod.UID}, nil

@@ -2,14 +2,21 @@ package adapter
 
 import (
 	"context"
+	"errors"
 	"testing"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	kevents "k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers/podgroup/gate"
+	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/test/builders"
 )
 
@@ -53,5 +60,73 @@ func TestOwnerIsTheTopWorkload(t *testing.T) {
 	lone.UID = "lone-uid"
 	if got, err := r.ownerOf(context.Background(), lone); err != nil || got.Kind != "Pod" || got.UID != "lone-uid" {
 		t.Errorf("a pod without a controller: owner %+v (%v), want the pod", got, err)
+	}
+}
+
+// TestLWSGroupOwnedByItsLeader: a LeaderWorkerSet group's PodGroup is owned by the group's
+// leader pod — the leader itself, or the leader a worker names — so it goes when LWS restarts
+// or removes the group; a worker whose leader is gone or going waits for the next one.
+func TestLWSGroupOwnedByItsLeader(t *testing.T) {
+	member := func(name, leader string, uid types.UID) *corev1.Pod {
+		p := builders.Pod(name, "ml").Label(berthv1alpha1.PodGroupLabel, leader).Obj()
+		p.UID = uid
+		p.Annotations = map[string]string{berthv1alpha1.SourceAnnotation: gate.SourceLWS.Name}
+		return p
+	}
+	leader := member("llm-0", "llm-0", "leader-uid")
+	going := member("llm-1", "llm-1", "old-leader-uid")
+	going.DeletionTimestamp = &metav1.Time{Time: time.Now()}
+	going.Finalizers = []string{"foregroundDeletion"}
+	r := &Reconciler{Reader: fake.NewClientBuilder().WithObjects(leader, going).Build()}
+	for _, tt := range []struct {
+		pod     *corev1.Pod
+		wantUID types.UID
+		gone    bool
+	}{
+		{pod: leader, wantUID: "leader-uid"},
+		{pod: member("llm-0-1", "llm-0", "w1"), wantUID: "leader-uid"},
+		{pod: member("llm-1-1", "llm-1", "w2"), gone: true},
+		{pod: member("llm-2-1", "llm-2", "w3"), gone: true},
+	} {
+		got, err := r.ownerOf(context.Background(), tt.pod)
+		switch {
+		case tt.gone && !errors.Is(err, errLeaderGone):
+			t.Errorf("%s: owner %+v, %v; want errLeaderGone", tt.pod.Name, got, err)
+		case !tt.gone && (err != nil || got.Kind != "Pod" || got.UID != tt.wantUID):
+			t.Errorf("%s: owner %+v, %v; want pod %s", tt.pod.Name, got, err, tt.wantUID)
+		}
+	}
+}
+
+// TestLWSGroupShape: an adapted LeaderWorkerSet group lands in one zone; under startupPolicy
+// LeaderReady (workers created only once the leader is ready) its leader is admitted first, and
+// the pod says why the group is not held whole.
+func TestLWSGroupShape(t *testing.T) {
+	lws := func(name, policy string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+			"metadata": map[string]any{"name": name, "namespace": "ml"}, "spec": map[string]any{"startupPolicy": policy}}}
+		return u
+	}
+	for _, tc := range []struct {
+		policy  string
+		want    int32
+		warning bool
+	}{
+		{"LeaderCreated", 4, false},
+		{"LeaderReady", 1, true},
+	} {
+		rec := kevents.NewFakeRecorder(10)
+		r := &Reconciler{Reader: fake.NewClientBuilder().WithObjects(lws("llm", tc.policy)).Build(), Recorder: events.NewRecorder(rec)}
+		pod := builders.Pod("llm-0", "ml").Label(berthv1alpha1.LWSNameLabel, "llm").Obj()
+		pg := &berthv1alpha1.PodGroup{Spec: berthv1alpha1.PodGroupSpec{MinMember: 4}}
+		if err := r.shapeLWSGroup(context.Background(), pod, pg); err != nil {
+			t.Fatal(err)
+		}
+		if pg.Spec.MinMember != tc.want || pg.Spec.Topology == nil || pg.Spec.Topology.RequiredKey != corev1.LabelTopologyZone {
+			t.Errorf("%s: spec %+v, want minMember %d in one zone", tc.policy, pg.Spec, tc.want)
+		}
+		if got := len(rec.Events) > 0; got != tc.warning {
+			t.Errorf("%s: warning %v, want %v", tc.policy, got, tc.warning)
+		}
 	}
 }

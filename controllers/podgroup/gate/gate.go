@@ -36,6 +36,12 @@ func (g *Gate) Handle(_ context.Context, req admission.Request) admission.Respon
 	if !ok {
 		return admission.Allowed("not a gang member")
 	}
+	if key := pod.Annotations[berthv1alpha1.LWSExclusiveTopologyAnnotation]; m.Source.Name == SourceLWS.Name && key != "" {
+		// LeaderWorkerSet creates the workers of an exclusively placed group only once its
+		// leader is scheduled: a leader held for its workers would wait for good.
+		return admission.Allowed("LeaderWorkerSet exclusive placement; not gated").WithWarnings(fmt.Sprintf(
+			"LeaderWorkerSet pod %s is placed exclusively by %s (annotation %s): LeaderWorkerSet creates the group's workers only after the leader is scheduled, so berth cannot admit the group whole and leaves it to LeaderWorkerSet", pod.Name, key, berthv1alpha1.LWSExclusiveTopologyAnnotation))
+	}
 	if errs := validation.IsDNS1123Subdomain(m.Group); len(errs) > 0 {
 		return admission.Denied(fmt.Sprintf("pod-group name %q (from %s) is not a valid PodGroup name: %s", m.Group, m.Source.Name, errs[0]))
 	}

@@ -56,13 +56,21 @@ func applied(t *testing.T, p *corev1.Pod, patches []jsonpatch.Operation) *corev1
 
 func TestGate(t *testing.T) {
 	dec := admission.NewDecoder(clientgoscheme.Scheme)
-	g := &Gate{Adapters: []Source{SourceCoscheduling, SourceVolcano, SourceKAI, SourceKueue}, Decoder: dec}
+	g := &Gate{Adapters: Adapters(), Decoder: dec}
 	kueuePod := builders.Pod("k", "ml").Label("kueue.x-k8s.io/pod-group-name", "kq").Obj()
 	kueuePod.Annotations = map[string]string{"kueue.x-k8s.io/pod-group-total-count": "4"}
 	volcanoPod := builders.Pod("a", "ml").Obj()
 	volcanoPod.Annotations = map[string]string{"scheduling.k8s.io/group-name": "vc"}
 	kaiPod := builders.Pod("kai", "ml").Obj()
 	kaiPod.Annotations = map[string]string{"pod-group-name": "kai-group"}
+	// A LeaderWorkerSet's group of 4: its leader (named by its StatefulSet) and a worker naming
+	// it; a leader told to use Volcano carries Volcano's annotation too.
+	lwsLeader := builders.Pod("llm-1", "ml").Label("leaderworkerset.sigs.k8s.io/name", "llm").Label("leaderworkerset.sigs.k8s.io/worker-index", "0").Obj()
+	lwsLeader.Annotations = map[string]string{"leaderworkerset.sigs.k8s.io/size": "4", "scheduling.k8s.io/group-name": "llm-1-abc"}
+	lwsWorker := builders.Pod("llm-1-3", "ml").Label("leaderworkerset.sigs.k8s.io/name", "llm").Obj()
+	lwsWorker.Annotations = map[string]string{"leaderworkerset.sigs.k8s.io/size": "4", "leaderworkerset.sigs.k8s.io/leader-name": "llm-1"}
+	lwsExclusive := lwsWorker.DeepCopy()
+	lwsExclusive.Annotations["leaderworkerset.sigs.k8s.io/exclusive-topology"] = "topology.kubernetes.io/zone"
 	tests := []struct {
 		name      string
 		pod       *corev1.Pod
@@ -83,6 +91,9 @@ func TestGate(t *testing.T) {
 		{name: "volcano's key as a label is not Volcano's", pod: builders.Pod("a", "ml").Label("scheduling.k8s.io/group-name", "vc").Obj(), allowed: true},
 		{name: "kai annotation adapted", pod: kaiPod, allowed: true, gated: true, group: "kai-group", source: "kai"},
 		{name: "kueue with count", pod: kueuePod, allowed: true, gated: true, group: "kq", source: "kueue", minMember: "4"},
+		{name: "lws leader leads its group's gang, over Volcano's annotation", pod: lwsLeader, allowed: true, gated: true, group: "llm-1", source: "lws", minMember: "4"},
+		{name: "lws worker joins its leader's gang", pod: lwsWorker, allowed: true, gated: true, group: "llm-1", source: "lws", minMember: "4"},
+		{name: "lws exclusive placement is left to LeaderWorkerSet", pod: lwsExclusive, allowed: true, warning: "cannot admit the group whole"},
 		{name: "berth label wins over adapters", pod: builders.Pod("a", "ml").Member("mine").Label("scheduling.x-k8s.io/pod-group", "theirs").Obj(), allowed: true, gated: true, group: "mine"},
 		{name: "member with pod affinity of its own gated without a release term", pod: builders.Pod("a", "ml").Member("g").PodAffinity("kubernetes.io/hostname", "app", "cache").Obj(), allowed: true, gated: true, group: "g", noTerm: true},
 		{name: "member of a gang whose name is no label value gated without a release term", pod: builders.Pod("a", "ml").Member(strings.Repeat("g", 70)).Obj(), allowed: true, gated: true, group: strings.Repeat("g", 70), noTerm: true},

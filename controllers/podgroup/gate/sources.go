@@ -23,6 +23,11 @@ type Source struct {
 	AnnotationKey string
 	// CountAnnotation, when set, is a pod annotation with the gang's total member count.
 	CountAnnotation string
+	// LeaderAnnotation, when set, names the gang instead of LabelKey's value (which then only
+	// says the pod is the source's): a member carrying it is in the gang of the pod it names, a
+	// member without it leads its gang and names it by its own name. A LeaderWorkerSet's group
+	// is one gang: its workers name their leader, the leader is the group.
+	LeaderAnnotation string
 }
 
 // The sources berth understands.
@@ -32,12 +37,18 @@ var (
 	SourceVolcano      = Source{Name: "volcano", AnnotationKey: berthv1alpha1.VolcanoGroupNameKey}
 	SourceKAI          = Source{Name: "kai", AnnotationKey: berthv1alpha1.KAIPodGroupAnnotation}
 	SourceKueue        = Source{Name: "kueue", LabelKey: berthv1alpha1.KueuePodGroupNameLabel, CountAnnotation: berthv1alpha1.KueuePodGroupTotalCountAnnotation}
+	// SourceLWS makes each group of a LeaderWorkerSet (a leader and its workers) one gang, named
+	// after the leader pod and sized by the group's size.
+	SourceLWS = Source{Name: "lws", LabelKey: berthv1alpha1.LWSNameLabel, LeaderAnnotation: berthv1alpha1.LWSLeaderNameAnnotation, CountAnnotation: berthv1alpha1.LWSSizeAnnotation}
 )
 
 // Adapters are every switchable source, in order: the generated webhook configuration carries
 // a webhook for each (the chart keeps those of the adapters it enables), and --adapters knows
-// these names.
-func Adapters() []Source { return []Source{SourceCoscheduling, SourceVolcano, SourceKAI, SourceKueue} }
+// these names. LeaderWorkerSet comes first: a LeaderWorkerSet told to use Volcano also writes
+// Volcano's annotation, and its gang is still the group.
+func Adapters() []Source {
+	return []Source{SourceLWS, SourceCoscheduling, SourceVolcano, SourceKAI, SourceKueue}
+}
 
 // AdapterSources are the switchable sources by name.
 var AdapterSources = map[string]Source{
@@ -45,6 +56,7 @@ var AdapterSources = map[string]Source{
 	SourceVolcano.Name:      SourceVolcano,
 	SourceKAI.Name:          SourceKAI,
 	SourceKueue.Name:        SourceKueue,
+	SourceLWS.Name:          SourceLWS,
 }
 
 // Membership is what a pod says about its gang.
@@ -66,6 +78,15 @@ func Resolve(p *corev1.Pod, adapters []Source) (Membership, bool) {
 		}
 		if name == "" {
 			continue
+		}
+		if s.LeaderAnnotation != "" {
+			name = p.Annotations[s.LeaderAnnotation]
+			if name == "" {
+				name = p.Name // the leader: its controller names it (a StatefulSet's pod)
+			}
+			if name == "" {
+				continue
+			}
 		}
 		m := Membership{Group: name, Source: s}
 		if s.CountAnnotation != "" {
