@@ -56,6 +56,10 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "current_replicas",
 		Help: "Live replicas of the scale target: ready, starting and stalled.",
 	}, []string{labelNamespace, labelScaledObject})
+	readyReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "ready_replicas",
+		Help: "Ready replicas of the scale target, those the scaler reads signals from (a LeaderWorkerSet group once every pod of it is ready).",
+	}, []string{labelNamespace, labelScaledObject})
 	replicaCapacity = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "replica_capacity_requests_per_second",
 		Help: "Requests per second one replica carries at the ScaledObject's SLO, as berth has learned it from the replicas' windows (0: not learned yet; the SLO signal holds the fleet).",
@@ -113,7 +117,7 @@ var (
 // Collectors returns the scaler's metrics for registration.
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{requestDuration, scrapeDuration, scrapeErrors, evaluationErrors, signalValue, signalTarget,
-		desiredReplicas, currentReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active, held, heldSeconds,
+		desiredReplicas, currentReplicas, readyReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active, held, heldSeconds,
 		startupTimeout, stalledReplicas, replicaCapacity, demandForecast, demandHeadroom, headroomReplicas}
 }
 
@@ -174,7 +178,7 @@ func (s *series) expire(before time.Time) {
 		delete(s.seen, k)
 		delete(s.heldSince, k)
 		match := prometheus.Labels{labelNamespace: k[0], labelScaledObject: k[1]}
-		for _, v := range []*prometheus.GaugeVec{signalValue, signalTarget, desiredReplicas, currentReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active,
+		for _, v := range []*prometheus.GaugeVec{signalValue, signalTarget, desiredReplicas, currentReplicas, readyReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active,
 			held, heldSeconds, startupTimeout, stalledReplicas, replicaCapacity, demandForecast, demandHeadroom, headroomReplicas} {
 			v.DeletePartialMatch(match)
 		}
@@ -197,6 +201,7 @@ func record(ns, name string, t *scaler.Trigger, d scaler.Decision, o scaler.Obse
 		headroomReplicas.WithLabelValues(ns, name).Set(float64(d.Headroom))
 	}
 	currentReplicas.WithLabelValues(ns, name).Set(float64(d.Current))
+	readyReplicas.WithLabelValues(ns, name).Set(float64(o.Ready))
 	if max > 0 {
 		maxReplicas.WithLabelValues(ns, name).Set(float64(max))
 	}

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/scaler"
 )
 
@@ -56,7 +57,8 @@ func unschedulable(p *corev1.Pod) bool {
 	return false
 }
 
-// SlimPod is the pod cache's transform: it keeps only what the scaler reads (labels, phase,
+// SlimPod is the pod cache's transform: it keeps only what the scaler reads (labels, a
+// LeaderWorkerSet's group size and leader annotations, phase,
 // IP, creation time, the Ready and PodScheduled conditions, node name, why containers wait and
 // when running ones started), so a cache of every pod in a large cluster stays small.
 func SlimPod(obj any) (any, error) {
@@ -66,6 +68,14 @@ func SlimPod(obj any) (any, error) {
 	}
 	slim := &corev1.Pod{}
 	slim.Name, slim.Namespace, slim.Labels = p.Name, p.Namespace, p.Labels
+	for _, k := range []string{berthv1alpha1.LWSSizeAnnotation, berthv1alpha1.LWSLeaderNameAnnotation} {
+		if v, ok := p.Annotations[k]; ok {
+			if slim.Annotations == nil {
+				slim.Annotations = map[string]string{}
+			}
+			slim.Annotations[k] = v
+		}
+	}
 	slim.UID, slim.ResourceVersion, slim.DeletionTimestamp = p.UID, p.ResourceVersion, p.DeletionTimestamp
 	slim.CreationTimestamp = p.CreationTimestamp
 	slim.Spec.NodeName = p.Spec.NodeName

@@ -175,23 +175,43 @@ func isNoKind(err error) bool { return meta.IsNoMatchError(err) }
 
 // List returns the live pods matching sel in namespace: pods being deleted and pods that
 // finished are left out. A pod that is not ready says when it was created and whether it is
-// stuck (see Stuck).
+// stuck (see Stuck). A LeaderWorkerSet's group is one replica, its leader, ready once every
+// pod of the group is (see foldGroups).
 func (t *Targets) List(ctx context.Context, namespace string, sel labels.Selector) ([]scaler.Pod, error) {
 	var list corev1.PodList
 	if err := t.Pods.List(ctx, &list, client.InNamespace(namespace), client.MatchingLabelsSelector{Selector: sel}); err != nil {
 		return nil, fmt.Errorf("listing pods %s in %s: %w", sel, namespace, err)
 	}
+	pods := list.Items[:0]
 	out := make([]scaler.Pod, 0, len(list.Items))
+	groups := false
 	for i := range list.Items {
 		p := &list.Items[i]
-		if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		if !live(p) {
 			continue
 		}
-		sp := scaler.Pod{Name: p.Name, IP: p.Status.PodIP, Ready: ready(p), Created: p.CreationTimestamp.Time, ReadyAt: readyAt(p), StartedAt: startedAt(p)}
-		if !sp.Ready {
-			sp.Stuck = Stuck(p, t.Capacity)
+		if member, _, _ := lwsRole(p); member {
+			groups = true
 		}
-		out = append(out, sp)
+		pods = append(pods, *p)
+		out = append(out, t.replica(p))
+	}
+	if groups {
+		return t.foldGroups(ctx, namespace, pods, out)
 	}
 	return out, nil
+}
+
+// live reports whether a pod is neither being deleted nor finished.
+func live(p *corev1.Pod) bool {
+	return p.DeletionTimestamp == nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+// replica is what the scaler reads of one pod.
+func (t *Targets) replica(p *corev1.Pod) scaler.Pod {
+	sp := scaler.Pod{Name: p.Name, IP: p.Status.PodIP, Ready: ready(p), Created: p.CreationTimestamp.Time, ReadyAt: readyAt(p), StartedAt: startedAt(p)}
+	if !sp.Ready {
+		sp.Stuck = Stuck(p, t.Capacity)
+	}
+	return sp
 }
