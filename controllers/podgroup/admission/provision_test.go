@@ -233,3 +233,38 @@ func TestAttemptStatuses(t *testing.T) {
 		t.Errorf("the 9th attempt's backoff = %v, want the cap %v", b, provisioningBackoffMax)
 	}
 }
+
+// TestAttemptGrowsWhenItsRoomIsTaken: a running attempt holds one seat, counting on a free node
+// for its other member — and another workload took that node (its pending seat scheduled
+// there, or admitted there). The attempt asks for a second seat at once, instead of waiting out
+// its timeout for room that will not come back; it never asks for more seats than members.
+func TestAttemptGrowsWhenItsRoomIsTaken(t *testing.T) {
+	g := builders.PodGroup("ddp", "ml").MinMember(2).Obj()
+	g.UID = "uid-ddp"
+	started := metav1.NewTime(time.Date(2026, 1, 1, 11, 59, 50, 0, time.UTC))
+	g.Status.WaitingSince = &started
+	g.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &started}
+	thief := builders.Pod("other", "ml").GPU(8).Obj()
+	thief.Spec.NodeName, thief.Status.Phase = "n1", corev1.PodRunning
+	objs := []client.Object{builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Label(reserveKey(g), "true").Obj(), g, thief,
+		builders.Pod(seatName(g, 1, 0), "berth-system").Label(berthv1alpha1.SeatOfLabel, string(g.UID)).GPU(8).Obj()}
+	for i := range 2 {
+		objs = append(objs, builders.Pod(fmt.Sprintf("ddp-%d", i), "ml").Member("ddp").Gated().GPU(8).WithReleaseTerm("ddp").Obj())
+	}
+	r, base, _, _, _ := budgetHarness(t, objs...)
+	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	for range 3 { // and it stays at two
+		cycleOnce(t, r)
+	}
+	var seats corev1.PodList
+	if err := base.List(context.Background(), &seats, client.InNamespace("berth-system")); err != nil {
+		t.Fatal(err)
+	}
+	var got berthv1alpha1.PodGroup
+	if err := base.Get(context.Background(), client.ObjectKeyFromObject(g), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(seats.Items) != 2 || got.Status.Provisioning == nil || got.Status.Provisioning.Seats != 2 || got.Status.Provisioning.Attempt != 1 {
+		t.Errorf("%d seats, attempt %+v; want attempt 1 grown to 2 seats", len(seats.Items), got.Status.Provisioning)
+	}
+}
