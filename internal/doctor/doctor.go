@@ -4,8 +4,9 @@
 // nvidia.com/gpu taint or limit, release nodes faster than a model loads or expire training
 // nodes; @latest AMIs under GPU pools; general pools that can launch GPU instances; Karpenter
 // settings that matter for GPUs (DRA requests ignored, NodeRepair off beside berth's agent);
-// multi-pod GPU jobs whose pods need each other without a gang; vLLM/SGLang Deployments that
-// nothing scales on load; and Prometheus triggers on vLLM metrics without aggregation. Install
+// multi-pod GPU jobs whose pods need each other without a gang; LeaderWorkerSet groups no
+// NodePool can hold whole, or scaled on a trigger that is not berth's; vLLM/SGLang Deployments
+// that nothing scales on load; and Prometheus triggers on vLLM metrics without aggregation. Install
 // checks berth itself (CRD, webhook, leader, agent coverage). Checks are pure functions over a
 // Snapshot of the cluster; `berth doctor` reads the Snapshot through the kubeconfig.
 package doctor
@@ -66,6 +67,8 @@ type Snapshot struct {
 	GenericWorkload bool
 	// NativeGangs are the native PodGroups with a gang policy.
 	NativeGangs []NativeGang
+	// LeaderWorkerSets are the LeaderWorkerSets (unstructured; their group shape is read).
+	LeaderWorkerSets []unstructured.Unstructured
 	// Unread are the kinds berth may not list (Kind → why): the checks that need them are
 	// skipped.
 	Unread map[string]string
@@ -148,6 +151,8 @@ var checks = []check{
 	{CheckUnaggregatedQuery, []string{KindScaledObject}, unaggregatedQueries},
 	{CheckProvisioningWithoutProvider, []string{KindAdmissionCheck}, provisioningWithoutProvider},
 	{CheckNativeGangWithoutCapacity, []string{KindNativePodGroup}, nativeGangsWithoutCapacity},
+	{CheckLWSGroupFit, []string{KindLWS, KindNodePool}, lwsGroupsCannotFit},
+	{CheckLWSScaledWithoutBerth, []string{KindScaledObject}, lwsScaledWithoutBerth},
 }
 
 // Checks are the names of every check (what --skip takes).

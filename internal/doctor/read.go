@@ -102,6 +102,12 @@ func (r *reader) workloads() {
 			r.s.GangJobs = append(r.s.GangJobs, l.Items...)
 		}
 	}
+	if served(r.c, lwsGVK) {
+		l := unstructuredList(lwsGVK)
+		if r.list(KindLWS, l, r.in...) {
+			r.s.LeaderWorkerSets = l.Items
+		}
+	}
 	if served(r.c, resourceClaimTemplateGVK) {
 		var tmpls resourcev1.ResourceClaimTemplateList
 		if r.list(KindResourceClaim, &tmpls, r.in...) {
