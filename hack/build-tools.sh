@@ -91,11 +91,11 @@ declare -A typical=(
 )
 # Named binaries only (make lint, make generate): build those and stop; the rig's assets below
 # come with the whole set. --demo: what the dev
-# cluster needs to come up (control plane, kwok, Karpenter; `berth dev serve` starts KEDA once
-# it is built), then the assets.
+# cluster needs to come up (control plane, kwok, Karpenter, the LeaderWorkerSet controller;
+# `berth dev serve` starts KEDA once it is built), then the assets.
 only=0
 if [ "${1:-}" = "--demo" ]; then
-  order=(etcd kube-apiserver kwok karpenter-kwok kube-scheduler kube-controller-manager controller-gen)
+  order=(etcd kube-apiserver kwok karpenter-kwok kube-scheduler kube-controller-manager controller-gen lws-controller)
 elif [ $# -gt 0 ]; then
   order=("$@") && only=1
 fi

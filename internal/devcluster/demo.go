@@ -44,6 +44,7 @@ var scenes = []Scene{
 	{"guard", "the consolidation guard on a GPU NodePool that consolidates underutilized nodes", guardTimeout, guardScene},
 	{"autoscale", "a vLLM Deployment sized by KEDA and berth's scaler from queue depth and KV-cache usage", autoscaleTimeout, autoscaleScene},
 	{"dra", "a 2-node gang claiming 8 L40S each through DRA (berth dev up --dra) on a family with no nodes yet", draTimeout, draScene},
+	{"lws", "a LeaderWorkerSet of 2-node groups (8 A100s a pod) scaled from 1 to 3 groups on load, each group admitted whole", lwsTimeout, lwsScene},
 }
 
 // Scenes are the demo's scenes in the order Demo plays them.

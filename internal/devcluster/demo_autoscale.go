@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -56,7 +57,7 @@ func autoscaleScene(ctx context.Context, d *demo) error {
 	// 90 s of waiting to each step of it.
 	vllmsim.SetModelLoad(dep, 0)
 	w := &autoscaleWatch{c: c, p: p, metricsURL: eps.Data["scaler-metrics"], loadURL: eps.Data["vllm-sim-admin"],
-		pods: dep.Spec.Selector.MatchLabels, nodes: map[string]bool{}}
+		scaledObject: inferenceName, pods: dep.Spec.Selector.MatchLabels, product: inferencePool, groupSize: 1, nodes: map[string]bool{}}
 	if err := c.Create(ctx, dep); err != nil {
 		return fmt.Errorf("creating Deployment %s: %w", inferenceName, err)
 	}
@@ -105,7 +106,12 @@ type autoscaleWatch struct {
 	c                       client.Client
 	p                       *printer
 	metricsURL, loadURL     string
+	scaledObject            string
 	pods                    client.MatchingLabels
+	// product is the GPU product of the replicas' NodePool (rig.GPUNodePoolName); groupSize the
+	// pods of one replica (a LeaderWorkerSet group's: a replica is ready when all of it is).
+	product   string
+	groupSize int
 	last                    string
 	lastShape               [3]int
 	lastAt                  time.Time
@@ -160,26 +166,22 @@ func (w *autoscaleWatch) look(ctx context.Context) (autoscaleSnap, error) {
 	if err != nil {
 		return s, err
 	}
-	s.total = len(pods)
-	for _, pod := range pods {
-		if cond := podCondition(&pod, corev1.PodReady); cond != nil && cond.Status == corev1.ConditionTrue {
-			s.ready++
-		}
-	}
+	s.ready, s.total = replicasOf(pods, w.groupSize)
+	gpu := strings.ToUpper(w.product)
 	var nodes corev1.NodeList
-	if err := w.c.List(ctx, &nodes, client.MatchingLabels{karpv1.NodePoolLabelKey: rig.GPUNodePoolName(inferencePool)}); err != nil {
+	if err := w.c.List(ctx, &nodes, client.MatchingLabels{karpv1.NodePoolLabelKey: rig.GPUNodePoolName(w.product)}); err != nil {
 		return s, fmt.Errorf("listing nodes: %w", err)
 	}
 	now := map[string]bool{}
 	for _, n := range nodes.Items {
 		now[n.Name] = true
 		if !w.nodes[n.Name] {
-			w.p.say("Karpenter launched L4 node %s (%s)", n.Name, n.Labels[corev1.LabelInstanceTypeStable])
+			w.p.say("Karpenter launched %s node %s (%s)", gpu, n.Name, n.Labels[corev1.LabelInstanceTypeStable])
 		}
 	}
 	for name := range w.nodes {
 		if !now[name] {
-			w.p.say("L4 node %s removed (empty, consolidated)", name)
+			w.p.say("%s node %s removed (empty, consolidated)", gpu, name)
 		}
 	}
 	w.nodes = now
@@ -191,8 +193,12 @@ func (w *autoscaleWatch) look(ctx context.Context) (autoscaleSnap, error) {
 	if s.ready > 0 && s.kv >= 0 {
 		kv = fmt.Sprintf("%.0f%%", 100*s.kv/float64(s.ready))
 	}
-	line := fmt.Sprintf("queue %3.0f waiting | KV cache %4s per replica | berth desired %.0f | replicas %d ready / %d | L4 nodes %d",
-		s.queue, kv, s.desired, s.ready, s.total, len(now))
+	unit := "replicas"
+	if w.groupSize > 1 {
+		unit = "groups"
+	}
+	line := fmt.Sprintf("queue %3.0f waiting | KV cache %4s per replica | berth desired %.0f | %s %d ready / %d | %s nodes %d",
+		s.queue, kv, s.desired, unit, s.ready, s.total, gpu, len(now))
 	// A line when replicas or nodes change, else at most every 5 s while the signals move.
 	shape := [3]int{s.ready, s.total, len(now)}
 	if line != w.last && (shape != w.lastShape || time.Since(w.lastAt) >= 5*time.Second) {
@@ -200,6 +206,41 @@ func (w *autoscaleWatch) look(ctx context.Context) (autoscaleSnap, error) {
 		w.last, w.lastShape, w.lastAt = line, shape, time.Now()
 	}
 	return s, nil
+}
+
+// replicasOf counts the replicas among pods and those ready: each pod one, or with groupSize
+// above 1 each LeaderWorkerSet group (its leader and the workers naming it), ready when all of
+// its groupSize pods are.
+func replicasOf(pods []corev1.Pod, groupSize int) (ready, total int) {
+	isReady := func(p *corev1.Pod) bool {
+		cond := podCondition(p, corev1.PodReady)
+		return cond != nil && cond.Status == corev1.ConditionTrue
+	}
+	if groupSize <= 1 {
+		for i := range pods {
+			if isReady(&pods[i]) {
+				ready++
+			}
+		}
+		return ready, len(pods)
+	}
+	readyIn, in := map[string]int{}, map[string]int{}
+	for i := range pods {
+		lead := pods[i].Annotations[berthv1alpha1.LWSLeaderNameAnnotation]
+		if lead == "" {
+			lead = pods[i].Name
+		}
+		in[lead]++
+		if isReady(&pods[i]) {
+			readyIn[lead]++
+		}
+	}
+	for lead := range in {
+		if readyIn[lead] == groupSize {
+			ready++
+		}
+	}
+	return ready, len(in)
 }
 
 // scalerView reads the scaler's own series for the demo's ScaledObject: raw queue and KV
@@ -226,7 +267,7 @@ func (w *autoscaleWatch) scalerView(ctx context.Context) (queue, kv, desired flo
 			for _, l := range m.GetLabel() {
 				labels[l.GetName()] = l.GetValue()
 			}
-			if labels["scaled_object"] != inferenceName || labels["namespace"] != DemoNamespace {
+			if labels["scaled_object"] != w.scaledObject || labels["namespace"] != DemoNamespace {
 				continue
 			}
 			switch {

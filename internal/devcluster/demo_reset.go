@@ -18,6 +18,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/internal/vllmsim"
 	"github.com/berth-dev/berth/scaler/targets"
 )
 
@@ -27,7 +28,7 @@ const resetTimeout = 90 * time.Second
 // demoPools are the NodePools whose nodes the demo launches: every scene expects to start
 // with none of them, so that Karpenter's launches show.
 func demoPools() []string {
-	return []string{rig.GPUNodePoolName("h100"), rig.GPUNodePoolName(provisionProduct), guardedPool, auditPool, rig.GPUNodePoolName(inferencePool)}
+	return []string{rig.GPUNodePoolName("h100"), rig.GPUNodePoolName(provisionProduct), guardedPool, auditPool, rig.GPUNodePoolName(inferencePool), rig.GPUNodePoolName(lwsProduct)}
 }
 
 // resetDemo removes what an earlier run left: the demo namespace's workloads, the NodePools the
@@ -65,7 +66,8 @@ func resetDemo(ctx context.Context, c client.Client, p *printer) error {
 	return waitGone(ctx, c, stale)
 }
 
-// resetNamespace creates the demo namespace, or empties it of ScaledObjects, Deployments,
+// resetNamespace creates the demo namespace, or empties it of ScaledObjects, LeaderWorkerSets,
+// Deployments,
 // ReplicaSets, PodGroups and pods, and waits until its pods are gone.
 func resetNamespace(ctx context.Context, c client.Client) error {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DemoNamespace}}
@@ -74,6 +76,8 @@ func resetNamespace(ctx context.Context, c client.Client) error {
 	}
 	so := &unstructured.Unstructured{}
 	so.SetGroupVersionKind(targets.ScaledObjectGVK)
+	lws := &unstructured.Unstructured{}
+	lws.SetGroupVersionKind(vllmsim.LeaderWorkerSetGVK)
 	background := client.PropagationPolicy(metav1.DeletePropagationBackground)
 	for _, kind := range []struct {
 		name string
@@ -81,12 +85,13 @@ func resetNamespace(ctx context.Context, c client.Client) error {
 		opt  client.DeleteAllOfOption
 	}{
 		{"ScaledObjects", so, background},
+		{"LeaderWorkerSets", lws, background},
 		{"Deployments", &appsv1.Deployment{}, background},
 		{"ReplicaSets", &appsv1.ReplicaSet{}, background},
 		{"PodGroups", &berthv1alpha1.PodGroup{}, background},
 		{"pods", &corev1.Pod{}, client.GracePeriodSeconds(0)},
 	} {
-		// A cluster without KEDA's CRDs has no ScaledObjects to remove.
+		// A cluster without KEDA's (or LeaderWorkerSet's) CRDs has none of them to remove.
 		if err := c.DeleteAllOf(ctx, kind.obj, client.InNamespace(DemoNamespace), kind.opt); err != nil && !meta.IsNoMatchError(err) {
 			return fmt.Errorf("removing earlier demo %s: %w", kind.name, err)
 		}

@@ -98,7 +98,7 @@ func TestBatchNote(t *testing.T) {
 }
 
 func TestScenesTable(t *testing.T) {
-	want := []string{"training", "gang", "provision", "guard", "autoscale", "dra"}
+	want := []string{"training", "gang", "provision", "guard", "autoscale", "dra", "lws"}
 	if got := sceneNames(); !slices.Equal(got, want) {
 		t.Fatalf("scenes = %v, want %v", got, want)
 	}
@@ -124,6 +124,7 @@ provision  a 2-node gang (2 x 8 H200 GPUs, one zone) on a family with no nodes y
 guard      the consolidation guard on a GPU NodePool that consolidates underutilized nodes
 autoscale  a vLLM Deployment sized by KEDA and berth's scaler from queue depth and KV-cache usage
 dra        a 2-node gang claiming 8 L40S each through DRA (berth dev up --dra) on a family with no nodes yet
+lws        a LeaderWorkerSet of 2-node groups (8 A100s a pod) scaled from 1 to 3 groups on load, each group admitted whole
 `
 	if b.String() != want {
 		t.Errorf("ListScenes() =\n%s\nwant\n%s", b.String(), want)
@@ -137,12 +138,12 @@ func TestPickScenes(t *testing.T) {
 		want    []int
 		wantErr string
 	}{
-		{name: "none named: all, in order", want: []int{0, 1, 2, 3, 4, 5}},
+		{name: "none named: all, in order", want: []int{0, 1, 2, 3, 4, 5, 6}},
 		{name: "one", names: []string{"gang"}, want: []int{1}},
 		{name: "a subset keeps the table's order", names: []string{"autoscale", "training", "guard"}, want: []int{0, 3, 4}},
 		{name: "a name twice plays once", names: []string{"guard", "guard"}, want: []int{3}},
-		{name: "unknown", names: []string{"gang", "nope"}, wantErr: `no scene "nope": the scenes are training, gang, provision, guard, autoscale, dra`},
-		{name: "empty name", names: []string{""}, wantErr: `no scene "": the scenes are training, gang, provision, guard, autoscale, dra`},
+		{name: "unknown", names: []string{"gang", "nope"}, wantErr: `no scene "nope": the scenes are training, gang, provision, guard, autoscale, dra, lws`},
+		{name: "empty name", names: []string{""}, wantErr: `no scene "": the scenes are training, gang, provision, guard, autoscale, dra, lws`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := pickScenes(tc.names)

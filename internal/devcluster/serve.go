@@ -208,6 +208,14 @@ func bringUp(ctx context.Context, o Options, st *State) (*rig.Rig, error) {
 		st.Pending = map[string]string{pendingKEDA: "its binaries are not built yet (hack/build-tools.sh keda-operator keda-adapter); it starts once they are"}
 		o.Logf("KEDA is not built yet: the cluster comes up without it and starts it once hack/build-tools.sh has built it")
 	}
+	// Multi-node inference (the lws scene): the LeaderWorkerSet controller, when built.
+	if rig.LWSBuilt(o.ToolsDir) {
+		if err := r.StartLWS(ctx); err != nil {
+			return r, err
+		}
+	} else {
+		o.Logf("the LeaderWorkerSet controller is not built (hack/build-tools.sh lws-controller): the cluster comes up without it")
+	}
 	// Before berth: berth serves ProvisioningRequests where their API is served when it starts.
 	if o.Kueue {
 		if err := r.StartKueue(ctx); err != nil {

@@ -21,6 +21,12 @@ import (
 // BinLWS is the LeaderWorkerSet controller (sigs.k8s.io/lws/cmd), built by hack/build-tools.sh.
 const BinLWS = "lws-controller"
 
+// LWSBuilt reports whether the LeaderWorkerSet controller's binary is in the tools folder.
+func LWSBuilt(toolsDir string) bool {
+	fi, err := os.Stat(filepath.Join(toolsDir, "bin", BinLWS))
+	return err == nil && fi.Mode()&0o111 != 0
+}
+
 // StartLWS runs the real LeaderWorkerSet controller against the rig with its CRD and its
 // webhooks registered as LeaderWorkerSet's manifests register them (defaulting and validating
 // LeaderWorkerSets; labelling each group's pods, which its controller reads), routed to the

@@ -76,7 +76,7 @@ func TestDevUpDemoDown(t *testing.T) {
 	if err != nil || !ok || !st.Ready {
 		t.Fatalf("state after up: %+v ok=%v err=%v", st, ok, err)
 	}
-	wantComponents := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "karpenter-kwok", "keda-operator", "keda-adapter", "kueue-controller", "berth-controller", "berth-scaler", "vllm-sim"}
+	wantComponents := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "karpenter-kwok", "keda-operator", "keda-adapter", "lws-controller", "kueue-controller", "berth-controller", "berth-scaler", "vllm-sim"}
 	var names []string
 	for _, c := range st.Components {
 		names = append(names, c.Name)
@@ -175,6 +175,10 @@ var demoMilestones = []string{
 	"the Deployment followed its load",
 	// 6: DRA, which this dev cluster runs without.
 	"skipped: this dev cluster runs without DRA",
+	// 7: a LeaderWorkerSet of 2-node groups, each a gang, scaled in whole groups.
+	"created LeaderWorkerSet berth-demo/llama-405b", "berth adopted the group as PodGroup llama-405b-0 (minMember 2",
+	"created ScaledObject llama-405b on the LeaderWorkerSet", "Karpenter launched A100 node", "groups 3 ready / 3",
+	"the LeaderWorkerSet followed its load in whole groups",
 }
 
 // running is true for a live, non-zombie process.
