@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -24,11 +25,14 @@ import (
 // Releases records, per gang member of a namespace, the resourceVersion at which it was first
 // seen without berth's gate and first seen bound. The API server orders all writes, so a member
 // bound at a lower resourceVersion than another member's gate removal was bound while that one
-// was still gated: its gang was partly released.
+// was still gated: its gang was partly released. A member is known by its name, as the pod of
+// that name seen created last: a gang recreated under the same names (a LeaderWorkerSet group
+// restarted) is judged by its new pods.
 type Releases struct {
 	mu      sync.Mutex
-	ungated map[string]int64
-	bound   map[string]int64
+	uid     map[string]types.UID
+	ungated map[types.UID]int64
+	bound   map[types.UID]int64
 }
 
 // WatchReleases starts recording the gang members of namespace ns; it stops with the test.
@@ -52,7 +56,10 @@ func WatchReleases(t testing.TB, ns string) *Releases {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &Releases{ungated: map[string]int64{}, bound: map[string]int64{}}
+	rec := &Releases{uid: map[string]types.UID{}, ungated: map[types.UID]int64{}, bound: map[types.UID]int64{}}
+	for i := range list.Items {
+		rec.uid[list.Items[i].Name] = list.Items[i].UID
+	}
 	go func() {
 		for ev := range w.ResultChan() {
 			p, ok := ev.Object.(*corev1.Pod)
@@ -65,11 +72,14 @@ func WatchReleases(t testing.TB, ns string) *Releases {
 				gated = gated || g.Name == berthv1alpha1.SchedulingGate
 			}
 			rec.mu.Lock()
-			if _, seen := rec.ungated[p.Name]; !seen && !gated {
-				rec.ungated[p.Name] = rv
+			if ev.Type == watch.Added {
+				rec.uid[p.Name] = p.UID
 			}
-			if _, seen := rec.bound[p.Name]; !seen && p.Spec.NodeName != "" {
-				rec.bound[p.Name] = rv
+			if _, seen := rec.ungated[p.UID]; !seen && !gated {
+				rec.ungated[p.UID] = rv
+			}
+			if _, seen := rec.bound[p.UID]; !seen && p.Spec.NodeName != "" {
+				rec.bound[p.UID] = rv
 			}
 			rec.mu.Unlock()
 		}
@@ -91,8 +101,8 @@ func (r *Releases) waitObserved(gangs map[string][]string, timeout time.Duration
 		missing := false
 		for _, members := range gangs {
 			for _, m := range members {
-				_, okU := r.ungated[m]
-				_, okB := r.bound[m]
+				_, okU := r.ungated[r.uid[m]]
+				_, okB := r.bound[r.uid[m]]
 				missing = missing || !okU || !okB
 			}
 		}
@@ -116,8 +126,8 @@ func (r *Releases) CheckWhole(t testing.TB, gangs map[string][]string) int {
 	for gang, members := range gangs {
 		var lastUngate, firstBind int64 = 0, 1 << 62
 		for _, m := range members {
-			u, okU := r.ungated[m]
-			b, okB := r.bound[m]
+			u, okU := r.ungated[r.uid[m]]
+			b, okB := r.bound[r.uid[m]]
 			if !okU || !okB {
 				t.Errorf("gang %s, member %s: ungating or binding not observed", gang, m)
 				continue
