@@ -103,15 +103,15 @@ func autoscaleScene(ctx context.Context, d *demo) error {
 
 // autoscaleWatch prints the scene's state whenever it changes.
 type autoscaleWatch struct {
-	c                       client.Client
-	p                       *printer
-	metricsURL, loadURL     string
-	scaledObject            string
-	pods                    client.MatchingLabels
+	c                   client.Client
+	p                   *printer
+	metricsURL, loadURL string
+	scaledObject        string
+	pods                client.MatchingLabels
 	// product is the GPU product of the replicas' NodePool (rig.GPUNodePoolName); groupSize the
 	// pods of one replica (a LeaderWorkerSet group's: a replica is ready when all of it is).
-	product   string
-	groupSize int
+	product                 string
+	groupSize               int
 	last                    string
 	lastShape               [3]int
 	lastAt                  time.Time

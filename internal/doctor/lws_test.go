@@ -22,7 +22,7 @@ func lwsObject(name string, size, gpus int64, pool string) unstructured.Unstruct
 	}
 	return unstructured.Unstructured{Object: map[string]any{"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
 		"metadata": map[string]any{"name": name, "namespace": "serving"},
-		"spec": map[string]any{"leaderWorkerTemplate": map[string]any{"size": size, "workerTemplate": map[string]any{"spec": spec}}}}}
+		"spec":     map[string]any{"leaderWorkerTemplate": map[string]any{"size": size, "workerTemplate": map[string]any{"spec": spec}}}}}
 }
 
 // gpuPool is a GPU NodePool of one EC2 family with a GPU limit (0: none).
