@@ -212,6 +212,8 @@ const (
 	// KueueQueueNameLabel is Kueue's label submitting a workload to a LocalQueue.
 	KueueQueueNameLabel = "kueue.x-k8s.io/queue-name"
 
+	// LWSGroup is LeaderWorkerSet's API group.
+	LWSGroup = "leaderworkerset.x-k8s.io"
 	// LWSNameLabel is LeaderWorkerSet's label on every pod of a LeaderWorkerSet, naming it.
 	LWSNameLabel = "leaderworkerset.sigs.k8s.io/name"
 	// LWSWorkerIndexLabel is LeaderWorkerSet's label with a pod's index in its group ("0": the

@@ -27,7 +27,7 @@ const (
 const KindLWS = "LeaderWorkerSet"
 
 // lwsGVK is the LeaderWorkerSet API berth reads (sigs.k8s.io/lws v1).
-var lwsGVK = schema.GroupVersionKind{Group: "leaderworkerset.x-k8s.io", Version: "v1", Kind: KindLWS}
+var lwsGVK = schema.GroupVersionKind{Group: berthv1alpha1.LWSGroup, Version: "v1", Kind: KindLWS}
 
 // lwsGroup is what one group of a LeaderWorkerSet asks for.
 type lwsGroup struct {

@@ -13,7 +13,7 @@ import (
 
 // LeaderWorkerSetGVK is LeaderWorkerSet's kind (sigs.k8s.io/lws v1), written as unstructured:
 // berth does not link its API packages.
-var LeaderWorkerSetGVK = schema.GroupVersionKind{Group: "leaderworkerset.x-k8s.io", Version: "v1", Kind: "LeaderWorkerSet"}
+var LeaderWorkerSetGVK = schema.GroupVersionKind{Group: berthv1alpha1.LWSGroup, Version: "v1", Kind: "LeaderWorkerSet"}
 
 // GroupOptions shape a multi-node vLLM LeaderWorkerSet: Replicas groups of Size pods, each pod
 // GPUs GPUs on NodePool Pool; the leader serves on Port after LeaderLoad (with LeaderLabels:

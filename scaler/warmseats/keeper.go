@@ -266,6 +266,9 @@ func (k *Keeper) readTemplate(ctx context.Context, key Key) (*corev1.PodTemplate
 	if err != nil {
 		return nil, false, fmt.Errorf("scaleTargetRef.apiVersion %q: %w", apiVersion, err)
 	}
+	if gv.Group == berthv1alpha1.LWSGroup {
+		return nil, false, fmt.Errorf("%s %s: warm seats hold a node for a one-pod replica, and a LeaderWorkerSet group spans nodes (its capacity comes whole from gang provisioning; docs/multi-node-inference.md): remove warmSeats from the trigger", kind, ref["name"])
+	}
 	target := &unstructured.Unstructured{}
 	target.SetGroupVersionKind(gv.WithKind(kind))
 	if err := k.API.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: ref["name"]}, target); err != nil {

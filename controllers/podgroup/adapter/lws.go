@@ -18,7 +18,7 @@ import (
 )
 
 // lwsGVK is the LeaderWorkerSet API whose startup policy berth reads.
-var lwsGVK = schema.GroupVersionKind{Group: "leaderworkerset.x-k8s.io", Version: "v1", Kind: "LeaderWorkerSet"}
+var lwsGVK = schema.GroupVersionKind{Group: berthv1alpha1.LWSGroup, Version: "v1", Kind: "LeaderWorkerSet"}
 
 // lwsLeaderReady is LeaderWorkerSet's startup policy that creates a group's workers only once
 // its leader is ready.
