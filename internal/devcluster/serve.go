@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -240,6 +241,10 @@ func startBerth(ctx context.Context, o Options, r *rig.Rig, st *State) error {
 	// The pod-gate webhook listens on loopback; the apiserver reaches it by URL.
 	url := fmt.Sprintf("https://localhost:%d%s", ports[2], gate.Path)
 	adapters := gate.Adapters()
+	names := make([]string, len(adapters))
+	for i, a := range adapters {
+		names[i] = a.Name // the webhook calls the controller for every adapter it registers
+	}
 	if err := r.Client.Create(ctx, gate.Configuration(admissionregistrationv1.WebhookClientConfig{URL: &url}, adapters)); err != nil {
 		return fmt.Errorf("installing webhook configuration: %w", err)
 	}
@@ -249,7 +254,7 @@ func startBerth(ctx context.Context, o Options, r *rig.Rig, st *State) error {
 		"--webhook-host=127.0.0.1", "--webhook-port=" + strconv.Itoa(ports[2]),
 		"--webhook-cert-dir=" + filepath.Join(r.WorkDir(), "webhook-certs"), "--webhook-secret-namespace=" + rig.BerthNamespace,
 		"--seat-namespace=" + rig.BerthNamespace,
-		"--webhook-hosts=localhost", "--adapters=coscheduling,volcano,kai,kueue",
+		"--webhook-hosts=localhost", "--adapters=" + strings.Join(names, ","),
 	}, nil, "http://"+health+"/readyz"); err != nil {
 		return err
 	}
