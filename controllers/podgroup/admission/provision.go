@@ -150,23 +150,17 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	// The attempt keeps its seats: a seat's node that turns Ready before the seat is bound reads
 	// as room for a member, and shrinking to what is missing then deleted the seat holding it
 	// (the gang lost the node it asked for, and its timeout could not reclaim it).
-	//
-	// It grows when room it counted on is gone: the free room it reserved for members without a
-	// seat went to another gang (whose pending seat kube-scheduler put there, or which was
-	// admitted there), so more members now lack a place than it holds seats for. Without more
-	// seats it would wait out its whole timeout for room that will not come back.
-	// Never more seats than members.
-	want := int(p.Seats)
-	if grow := min(len(sf.Missing), len(gang.Members)); grow > want {
-		grown := p.DeepCopy()
-		grown.Seats = int32(grow)
-		if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) { st.Provisioning = grown }); err != nil {
+	want, seatsFrom := int(p.Seats), sf
+	if grown, n, ok := attemptGrowth(cy.bootingSnapshot(), gang, g, gv.seats); ok {
+		next := p.DeepCopy()
+		next.Seats = int32(n)
+		if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) { st.Provisioning = next }); err != nil {
 			return 0, err
 		}
-		r.recorder.Normal(g, events.ReasonCapacityRequested, fmt.Sprintf("attempt %d: %d more seat(s): room the gang counted on was taken by another workload", p.Attempt, grow-want))
-		want = grow
+		r.recorder.Normal(g, events.ReasonCapacityRequested, fmt.Sprintf("attempt %d: %d more seat(s): room the gang counted on was taken by another workload", p.Attempt, n-want))
+		want, seatsFrom = n, grown
 	}
-	if err := r.ensureSeats(ctx, gv, p.Attempt, sf, want, cy.dynamic); err != nil {
+	if err := r.ensureSeats(ctx, gv, p.Attempt, seatsFrom, want, cy.dynamic); err != nil {
 		return 0, err
 	}
 	onReady := 0

@@ -268,3 +268,68 @@ func TestAttemptGrowsWhenItsRoomIsTaken(t *testing.T) {
 		t.Errorf("%d seats, attempt %+v; want attempt 1 grown to 2 seats", len(seats.Items), got.Status.Provisioning)
 	}
 }
+
+// TestAttemptDoesNotGrowOnBootingRoom: an attempt sized counting a booting node as room (a gang
+// of 3: one member on a Ready node, one on the booting node, one seat) keeps its one seat cycle
+// after cycle — the booting node is capacity on its way, not room lost.
+func TestAttemptDoesNotGrowOnBootingRoom(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
+	g := builders.PodGroup("ddp", "ml").MinMember(3).Obj()
+	g.UID = "uid-ddp"
+	started := metav1.NewTime(now.Add(-10 * time.Second))
+	g.Status.WaitingSince = &started
+	g.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &started}
+	booting := builders.Node("n2").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
+	booting.CreationTimestamp = metav1.NewTime(now.Add(-time.Minute))
+	booting.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	objs := []client.Object{builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Label(reserveKey(g), "true").Obj(), booting, g,
+		builders.Pod(seatName(g, 1, 0), "berth-system").Label(berthv1alpha1.SeatOfLabel, string(g.UID)).GPU(8).Obj()}
+	for i := range 3 {
+		objs = append(objs, builders.Pod(fmt.Sprintf("ddp-%d", i), "ml").Member("ddp").Gated().GPU(8).WithReleaseTerm("ddp").Obj())
+	}
+	r, base, _, _, _ := budgetHarness(t, objs...)
+	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	for range 3 {
+		cycleOnce(t, r)
+	}
+	var seats corev1.PodList
+	if err := base.List(context.Background(), &seats, client.InNamespace("berth-system")); err != nil {
+		t.Fatal(err)
+	}
+	var got berthv1alpha1.PodGroup
+	if err := base.Get(context.Background(), client.ObjectKeyFromObject(g), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(seats.Items) != 1 || got.Status.Provisioning == nil || got.Status.Provisioning.Seats != 1 {
+		t.Errorf("%d seats, attempt %+v; want the attempt's one seat", len(seats.Items), got.Status.Provisioning)
+	}
+}
+
+// TestGrownSeatTakesTheUncoveredMembersShape: a leader (8 GPUs) and a worker (4 GPUs); the
+// attempt's one seat is the worker's, the leader counted on a free node another workload then
+// took. The seat the attempt grows is shaped for the leader, not a second worker's.
+func TestGrownSeatTakesTheUncoveredMembersShape(t *testing.T) {
+	g := builders.PodGroup("grp", "ml").MinMember(2).Obj()
+	g.UID = "uid-grp"
+	started := metav1.NewTime(time.Date(2026, 1, 1, 11, 59, 50, 0, time.UTC))
+	g.Status.WaitingSince = &started
+	g.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &started}
+	thief := builders.Pod("other", "ml").GPU(8).Obj()
+	thief.Spec.NodeName, thief.Status.Phase = "n1", corev1.PodRunning
+	seat := builders.Pod(seatName(g, 1, 0), "berth-system").Label(berthv1alpha1.SeatOfLabel, string(g.UID)).GPU(4).Obj()
+	seat.Annotations = map[string]string{berthv1alpha1.SeatForMemberAnnotation: "grp-1"}
+	objs := []client.Object{builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Label(reserveKey(g), "true").Obj(), g, thief, seat,
+		builders.Pod("grp-0", "ml").Member("grp").Gated().GPU(8).WithReleaseTerm("grp").Obj(),
+		builders.Pod("grp-1", "ml").Member("grp").Gated().GPU(4).WithReleaseTerm("grp").Obj()}
+	r, base, _, _, _ := budgetHarness(t, objs...)
+	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	cycleOnce(t, r)
+	var grown corev1.Pod
+	if err := base.Get(context.Background(), client.ObjectKey{Namespace: "berth-system", Name: seatName(g, 1, 1)}, &grown); err != nil {
+		t.Fatalf("no grown seat: %v", err)
+	}
+	gpus := grown.Spec.Containers[0].Resources.Requests[berthv1alpha1.GPUResource]
+	if grown.Annotations[berthv1alpha1.SeatForMemberAnnotation] != "grp-0" || gpus.Value() != 8 {
+		t.Errorf("grown seat for %q with %s GPUs, want the leader grp-0's 8", grown.Annotations[berthv1alpha1.SeatForMemberAnnotation], gpus.String())
+	}
+}
