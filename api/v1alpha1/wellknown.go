@@ -222,6 +222,9 @@ const (
 	// LWSGroupIndexLabel is LeaderWorkerSet's label with a pod's group index (on a leader, set by
 	// LeaderWorkerSet's pod webhook).
 	LWSGroupIndexLabel = "leaderworkerset.sigs.k8s.io/group-index"
+	// LWSRevisionLabel is LeaderWorkerSet's label with the template revision a pod was made
+	// from: a leader's workers carry its revision.
+	LWSRevisionLabel = "leaderworkerset.sigs.k8s.io/template-revision-hash"
 	// LWSSizeAnnotation is LeaderWorkerSet's annotation on every pod with its group's size
 	// (leader included).
 	LWSSizeAnnotation = "leaderworkerset.sigs.k8s.io/size"

@@ -17,7 +17,7 @@ import (
 // lwsPod is a pod of LeaderWorkerSet "llm" with groups of size; leader "" makes a leader.
 func lwsPod(name, leader string, size string, readyAtMin int) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ml",
-		Labels:      map[string]string{berthv1alpha1.LWSNameLabel: "llm"},
+		Labels:      map[string]string{berthv1alpha1.LWSNameLabel: "llm", berthv1alpha1.LWSRevisionLabel: "r1"},
 		Annotations: map[string]string{berthv1alpha1.LWSSizeAnnotation: size}}}
 	if leader != "" {
 		p.Annotations[berthv1alpha1.LWSLeaderNameAnnotation] = leader
@@ -33,8 +33,9 @@ func lwsPod(name, leader string, size string, readyAtMin int) *corev1.Pod {
 
 // TestListCountsOneReplicaPerGroup: the replicas of a LeaderWorkerSet are its groups, read at
 // their leaders; a group is ready once its leader and every worker are (since the last of
-// them), not while a worker is missing or starting — whether the selector picks leaders only
-// (the LeaderWorkerSet's /scale selector) or every pod of it.
+// them), not while a worker is missing or starting, nor with a worker left from the leader's
+// previous revision — whether the selector picks leaders only (the LeaderWorkerSet's /scale
+// selector) or every pod of it. The pods are what the scaler's cache keeps (SlimPod).
 func TestListCountsOneReplicaPerGroup(t *testing.T) {
 	gone := lwsPod("llm-3-1", "llm-3", "2", 1)
 	gone.DeletionTimestamp = &metav1.Time{Time: time.Now()}
@@ -45,14 +46,21 @@ func TestListCountsOneReplicaPerGroup(t *testing.T) {
 		lwsPod("llm-2", "", "3", 2), lwsPod("llm-2-1", "llm-2", "3", 3), // a worker missing
 		lwsPod("llm-3", "", "2", 2), gone, // its only worker is being deleted
 		lwsPod("solo-0", "", "1", 7), // a group of one
+		lwsPod("llm-4", "", "2", 2), oldRevision(lwsPod("llm-4-1", "llm-4", "2", 1)), // its worker is the old leader's
 	}
 	b := fake.NewClientBuilder()
 	for _, o := range objs {
-		b = b.WithObjects(o)
+		slim, err := SlimPod(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sp := slim.(*corev1.Pod)
+		sp.Finalizers = o.Finalizers // the fake client stores a pod being deleted only with them
+		b = b.WithObjects(sp)
 	}
 	tg := &Targets{Pods: b.Build()}
 	want := map[string]time.Time{
-		"llm-0": time.Date(2026, 1, 1, 0, 5, 0, 0, time.UTC), "llm-1": {}, "llm-2": {}, "llm-3": {},
+		"llm-0": time.Date(2026, 1, 1, 0, 5, 0, 0, time.UTC), "llm-1": {}, "llm-2": {}, "llm-3": {}, "llm-4": {},
 		"solo-0": time.Date(2026, 1, 1, 0, 7, 0, 0, time.UTC),
 	}
 	for _, sel := range []string{berthv1alpha1.LWSNameLabel + "=llm," + berthv1alpha1.LWSWorkerIndexLabel + "=0", berthv1alpha1.LWSNameLabel + "=llm"} {
@@ -73,6 +81,25 @@ func TestListCountsOneReplicaPerGroup(t *testing.T) {
 				t.Errorf("selector %s: %s = %+v, want ready=%v since %v", sel, name, p, !at.IsZero(), at)
 			}
 		}
+	}
+}
+
+func oldRevision(p *corev1.Pod) *corev1.Pod {
+	p.Labels[berthv1alpha1.LWSRevisionLabel] = "r0"
+	return p
+}
+
+// TestGroupStartsWithItsNewestPod: a group that is not ready has been starting since its newest
+// pod was created (a worker recreated late restarts the clock); a ready group reads its start
+// from its leader.
+func TestGroupStartsWithItsNewestPod(t *testing.T) {
+	at := func(m int) time.Time { return time.Date(2026, 1, 1, 0, m, 0, 0, time.UTC) }
+	leader := scaler.Pod{Name: "llm-0", Ready: true, Created: at(0), ReadyAt: at(3)}
+	if got := groupState(leader, 2, []scaler.Pod{{Name: "llm-0-1", Created: at(20)}}); got.Ready || !got.Created.Equal(at(20)) {
+		t.Errorf("group with a worker recreated at minute 20: %+v, want starting since then", got)
+	}
+	if got := groupState(leader, 2, []scaler.Pod{{Name: "llm-0-1", Created: at(1), Ready: true, ReadyAt: at(4)}}); !got.Ready || !got.Created.Equal(at(0)) || !got.ReadyAt.Equal(at(4)) {
+		t.Errorf("whole group: %+v, want ready since minute 4, created with its leader", got)
 	}
 }
 

@@ -45,6 +45,9 @@ const Name = "podgroup.adapter"
 // staleRetry is how soon a pod whose gang's stale PodGroup is being deleted is looked at again.
 const staleRetry = time.Second
 
+// leaderGoneRetry is how soon a LeaderWorkerSet worker whose leader is gone is looked at again.
+const leaderGoneRetry = 5 * time.Second
+
 // sourceGroups are the foreign PodGroup kinds whose spec.minMember sizes an adapted gang.
 var sourceGroups = map[string]schema.GroupVersionKind{
 	gate.SourceCoscheduling.Name: {Group: "scheduling.x-k8s.io", Version: "v1alpha1", Kind: "PodGroup"},
@@ -89,8 +92,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		err = r.create(ctx, &pod, source, group)
 	}
 	if errors.Is(err, errLeaderGone) {
-		// A worker of a group whose leader is going: the group's next leader makes its PodGroup.
-		return reconcile.Result{RequeueAfter: staleRetry}, nil
+		// A worker of a group whose leader is going: the group's next leader makes its PodGroup
+		// (LeaderWorkerSet deletes the worker with its leader; looked at again until then).
+		return reconcile.Result{RequeueAfter: leaderGoneRetry}, nil
 	}
 	return res, err
 }

@@ -63,7 +63,12 @@ func (r *Reconciler) shapeLWSGroup(ctx context.Context, pod *corev1.Pod, pg *ber
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(lwsGVK)
 	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: name}, u); err != nil {
-		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) || meta.IsNoMatchError(err) {
+		switch {
+		case apierrors.IsNotFound(err) || meta.IsNoMatchError(err):
+			return nil // gone (its pods follow), or not a LeaderWorkerSet berth can read
+		case apierrors.IsForbidden(err):
+			r.Recorder.Warning(pod, events.ReasonGangCannotFormWhole, fmt.Sprintf(
+				"berth may not read LeaderWorkerSet %s (grant its controller get on leaderworkersets): the group is held until it is whole, and if its startupPolicy is LeaderReady (workers created only once the leader is ready) it never will be", name))
 			return nil
 		}
 		return fmt.Errorf("reading LeaderWorkerSet %s of pod %s: %w", name, pod.Name, err)
