@@ -45,7 +45,7 @@ func TestListCountsOneReplicaPerGroup(t *testing.T) {
 		lwsPod("llm-1", "", "3", 2), lwsPod("llm-1-1", "llm-1", "3", 3), lwsPod("llm-1-2", "llm-1", "3", -1), // a worker starting
 		lwsPod("llm-2", "", "3", 2), lwsPod("llm-2-1", "llm-2", "3", 3), // a worker missing
 		lwsPod("llm-3", "", "2", 2), gone, // its only worker is being deleted
-		lwsPod("solo-0", "", "1", 7), // a group of one
+		lwsPod("solo-0", "", "1", 7),                                                 // a group of one
 		lwsPod("llm-4", "", "2", 2), oldRevision(lwsPod("llm-4-1", "llm-4", "2", 1)), // its worker is the old leader's
 	}
 	b := fake.NewClientBuilder()
