@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +50,11 @@ func lwsScene(ctx context.Context, d *demo) error {
 	if err := waitForKEDA(ctx, d); err != nil {
 		return err
 	}
+	// The emulator spreads its load over every replica it serves: scene 5's vLLM Deployment
+	// would take a share of the groups' load.
+	if err := removeAutoscaleScene(ctx, c); err != nil {
+		return err
+	}
 	var eps corev1.ConfigMap
 	if err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: EndpointsConfigMap}, &eps); err != nil {
 		return fmt.Errorf("reading the dev cluster's endpoints (ConfigMap kube-system/%s; restart with 'berth dev down && berth dev up'): %w", EndpointsConfigMap, err)
@@ -83,7 +89,7 @@ func lwsScene(ctx context.Context, d *demo) error {
 		done func(autoscaleSnap) bool
 	}{
 		{2, "load: 2 requests/s — one group copes", func(s autoscaleSnap) bool { return s.elapsed > 20*time.Second }},
-		{10, "load: 10 requests/s — three groups' worth", func(s autoscaleSnap) bool { return s.ready >= lwsMax }},
+		{12, "load: 12 requests/s — three groups' worth", func(s autoscaleSnap) bool { return s.ready >= lwsMax }},
 		{0, "load stops", func(s autoscaleSnap) bool { return s.total == 1 }},
 	} {
 		if err := w.setRate(ctx, phase.rate); err != nil {
@@ -96,4 +102,19 @@ func lwsScene(ctx context.Context, d *demo) error {
 	}
 	p.say("the LeaderWorkerSet followed its load in whole groups: up to %d groups on %d A100 nodes, back to 1", w.peakReplicas, w.peakNodes)
 	return nil
+}
+
+// removeAutoscaleScene deletes scene 5's ScaledObject and vLLM Deployment, if they are there.
+func removeAutoscaleScene(ctx context.Context, c client.Client) error {
+	so := vllmsim.ScaledObject(DemoNamespace, inferenceName, vllmsim.ScaledObjectOptions{})
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: DemoNamespace, Name: inferenceName}}
+	for _, o := range []client.Object{so, dep} {
+		if err := c.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationForeground)); client.IgnoreNotFound(err) != nil && !meta.IsNoMatchError(err) {
+			return fmt.Errorf("removing scene 5's %s %s: %w", o.GetObjectKind().GroupVersionKind().Kind, inferenceName, err)
+		}
+	}
+	return poll(ctx, time.Second, time.Minute, func(ctx context.Context) (bool, error) {
+		pods, err := demoPods(ctx, c, client.MatchingLabels{appLabel: inferenceName})
+		return len(pods) == 0, err
+	})
 }
