@@ -120,7 +120,7 @@ func TestDevUpDemoDown(t *testing.T) {
 	}
 	// What docs/kueue.md has users try on the dev cluster: the sample queues and job.
 	trySampleKueueJob(t, kubeconfig)
-	if out, err := run("demo", "--list"); err != nil || !strings.Contains(out, "autoscale") || strings.Count(out, "\n") != 6 {
+	if out, err := run("demo", "--list"); err != nil || !strings.Contains(out, "autoscale") || strings.Count(out, "\n") != len(devcluster.Scenes()) {
 		t.Errorf("demo --list: err=%v\n%s", err, out)
 	}
 	if out, err := run("status"); err != nil || !strings.Contains(out, "dev cluster: up") || !strings.Contains(out, "scaler-grpc:") {
