@@ -73,16 +73,24 @@ func groups(ctx context.Context, c client.Client, ns, name string) (map[string]*
 		if p.Spec.NodeName != "" {
 			g.bound++
 		}
-		for _, cond := range p.Status.Conditions {
-			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-				g.ready++
-			}
+		if podReady(p) {
+			g.ready++
 		}
 	}
 	for _, g := range out {
 		sort.Strings(g.members)
 	}
 	return out, nil
+}
+
+// podReady reports whether a pod's Ready condition is true.
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // describe is a one-line view of groups for failure messages.
