@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,7 +13,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/internal/certs"
 )
 
 // BinLWS is the LeaderWorkerSet controller (sigs.k8s.io/lws/cmd), built by hack/build-tools.sh.
@@ -36,54 +33,15 @@ func (r *Rig) StartLWS(ctx context.Context) error {
 	if err := r.InstallCRDsFromDir(ctx, filepath.Join(r.opts.ToolsDir, "crds", "lws")); err != nil {
 		return err
 	}
-	dir := filepath.Join(r.opts.WorkDir, "lws")
-	certDir := filepath.Join(dir, "certs")
-	if err := os.MkdirAll(certDir, 0o700); err != nil {
-		return fmt.Errorf("rig: %w", err)
-	}
-	now := time.Now()
-	ca, err := certs.Issue(certs.CA("lws-webhook-ca", now.Add(-time.Hour), now.Add(24*time.Hour)), nil)
+	wc, err := r.prepareWebhookController("lws", "config.lws.x-k8s.io")
 	if err != nil {
-		return fmt.Errorf("rig: lws webhook CA: %w", err)
-	}
-	kp, err := certs.Issue(certs.Serving("lws-webhook", []string{"127.0.0.1"}, now.Add(-time.Hour), now.Add(24*time.Hour)), ca)
-	if err != nil {
-		return fmt.Errorf("rig: lws webhook certificate: %w", err)
-	}
-	for name, data := range map[string][]byte{"tls.crt": kp.CertPEM, "tls.key": kp.KeyPEM} {
-		if err := os.WriteFile(filepath.Join(certDir, name), data, 0o600); err != nil {
-			return fmt.Errorf("rig: %w", err)
-		}
-	}
-	ports, err := freePorts(2)
-	if err != nil {
-		return fmt.Errorf("rig: %w", err)
-	}
-	health := "127.0.0.1:" + strconv.Itoa(ports[1])
-	cfg := fmt.Sprintf(`apiVersion: config.lws.x-k8s.io/v1alpha1
-kind: Configuration
-leaderElection:
-  leaderElect: false
-internalCertManagement:
-  enable: false
-webhook:
-  host: 127.0.0.1
-  port: %d
-  certDir: %s
-metrics:
-  bindAddress: "0"
-health:
-  healthProbeBindAddress: %s
-`, ports[0], certDir, health)
-	cfgFile := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
-		return fmt.Errorf("rig: %w", err)
-	}
-	if err := r.StartComponent(ctx, BinLWS, r.bin(BinLWS), []string{"--kubeconfig=" + r.Kubeconfig, "--config=" + cfgFile}, nil,
-		"http://"+health+"/readyz"); err != nil {
 		return err
 	}
-	return r.installLWSWebhooks(ctx, ports[0], ca.CertPEM)
+	if err := r.StartComponent(ctx, BinLWS, r.bin(BinLWS), []string{"--kubeconfig=" + r.Kubeconfig, "--config=" + wc.configFile}, nil,
+		"http://"+wc.health+"/readyz"); err != nil {
+		return err
+	}
+	return r.installLWSWebhooks(ctx, wc.webhookPort, wc.caPEM)
 }
 
 // installLWSWebhooks registers LeaderWorkerSet's webhook configurations (from its

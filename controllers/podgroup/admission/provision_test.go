@@ -256,16 +256,9 @@ func TestAttemptGrowsWhenItsRoomIsTaken(t *testing.T) {
 	for range 3 { // and it stays at two
 		cycleOnce(t, r)
 	}
-	var seats corev1.PodList
-	if err := base.List(context.Background(), &seats, client.InNamespace("berth-system")); err != nil {
-		t.Fatal(err)
-	}
-	var got berthv1alpha1.PodGroup
-	if err := base.Get(context.Background(), client.ObjectKeyFromObject(g), &got); err != nil {
-		t.Fatal(err)
-	}
-	if len(seats.Items) != 2 || got.Status.Provisioning == nil || got.Status.Provisioning.Seats != 2 || got.Status.Provisioning.Attempt != 1 {
-		t.Errorf("%d seats, attempt %+v; want attempt 1 grown to 2 seats", len(seats.Items), got.Status.Provisioning)
+	seats, got := attemptOf(t, base, g)
+	if seats != 2 || got == nil || got.Seats != 2 || got.Attempt != 1 {
+		t.Errorf("%d seats, attempt %+v; want attempt 1 grown to 2 seats", seats, got)
 	}
 }
 
@@ -292,16 +285,9 @@ func TestAttemptDoesNotGrowOnBootingRoom(t *testing.T) {
 	for range 3 {
 		cycleOnce(t, r)
 	}
-	var seats corev1.PodList
-	if err := base.List(context.Background(), &seats, client.InNamespace("berth-system")); err != nil {
-		t.Fatal(err)
-	}
-	var got berthv1alpha1.PodGroup
-	if err := base.Get(context.Background(), client.ObjectKeyFromObject(g), &got); err != nil {
-		t.Fatal(err)
-	}
-	if len(seats.Items) != 1 || got.Status.Provisioning == nil || got.Status.Provisioning.Seats != 1 {
-		t.Errorf("%d seats, attempt %+v; want the attempt's one seat", len(seats.Items), got.Status.Provisioning)
+	seats, got := attemptOf(t, base, g)
+	if seats != 1 || got == nil || got.Seats != 1 {
+		t.Errorf("%d seats, attempt %+v; want the attempt's one seat", seats, got)
 	}
 }
 
@@ -332,4 +318,18 @@ func TestGrownSeatTakesTheUncoveredMembersShape(t *testing.T) {
 	if grown.Annotations[berthv1alpha1.SeatForMemberAnnotation] != "grp-0" || gpus.Value() != 8 {
 		t.Errorf("grown seat for %q with %s GPUs, want the leader grp-0's 8", grown.Annotations[berthv1alpha1.SeatForMemberAnnotation], gpus.String())
 	}
+}
+
+// attemptOf is how many seats exist (berth's namespace) and gang g's provisioning status.
+func attemptOf(t *testing.T, base client.Client, g *berthv1alpha1.PodGroup) (int, *berthv1alpha1.ProvisioningStatus) {
+	t.Helper()
+	var seats corev1.PodList
+	if err := base.List(context.Background(), &seats, client.InNamespace("berth-system")); err != nil {
+		t.Fatal(err)
+	}
+	var got berthv1alpha1.PodGroup
+	if err := base.Get(context.Background(), client.ObjectKeyFromObject(g), &got); err != nil {
+		t.Fatal(err)
+	}
+	return len(seats.Items), got.Status.Provisioning
 }
