@@ -74,22 +74,12 @@ func autoscaleScene(ctx context.Context, d *demo) error {
 	}
 	p.say("created ScaledObject %s: external-push trigger → berth scaler at %s, targetQueueDepth 4, targetKVCacheUsage 0.8, 1–%d replicas",
 		inferenceName, eps.Data["scaler-grpc"], autoscaleMax)
-	for _, phase := range []struct {
-		rate float64
-		say  string
-		done func(autoscaleSnap) bool
-	}{
+	if err := w.ramp(ctx, autoscaleStep, []rampPhase{
 		{2, "load: 2 requests/s — one replica copes", func(s autoscaleSnap) bool { return s.elapsed > 20*time.Second }},
 		{12, "load: 12 requests/s — 3 replicas' worth", func(s autoscaleSnap) bool { return s.ready >= autoscaleMax && s.queue >= 0 && s.queue < 4 }},
 		{0, "load stops", func(s autoscaleSnap) bool { return s.total == 1 }},
-	} {
-		if err := w.setRate(ctx, phase.rate); err != nil {
-			return err
-		}
-		p.say("%s", phase.say)
-		if err := w.until(ctx, autoscaleStep, phase.done); err != nil {
-			return err
-		}
+	}); err != nil {
+		return err
 	}
 	p.say("the Deployment followed its load: up to %d replicas on %d L4 nodes Karpenter launched, back to 1", w.peakReplicas, w.peakNodes)
 	// Karpenter removes the node the scale-down emptied after the pool's consolidateAfter (30 s).
@@ -124,6 +114,28 @@ type autoscaleSnap struct {
 	queue, kv, desired float64
 	ready, total       int
 	elapsed            time.Duration
+}
+
+// rampPhase is one step of a scene's load ramp: the emulator's rate, what the demo says, and
+// when the step is done.
+type rampPhase struct {
+	rate float64
+	say  string
+	done func(autoscaleSnap) bool
+}
+
+// ramp plays phases in order, each within step.
+func (w *autoscaleWatch) ramp(ctx context.Context, step time.Duration, phases []rampPhase) error {
+	for _, phase := range phases {
+		if err := w.setRate(ctx, phase.rate); err != nil {
+			return err
+		}
+		w.p.say("%s", phase.say)
+		if err := w.until(ctx, step, phase.done); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // setRate sets the request rate of the vLLM emulator's load generator.

@@ -83,22 +83,12 @@ func lwsScene(ctx context.Context, d *demo) error {
 		return fmt.Errorf("creating ScaledObject %s: %w", lwsName, err)
 	}
 	p.say("created ScaledObject %s on the LeaderWorkerSet: external-push trigger → berth scaler, 1–%d groups", lwsName, lwsMax)
-	for _, phase := range []struct {
-		rate float64
-		say  string
-		done func(autoscaleSnap) bool
-	}{
+	if err := w.ramp(ctx, lwsStep, []rampPhase{
 		{2, "load: 2 requests/s — one group copes", func(s autoscaleSnap) bool { return s.elapsed > 20*time.Second }},
 		{12, "load: 12 requests/s — three groups' worth", func(s autoscaleSnap) bool { return s.ready >= lwsMax }},
 		{0, "load stops", func(s autoscaleSnap) bool { return s.total == 1 }},
-	} {
-		if err := w.setRate(ctx, phase.rate); err != nil {
-			return err
-		}
-		p.say("%s", phase.say)
-		if err := w.until(ctx, lwsStep, phase.done); err != nil {
-			return err
-		}
+	}); err != nil {
+		return err
 	}
 	p.say("the LeaderWorkerSet followed its load in whole groups: up to %d groups on %d A100 nodes, back to 1", w.peakReplicas, w.peakNodes)
 	return nil
