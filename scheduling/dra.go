@@ -33,6 +33,9 @@ type DynamicResources struct {
 	Classes   []*resourceapi.DeviceClass
 	Claims    []*resourceapi.ResourceClaim
 	Templates []*resourceapi.ResourceClaimTemplate
+	// Selections, when set, keeps which devices each class selects across snapshots (one per
+	// controller); without it each snapshot judges them again.
+	Selections *SelectionCache
 }
 
 // draState is a snapshot's dynamic resources and its device ledger: which devices are
@@ -62,6 +65,12 @@ type draState struct {
 	full map[string][]bool
 	// orderBuf is deviceOrder's scratch: the keys of the one node order in use.
 	orderBuf []orderKey
+	// ofClass are, per class and node, the node's slices cut to the devices the class's
+	// selectors match; bare, per class, the classes with that class's selectors dropped
+	// (dra_class.go). Both are made once per snapshot, as needed.
+	ofClass    map[string]map[string]classSelection
+	bare       map[string]DeviceClassLister
+	selections *SelectionCache
 	// podDevices are the devices each pod alone holds, by pod UID: those of allocated claims
 	// reserved for it alone, and those replayed for it on its node. Without gives them back.
 	podDevices map[types.UID][]structured.DeviceID
@@ -76,6 +85,7 @@ func (d *draState) clone() *draState {
 	}
 	c.full = map[string][]bool{} // a clone may diverge: it learns its own
 	c.orderBuf = nil             // its own scratch
+	c.ofClass, c.bare = nil, nil // its own memos
 	return &c
 }
 
@@ -125,6 +135,9 @@ func (s *Snapshot) SetDynamicResources(res DynamicResources) error {
 		promised: map[string]*resourceapi.AllocationResult{}, full: map[string][]bool{}, resolved: map[*corev1.Pod]resolvedClaims{}}
 	for _, c := range res.Classes {
 		d.classes[c.Name] = c
+	}
+	if d.selections = res.Selections; d.selections != nil {
+		d.selections.sweep(len(res.Slices) * len(res.Classes))
 	}
 	for _, sl := range res.Slices {
 		if sl.Spec.NodeName != nil && *sl.Spec.NodeName != "" {
@@ -389,13 +402,19 @@ func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra)
 	if len(d.byNode[n.Name()]) == 0 && len(d.anyNode) == 0 {
 		return nil, whole, nil // no devices here at all
 	}
-	offered := d.byNode[n.Name()]
+	offered, classes := d.byNode[n.Name()], d.classes
 	if plainCounts(todo) {
-		offered = d.freeSlices(n.Name())
+		var sel []bool
+		if c := soleClass(todo); c != "" && len(d.anyNode) == 0 {
+			if m, ok := d.selected(c, n.Name()); ok {
+				sel, classes = m, d.withoutSelectors(c)
+			}
+		}
+		offered = d.freeSlices(n.Name(), sel)
 	}
 	offered = append(offered[:len(offered):len(offered)], d.anyNode...)
 	al, err := structured.NewAllocator(context.Background(), DRAFeatures, structured.AllocatedState{AllocatedDevices: d.allocated},
-		d.classes, offered, d.cel)
+		classes, offered, d.cel)
 	if err != nil {
 		return nil, false, fmt.Errorf("building the device allocator: %w", err)
 	}
@@ -457,32 +476,36 @@ func plainCounts(claims []*resourceapi.ResourceClaim) bool {
 	return true
 }
 
-// freeSlices are node's slices with the devices the ledger holds left out, where that changes
-// nothing but the work: the allocator evaluates every class and request selector (CEL) on each
-// device it considers, taken or not, and on a filling node most are taken. Slices whose
-// devices consume shared counters are kept whole: the allocator reads a taken device's
-// consumption from the slice.
-func (d *draState) freeSlices(node string) []*resourceapi.ResourceSlice {
-	in := d.byNode[node]
+// freeSlices are node's slices with the devices the ledger holds left out, and those sel
+// marks false (by device, in d.ids' order; nil keeps all), where that changes nothing but the
+// work: the allocator evaluates every class and request selector (CEL) on each device it
+// considers, taken or not, and on a filling node most are taken. Slices whose devices consume
+// shared counters are kept whole: the allocator reads a taken device's consumption from the
+// slice. A slice left with no device is still offered: the allocator counts a pool's slices to
+// tell it is whole.
+func (d *draState) freeSlices(node string, sel []bool) []*resourceapi.ResourceSlice {
+	in, ids := d.byNode[node], d.ids[node]
 	out := make([]*resourceapi.ResourceSlice, 0, len(in)+len(d.anyNode))
+	at := 0
 	for _, sl := range in {
-		taken := 0
+		first := at
+		at += len(sl.Spec.Devices)
+		drop := 0
 		counters := len(sl.Spec.SharedCounters) > 0
 		for i := range sl.Spec.Devices {
-			dev := &sl.Spec.Devices[i]
-			counters = counters || len(dev.ConsumesCounters) > 0
-			if d.allocated.Has(structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, dev.Name)) {
-				taken++
+			counters = counters || len(sl.Spec.Devices[i].ConsumesCounters) > 0
+			if sel != nil && !sel[first+i] || d.allocated.Has(ids[first+i]) {
+				drop++
 			}
 		}
-		if taken == 0 || counters {
+		if drop == 0 || counters {
 			out = append(out, sl)
 			continue
 		}
 		c := *sl
-		c.Spec.Devices = make([]resourceapi.Device, 0, len(sl.Spec.Devices)-taken)
-		for _, dev := range sl.Spec.Devices {
-			if !d.allocated.Has(structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, dev.Name)) {
+		c.Spec.Devices = make([]resourceapi.Device, 0, len(sl.Spec.Devices)-drop)
+		for i, dev := range sl.Spec.Devices {
+			if (sel == nil || sel[first+i]) && !d.allocated.Has(ids[first+i]) {
 				c.Spec.Devices = append(c.Spec.Devices, dev)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/berth-dev/berth/scheduling"
 	"github.com/berth-dev/berth/test/builders"
@@ -26,14 +27,21 @@ func benchmarkPlace(b *testing.B, dra bool) {
 	b.Helper()
 	zones := []string{"us-west-2a", "us-west-2b", "us-west-2c"}
 	nodes := make([]*corev1.Node, 1000)
-	res := scheduling.DynamicResources{Classes: []*resourceapi.DeviceClass{builders.GPUClass()},
-		Templates: []*resourceapi.ResourceClaimTemplate{builders.ClaimTemplate("gpu", "ml", 1, "")}}
+	// As a controller reads them: objects with UIDs and versions, and the cache of what each
+	// class selects it keeps across cycles.
+	class := builders.GPUClass()
+	class.UID, class.ResourceVersion = "class-uid", "1"
+	res := scheduling.DynamicResources{Classes: []*resourceapi.DeviceClass{class},
+		Templates:  []*resourceapi.ResourceClaimTemplate{builders.ClaimTemplate("gpu", "ml", 1, "")},
+		Selections: scheduling.NewSelectionCache()}
 	for i := range nodes {
 		nb := builders.Node(fmt.Sprintf("node-%04d", i)).Allocatable(corev1.ResourceCPU, "192").
 			Allocatable(corev1.ResourceMemory, "2048Gi").Zone(zones[i%3]).
 			Taint("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule)
 		if dra {
-			res.Slices = append(res.Slices, builders.GPUSlice(fmt.Sprintf("node-%04d", i), 8, "NVIDIA H100 80GB HBM3", "80Gi"))
+			sl := builders.GPUSlice(fmt.Sprintf("node-%04d", i), 8, "NVIDIA H100 80GB HBM3", "80Gi")
+			sl.UID, sl.ResourceVersion = types.UID(fmt.Sprintf("slice-%04d", i)), "1"
+			res.Slices = append(res.Slices, sl)
 		} else {
 			nb = nb.GPU(8)
 		}

@@ -108,6 +108,9 @@ type Reconciler struct {
 	// failures are the runs of failed steps of gangs (by UID) and of the sweeps, each backing
 	// off alone (failing.go).
 	failures map[types.UID]failure
+	// selections are which devices each DeviceClass selects, by slice and class version, kept
+	// across cycles (scheduling.SelectionCache).
+	selections *scheduling.SelectionCache
 }
 
 // New builds the admission controller.
@@ -131,7 +134,7 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 		orphansSeen: map[types.UID]bool{}, unschedulableSeen: map[types.UID]time.Time{},
 		strandedOn: map[types.UID]map[string]time.Time{},
 		reader:     listReader{c}, lastWritten: map[refreshKey]time.Time{},
-		failures: map[types.UID]failure{},
+		failures: map[types.UID]failure{}, selections: scheduling.NewSelectionCache(),
 	}
 }
 

@@ -148,7 +148,7 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	cy.volumes, cy.volumeErr = volumeTopologies(ctx, cacheVolumes{r.client}, cy.members)
 	cy.snap = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, cy.unavailable, cy.requests, cy.layout)
 	cy.snap.SetVolumes(cy.volumes)
-	cy.draErr = cy.setDynamicResources(ctx, r.client, cy.snap)
+	cy.draErr = cy.setDynamicResources(ctx, r.client, r.selections, cy.snap)
 	return cy, nil
 }
 

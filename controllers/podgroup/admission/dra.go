@@ -64,8 +64,8 @@ func readDynamicResources(ctx context.Context, c client.Reader) (scheduling.Dyna
 
 // setDynamicResources gives the cycle's snapshot s the cluster's dynamic resources when the
 // cycle needs them. Without them (a read failed) members with claims stay unsupported, with
-// the error returned after the cycle.
-func (cy *cycle) setDynamicResources(ctx context.Context, c client.Reader, s *scheduling.Snapshot) error {
+// the error returned after the cycle. sel is the controller's cache of what each class selects.
+func (cy *cycle) setDynamicResources(ctx context.Context, c client.Reader, sel *scheduling.SelectionCache, s *scheduling.Snapshot) error {
 	if !usesClaims(cy.members, cy.onNodes) {
 		return nil
 	}
@@ -74,6 +74,7 @@ func (cy *cycle) setDynamicResources(ctx context.Context, c client.Reader, s *sc
 		if err != nil {
 			return err
 		}
+		res.Selections = sel
 		cy.dynamic = &res
 	}
 	if err := s.SetDynamicResources(*cy.dynamic); err != nil {
