@@ -140,6 +140,18 @@ const (
 	// GPUFamilyTag is the EC2 tag naming the GPU product on instances and volumes of a pool
 	// rendered from berth's templates.
 	GPUFamilyTag = "berth.dev/gpu-family"
+	// GPUAllocationLabel is the node label berth's DRA NodePool templates set to
+	// GPUAllocationDRA: the node's GPUs are handed out by NVIDIA's DRA driver (gpu.nvidia.com
+	// ResourceSlices), not as nvidia.com/gpu. Device-plugin pools carry no such label (adding
+	// one would drift, and so replace, every node of an existing pool).
+	GPUAllocationLabel = "scheduling.berth.dev/gpu-allocation"
+	// GPUAllocationDRA is GPUAllocationLabel's value on DRA pools.
+	GPUAllocationDRA = "dra"
+	// DRAGPUTaintKey is the taint berth's DRA NodePool templates put on their nodes instead of
+	// GPUTaintKey: pods that claim GPUs through DRA tolerate it, and pods that request
+	// nvidia.com/gpu (tolerating GPUTaintKey through ExtendedResourceToleration) are kept off
+	// nodes whose device plugin is switched off.
+	DRAGPUTaintKey = "scheduling.berth.dev/dra-gpu"
 
 	// GPUProductLabel, GPUCountLabel and GPUMemoryLabel are the node labels berth's agent sets
 	// when NVIDIA's GPU feature discovery has not labelled the node (GFDProductLabel).
@@ -191,6 +203,12 @@ const (
 	// GFDProductLabel is the label NVIDIA's GPU feature discovery sets; where present, berth's
 	// agent sets no GPU labels of its own.
 	GFDProductLabel = "nvidia.com/gpu.product"
+	// NVIDIAGPUPresentLabel ("true") marks a node with NVIDIA GPUs (NVIDIA's GPU operator sets
+	// it); the default node affinity of NVIDIA's DRA driver's kubelet plugin selects it.
+	NVIDIAGPUPresentLabel = "nvidia.com/gpu.present"
+	// NVIDIADevicePluginDeployLabel ("false") tells NVIDIA's GPU operator not to run its device
+	// plugin on the node, so the DRA driver alone hands out its GPUs.
+	NVIDIADevicePluginDeployLabel = "nvidia.com/gpu.deploy.device-plugin"
 
 	// CoschedulingPodGroupLabel is scheduler-plugins coscheduling's pod label naming its gang.
 	CoschedulingPodGroupLabel = "scheduling.x-k8s.io/pod-group"

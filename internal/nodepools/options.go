@@ -83,6 +83,12 @@ type Options struct {
 	// launch into (aws); with either, CapacityTypes must include "reserved".
 	CapacityReservationIDs  []string
 	CapacityReservationTags map[string]string
+	// DRA renders pools whose GPUs NVIDIA's DRA driver hands out (gpu.nvidia.com
+	// ResourceSlices) instead of the device plugin: named <pool>-dra, tainted DRAGPUTaintKey
+	// instead of nvidia.com/gpu, labelled so the GPU operator runs no device plugin there and
+	// the DRA driver's kubelet plugin does. Not with a Bottlerocket AMI (its NVIDIA variants
+	// run the device plugin themselves).
+	DRA bool
 }
 
 // DefaultAMIAlias follows the newest AL2023 EKS AMI.
@@ -136,6 +142,9 @@ func (o Options) Validate() error {
 	}
 	if err := o.validateReservations(); err != nil {
 		return err
+	}
+	if o.DRA && strings.HasPrefix(o.AMIAlias, "bottlerocket@") {
+		return fmt.Errorf("DRA pools cannot use the AMI alias %q: Bottlerocket's NVIDIA variants run NVIDIA's device plugin as part of the OS, which would advertise the GPUs the DRA driver publishes a second time (use an al2023 alias)", o.AMIAlias)
 	}
 	if o.NodeRole != "" && !iamRoleRE.MatchString(o.NodeRole) {
 		return fmt.Errorf("invalid node role %q: an IAM role name (letters, digits and +=,.@_-, at most 64)", o.NodeRole)

@@ -83,6 +83,39 @@ func NodePoolName(product string, role Role) string {
 	return "gpu-" + product + "-" + string(role)
 }
 
+// DRANodePoolName is the name of the DRA variant of NodePoolName's pool, e.g.
+// "gpu-h100-training-dra": both can serve one cluster side by side.
+func DRANodePoolName(product string, role Role) string {
+	return NodePoolName(product, role) + "-dra"
+}
+
+// poolName is the name of family f's pool (and EC2NodeClass) under o.
+func poolName(f gpu.Family, o Options) string {
+	if o.DRA {
+		return DRANodePoolName(f.GPU, o.Role)
+	}
+	return NodePoolName(f.GPU, o.Role)
+}
+
+// nodeSetup is the taint and labels of a pool's nodes: GPU nodes are tainted so only GPU work
+// lands there. Device-plugin pools: the nvidia.com/gpu taint, which pods requesting
+// nvidia.com/gpu tolerate through the ExtendedResourceToleration admission plugin. DRA pools:
+// berth's DRA taint instead, which pods claiming GPUs through DRA tolerate (nothing adds it for
+// them), so device-plugin pods — which would find no nvidia.com/gpu there — stay off; NVIDIA's
+// GPU operator is told to run no device plugin on them (the DRA driver alone publishes their
+// GPUs), and nvidia.com/gpu.present is set from the start so the DRA driver's kubelet plugin,
+// whose default affinity selects it, runs without waiting for node feature discovery.
+func nodeSetup(o Options) (corev1.Taint, map[string]string) {
+	labels := map[string]string{berthv1alpha1.NodePoolRoleLabel: string(o.Role)}
+	if !o.DRA {
+		return corev1.Taint{Key: berthv1alpha1.GPUTaintKey, Value: "true", Effect: corev1.TaintEffectNoSchedule}, labels
+	}
+	labels[berthv1alpha1.GPUAllocationLabel] = berthv1alpha1.GPUAllocationDRA
+	labels[berthv1alpha1.NVIDIADevicePluginDeployLabel] = "false"
+	labels[berthv1alpha1.NVIDIAGPUPresentLabel] = "true"
+	return corev1.Taint{Key: berthv1alpha1.DRAGPUTaintKey, Value: "true", Effect: corev1.TaintEffectNoSchedule}, labels
+}
+
 // Render builds the NodePools of o, one per family, each preceded by its EC2NodeClass (aws), or
 // one KWOKNodeClass followed by the NodePools (kwok).
 func Render(o Options) ([]client.Object, error) {
@@ -114,7 +147,8 @@ func Render(o Options) ([]client.Object, error) {
 // nodePool is the NodePool of family f.
 func nodePool(f gpu.Family, o Options) *karpv1.NodePool {
 	rd := roles[o.Role]
-	name := NodePoolName(f.GPU, o.Role)
+	name := poolName(f, o)
+	taint, nodeLabels := nodeSetup(o)
 	ref := &karpv1.NodeClassReference{Group: EC2NodeClassGroupVersion.Group, Kind: "EC2NodeClass", Name: name}
 	if o.Provider == ProviderKwok {
 		ref = &karpv1.NodeClassReference{Group: KWOKNodeClassGroupVersion.Group, Kind: "KWOKNodeClass", Name: KwokNodeClassName}
@@ -136,10 +170,10 @@ func nodePool(f gpu.Family, o Options) *karpv1.NodePool {
 		},
 		Spec: karpv1.NodePoolSpec{
 			Template: karpv1.NodeClaimTemplate{
-				ObjectMeta: karpv1.ObjectMeta{Labels: map[string]string{berthv1alpha1.NodePoolRoleLabel: string(o.Role)}},
+				ObjectMeta: karpv1.ObjectMeta{Labels: nodeLabels},
 				Spec: karpv1.NodeClaimTemplateSpec{
-					// Only pods that tolerate nvidia.com/gpu (GPU workloads) land on GPU nodes.
-					Taints: []corev1.Taint{{Key: berthv1alpha1.GPUResource, Value: "true", Effect: corev1.TaintEffectNoSchedule}},
+					// Only GPU workloads land on GPU nodes (nodeSetup).
+					Taints: []corev1.Taint{taint},
 					Requirements: []karpv1.NodeSelectorRequirementWithMinValues{
 						// One family per pool: limits, weights and node classes stay per GPU.
 						{Key: awsv1.LabelInstanceFamily, Operator: corev1.NodeSelectorOpIn, Values: []string{f.Name}},
@@ -176,7 +210,7 @@ func ec2NodeClass(f gpu.Family, o Options) (*awsv1.EC2NodeClass, error) {
 	discovery := o.discoveryTags()
 	nc := &awsv1.EC2NodeClass{
 		TypeMeta:   metav1.TypeMeta{APIVersion: EC2NodeClassGroupVersion.String(), Kind: "EC2NodeClass"},
-		ObjectMeta: metav1.ObjectMeta{Name: NodePoolName(f.GPU, o.Role)},
+		ObjectMeta: metav1.ObjectMeta{Name: poolName(f, o)},
 		Spec: awsv1.EC2NodeClassSpec{
 			// For GPU instance types Karpenter picks the NVIDIA-accelerated variant of the
 			// AL2023 EKS AMI (driver, container toolkit and device plugin prerequisites).

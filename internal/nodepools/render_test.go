@@ -39,6 +39,8 @@ func TestRenderGolden(t *testing.T) {
 	cases = append(cases,
 		tc{name: "kwok-all-training", opts: Options{Families: []string{AllFamilies}, Role: RoleTraining, Provider: ProviderKwok}},
 		tc{name: "aws-overrides", opts: Options{Families: []string{"p5", "h100", "g6"}, CapacityTypes: []string{"spot"}, ClusterName: "dev", GPULimit: 16}},
+		tc{name: "aws-dra-h100-training", opts: Options{Families: []string{"h100"}, Role: RoleTraining, ClusterName: "prod", DRA: true}},
+		tc{name: "kwok-dra-l4-inference", opts: Options{Families: []string{"l4"}, Provider: ProviderKwok, DRA: true}},
 	)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -123,6 +125,49 @@ func TestRenderDefaults(t *testing.T) {
 				t.Errorf("terminationGracePeriod = %v, want set: %v", np.Spec.Template.Spec.TerminationGracePeriod, c.gracePeriod)
 			}
 		})
+	}
+}
+
+// TestRenderDRA: a DRA pool sits beside the device-plugin pool of the same family (its own
+// name), keeps device-plugin pods off (its own taint: they tolerate only nvidia.com/gpu), and
+// tells NVIDIA's GPU operator to run no device plugin there while the DRA driver's kubelet
+// plugin (which selects nvidia.com/gpu.present) runs.
+func TestRenderDRA(t *testing.T) {
+	objs, err := Render(Options{Families: []string{"h100"}, Role: RoleTraining, ClusterName: "prod", DRA: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := Render(Options{Families: []string{"h100"}, Role: RoleTraining, ClusterName: "prod"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if objs[0].GetName() != "gpu-h100-training-dra" || objs[1].GetName() != "gpu-h100-training-dra" || plain[1].GetName() == objs[1].GetName() {
+		t.Fatalf("names %s, %s beside %s: want gpu-h100-training-dra for both, apart from the device-plugin pool", objs[0].GetName(), objs[1].GetName(), plain[1].GetName())
+	}
+	np := objs[1].(*karpv1.NodePool)
+	if np.Spec.Template.Spec.NodeClassRef.Name != "gpu-h100-training-dra" {
+		t.Errorf("node class ref %s", np.Spec.Template.Spec.NodeClassRef.Name)
+	}
+	taints := np.Spec.Template.Spec.Taints
+	if len(taints) != 1 || taints[0].Key != berthv1alpha1.DRAGPUTaintKey || taints[0].Effect != "NoSchedule" {
+		t.Errorf("taints %v: want only %s:NoSchedule (never nvidia.com/gpu, which device-plugin pods tolerate)", taints, berthv1alpha1.DRAGPUTaintKey)
+	}
+	want := map[string]string{
+		berthv1alpha1.NodePoolRoleLabel:             "training",
+		berthv1alpha1.GPUAllocationLabel:            berthv1alpha1.GPUAllocationDRA,
+		berthv1alpha1.NVIDIADevicePluginDeployLabel: "false",
+		berthv1alpha1.NVIDIAGPUPresentLabel:         "true",
+	}
+	if diff := cmp.Diff(want, np.Spec.Template.Labels); diff != "" {
+		t.Errorf("node labels (-want +got):\n%s", diff)
+	}
+	// The device-plugin pool is as it was: no label added (a new label drifts every node).
+	pp := plain[1].(*karpv1.NodePool)
+	if diff := cmp.Diff(map[string]string{berthv1alpha1.NodePoolRoleLabel: "training"}, pp.Spec.Template.Labels); diff != "" {
+		t.Errorf("device-plugin pool labels changed (-want +got):\n%s", diff)
+	}
+	if got := pp.Spec.Template.Spec.Taints; len(got) != 1 || got[0].Key != berthv1alpha1.GPUTaintKey {
+		t.Errorf("device-plugin pool taints %v", got)
 	}
 }
 

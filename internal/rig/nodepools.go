@@ -131,18 +131,23 @@ func (r *Rig) InstallDevNodePools(ctx context.Context) error {
 		objs = append(objs, np)
 	}
 	for _, o := range objs {
-		data, err := json.Marshal(o)
-		if err != nil {
-			return fmt.Errorf("rig: encoding %T: %w", o, err)
-		}
-		obj := &unstructured.Unstructured{}
-		if err := json.Unmarshal(data, &obj.Object); err != nil {
-			return fmt.Errorf("rig: decoding %T: %w", o, err)
-		}
-		delete(obj.Object, "status")
-		if err := r.Apply(ctx, obj); err != nil {
+		if err := r.ApplyTyped(ctx, o); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ApplyTyped server-side applies a typed object (its TypeMeta set), without its status.
+func (r *Rig) ApplyTyped(ctx context.Context, o runtime.Object) error {
+	data, err := json.Marshal(o)
+	if err != nil {
+		return fmt.Errorf("rig: encoding %T: %w", o, err)
+	}
+	obj := &unstructured.Unstructured{}
+	if err := json.Unmarshal(data, &obj.Object); err != nil {
+		return fmt.Errorf("rig: decoding %T: %w", o, err)
+	}
+	delete(obj.Object, "status")
+	return r.Apply(ctx, obj)
 }

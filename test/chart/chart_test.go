@@ -27,17 +27,21 @@ var splitDocs = chart.SplitDocs
 // `berth nodepools render` prints, for every family and both roles.
 func TestNodePoolTemplatesMatchRenderer(t *testing.T) {
 	products := []string{"a100", "a10g", "h100", "h200", "l4", "l40s"}
-	for _, role := range nodepools.Roles {
-		t.Run(string(role), func(t *testing.T) {
+	for _, tc := range []struct {
+		role nodepools.Role
+		dra  bool
+	}{{nodepools.RoleInference, false}, {nodepools.RoleTraining, false}, {nodepools.RoleInference, true}, {nodepools.RoleTraining, true}} {
+		role := tc.role
+		t.Run(fmt.Sprintf("%s dra=%v", role, tc.dra), func(t *testing.T) {
 			fams := map[string]any{}
 			for _, p := range products {
-				fams[p] = map[string]any{"enabled": true, "role": string(role)}
+				fams[p] = map[string]any{"enabled": true, "role": string(role), "dra": tc.dra}
 			}
 			got, err := render(t, map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": fams}})
 			if err != nil {
 				t.Fatalf("rendering: %v", err)
 			}
-			objs, err := nodepools.Render(nodepools.Options{Families: products, Role: role, ClusterName: "prod"})
+			objs, err := nodepools.Render(nodepools.Options{Families: products, Role: role, ClusterName: "prod", DRA: tc.dra})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,6 +203,8 @@ func TestNodePoolBadValues(t *testing.T) {
 		{"reservations without reserved", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "capacityReservationIDs": []any{"cr-0abc"}}}}}, "lack reserved"},
 		{"bad reservation id", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "capacityTypes": []any{"reserved"}, "capacityReservationIDs": []any{"odcr-1"}}}}}, "capacityReservationIDs"},
 		{"node role without discovery tags and no cluster", map[string]any{"nodePools": map[string]any{"nodeRole": "gpu-nodes", "families": map[string]any{"h100": map[string]any{"enabled": true}}}}, "nodePools.clusterName is required"},
+		{"DRA pool on Bottlerocket", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "amiAlias": "bottlerocket@latest", "families": map[string]any{"h100": map[string]any{"enabled": true, "dra": true}}}}, "nodePools.families.h100.dra: DRA pools cannot use the AMI alias"},
+		{"dra not a boolean", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "dra": "yes"}}}}, "dra"},
 		{"AMI not an alias", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "amiAlias": "ami-0123456789abcdef0"}}, "amiAlias"},
 		{"gpuLimit not a number", map[string]any{"nodePools": map[string]any{"clusterName": "prod", "families": map[string]any{"h100": map[string]any{"enabled": true, "gpuLimit": "lots"}}}}, "gpuLimit"},
 	}

@@ -24,6 +24,8 @@ type nodePoolsRenderFlags struct {
 	// reservationIDs and reservationTags select EC2 capacity reservations.
 	reservationIDs  []string
 	reservationTags map[string]string
+	// dra renders pools whose GPUs NVIDIA's DRA driver hands out.
+	dra bool
 }
 
 // NodePools is `nodepools`.
@@ -47,10 +49,16 @@ EC2NodeClass each provisions from (--provider aws) or the KWOKNodeClass of berth
 (--provider kwok). Pipe the output to 'kubectl apply -f -'.
 
 Families are GPU products or EC2 instance families: h100 (p5), h200 (p5e), a100 (p4d),
-l40s (g6e), a10g (g5), l4 (g6), or all. See docs/nodepools.md for the defaults and why.`,
+l40s (g6e), a10g (g5), l4 (g6), or all. See docs/nodepools.md for the defaults and why.
+
+With --dra the pools are for GPUs handed out by NVIDIA's DRA driver (gpu.nvidia.com
+ResourceSlices) instead of the device plugin: named <pool>-dra, tainted
+scheduling.berth.dev/dra-gpu (pods claiming GPUs through DRA tolerate it), labelled so NVIDIA's
+GPU operator runs no device plugin there. See docs/dra.md.`,
 		Example: `  berth nodepools render --family h100,h200 --cluster-name prod
   berth nodepools render --family a100 --role training --cluster-name prod | kubectl apply -f -
-  berth nodepools render --family all --provider kwok -o json`,
+  berth nodepools render --family all --provider kwok -o json
+  berth nodepools render --family h100 --role training --cluster-name prod --dra`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runNodePoolsRender(cmd, f) },
 	}
@@ -66,6 +74,7 @@ l40s (g6e), a10g (g5), l4 (g6), or all. See docs/nodepools.md for the defaults a
 	fl.StringSliceVar(&f.reservationIDs, "capacity-reservation-id", nil, "EC2 capacity reservations (ODCRs, Capacity Blocks for ML) to launch into, cr-…,… (aws; needs --capacity-type reserved)")
 	fl.StringToStringVar(&f.reservationTags, "capacity-reservation-tag", nil, "tags selecting capacity reservations, key=value,… (aws; needs --capacity-type reserved)")
 	fl.Int64Var(&f.gpuLimit, "gpu-limit", 0, "nvidia.com/gpu limit of each NodePool (default 64 for inference, 128 for training)")
+	fl.BoolVar(&f.dra, "dra", false, "pools for GPUs handed out by NVIDIA's DRA driver (gpu.nvidia.com) instead of the device plugin")
 	fl.StringVarP(&f.output, "output", "o", nodepools.FormatYAML, "output format: yaml or json")
 	return cmd
 }
@@ -87,6 +96,7 @@ func runNodePoolsRender(cmd *cobra.Command, f nodePoolsRenderFlags) error {
 
 		CapacityReservationIDs:  f.reservationIDs,
 		CapacityReservationTags: f.reservationTags,
+		DRA:                     f.dra,
 	})
 	if err != nil {
 		return fmt.Errorf("nodepools render: %w", err)
