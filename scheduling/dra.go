@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -33,6 +34,10 @@ type DynamicResources struct {
 	Classes   []*resourceapi.DeviceClass
 	Claims    []*resourceapi.ResourceClaim
 	Templates []*resourceapi.ResourceClaimTemplate
+	// PodGroups are Kubernetes' native PodGroups (scheduling.k8s.io/v1beta1) of pods that
+	// claim devices: a pod's claim that matches one of its PodGroup's spec.resourceClaims is
+	// the group's one claim, shared by every member (DRAWorkloadResourceClaims).
+	PodGroups []*schedulingv1beta1.PodGroup
 	// Selections, when set, keeps which devices each class selects across snapshots (one per
 	// controller); without it each snapshot judges them again.
 	Selections *SelectionCache
@@ -47,6 +52,7 @@ type draState struct {
 	ids       map[string][]structured.DeviceID // the devices of byNode's slices
 	claims    map[string]*resourceapi.ResourceClaim
 	templates map[string]*resourceapi.ResourceClaimTemplate
+	podGroups map[string]*schedulingv1beta1.PodGroup
 	cel       *cel.Cache
 	// allocated are the devices taken: by allocated claims, by the claims of pods that count
 	// against a node whose claims are not allocated yet (berth's promise, replayed every
@@ -152,6 +158,10 @@ func (s *Snapshot) SetDynamicResources(res DynamicResources) error {
 	for _, t := range res.Templates {
 		d.templates[t.Namespace+"/"+t.Name] = t
 	}
+	d.podGroups = make(map[string]*schedulingv1beta1.PodGroup, len(res.PodGroups))
+	for _, pg := range res.PodGroups {
+		d.podGroups[pg.Namespace+"/"+pg.Name] = pg
+	}
 	d.podDevices = map[types.UID][]structured.DeviceID{}
 	for _, c := range res.Claims {
 		d.claims[c.Namespace+"/"+c.Name] = c
@@ -241,6 +251,13 @@ func (d *draState) resolve(p *corev1.Pod) ([]memberClaim, error) {
 	out := make([]memberClaim, 0, len(p.Spec.ResourceClaims))
 	for i := range p.Spec.ResourceClaims {
 		pc := &p.Spec.ResourceClaims[i]
+		if mc, ok, err := d.groupClaim(p, pc); ok || err != nil {
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, mc)
+			continue
+		}
 		name, err := claimName(p, pc)
 		switch {
 		case err == nil && name == nil:
@@ -267,6 +284,52 @@ func (d *draState) resolve(p *corev1.Pod) ([]memberClaim, error) {
 	return out, nil
 }
 
+// groupClaim resolves pc when it is the claim of p's native PodGroup (the library's own rule,
+// resourceclaim.BindTo): one claim every member shares — named by the group, or made for the
+// group from a template (its name in the group's status once made). ok is false for a claim of
+// p's own.
+func (d *draState) groupClaim(p *corev1.Pod, pc *corev1.PodResourceClaim) (memberClaim, bool, error) {
+	if p.Spec.SchedulingGroup == nil || p.Spec.SchedulingGroup.PodGroupName == nil {
+		return memberClaim{}, false, nil
+	}
+	pg := d.podGroups[p.Namespace+"/"+*p.Spec.SchedulingGroup.PodGroupName]
+	if pg == nil || len(pg.Spec.ResourceClaims) == 0 {
+		return memberClaim{}, false, nil
+	}
+	to, err := resourceclaim.BindTo(p, pg, pc)
+	if err != nil || to.Resource != "podgroups" || to.APIGroup != schedulingv1beta1.GroupName {
+		return memberClaim{}, false, nil // the pod's own claim, resolved as such
+	}
+	for _, gc := range pg.Spec.ResourceClaims {
+		if gc.Name != pc.Name {
+			continue
+		}
+		name, _, err := resourceclaim.NameFromPodGroup(pg, &gc)
+		switch {
+		case err == nil && name == nil:
+			return memberClaim{}, false, nil
+		case err == nil:
+			c, ok := d.claims[p.Namespace+"/"+*name]
+			if !ok {
+				return memberClaim{}, true, fmt.Errorf("waits for ResourceClaim %s/%s (PodGroup %s's claim %q), which does not exist", p.Namespace, *name, pg.Name, gc.Name)
+			}
+			return memberClaim{key: p.Namespace + "/" + *name, claim: c, named: true}, true, nil
+		case errors.Is(err, resourceclaim.ErrClaimNotFound) && gc.ResourceClaimTemplateName != nil:
+			t, ok := d.templates[p.Namespace+"/"+*gc.ResourceClaimTemplateName]
+			if !ok {
+				return memberClaim{}, true, fmt.Errorf("waits for ResourceClaimTemplate %s/%s (PodGroup %s's claim %q), which does not exist", p.Namespace, *gc.ResourceClaimTemplateName, pg.Name, gc.Name)
+			}
+			key := "podgroup:" + p.Namespace + "/" + pg.Name + "/" + gc.Name
+			c := &resourceapi.ResourceClaim{Spec: t.Spec.Spec}
+			c.Namespace, c.Name, c.UID = p.Namespace, pg.Name+"-"+gc.Name, types.UID(key)
+			return memberClaim{key: key, claim: c, named: true}, true, nil
+		default:
+			return memberClaim{}, true, fmt.Errorf("PodGroup %s's claim %q: %w", pg.Name, gc.Name, err)
+		}
+	}
+	return memberClaim{}, false, nil
+}
+
 // claimName is resourceclaim.Name without building an error for the common case of a claim
 // its template has not made yet (most members, every cycle).
 func claimName(p *corev1.Pod, pc *corev1.PodResourceClaim) (*string, error) {
@@ -279,13 +342,18 @@ func claimName(p *corev1.Pod, pc *corev1.PodResourceClaim) (*string, error) {
 }
 
 // draKey is what of p's claims decides where it may go, for its class key: the claims by
-// what they are made from. Members of one template are alike; so are members sharing a claim.
+// what they are made from, and the native PodGroup whose claims they may be. Members of one
+// template are alike; so are members sharing a claim.
 func draKey(p *corev1.Pod) string {
 	if len(p.Spec.ResourceClaims) == 0 {
 		return ""
 	}
 	var b strings.Builder
 	b.WriteString("dra:")
+	if sg := p.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil {
+		// A claim may be the native PodGroup's, shared: members of other groups are not alike.
+		b.WriteString("group/" + *sg.PodGroupName + ";")
+	}
 	for _, pc := range p.Spec.ResourceClaims {
 		b.WriteString(pc.Name)
 		switch {

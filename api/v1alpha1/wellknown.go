@@ -60,6 +60,10 @@ const (
 	// SeatForNativeGroupLabel on a seat pod holds the UID of the native PodGroup
 	// (scheduling.k8s.io) it holds capacity for.
 	SeatForNativeGroupLabel = "scheduling.berth.dev/seat-for-native-group"
+	// NativeSeatIndexLabel on a native gang's seat is its place in the attempt's batch: the
+	// seats of members that share one of the gang's device claims keep to the node of the seat
+	// that carries it (pod affinity on this label).
+	NativeSeatIndexLabel = "scheduling.berth.dev/seat-index"
 	// SeatForNativeGroupAnnotation on a native gang's seat names the PodGroup as namespace/name.
 	SeatForNativeGroupAnnotation = "scheduling.berth.dev/native-group"
 	// NativeCapacityRequestedAtAnnotation on a native PodGroup is when berth last asked

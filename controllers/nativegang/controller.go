@@ -135,6 +135,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	if err != nil {
 		return reconcile.Result{}, err
 	}
+	var claims claimPlan
+	if pending := pendingOf(s, members); usesClaims(pending) {
+		if claims, err = r.planClaims(ctx, &pg, pending); err != nil {
+			return reconcile.Result{}, err
+		}
+		s.claimsBlocked = claims.blocked
+	}
 	p := decide(s)
 	if len(p.seatsFor) > 0 || p.watch {
 		// Asking again hinges on berth's annotations: the cache may not have the hand-over
@@ -146,7 +153,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		readAnnotations(&s, &live)
 		p = decide(s)
 	}
-	return reconcile.Result{RequeueAfter: p.requeue}, r.act(ctx, &pg, p, members, seats)
+	return reconcile.Result{RequeueAfter: p.requeue}, r.act(ctx, &pg, p, members, seats, claims)
+}
+
+// pendingOf are the gang's pending members, in the order seats are ordered for them.
+func pendingOf(s state, members map[string]*corev1.Pod) []*corev1.Pod {
+	out := make([]*corev1.Pod, 0, len(s.pending))
+	for _, name := range s.pending {
+		if m := members[name]; m != nil {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // observe reads the gang's members, seats and the seats' nodes.
@@ -207,7 +225,7 @@ func (r *Reconciler) observe(ctx context.Context, pg *schedulingv1beta1.PodGroup
 }
 
 // act carries a plan out.
-func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p plan, members map[string]*corev1.Pod, seats []*corev1.Pod) error {
+func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p plan, members map[string]*corev1.Pod, seats []*corev1.Pod, claims claimPlan) error {
 	var errs []error
 	if p.reclaim {
 		// The seats, or once they gave way the pending members Karpenter nominated instead.
@@ -234,7 +252,7 @@ func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p 
 		// The room the seats held on nodes stays the gang's in the ledger until its members
 		// are placed: kube-scheduler places them there, and admission must not promise it to a
 		// PodGroup gang in between.
-		r.opts.Ledger.Hold(pg.UID, heldRoom(seats), p.holdUntil)
+		r.opts.Ledger.Hold(pg.UID, heldRoom(seats, members), p.holdUntil)
 	}
 	if p.release {
 		r.opts.Ledger.Release(pg.UID)
@@ -252,10 +270,30 @@ func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p 
 			return err
 		}
 	}
+	index := make(map[string]int, len(p.seatsFor))
 	for i, name := range p.seatsFor {
-		if m := members[name]; m != nil {
-			errs = append(errs, client.IgnoreAlreadyExists(r.client.Create(ctx, r.seatPod(pg, m, i))))
+		index[name] = i
+	}
+	var made []*corev1.Pod
+	for i, name := range p.seatsFor {
+		m := members[name]
+		if m == nil {
+			continue
 		}
+		s := r.seatPod(pg, m, i)
+		if claims.carry != nil {
+			withClaims(s, pg, name, claims, index)
+		}
+		if err := r.client.Create(ctx, s); err != nil {
+			errs = append(errs, client.IgnoreAlreadyExists(err))
+			continue
+		}
+		made = append(made, s)
+	}
+	if claims.carry != nil && !p.handOver && !p.clear && !p.reclaim {
+		// The copies of the seats just made (Create gave them their UIDs), and of earlier ones
+		// not on a node yet whose copies are missing.
+		errs = append(errs, r.ensureCopies(ctx, pg, append(made, seats...), claims))
 	}
 	for _, name := range p.protect {
 		m := members[name]
@@ -281,13 +319,24 @@ func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p 
 	return errors.Join(errs...)
 }
 
-// heldRoom is the room seats bound to nodes hold.
-func heldRoom(seats []*corev1.Pod) []scheduling.PodOnNode {
+// heldRoom is the room seats bound to nodes hold, as the members they stand for on those nodes:
+// a member asks for what its seat asked for, and its device claims — not the seat's copies,
+// which go with the seat — are what the ledger must keep free there (admission replays them).
+// A seat whose member is gone holds its own shape.
+func heldRoom(seats []*corev1.Pod, members map[string]*corev1.Pod) []scheduling.PodOnNode {
 	var out []scheduling.PodOnNode
 	for _, s := range seats {
-		if s.Spec.NodeName != "" {
-			out = append(out, scheduling.PodOnNode{Pod: s, Node: s.Spec.NodeName})
+		if s.Spec.NodeName == "" {
+			continue
 		}
+		p := s
+		if m := members[s.Annotations[berthv1alpha1.SeatForMemberAnnotation]]; m != nil {
+			p = m
+		} else if len(s.Spec.ResourceClaims) > 0 {
+			p = s.DeepCopy()
+			p.Spec.ResourceClaims = nil // its copies go with it
+		}
+		out = append(out, scheduling.PodOnNode{Pod: p, Node: s.Spec.NodeName})
 	}
 	return out
 }

@@ -68,6 +68,10 @@ func TestHandOverHoldsTheRoom(t *testing.T) {
 		builders.Pod("ddp-ng-uid-1", "berth-system").Label(berthv1alpha1.SeatForNativeGroupLabel, "ng-uid").GPU(8).Obj(), // nominated, no node yet
 	}
 	seats[0].UID, seats[1].UID = "s0", "s1"
+	seats[0].Annotations = map[string]string{berthv1alpha1.SeatForMemberAnnotation: "ddp-0"}
+	// The member, not its seat, is held on the seat's node: its own device claims are what
+	// must stay free there (the seat's template copies go with the seat).
+	members := map[string]*corev1.Pod{"ddp-0": builders.Pod("ddp-0", "train").GPU(8).ClaimFromTemplate("gpus", "eight").Obj()}
 	book := ledger.New(clocktesting.NewFakePassiveClock(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)))
 	heldAtDelete := 0
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pg, seats[0], seats[1]).WithInterceptorFuncs(interceptor.Funcs{
@@ -78,14 +82,14 @@ func TestHandOverHoldsTheRoom(t *testing.T) {
 	}).Build()
 	r := New(c, c, clocktesting.NewFakePassiveClock(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)), events.NewRecorder(kevents.NewFakeRecorder(10)), Options{Ledger: book})
 	until := time.Date(2026, 12, 3, 9, 10, 0, 0, time.UTC)
-	if err := r.act(ctx, pg, plan{handOver: true, holdUntil: until}, nil, seats); err != nil {
+	if err := r.act(ctx, pg, plan{handOver: true, holdUntil: until}, members, seats, claimPlan{}); err != nil {
 		t.Fatal(err)
 	}
 	held := book.Promised(nil, nil)
-	if len(held) != 1 || held[0].Node != "n1" || held[0].Pod.Name != "ddp-ng-uid-0" || heldAtDelete != 1 {
-		t.Errorf("held after the hand-over: %v (at the seats' deletion: %d); want the bound seat's room on n1, held before the deletion", held, heldAtDelete)
+	if len(held) != 1 || held[0].Node != "n1" || held[0].Pod.Name != "ddp-0" || heldAtDelete != 1 {
+		t.Errorf("held after the hand-over: %v (at the seats' deletion: %d); want the bound seat's member on n1, held before the deletion", held, heldAtDelete)
 	}
-	if err := r.act(ctx, pg, plan{release: true}, nil, nil); err != nil {
+	if err := r.act(ctx, pg, plan{release: true}, nil, nil, claimPlan{}); err != nil {
 		t.Fatal(err)
 	}
 	if held := book.Promised(nil, nil); len(held) != 0 {

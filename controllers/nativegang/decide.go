@@ -38,6 +38,9 @@ type state struct {
 	requestedAt, handedOver, retryAt time.Time
 
 	timeout, retryAfter time.Duration
+	// claimsBlocked says why the seats cannot carry the members' device claims ("": they
+	// can, or there are none): no seats are ordered.
+	claimsBlocked string
 }
 
 // plan is what act does.
@@ -130,6 +133,12 @@ func decide(s state) plan {
 		// double it. berth keeps the attempt's clock.
 		p.watch = true
 		p.requeue = s.timeout
+		return p
+	}
+	if s.claimsBlocked != "" {
+		p.warn, p.eventReason = true, events.ReasonCapacityNotRequested
+		p.eventNote = "kube-scheduler cannot place the gang and berth orders no nodes for it: " + s.claimsBlocked
+		p.requeue = s.retryAfter
 		return p
 	}
 	p.seatsFor = s.pending

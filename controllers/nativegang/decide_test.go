@@ -2,6 +2,7 @@ package nativegang
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -27,6 +28,13 @@ func TestDecide(t *testing.T) {
 		{"kube-scheduler cannot place the whole gang: a seat per pending member, one batch", base(nil), func(t *testing.T, p plan) {
 			t.Helper()
 			if !slices.Equal(p.seatsFor, []string{"m0", "m1", "m2", "m3"}) || p.eventReason != events.ReasonCapacityRequested {
+				t.Errorf("plan %+v", p)
+			}
+		}},
+		{"claims no seat can carry: no seats, and the gang's Events say why", base(func(s *state) { s.claimsBlocked = "member m0 names ResourceClaim x" }), func(t *testing.T, p plan) {
+			t.Helper()
+			if len(p.seatsFor) > 0 || !p.warn || p.eventReason != events.ReasonCapacityNotRequested || p.requeue != time.Minute ||
+				!strings.Contains(p.eventNote, "member m0 names ResourceClaim x") {
 				t.Errorf("plan %+v", p)
 			}
 		}},

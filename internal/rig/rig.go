@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -64,17 +65,31 @@ type Options struct {
 	// kube-controller-manager, and serves its API, scheduling.k8s.io/v1beta1 Workload and
 	// PodGroup.
 	GenericWorkload bool
+	// DRAWorkloadResourceClaims turns on native PodGroups' resourceClaims (feature gate
+	// DRAWorkloadResourceClaims, beta and off by default in 1.37; it needs GenericWorkload):
+	// claims a whole gang shares.
+	DRAWorkloadResourceClaims bool
 }
 
 // GenericWorkloadGate is Kubernetes' feature gate for Workload and PodGroup (native gangs).
 const GenericWorkloadGate = "GenericWorkload"
 
+// DRAWorkloadResourceClaimsGate is Kubernetes' feature gate for PodGroups' resourceClaims.
+const DRAWorkloadResourceClaimsGate = "DRAWorkloadResourceClaims"
+
 // featureGateArgs are the flags every Kubernetes component of the rig gets for opts' gates.
 func (o Options) featureGateArgs() []string {
-	if !o.GenericWorkload {
+	var gates []string
+	if o.GenericWorkload {
+		gates = append(gates, GenericWorkloadGate+"=true")
+	}
+	if o.DRAWorkloadResourceClaims {
+		gates = append(gates, DRAWorkloadResourceClaimsGate+"=true")
+	}
+	if len(gates) == 0 {
 		return nil
 	}
-	return []string{"--feature-gates=" + GenericWorkloadGate + "=true"}
+	return []string{"--feature-gates=" + strings.Join(gates, ",")}
 }
 
 // Rig is a running control plane on loopback.

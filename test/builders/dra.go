@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -109,4 +110,22 @@ func (b *PodBuilder) SharedClaim(name, claim string) *PodBuilder {
 func (b *PodBuilder) ClaimCreated(name, claim string) *PodBuilder {
 	b.p.Status.ResourceClaimStatuses = append(b.p.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: name, ResourceClaimName: ptr.To(claim)})
 	return b
+}
+
+// InNativeGroup puts the pod in Kubernetes' native PodGroup name (spec.schedulingGroup).
+func (b *PodBuilder) InNativeGroup(name string) *PodBuilder {
+	b.p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr.To(name)}
+	return b
+}
+
+// NativeGroupWithClaim is a native PodGroup (scheduling.k8s.io/v1beta1) gang of minCount whose
+// members share claim name made from template.
+func NativeGroupWithClaim(name, namespace string, minCount int32, claim, template string) *schedulingv1beta1.PodGroup {
+	return &schedulingv1beta1.PodGroup{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+		Spec: schedulingv1beta1.PodGroupSpec{
+			SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: minCount}},
+			ResourceClaims:   []schedulingv1beta1.PodGroupResourceClaim{{Name: claim, ResourceClaimTemplateName: ptr.To(template)}},
+		},
+	}
 }

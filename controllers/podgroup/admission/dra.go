@@ -7,6 +7,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-dev/berth/scheduling"
@@ -62,6 +66,32 @@ func readDynamicResources(ctx context.Context, c client.Reader) (scheduling.Dyna
 	return res, nil
 }
 
+// nativeGroupsOfClaimants are the native PodGroups (scheduling.k8s.io/v1beta1) of the pods with
+// claims that count against nodes: a claim of such a pod may be its group's, shared by every
+// member. None where the API is not served (GenericWorkload off).
+func nativeGroupsOfClaimants(ctx context.Context, c client.Reader, onNodes []scheduling.PodOnNode) ([]*schedulingv1beta1.PodGroup, error) {
+	want := map[client.ObjectKey]bool{}
+	for _, pn := range onNodes {
+		if sg := pn.Pod.Spec.SchedulingGroup; len(pn.Pod.Spec.ResourceClaims) > 0 && sg != nil && sg.PodGroupName != nil {
+			want[client.ObjectKey{Namespace: pn.Pod.Namespace, Name: *sg.PodGroupName}] = true
+		}
+	}
+	var out []*schedulingv1beta1.PodGroup
+	for k := range want {
+		var pg schedulingv1beta1.PodGroup
+		switch err := c.Get(ctx, k, &pg); {
+		case meta.IsNoMatchError(err) || runtime.IsNotRegisteredError(err):
+			return nil, nil
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			return nil, fmt.Errorf("reading native PodGroup %s: %w", k, err)
+		default:
+			out = append(out, &pg)
+		}
+	}
+	return out, nil
+}
+
 // setDynamicResources gives the cycle's snapshot s the cluster's dynamic resources when the
 // cycle needs them. Without them (a read failed) members with claims stay unsupported, with
 // the error returned after the cycle. sel is the controller's cache of what each class selects.
@@ -74,7 +104,11 @@ func (cy *cycle) setDynamicResources(ctx context.Context, c client.Reader, sel *
 		if err != nil {
 			return err
 		}
-		res.Selections = sel
+		groups, err := nativeGroupsOfClaimants(ctx, c, cy.onNodes)
+		if err != nil {
+			return err
+		}
+		res.PodGroups, res.Selections = groups, sel
 		cy.dynamic = &res
 	}
 	if err := s.SetDynamicResources(*cy.dynamic); err != nil {

@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	seatpkg "github.com/berth-dev/berth/internal/seat"
 	"github.com/berth-dev/berth/scheduling"
 )
 
@@ -27,16 +26,12 @@ import (
 
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=create
 
-// seatTemplateName is the name of the copy of claim i's template for seat seat.
-func seatTemplateName(seat string, i int) string { return seat + "-claim-" + strconv.Itoa(i) }
-
 // seatClaims gives seat the member's claims made from templates, each from the seat's own copy
-// of the template (seatTemplates).
+// of the template (seatTemplates), numbered by the member's claim index.
 func seatClaims(seat, m *corev1.Pod) {
 	for i, pc := range m.Spec.ResourceClaims {
 		if pc.ResourceClaimTemplateName != nil {
-			seat.Spec.ResourceClaims = append(seat.Spec.ResourceClaims, corev1.PodResourceClaim{
-				Name: pc.Name, ResourceClaimTemplateName: ptr.To(seatTemplateName(seat.Name, i))})
+			seatpkg.CarryClaim(seat, pc.Name, i)
 		}
 	}
 }
@@ -54,18 +49,7 @@ func seatTemplates(g *berthv1alpha1.PodGroup, seat, m *corev1.Pod, templates map
 		if t == nil {
 			return nil, fmt.Errorf("member %s's ResourceClaimTemplate %s/%s does not exist", m.Name, m.Namespace, *pc.ResourceClaimTemplateName)
 		}
-		out = append(out, &resourceapi.ResourceClaimTemplate{
-			ObjectMeta: metav1.ObjectMeta{
-				Name: seatTemplateName(seat.Name, i), Namespace: seat.Namespace,
-				Labels: map[string]string{
-					berthv1alpha1.ManagedByLabel: berthv1alpha1.ManagedByBerth,
-					berthv1alpha1.ComponentLabel: "seat",
-					berthv1alpha1.SeatOfLabel:    string(g.UID),
-				},
-				OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: seat.Name, UID: seat.UID, Controller: ptr.To(true)}},
-			},
-			Spec: *t.Spec.DeepCopy(),
-		})
+		out = append(out, seatpkg.TemplateCopy(seat, i, &t.Spec, map[string]string{berthv1alpha1.SeatOfLabel: string(g.UID)}))
 	}
 	return out, nil
 }

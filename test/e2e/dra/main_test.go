@@ -4,7 +4,8 @@
 // provider declares them) and that sizes claims against them (--ignore-dra-requests=false),
 // and the rig publishing those devices as gpu.nvidia.com ResourceSlices once the nodes are up
 // (rig.StartDRADriver); berth's controller (its own process, with its pod-gate webhook) admits
-// and provisions gangs whose members claim GPUs.
+// and provisions gangs whose members claim GPUs — berth's PodGroups, and Kubernetes' native
+// ones (GenericWorkload, with DRAWorkloadResourceClaims: claims a whole gang shares).
 package dra_test
 
 import (
@@ -23,7 +24,7 @@ const instanceTypes = "../../testdata/gpu-instance-types.json"
 var berth *rigtest.BerthProcess
 
 func TestMain(m *testing.M) {
-	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
+	rigtest.Main(m, rig.Options{GenericWorkload: true, DRAWorkloadResourceClaims: true}, func(ctx context.Context, r *rig.Rig) error {
 		if err := rigtest.StartCluster(ctx, r, rig.KwokOptions{NodeReadyDelay: 2 * time.Second}); err != nil {
 			return err
 		}
