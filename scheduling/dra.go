@@ -255,7 +255,9 @@ func (d *draState) resolve(p *corev1.Pod) ([]memberClaim, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, mc)
+			if mc.claim != nil { // nil: the group's claim deliberately not made
+				out = append(out, mc)
+			}
 			continue
 		}
 		name, err := claimName(p, pc)
@@ -287,7 +289,7 @@ func (d *draState) resolve(p *corev1.Pod) ([]memberClaim, error) {
 // groupClaim resolves pc when it is the claim of p's native PodGroup (the library's own rule,
 // resourceclaim.BindTo): one claim every member shares — named by the group, or made for the
 // group from a template (its name in the group's status once made). ok is false for a claim of
-// p's own.
+// p's own; ok with no claim is the group's claim deliberately not made (nothing to allocate).
 func (d *draState) groupClaim(p *corev1.Pod, pc *corev1.PodResourceClaim) (memberClaim, bool, error) {
 	if p.Spec.SchedulingGroup == nil || p.Spec.SchedulingGroup.PodGroupName == nil {
 		return memberClaim{}, false, nil
@@ -307,7 +309,7 @@ func (d *draState) groupClaim(p *corev1.Pod, pc *corev1.PodResourceClaim) (membe
 		name, _, err := resourceclaim.NameFromPodGroup(pg, &gc)
 		switch {
 		case err == nil && name == nil:
-			return memberClaim{}, false, nil
+			return memberClaim{}, true, nil // deliberately not made: nothing to allocate
 		case err == nil:
 			c, ok := d.claims[p.Namespace+"/"+*name]
 			if !ok {

@@ -28,7 +28,7 @@ import (
 // a claim the gang shares that is allocated already (the members go where its devices are),
 // or a ResourceClaim a member names that is not the gang's (other pods may share it).
 
-// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaims,verbs=get;list;watch
 
 // seatClaim is a claim a seat carries: the member's name for it, and the spec the seat's copy
@@ -83,6 +83,9 @@ func (r *Reconciler) planClaims(ctx context.Context, pg *schedulingv1beta1.PodGr
 					p.blocked = why
 					return p, err
 				}
+				if spec == nil {
+					continue // the gang's claim deliberately not made: nothing to carry
+				}
 				holder[pc.Name] = m.Name
 				p.carry[m.Name] = append(p.carry[m.Name], seatClaim{name: pc.Name, spec: spec})
 				continue
@@ -103,8 +106,9 @@ func (r *Reconciler) planClaims(ctx context.Context, pg *schedulingv1beta1.PodGr
 }
 
 // groupClaimSpec is the spec of the gang's claim name: its ResourceClaim's (named, or made
-// for the gang from a template), or its template's before it is made. why is set when the
-// claim cannot be carried (allocated already, or missing).
+// for the gang from a template), or its template's before it is made; nil (and no why) when
+// the claim is deliberately not made. why is set when the claim cannot be carried (allocated
+// already, or missing).
 func (r *Reconciler) groupClaimSpec(ctx context.Context, pg *schedulingv1beta1.PodGroup, name string) (*resourceapi.ResourceClaimTemplateSpec, string, error) {
 	for i := range pg.Spec.ResourceClaims {
 		gc := &pg.Spec.ResourceClaims[i]
@@ -118,7 +122,7 @@ func (r *Reconciler) groupClaimSpec(ctx context.Context, pg *schedulingv1beta1.P
 		case err != nil:
 			return nil, fmt.Sprintf("the gang's claim %q: %v", name, err), nil
 		case claimName == nil:
-			return nil, fmt.Sprintf("the gang's claim %q needs no ResourceClaim", name), nil
+			return nil, "", nil // deliberately not made: nothing to carry
 		}
 		var c resourceapi.ResourceClaim
 		if err := r.client.Get(ctx, client.ObjectKey{Namespace: pg.Namespace, Name: *claimName}, &c); err != nil {

@@ -8,12 +8,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/runtime"
+	kevents "k8s.io/client-go/tools/events"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/internal/seat"
 	"github.com/berth-dev/berth/test/builders"
 )
@@ -145,4 +147,24 @@ func equalLists(a, b map[string][]string) bool {
 		}
 	}
 	return true
+}
+
+// TestNotRequestedSaidOnce: a gang whose claims no seat can carry says so once per reason, not
+// on every reconcile; a new reason is said again.
+func TestNotRequestedSaidOnce(t *testing.T) {
+	fr := kevents.NewFakeRecorder(10)
+	r := New(nil, nil, nil, events.NewRecorder(fr), Options{})
+	pg := builders.NativeGroupWithClaim("train", "ml", 1, "shared", "two")
+	pg.UID = "uid"
+	blocked := func(note string) plan {
+		return plan{warn: true, eventReason: events.ReasonCapacityNotRequested, eventNote: note}
+	}
+	for _, p := range []plan{blocked("a"), blocked("a"), blocked("a"), blocked("b")} {
+		if err := r.act(context.Background(), pg, p, nil, nil, claimPlan{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(fr.Events); n != 2 {
+		t.Fatalf("%d events recorded, want 2 (one per reason)", n)
+	}
 }

@@ -12,7 +12,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,6 +66,10 @@ type Reconciler struct {
 	clock     clock.PassiveClock
 	recorder  *events.Recorder
 	opts      Options
+
+	mu sync.Mutex
+	// notRequested is the last CapacityNotRequested note recorded per gang (by namespace/name).
+	notRequested map[types.NamespacedName]string
 }
 
 // New builds the controller.
@@ -83,7 +89,7 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 	if opts.Ledger == nil {
 		opts.Ledger = ledger.New(clk)
 	}
-	return &Reconciler{client: c, apiReader: apiReader, clock: clk, recorder: rec, opts: opts}
+	return &Reconciler{client: c, apiReader: apiReader, clock: clk, recorder: rec, opts: opts, notRequested: map[types.NamespacedName]string{}}
 }
 
 // +kubebuilder:rbac:groups=scheduling.k8s.io,resources=podgroups,verbs=get;list;watch;patch
@@ -124,6 +130,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var pg schedulingv1beta1.PodGroup
 	if err := r.client.Get(ctx, req.NamespacedName, &pg); err != nil {
 		if apierrors.IsNotFound(err) {
+			r.mu.Lock()
+			delete(r.notRequested, req.NamespacedName)
+			r.mu.Unlock()
 			return reconcile.Result{}, r.removeSeats(ctx, req.NamespacedName)
 		}
 		return reconcile.Result{}, fmt.Errorf("reading PodGroup %s: %w", req.NamespacedName, err)
@@ -221,6 +230,9 @@ func (r *Reconciler) observe(ctx context.Context, pg *schedulingv1beta1.PodGroup
 		}
 	}
 	s.seats = len(seats)
+	// In name order: a batch's seats are numbered in it, and which seat carries a claim the
+	// gang shares must not change between reconciles.
+	slices.Sort(s.pending)
 	return s, members, seats, nil
 }
 
@@ -309,6 +321,21 @@ func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p 
 			errs = append(errs, fmt.Errorf("marking member %s/%s do-not-disrupt: %w", m.Namespace, m.Name, err))
 		}
 	}
+	if p.eventReason == events.ReasonCapacityNotRequested {
+		// Said once per reason: the gang is looked at on every member's change and each minute.
+		r.mu.Lock()
+		key := client.ObjectKeyFromObject(pg)
+		said := r.notRequested[key] == p.eventNote
+		r.notRequested[key] = p.eventNote
+		r.mu.Unlock()
+		if said {
+			p.eventReason = ""
+		}
+	} else if len(p.seatsFor) > 0 || p.placedOrGone() {
+		r.mu.Lock()
+		delete(r.notRequested, client.ObjectKeyFromObject(pg))
+		r.mu.Unlock()
+	}
 	if p.eventReason != "" {
 		if p.warn {
 			r.recorder.Warning(pg, p.eventReason, p.eventNote)
@@ -319,10 +346,13 @@ func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p 
 	return errors.Join(errs...)
 }
 
-// heldRoom is the room seats bound to nodes hold, as the members they stand for on those nodes:
-// a member asks for what its seat asked for, and its device claims — not the seat's copies,
-// which go with the seat — are what the ledger must keep free there (admission replays them).
-// A seat whose member is gone holds its own shape.
+// heldRoom is the room seats bound to nodes hold. A seat holds it as a copy of the member it
+// stands for, under the seat's UID: the member asks for what its seat asked for, and its device
+// claims — not the seat's template copies, which go with the seat — are what the ledger must
+// keep free there (admission replays them). The seat's UID, because the ledger counts a held
+// pod only while the cache does not show it (the seat is deleted next; the member, pending,
+// stays in the cache), and a copy, because the member object is the cache's and changes. A seat
+// whose member is gone holds its own shape.
 func heldRoom(seats []*corev1.Pod, members map[string]*corev1.Pod) []scheduling.PodOnNode {
 	var out []scheduling.PodOnNode
 	for _, s := range seats {
@@ -331,7 +361,8 @@ func heldRoom(seats []*corev1.Pod, members map[string]*corev1.Pod) []scheduling.
 		}
 		p := s
 		if m := members[s.Annotations[berthv1alpha1.SeatForMemberAnnotation]]; m != nil {
-			p = m
+			p = m.DeepCopy()
+			p.UID = s.UID
 		} else if len(s.Spec.ResourceClaims) > 0 {
 			p = s.DeepCopy()
 			p.Spec.ResourceClaims = nil // its copies go with it

@@ -73,6 +73,10 @@ type plan struct {
 	requeue time.Duration
 }
 
+// placedOrGone reports whether the plan ends the gang's need for capacity (placed, or no member
+// pending).
+func (p plan) placedOrGone() bool { return p.release || p.clear }
+
 // reasonUnschedulable is kube-scheduler's reason for a gang its cycle found no room for; for
 // its other reason (SchedulerError, what a gang gets when no node is a candidate at all)
 // Karpenter provisions nothing.

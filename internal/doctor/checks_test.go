@@ -165,8 +165,17 @@ func TestNodePoolChecks(t *testing.T) {
 	latest := nodePool("latest", true, nil)
 	latest.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmpty
 	latest.Spec.Template.Spec.NodeClassRef = &karpv1.NodeClassReference{Group: "karpenter.k8s.aws", Kind: "EC2NodeClass", Name: "gpu-latest"}
+	// berth's DRA pools carry their own taint (nodepools render --dra); nvidia.com/gpu on one is
+	// the finding, not the lack of it.
+	draGood := nodePool("dra-good", true, nil)
+	draGood.Spec.Disruption.ConsolidationPolicy = karpv1.ConsolidationPolicyWhenEmpty
+	draGood.Spec.Template.Labels = map[string]string{berthv1alpha1.GPUAllocationLabel: berthv1alpha1.GPUAllocationDRA}
+	draGood.Spec.Template.Spec.Taints = []corev1.Taint{{Key: berthv1alpha1.DRAGPUTaintKey, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
+	draWrong := *draGood.DeepCopy()
+	draWrong.Name = "dra-wrong"
+	draWrong.Spec.Template.Spec.Taints = []corev1.Taint{{Key: berthv1alpha1.GPUTaintKey, Value: "true", Effect: corev1.TaintEffectNoSchedule}}
 	snap := Snapshot{
-		NodePools: []karpv1.NodePool{good, noTaint, noLimit, quick, training, trainingNever, inference, latest,
+		NodePools: []karpv1.NodePool{good, noTaint, noLimit, quick, training, trainingNever, inference, latest, draGood, draWrong,
 			ec2Pool("general"),
 			ec2Pool("general-no-gpu-count", req(awsv1.LabelInstanceGPUCount, corev1.NodeSelectorOpDoesNotExist)),
 			ec2Pool("general-cmr", req(awsv1.LabelInstanceCategory, corev1.NodeSelectorOpIn, "c", "m", "r")),
@@ -182,6 +191,7 @@ func TestNodePoolChecks(t *testing.T) {
 		"gpu-nodeclass-latest-ami EC2NodeClass gpu-latest",
 		"gpu-nodepool-consolidate-after NodePool quick",
 		"gpu-nodepool-limit NodePool no-limit",
+		"gpu-nodepool-taint NodePool dra-wrong",
 		"gpu-nodepool-taint NodePool no-taint",
 		"training-nodepool-expiry NodePool gpu-h100-training",
 	}

@@ -123,7 +123,7 @@ func leaderCheck(ctx context.Context, c client.Client, namespace string, now tim
 	return nil, "", nil
 }
 
-// agentCheck finds GPU nodes (allocatable nvidia.com/gpu) where berth's agent has not reported
+// agentCheck finds GPU nodes (allocatable nvidia.com/gpu, or of a DRA pool) where berth's agent has not reported
 // within AgentStale: their GPU faults are not seen, and gangs are placed on failed GPUs.
 func agentCheck(ctx context.Context, c client.Client, now time.Time) ([]Finding, string, error) {
 	var nodes corev1.NodeList
@@ -140,7 +140,9 @@ func agentCheck(ctx context.Context, c client.Client, now time.Time) ([]Finding,
 	}
 	var out []Finding
 	for _, n := range nodes.Items {
-		if q, ok := n.Status.Allocatable[berthv1alpha1.GPUResource]; !ok || q.IsZero() {
+		q, ok := n.Status.Allocatable[berthv1alpha1.GPUResource]
+		dra := n.Labels[berthv1alpha1.GPUAllocationLabel] == berthv1alpha1.GPUAllocationDRA
+		if (!ok || q.IsZero()) && !dra { // a DRA node's GPUs are ResourceSlices, not allocatable
 			continue
 		}
 		var last time.Time

@@ -173,3 +173,22 @@ func TestAgentCheckNamesBottlerocket(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentCheckSeesDRANodes: a node of a DRA pool has no allocatable nvidia.com/gpu (its GPUs
+// are ResourceSlices) and is still a GPU node the agent must watch; a CPU node is not.
+func TestAgentCheckSeesDRANodes(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	dra := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dra", Labels: map[string]string{berthv1alpha1.GPUAllocationLabel: berthv1alpha1.GPUAllocationDRA}}}
+	cpu := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu"}}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(dra, cpu).Build()
+	got, _, err := agentCheck(context.Background(), c, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Object != "Node dra" {
+		t.Fatalf("findings %+v, want the DRA node's only", got)
+	}
+}

@@ -51,13 +51,19 @@ func poolObject(np *karpv1.NodePool) string { return obj("NodePool", "", np.Name
 func gpuTaints(s Snapshot) []Finding {
 	var out []Finding
 	for _, np := range gpuPools(s) {
-		if slices.ContainsFunc(np.Spec.Template.Spec.Taints, func(t corev1.Taint) bool { return t.Key == berthv1alpha1.GPUResource }) {
+		key := berthv1alpha1.GPUTaintKey
+		if np.Spec.Template.Labels[berthv1alpha1.GPUAllocationLabel] == berthv1alpha1.GPUAllocationDRA {
+			// berth's DRA pools carry their own taint: nvidia.com/gpu would let device-plugin
+			// pods onto nodes whose device plugin is off (docs/dra.md).
+			key = berthv1alpha1.DRAGPUTaintKey
+		}
+		if slices.ContainsFunc(np.Spec.Template.Spec.Taints, func(t corev1.Taint) bool { return t.Key == key }) {
 			continue
 		}
 		_, why := guard.IsGPUPool(np)
 		out = append(out, Finding{Check: CheckGPUTaint, Object: poolObject(np),
-			Problem: fmt.Sprintf("GPU NodePool (%s) without a %s taint: pods that ask for no GPU are placed on its nodes, take the CPU and memory GPU pods need and keep them from ever being empty", why, berthv1alpha1.GPUResource),
-			Fix:     fmt.Sprintf("add spec.template.spec.taints [{key: %s, value: \"true\", effect: NoSchedule}] (the NVIDIA device plugin and GPU pods tolerate it; templates: berth nodepools render)", berthv1alpha1.GPUResource)})
+			Problem: fmt.Sprintf("GPU NodePool (%s) without a %s taint: pods that ask for no GPU are placed on its nodes, take the CPU and memory GPU pods need and keep them from ever being empty", why, key),
+			Fix:     fmt.Sprintf("add spec.template.spec.taints [{key: %s, value: \"true\", effect: NoSchedule}] (GPU pods and the NVIDIA plugins tolerate it; templates: berth nodepools render)", key)})
 	}
 	return out
 }

@@ -195,10 +195,37 @@ func nodePool(f gpu.Family, o Options) *karpv1.NodePool {
 				// At most 10% of the pool's nodes are disrupted at once (drift, emptiness).
 				Budgets: []karpv1.Budget{{Nodes: "10%"}},
 			},
-			Limits: karpv1.Limits{berthv1alpha1.GPUResource: *resource.NewQuantity(o.GPULimit, resource.DecimalSI)},
+			Limits: limits(f, o),
 			Weight: ptr.To(rd.weight),
 		},
 	}
+}
+
+// limits bound what a pool may launch: o.GPULimit GPUs. A DRA node advertises no nvidia.com/gpu
+// once it is up (no device plugin: its GPUs are ResourceSlices), so Karpenter counts a DRA
+// pool's GPUs against the limit only while its NodeClaims are in flight; DRA pools also carry a
+// node limit — as many nodes as the GPU limit needs at the family's smallest size, so it never
+// stops growth the GPU limit allows and bounds a runaway where the GPU limit no longer can.
+func limits(f gpu.Family, o Options) karpv1.Limits {
+	l := karpv1.Limits{berthv1alpha1.GPUResource: *resource.NewQuantity(o.GPULimit, resource.DecimalSI)}
+	if o.DRA {
+		l[karpenterNodesLimit] = *resource.NewQuantity(draNodeLimit(f, o.GPULimit), resource.DecimalSI)
+	}
+	return l
+}
+
+// draNodeLimit is how many nodes of family f hold gpus GPUs at its smallest GPU size (rounded up).
+func draNodeLimit(f gpu.Family, gpus int64) int64 {
+	least := int64(0)
+	for _, s := range f.Sizes {
+		if s.GPUs > 0 && (least == 0 || s.GPUs < least) {
+			least = s.GPUs
+		}
+	}
+	if least == 0 {
+		return gpus
+	}
+	return (gpus + least - 1) / least
 }
 
 // ec2NodeClass is the EC2NodeClass of family f's NodePool.
@@ -262,3 +289,6 @@ func kwokNodeClass() *kwokv1alpha1.KWOKNodeClass {
 		ObjectMeta: metav1.ObjectMeta{Name: KwokNodeClassName},
 	}
 }
+
+// karpenterNodesLimit is the key of a NodePool's node-count limit (Karpenter's resources.Node).
+const karpenterNodesLimit corev1.ResourceName = "nodes"

@@ -161,6 +161,11 @@ func TestRenderDRA(t *testing.T) {
 	if diff := cmp.Diff(want, np.Spec.Template.Labels); diff != "" {
 		t.Errorf("node labels (-want +got):\n%s", diff)
 	}
+	// Once up, a DRA node advertises no nvidia.com/gpu, so a node limit bounds the pool too: as
+	// many nodes as 128 GPUs take on p5.48xlarge (8 each). The device-plugin pool has none.
+	if got := np.Spec.Limits["nodes"]; got.Value() != 16 {
+		t.Errorf("DRA pool's node limit %s, want 16", got.String())
+	}
 	// The device-plugin pool is as it was: no label added (a new label drifts every node).
 	pp := plain[1].(*karpv1.NodePool)
 	if diff := cmp.Diff(map[string]string{berthv1alpha1.NodePoolRoleLabel: "training"}, pp.Spec.Template.Labels); diff != "" {
@@ -168,6 +173,9 @@ func TestRenderDRA(t *testing.T) {
 	}
 	if got := pp.Spec.Template.Spec.Taints; len(got) != 1 || got[0].Key != berthv1alpha1.GPUTaintKey {
 		t.Errorf("device-plugin pool taints %v", got)
+	}
+	if _, ok := pp.Spec.Limits["nodes"]; ok {
+		t.Errorf("device-plugin pool limits %v: no node limit", pp.Spec.Limits)
 	}
 }
 

@@ -1,14 +1,15 @@
 {{/*
-EC2 settings per GPU product: instance family and root volume (p-families hold the biggest
-models). Keep in step with internal/nodepools (a Go test compares the rendered objects).
+EC2 settings per GPU product: instance family, root volume (p-families hold the biggest
+models) and the GPUs of the family's smallest size (a DRA pool's node limit). Keep in step with
+internal/nodepools and internal/gpu (a Go test compares the rendered objects).
 */}}
 {{- define "berth.gpuFamilies" -}}
-h100: {family: p5, rootVolume: 500Gi}
-h200: {family: p5e, rootVolume: 500Gi}
-a100: {family: p4d, rootVolume: 500Gi}
-l40s: {family: g6e, rootVolume: 200Gi}
-a10g: {family: g5, rootVolume: 200Gi}
-l4: {family: g6, rootVolume: 200Gi}
+h100: {family: p5, rootVolume: 500Gi, minGPUs: 8}
+h200: {family: p5e, rootVolume: 500Gi, minGPUs: 8}
+a100: {family: p4d, rootVolume: 500Gi, minGPUs: 8}
+l40s: {family: g6e, rootVolume: 200Gi, minGPUs: 1}
+a10g: {family: g5, rootVolume: 200Gi, minGPUs: 1}
+l4: {family: g6, rootVolume: 200Gi, minGPUs: 1}
 {{- end -}}
 
 {{/* Disruption defaults per role. */}}

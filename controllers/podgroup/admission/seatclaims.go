@@ -24,7 +24,7 @@ import (
 // them too, freeing the devices for the members). Claims a member names (shared with other
 // pods) are not carried: scheduling.ComputeShortfall orders no seats for such members.
 
-// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=create
+// +kubebuilder:rbac:groups=resource.k8s.io,resources=resourceclaimtemplates,verbs=create;delete
 
 // seatClaims gives seat the member's claims made from templates, each from the seat's own copy
 // of the template (seatTemplates), numbered by the member's claim index.

@@ -22,8 +22,11 @@ import (
 
 // TestNativeDRAGangProvisionedWhole: a native gang (scheduling.k8s.io/v1beta1 PodGroup, minCount
 // 2) whose members each claim one L4 of their own and share the gang's claim of two L4s
-// (spec.resourceClaims, made for the gang from a template), on an L4 pool with no nodes.
-// kube-scheduler's gang cycle cannot place it; berth's seats carry the claims — the first the
+// (spec.resourceClaims, made for the gang from a template), on a cluster with no node at all.
+// kube-scheduler's gang cycle then fails with SchedulerError — where Karpenter provisions
+// nothing, the case berth orders seats for (with nodes that do not fit, the cycle reports
+// Unschedulable and Karpenter provisions for the members itself: berth adds no seats, as
+// test/e2e/nativegangs shows). berth's seats carry the claims — the first the
 // gang's claim and its member's own, the second its own and kept to the first's node — so
 // Karpenter launches one node with the four L4s in one batch; the seats give way and
 // kube-scheduler places both members there: the gang's claim allocated once, to two devices of
@@ -32,7 +35,7 @@ func TestNativeDRAGangProvisionedWhole(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
 	pool := rig.GPUNodePoolName("l4")
-	rigtest.RemovePoolNodes(t, pool)
+	removeAllNodes(t)
 	ns := rigtest.Namespace(t, "native-dra")
 	l4 := `device.attributes["gpu.nvidia.com"].productName.lowerAscii().contains("l4")`
 	pg := builders.NativeGroupWithClaim("serve", ns, 2, "shared", "two-l4")
@@ -66,6 +69,7 @@ func TestNativeDRAGangProvisionedWhole(t *testing.T) {
 		names = append(names, m.Name)
 	}
 	seatsSeen, copiesSeen := 0, 0
+	reasons := map[string]bool{} // the gang cycle's reasons for not placing the gang
 	rigtest.Eventually(t, 3*time.Minute, 250*time.Millisecond, "both members bound", func(ctx context.Context) (bool, string, error) {
 		var seats corev1.PodList
 		if err := c.List(ctx, &seats, client.MatchingLabels{berthv1alpha1.SeatForNativeGroupLabel: string(pg.UID)}); err != nil {
@@ -93,11 +97,14 @@ func TestNativeDRAGangProvisionedWhole(t *testing.T) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), &got); err != nil {
 			return false, "", err
 		}
+		if cond := meta.FindStatusCondition(got.Status.Conditions, "PodGroupInitiallyScheduled"); cond != nil && cond.Status == "False" {
+			reasons[cond.Reason] = true
+		}
 		return bound == len(names), fmt.Sprintf("%s; %d seats, %d copies; PodGroup %v %v", strings.Join(st, ", "), len(seats.Items), len(copies.Items),
 			got.Status.Conditions, got.Status.ResourceClaimStatuses), nil
 	})
 	if seatsSeen != 2 || copiesSeen != 3 {
-		t.Errorf("saw at most %d seats and %d template copies, want 2 seats and 3 copies (the gang's claim once, each member's own)", seatsSeen, copiesSeen)
+		t.Errorf("saw at most %d seats and %d template copies, want 2 seats and 3 copies (the gang's claim once, each member's own); the gang cycle said %v", seatsSeen, copiesSeen, reasons)
 	}
 	var node string
 	for _, n := range names {
@@ -171,4 +178,24 @@ func TestNativeDRAGangProvisionedWhole(t *testing.T) {
 	})
 	rigtest.WaitEvent(t, ns, pg.Name, "CapacityRequested")
 	t.Logf("the native gang's 2 members bound together on %s (%v), 4 devices from 3 claims, the gang's claim reserved for its PodGroup", node, launched)
+}
+
+// removeAllNodes deletes every NodeClaim and waits until the cluster has no node at all.
+func removeAllNodes(t *testing.T) {
+	t.Helper()
+	c := rigtest.Current().Client
+	if err := c.DeleteAllOf(context.Background(), &karpv1.NodeClaim{}); err != nil {
+		t.Fatalf("deleting every NodeClaim: %v", err)
+	}
+	rigtest.Eventually(t, 2*time.Minute, 250*time.Millisecond, "no node left", func(ctx context.Context) (bool, string, error) {
+		var claims karpv1.NodeClaimList
+		if err := c.List(ctx, &claims); err != nil {
+			return false, "", err
+		}
+		var nodes corev1.NodeList
+		if err := c.List(ctx, &nodes); err != nil {
+			return false, "", err
+		}
+		return len(claims.Items)+len(nodes.Items) == 0, fmt.Sprintf("%d NodeClaims, %d nodes", len(claims.Items), len(nodes.Items)), nil
+	})
 }
