@@ -45,7 +45,7 @@ func TestDRANativePodGroupClaims(t *testing.T) {
 		want:    map[string]int{"h-0": 2, "h-1": 1}, devices: 12,
 	}, {
 		name: "a pod claim that differs from the group's (another template) is the pod's own", h: 2,
-		groups: []*schedulingv1beta1.PodGroup{builders.NativeGroupWithClaim("train", "ml", 2, "shared", "h100x8")},
+		groups:  []*schedulingv1beta1.PodGroup{builders.NativeGroupWithClaim("train", "ml", 2, "shared", "h100x8")},
 		members: members(2, member),
 		want:    map[string]int{"h-0": 2}, devices: 8,
 	}, {

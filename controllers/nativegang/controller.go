@@ -282,6 +282,29 @@ func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p 
 			return err
 		}
 	}
+	errs = append(errs, r.createSeats(ctx, pg, p, members, seats, claims))
+	for _, name := range p.protect {
+		m := members[name]
+		if m == nil {
+			continue
+		}
+		patch := client.MergeFrom(m.DeepCopy())
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		m.Annotations[karpv1.DoNotDisruptAnnotationKey] = "true"
+		if err := r.client.Patch(ctx, m, patch); client.IgnoreNotFound(err) != nil {
+			errs = append(errs, fmt.Errorf("marking member %s/%s do-not-disrupt: %w", m.Namespace, m.Name, err))
+		}
+	}
+	r.record(pg, p)
+	return errors.Join(errs...)
+}
+
+// createSeats creates the seats of p.seatsFor, one batch, each carrying its member's claims
+// (claims), and the template copies of seats not on a node yet.
+func (r *Reconciler) createSeats(ctx context.Context, pg *schedulingv1beta1.PodGroup, p plan, members map[string]*corev1.Pod, seats []*corev1.Pod, claims claimPlan) error {
+	var errs []error
 	index := make(map[string]int, len(p.seatsFor))
 	for i, name := range p.seatsFor {
 		index[name] = i
@@ -307,20 +330,11 @@ func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p 
 		// not on a node yet whose copies are missing.
 		errs = append(errs, r.ensureCopies(ctx, pg, append(made, seats...), claims))
 	}
-	for _, name := range p.protect {
-		m := members[name]
-		if m == nil {
-			continue
-		}
-		patch := client.MergeFrom(m.DeepCopy())
-		if m.Annotations == nil {
-			m.Annotations = map[string]string{}
-		}
-		m.Annotations[karpv1.DoNotDisruptAnnotationKey] = "true"
-		if err := r.client.Patch(ctx, m, patch); client.IgnoreNotFound(err) != nil {
-			errs = append(errs, fmt.Errorf("marking member %s/%s do-not-disrupt: %w", m.Namespace, m.Name, err))
-		}
-	}
+	return errors.Join(errs...)
+}
+
+// record records the plan's Event on the PodGroup; CapacityNotRequested once per reason.
+func (r *Reconciler) record(pg *schedulingv1beta1.PodGroup, p plan) {
 	if p.eventReason == events.ReasonCapacityNotRequested {
 		// Said once per reason: the gang is looked at on every member's change and each minute.
 		r.mu.Lock()
@@ -343,7 +357,6 @@ func (r *Reconciler) act(ctx context.Context, pg *schedulingv1beta1.PodGroup, p 
 			r.recorder.Normal(pg, p.eventReason, p.eventNote)
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // heldRoom is the room seats bound to nodes hold. A seat holds it as a copy of the member it
