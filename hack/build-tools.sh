@@ -82,10 +82,12 @@ declare -A pkgs=(
   [karpenter-kwok-dra]=github.com/berth-dev/berth/hack/tools/dra/karpenter-kwok-dra
 )
 order=(etcd kube-apiserver controller-gen golangci-lint kwok karpenter-kwok kube-scheduler kube-controller-manager jobset-controller lws-controller kueue-controller prometheus-operator prometheus cosign crane helm karpenter-kwok-dra keda-operator keda-adapter)
-# Seconds each cold build took on 2 cores (2026-12), for the progress estimate.
+# Seconds each cold build took on 2 cores, for the progress estimate: the demo's set measured on a
+# fresh machine with nothing else running (2026-12-05, docs/benchmarks.md), the rest while other
+# builds and tests shared the cores (2026-12).
 declare -A typical=(
-  [etcd]=176 [kube-apiserver]=638 [controller-gen]=45 [golangci-lint]=138 [kwok]=37 [karpenter-kwok]=56
-  [kube-scheduler]=102 [kube-controller-manager]=104 [jobset-controller]=171 [lws-controller]=170 [kueue-controller]=374
+  [etcd]=50 [kube-apiserver]=260 [controller-gen]=10 [golangci-lint]=138 [kwok]=20 [karpenter-kwok]=30
+  [kube-scheduler]=50 [kube-controller-manager]=50 [jobset-controller]=171 [lws-controller]=110 [kueue-controller]=374
   [keda-operator]=825 [keda-adapter]=93 [prometheus-operator]=220 [prometheus]=380
   [cosign]=300 [crane]=30 [helm]=90 [karpenter-kwok-dra]=140
 )
