@@ -74,6 +74,10 @@ type draState struct {
 	// ofClass are, per class and node, the node's slices cut to the devices the class's
 	// selectors match; bare, per class, the classes with that class's selectors dropped
 	// (dra_class.go). Both are made once per snapshot, as needed.
+	// uncut are the nodes a pool of which names a device twice: the allocator refuses such a
+	// pool, so its slices are offered whole there — cutting taken or unselected devices could
+	// drop a duplicate and make it look valid.
+	uncut      map[string]bool
 	ofClass    map[string]map[string]classSelection
 	bare       map[string]DeviceClassLister
 	selections *SelectionCache
@@ -155,6 +159,7 @@ func (s *Snapshot) SetDynamicResources(res DynamicResources) error {
 			d.anyNode = append(d.anyNode, sl)
 		}
 	}
+	d.uncut = nodesWithDuplicateDevices(d.ids)
 	for _, t := range res.Templates {
 		d.templates[t.Namespace+"/"+t.Name] = t
 	}
@@ -473,7 +478,7 @@ func (s *Snapshot) allocateMany(n *NodeState, ps []*corev1.Pod, extra *draExtra)
 		return nil, whole, nil // no devices here at all
 	}
 	offered, classes := d.byNode[n.Name()], d.classes
-	if plainCounts(todo) {
+	if plainCounts(todo) && !d.uncut[n.Name()] {
 		var sel []bool
 		if c := soleClass(todo); c != "" && len(d.anyNode) == 0 {
 			if m, ok := d.selected(c, n.Name()); ok {
@@ -580,6 +585,25 @@ func (d *draState) freeSlices(node string, sel []bool) []*resourceapi.ResourceSl
 			}
 		}
 		out = append(out, &c)
+	}
+	return out
+}
+
+// nodesWithDuplicateDevices are the nodes whose slices name a device (driver, pool, name) twice.
+func nodesWithDuplicateDevices(ids map[string][]structured.DeviceID) map[string]bool {
+	var out map[string]bool
+	for node, list := range ids {
+		seen := make(map[structured.DeviceID]bool, len(list))
+		for _, id := range list {
+			if seen[id] {
+				if out == nil {
+					out = map[string]bool{}
+				}
+				out[node] = true
+				break
+			}
+			seen[id] = true
+		}
 	}
 	return out
 }

@@ -95,3 +95,24 @@ func TestSelectionCacheFollowsVersions(t *testing.T) {
 		t.Fatalf("after the L4 is gone an L4 claim still fits on %v", r.Nodes())
 	}
 }
+
+// TestDRAInvalidPoolStaysInvalid: a pool that names a device twice is one the allocator refuses
+// (kube-scheduler places nothing on it); offering the allocator only the devices a class selects
+// must not drop the duplicate and make the pool look valid.
+func TestDRAInvalidPoolStaysInvalid(t *testing.T) {
+	nodes, res := mixedNode()
+	l := res.Slices[1]
+	l.Spec.Devices = append(l.Spec.Devices, *l.Spec.Devices[0].DeepCopy()) // "l4-0" twice
+	h100 := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "h100", UID: "h100-uid", ResourceVersion: "1"},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{
+			Expression: `device.attributes["gpu.nvidia.com"].productName == "NVIDIA H100 80GB HBM3"`}}}}}
+	res.Classes = append(res.Classes, h100)
+	tmpl := builders.ClaimTemplate("h100x1", "ml", 1, "")
+	tmpl.Spec.Spec.Devices.Requests[0].Exactly.DeviceClassName = "h100"
+	res.Templates = append(res.Templates, tmpl)
+	res.Selections = scheduling.NewSelectionCache()
+	r := scheduling.Place(draSnapshot(t, nodes, nil, res), scheduling.Gang{Members: members(1, draMember("h100x1"))})
+	if r.Fits() {
+		t.Fatalf("fits on %v: the node's only pool is invalid (a device named twice)", r.Nodes())
+	}
+}
