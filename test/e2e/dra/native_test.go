@@ -3,7 +3,6 @@ package dra_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -81,17 +80,9 @@ func TestNativeDRAGangProvisionedWhole(t *testing.T) {
 			return false, "", err
 		}
 		copiesSeen = max(copiesSeen, len(copies.Items))
-		var st []string
-		bound := 0
-		for _, n := range names {
-			var p corev1.Pod
-			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: n}, &p); err != nil {
-				return false, "", err
-			}
-			if p.Spec.NodeName != "" {
-				bound++
-			}
-			st = append(st, fmt.Sprintf("%s on %q", n, p.Spec.NodeName))
+		bound, unbound, err := rigtest.CountBound(ctx, c, ns) // the namespace holds the members only
+		if err != nil {
+			return false, "", err
 		}
 		var got schedulingv1beta1.PodGroup
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), &got); err != nil {
@@ -100,7 +91,7 @@ func TestNativeDRAGangProvisionedWhole(t *testing.T) {
 		if cond := meta.FindStatusCondition(got.Status.Conditions, "PodGroupInitiallyScheduled"); cond != nil && cond.Status == "False" {
 			reasons[cond.Reason] = true
 		}
-		return bound == len(names), fmt.Sprintf("%s; %d seats, %d copies; PodGroup %v %v", strings.Join(st, ", "), len(seats.Items), len(copies.Items),
+		return bound == len(names), fmt.Sprintf("%d of %d bound (%s); %d seats, %d copies; PodGroup %v %v", bound, len(names), unbound, len(seats.Items), len(copies.Items),
 			got.Status.Conditions, got.Status.ResourceClaimStatuses), nil
 	})
 	if seatsSeen != 2 || copiesSeen != 3 {
