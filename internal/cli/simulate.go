@@ -35,7 +35,7 @@ type simulateFlags struct {
 	drainTimeout, imagePull, modelLoad      time.Duration
 	imagePullSet, modelLoadSet              bool
 	routing, lengths, lengthsFrom           string
-	frontier, oracle                        bool
+	frontier, oracle, burstBlind            bool
 	kedaThreshold, kubeAITarget             float64
 	warmSeats, minWarmSeats                 int
 	policies                                []string
@@ -85,6 +85,7 @@ The report (report.md and PNG plots) goes to --out; docs/economics.md explains t
 	fl.IntVar(&f.minWarmSeats, "min-warm-seats", 0, "berth's trigger minWarmSeats: the warm seats held whatever the headroom (at most --warm-seats)")
 	fl.BoolVar(&f.frontier, "frontier", true, "also replay the requests through fixed fleets of every size up to --max (the static-N frontier every policy is judged against at its GPU-hours)")
 	fl.BoolVar(&f.oracle, "oracle", true, "also replay the requests through the clairvoyant oracle (knows every arrival and the cold start: for every 5 minutes the smallest fixed fleet that met the SLO there, ordered one cold start ahead)")
+	fl.BoolVar(&f.burstBlind, "burst-blind", false, "also replay the burst-blind limit (synthetic days with bursts; needs --oracle): the oracle planned on the same day without its bursts, times a standing headroom of 1 to 3, replayed on the day with them — the least a policy pays that meets a burst with what it held before it (a second frontier: about doubles the run's time)")
 	fl.Float64Var(&f.kedaThreshold, "keda-threshold", simulate.TunedKEDAThreshold, "the KEDA baseline's vllm:num_requests_waiting threshold per replica (default: tuned on the synthetic day of seed 1, docs/economics.md)")
 	fl.StringSliceVar(&f.policies, "policies", nil, "autoscalers to replay, of "+strings.Join(simulate.PolicyNames(), ", ")+" (default: all; --frontier and --oracle have their own switches)")
 	fl.Float64Var(&f.kubeAITarget, "kubeai-target", simulate.TunedKubeAITarget, "the KubeAI baseline's requests in flight per replica (default: tuned on the synthetic day of seed 1, docs/economics.md)")
@@ -167,6 +168,10 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 			o.Requests, o.Bursts, o.RequestSource, err = syntheticRequests(f)
 		}
 		errs = append(errs, err)
+		if f.burstBlind {
+			o.BurstFree, err = burstFreeRequests(f)
+			errs = append(errs, err)
+		}
 		if n := len(o.Requests); n > 0 && !f.warmUpSet {
 			o.Fleet.WarmUp = simulate.TraceWarmUp(o.Fleet, o.Requests[n-1].At)
 		}
@@ -247,6 +252,22 @@ func flagFleet(f simulateFlags) (simulate.Fleet, map[string]string, error) {
 		}
 	}
 	return fleet, trigger, nil
+}
+
+// burstFreeRequests is the synthetic day the flags describe without its bursts, for
+// --burst-blind.
+func burstFreeRequests(f simulateFlags) ([]vllmsim.TraceRequest, error) {
+	switch {
+	case f.trace != "":
+		return nil, errors.New("--burst-blind plans on the same day without its bursts: a synthetic day's (a trace's bursts are not known); leave out --trace")
+	case f.synthetic.BurstEvery <= 0:
+		return nil, errors.New("--burst-blind needs a day with bursts: --burst-every must be positive")
+	case !f.oracle:
+		return nil, errors.New("--burst-blind needs --oracle (it is the oracle's plan of the day without bursts)")
+	}
+	f.synthetic.BurstEvery = 0
+	reqs, _, _, err := syntheticRequests(f)
+	return reqs, err
 }
 
 // syntheticRequests draws the synthetic request trace the flags describe and says what it is.

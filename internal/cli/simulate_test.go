@@ -54,6 +54,9 @@ func TestSimulateCommandRejectsBadInput(t *testing.T) {
 		{[]string{"--lengths", "uniform", "--no-training"}, `--lengths "uniform": want trace or lognormal`},
 		{[]string{"--lengths", "lognormal", "--lengths-from", "x.csv", "--no-training"}, "--lengths-from needs --lengths trace"},
 		{[]string{"--lengths-from", "/nonexistent.csv", "--no-training"}, "--lengths-from"},
+		{[]string{"--burst-blind", "--trace", "/dev/null", "--no-training"}, "--burst-blind plans on the same day without its bursts"},
+		{[]string{"--burst-blind", "--burst-every", "0", "--duration", "10m", "--no-training"}, "--burst-blind needs a day with bursts"},
+		{[]string{"--burst-blind", "--oracle=false", "--duration", "10m", "--no-training"}, "--burst-blind needs --oracle"},
 	} {
 		cmd := newSimulateCommand()
 		cmd.SetArgs(append(tc.args, "--out", t.TempDir()))

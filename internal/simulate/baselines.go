@@ -1,10 +1,12 @@
 package simulate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -247,4 +249,62 @@ func (o *Oracle) Step(now time.Duration, _ View) (int, bool) {
 		want = o.Schedule[i]
 	}
 	return want, true
+}
+
+// BurstBlind is the limit of a policy that cannot foresee a burst, as Oracle is the limit of
+// one that can: the oracle's plan of the same day drawn without its bursts (the day's shape —
+// its swing and its noise — known one cold start ahead), times a standing Headroom that is all
+// it has against the bursts it does not see, replayed on the day with them. berth sees no
+// burst coming either: where a burst is shorter than a cold start, what it meets the burst
+// with is mostly what it held before it, and this is the least that holding costs.
+type BurstBlind struct {
+	// Plan is the oracle planned on the day without bursts.
+	Plan *Oracle
+	// Headroom multiplies the plan's fleet.
+	Headroom float64
+}
+
+// BurstBlindHeadrooms are the standing headrooms a report replays the burst-blind limit at.
+var BurstBlindHeadrooms = []float64{1, 1.5, 2, 2.5, 3}
+
+// Name implements Autoscaler.
+func (b *BurstBlind) Name() string { return fmt.Sprintf("burst-blind oracle ×%.2g", b.Headroom) }
+
+// Describe implements Autoscaler.
+func (b *BurstBlind) Describe() string {
+	return fmt.Sprintf("the oracle's plan of the same day without bursts (%s), ×%.2g", b.Plan.Describe(), b.Headroom)
+}
+
+// Step implements Autoscaler.
+func (b *BurstBlind) Step(now time.Duration, v View) (int, bool) {
+	want, ok := b.Plan.Step(now, v)
+	if !ok {
+		return 0, false
+	}
+	return int(math.Ceil(b.Headroom*float64(want) - 1e-9)), true
+}
+
+// GPUHoursFor is the least GPU-hours the burst-blind runs rs reach violations (attainable) at,
+// interpolated linearly between the two runs around it in cost; ok is false when no run
+// reached it (then the costliest run's GPU-hours are returned) or there is none.
+func GPUHoursFor(rs []*InferenceResult, violations float64) (gpuHours float64, ok bool) {
+	if len(rs) == 0 {
+		return math.NaN(), false
+	}
+	sorted := slices.Clone(rs)
+	slices.SortFunc(sorted, func(a, b *InferenceResult) int { return cmp.Compare(a.GPUHours, b.GPUHours) })
+	for i, r := range sorted {
+		v := float64(r.AttainableViolations())
+		if v > violations {
+			continue
+		}
+		if i == 0 {
+			return r.GPUHours, true
+		}
+		p := sorted[i-1] // cheaper, and above violations: pv > violations ≥ v
+		pv := float64(p.AttainableViolations())
+		x := (pv - violations) / (pv - v)
+		return p.GPUHours + x*(r.GPUHours-p.GPUHours), true
+	}
+	return sorted[len(sorted)-1].GPUHours, false
 }

@@ -3,6 +3,7 @@ package simulate
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -119,5 +120,104 @@ func TestSLOTriggerIsTheSLO(t *testing.T) {
 	}
 	if _, err := NewBerth(BerthName, md, BerthBehavior, 15*time.Second, 1, 8); err != nil {
 		t.Errorf("the scaler refuses it: %v", err)
+	}
+}
+
+func TestBurstBlindScalesThePlan(t *testing.T) {
+	plan := &Oracle{Schedule: []int{2, 3, 5}, Stretch: 5 * time.Minute, Sync: 15 * time.Second}
+	for _, tc := range []struct {
+		headroom float64
+		now      time.Duration
+		want     int
+	}{
+		{1, 0, 2},
+		{1.5, 0, 3},
+		{1.5, 5 * time.Minute, 5}, // 4.5 rounds up
+		{2, 10 * time.Minute, 10},
+		{2.5, 10 * time.Minute, 13},
+	} {
+		b := &BurstBlind{Plan: plan, Headroom: tc.headroom}
+		if got, ok := b.Step(tc.now, View{}); !ok || got != tc.want {
+			t.Errorf("%s at %s = %d, %v; want %d", b.Name(), tc.now, got, ok, tc.want)
+		}
+	}
+	if _, ok := (&BurstBlind{Plan: plan, Headroom: 2}).Step(time.Second, View{}); ok {
+		t.Error("acted between the plan's syncs")
+	}
+}
+
+func TestGPUHoursFor(t *testing.T) {
+	run := func(gpuHours float64, violations int) *InferenceResult {
+		return &InferenceResult{GPUHours: gpuHours, Requests: 1000, Good: 1000 - violations}
+	}
+	rs := []*InferenceResult{run(30, 10), run(10, 500), run(20, 100)} // out of order on purpose
+	for _, tc := range []struct {
+		violations float64
+		want       float64
+		ok         bool
+	}{
+		{1000, 10, true}, // the cheapest already does
+		{500, 10, true},
+		{300, 15, true}, // halfway from 500 to 100
+		{100, 20, true},
+		{55, 25, true},
+		{5, 30, false}, // none reaches it: the costliest
+	} {
+		got, ok := GPUHoursFor(rs, tc.violations)
+		if ok != tc.ok || math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("GPUHoursFor(%v) = %v, %v; want %v, %v", tc.violations, got, ok, tc.want, tc.ok)
+		}
+	}
+	if _, ok := GPUHoursFor(nil, 1); ok {
+		t.Error("no runs reached a count")
+	}
+}
+
+// TestBurstBlindLimit: on a short day with bursts, the plan of the day without them misses
+// the bursts' requests; headroom buys them back at a cost, and the report says what the
+// oracle's violations cost a policy that does not see the bursts coming.
+func TestBurstBlindLimit(t *testing.T) {
+	s := DefaultSynthetic
+	s.Duration, s.Period, s.PeakAt = 40*time.Minute, 40*time.Minute, 20*time.Minute
+	s.MeanRate, s.Diurnal, s.Seed = 1.2, 0.3, 7
+	s.BurstEvery, s.BurstLength, s.BurstFactor = 8*time.Minute, 2*time.Minute, 3
+	trace, err := s.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.BurstEvery = 0
+	free, err := s.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := l4(t)
+	f.WarmUp = 5 * time.Minute
+	if f.Sizes, err = SizesWithGPUs(f.Family, 1); err != nil {
+		t.Fatal(err)
+	}
+	blind, err := burstBlind(f, trace, free)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(blind) != len(BurstBlindHeadrooms) {
+		t.Fatalf("%d burst-blind runs; want one per headroom (%d)", len(blind), len(BurstBlindHeadrooms))
+	}
+	first, last := blind[0], blind[len(blind)-1]
+	if first.AttainableViolations() == 0 {
+		t.Fatalf("the burst-free plan met every burst (%s): the day's bursts asked for nothing", first.Autoscaler)
+	}
+	if last.GPUHours <= first.GPUHours || last.AttainableViolations() >= first.AttainableViolations() {
+		t.Errorf("headroom bought nothing: %s %.2f GPU-hours, %d violating; %s %.2f, %d",
+			first.Autoscaler, first.GPUHours, first.AttainableViolations(), last.Autoscaler, last.GPUHours, last.AttainableViolations())
+	}
+	var md strings.Builder
+	r := &Report{Fleet: f, Inference: []*InferenceResult{{Autoscaler: (&Oracle{}).Name(), Requests: 100, Good: 99, GPUHours: first.GPUHours}}, BurstBlind: blind}
+	if err := r.Markdown(&md, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"### The burst-blind limit", "| ×1 |", "| ×3 |", "twice the oracle's"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("the report has no %q:\n%s", want, md.String())
+		}
 	}
 }

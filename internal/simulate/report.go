@@ -26,6 +26,8 @@ type Report struct {
 	Policies  map[string]string
 	// Frontier is the static-N frontier, when measured.
 	Frontier Frontier
+	// BurstBlind is the burst-blind limit (BurstBlind), when measured: one run per headroom.
+	BurstBlind []*InferenceResult
 	// Bursts is when the trace's bursts began, when known.
 	Bursts []time.Duration
 	// Consolidation holds, when run, berth on a multi-replica-per-node fleet with Karpenter's
@@ -146,6 +148,9 @@ func (r *Report) Markdown(w io.Writer, plots []string) error {
 	if len(r.Frontier) > 0 {
 		frontierTable(&b, r.Frontier, r.Inference)
 	}
+	if len(r.BurstBlind) > 0 {
+		burstBlindTable(&b, r.BurstBlind, r.Inference, r.inference((&Oracle{}).Name()))
+	}
 	if len(r.Consolidation) > 0 && r.ConsolidationFleet != nil {
 		f := r.ConsolidationFleet
 		fmt.Fprintf(&b, "\n## Consolidation\n\nberth on %s nodes (up to %d replicas per node) under Karpenter's %s after %s, without berth's guard and with it:\n\n",
@@ -200,6 +205,40 @@ func frontierTable(b *strings.Builder, fr Frontier, rs []*InferenceResult) {
 			note = " (outside the frontier's span: its nearest end)"
 		}
 		fmt.Fprintf(b, "| %s | %.1f | %d | %.1f%s | %s |\n", r.Autoscaler, r.GPUHours, r.AttainableViolations(), at, note, fewer(float64(r.AttainableViolations()), at))
+	}
+}
+
+// burstBlindTable writes the burst-blind limit's runs, the least it pays for twice the oracle's
+// violations, and what it pays for each policy's.
+func burstBlindTable(b *strings.Builder, blind, rs []*InferenceResult, oracle *InferenceResult) {
+	b.WriteString("\n### The burst-blind limit\n\nThe oracle's plan of the same day without its bursts, times a standing headroom, replayed on the day with them: the least a policy pays that meets each burst with what it held before it. A policy that cannot foresee a burst shorter than a cold start has little else: what it orders at the burst's start serves only after a cold start of the burst's requests has queued.\n\n")
+	b.WriteString("| headroom | GPU-hours | SLO-violating (attainable) |\n|---|---|---|\n")
+	for _, r := range blind {
+		fmt.Fprintf(b, "| %s | %.1f | %d |\n", strings.TrimPrefix(r.Autoscaler, "burst-blind oracle "), r.GPUHours, r.AttainableViolations())
+	}
+	b.WriteString("\n| for | SLO-violating (attainable) | the burst-blind limit's GPU-hours | against it |\n|---|---|---|---|\n")
+	line := func(name string, v float64, note func(at float64) string) {
+		at, ok := GPUHoursFor(blind, v)
+		if !ok {
+			fmt.Fprintf(b, "| %s | %.0f | more than %.1f | |\n", name, v, at)
+			return
+		}
+		fmt.Fprintf(b, "| %s | %.0f | %.1f | %s |\n", name, v, at, note(at))
+	}
+	if oracle != nil {
+		ov := float64(oracle.AttainableViolations())
+		vsOracle := func(at float64) string {
+			return fmt.Sprintf("%.2f× the oracle's %.1f GPU-hours", at/oracle.GPUHours, oracle.GPUHours)
+		}
+		line("the oracle's violations", ov, vsOracle)
+		line("twice the oracle's", 2*ov, vsOracle)
+	}
+	for _, r := range rs {
+		if r != oracle {
+			line(r.Autoscaler, float64(r.AttainableViolations()), func(at float64) string {
+				return fmt.Sprintf("%s pays %.2f× (%.1f GPU-hours)", r.Autoscaler, r.GPUHours/at, r.GPUHours)
+			})
+		}
 	}
 }
 

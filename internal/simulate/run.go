@@ -43,6 +43,10 @@ type Options struct {
 	// (the static-N frontier); Oracle through the clairvoyant policy (Oracle), planned from
 	// that frontier's replays (measured for it too).
 	Frontier, Oracle bool
+	// BurstFree, when set with Oracle, is the same day without its bursts: the oracle is
+	// planned on it too, and that plan replayed on Requests at each of BurstBlindHeadrooms
+	// (BurstBlind, the limit of a policy that cannot foresee a burst).
+	BurstFree []vllmsim.TraceRequest
 	// ConsolidationFleet, when set, also replays the requests through berth on that fleet
 	// under WhenEmptyOrUnderutilized, without the guard and with it, with ConsolidationTrigger.
 	ConsolidationFleet   *Fleet
@@ -89,6 +93,11 @@ func Run(o Options) (*Report, error) {
 			} else {
 				policies = append(policies, oracle)
 			}
+		}
+		if o.Oracle && len(o.BurstFree) > 0 {
+			blind, err := burstBlind(o.Fleet, o.Requests, o.BurstFree)
+			errs = append(errs, err)
+			r.BurstBlind = blind
 		}
 		results, err := runPolicies(o.Fleet, o.Requests, policies)
 		errs = append(errs, err)
@@ -181,6 +190,25 @@ func pickPolicies(names []string, all ...Autoscaler) ([]Autoscaler, error) {
 		return nil, fmt.Errorf("unknown policies %s (known: %s)", strings.Join(unknown, ", "), strings.Join(PolicyNames(), ", "))
 	}
 	return out, nil
+}
+
+// burstBlind measures the frontier of the burst-free day, plans the oracle on it and replays
+// that plan on trace at every BurstBlindHeadrooms.
+func burstBlind(f Fleet, trace, burstFree []vllmsim.TraceRequest) ([]*InferenceResult, error) {
+	fr, err := MeasureFrontier(f, burstFree, 1, f.Max)
+	if err != nil {
+		return nil, fmt.Errorf("the burst-free day's frontier: %w", err)
+	}
+	plan, err := NewOracle(f, fr)
+	if err != nil {
+		return nil, fmt.Errorf("the burst-free day's oracle: %w", err)
+	}
+	var policies []Autoscaler
+	for _, h := range BurstBlindHeadrooms {
+		policies = append(policies, &BurstBlind{Plan: plan, Headroom: h})
+	}
+	rs, err := runPolicies(f, trace, policies)
+	return slices.DeleteFunc(rs, func(r *InferenceResult) bool { return r == nil }), err
 }
 
 // runPolicies replays trace under each autoscaler, in parallel (one run per core; each run is
