@@ -221,3 +221,26 @@ func TestBurstBlindLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestBurstBlindTableBounds: a count no burst-blind run reached is reported as a bound — the
+// limit pays more than its costliest run, so the oracle's ratio is a floor and a policy's a
+// ceiling.
+func TestBurstBlindTableBounds(t *testing.T) {
+	run := func(name string, gpuHours float64, violations int) *InferenceResult {
+		return &InferenceResult{Autoscaler: name, GPUHours: gpuHours, Requests: 1000, Good: 1000 - violations}
+	}
+	blind := []*InferenceResult{run("burst-blind oracle ×1", 10, 500), run("burst-blind oracle ×3", 30, 100)}
+	oracle := run((&Oracle{}).Name(), 10, 60)
+	var b strings.Builder
+	burstBlindTable(&b, blind, []*InferenceResult{run(BerthName, 33, 50), oracle, run("other", 20, 300)}, oracle)
+	for _, want := range []string{
+		"| the oracle's violations | 60 | more than 30.0 | > 3.00× the oracle's 10.0 GPU-hours |",
+		"| twice the oracle's | 120 | 29.0 | 2.90× the oracle's 10.0 GPU-hours |",
+		"| berth | 50 | more than 30.0 | berth pays < 1.10× (33.0 GPU-hours) |",
+		"| other | 300 | 20.0 | other pays 1.00× (20.0 GPU-hours) |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the table has no %q:\n%s", want, b.String())
+		}
+	}
+}
