@@ -268,11 +268,13 @@ type BurstBlind struct {
 var BurstBlindHeadrooms = []float64{1, 1.5, 2, 2.5, 3}
 
 // Name implements Autoscaler.
-func (b *BurstBlind) Name() string { return fmt.Sprintf("burst-blind oracle ×%.2g", b.Headroom) }
+func (b *BurstBlind) Name() string {
+	return "burst-blind oracle ×" + strconv.FormatFloat(b.Headroom, 'f', -1, 64)
+}
 
 // Describe implements Autoscaler.
 func (b *BurstBlind) Describe() string {
-	return fmt.Sprintf("the oracle's plan of the same day without bursts (%s), ×%.2g", b.Plan.Describe(), b.Headroom)
+	return fmt.Sprintf("the oracle's plan of the same day without bursts (%s), ×%s", b.Plan.Describe(), strconv.FormatFloat(b.Headroom, 'f', -1, 64))
 }
 
 // Step implements Autoscaler.

@@ -135,11 +135,15 @@ func TestBurstBlindScalesThePlan(t *testing.T) {
 		{1.5, 5 * time.Minute, 5}, // 4.5 rounds up
 		{2, 10 * time.Minute, 10},
 		{2.5, 10 * time.Minute, 13},
+		{1.25, 10 * time.Minute, 7}, // 6.25
 	} {
 		b := &BurstBlind{Plan: plan, Headroom: tc.headroom}
 		if got, ok := b.Step(tc.now, View{}); !ok || got != tc.want {
 			t.Errorf("%s at %s = %d, %v; want %d", b.Name(), tc.now, got, ok, tc.want)
 		}
+	}
+	if got := (&BurstBlind{Plan: plan, Headroom: 1.25}).Name(); got != "burst-blind oracle ×1.25" {
+		t.Errorf("Name() = %q", got)
 	}
 	if _, ok := (&BurstBlind{Plan: plan, Headroom: 2}).Step(time.Second, View{}); ok {
 		t.Error("acted between the plan's syncs")
