@@ -5,9 +5,11 @@ package devcluster_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -99,6 +101,9 @@ func TestDevUpDemoDown(t *testing.T) {
 			t.Errorf("demo output lacks %q", want)
 		}
 	}
+	if n, err := batchClaims(out); err != nil || n < 2 {
+		t.Errorf("scene 3: Karpenter's NodeClaims for the 2 seats: %d, %v; want at least one per seat", n, err)
+	}
 	// Pods get IPs from the cluster's own loopback range.
 	if prefix := strings.TrimSuffix(st.PodCIDR, "0.0/16"); st.PodCIDR == "" || !strings.Contains(out, "is Running with IP "+prefix) {
 		t.Errorf("no pod IP from the cluster's range %q in the demo output", st.PodCIDR)
@@ -149,6 +154,18 @@ func TestDevUpDemoDown(t *testing.T) {
 	}
 }
 
+// batchClaims reads how many NodeClaims scene 3 saw Karpenter create for the gang's 2 seats.
+// It may be more than 2: under load Karpenter sometimes launches a second NodeClaim for a seat it
+// has already nominated (docs/gang-provisioning.md), which the scene reports as holding no member
+// and leaves, empty, to Karpenter's consolidation.
+func batchClaims(out string) (int, error) {
+	m := regexp.MustCompile(`Karpenter created (\d+) NodeClaims for the 2 seats`).FindStringSubmatch(out)
+	if m == nil {
+		return 0, errors.New("no line says how many NodeClaims Karpenter created for the seats")
+	}
+	return strconv.Atoi(m[1])
+}
+
 // demoMilestones are lines (or parts) the demo prints in every run, scene by scene. What
 // depends on timing (Karpenter's Events, whether it consolidates the audited pool's node
 // within the watch) is not checked.
@@ -160,7 +177,7 @@ var demoMilestones = []string{
 	"all 4 members of ddp run together", "lifted the cap on NodePool gpu-h100",
 	// 3: whole-gang provisioning through seats.
 	"PodGroup llm-h200: phase Provisioning", "berth created 2 seat pods", "PriorityClass berth-seat",
-	"Karpenter created 2 NodeClaims for the 2 seats", "p5e.48xlarge", "PodGroup llm-h200: phase Running", // Admitted lasts until the members run: a poll may miss it
+	"NodeClaims for the 2 seats" /* how many: batchClaims */, "p5e.48xlarge", "PodGroup llm-h200: phase Running", // Admitted lasts until the members run: a poll may miss it
 	"condition CapacityProvisioned=True (Provisioned)", "the seats are deleted", "all 2 members were bound within",
 	"status.provisioning: attempt 1, 2 seats", "status.nodeClaims:",
 	// 4: the consolidation guard.
