@@ -294,7 +294,8 @@ func (v *provisionView) checkClaims(g berthv1alpha1.PodGroup) error {
 		v.p.say("  (status.nodeClaims lacks %s: berth wrote it at admission, before Karpenter had recorded the node in the NodeClaim)", strings.Join(unnamed, ", "))
 	}
 	if len(spare) > 0 {
-		v.p.say("  NodeClaim %s holds no member: Karpenter removes its empty node after consolidateAfter (30s)", strings.Join(spare, ", "))
+		v.p.say("  NodeClaim %s holds no member: Karpenter launched more NodeClaims than the gang needed"+
+			" (see docs/gang-provisioning.md) and removes the empty node after consolidateAfter (30s)", strings.Join(spare, ", "))
 	}
 	if len(zones) != 1 {
 		return fmt.Errorf("gang %s runs on nodes in zones %v, want one", g.Name, sortedKeys(zones))
