@@ -86,7 +86,7 @@ func TestNewLeaderFinishesTheReleaseAndPromisesNothingTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rigtest.Eventually(t, 20*time.Second, 100*time.Millisecond, "replica A dies half-way through the release", func(context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 60*time.Second, 100*time.Millisecond, "replica A dies half-way through the release", func(context.Context) (bool, string, error) {
 		return berth.Exited(a), "still running", nil
 	})
 	logA, err := os.ReadFile(filepath.Join(r.LogDir(), a+".log"))
