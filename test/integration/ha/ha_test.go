@@ -58,11 +58,14 @@ func TestNewLeaderFinishesTheReleaseAndPromisesNothingTwice(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), node) })
 
+	// A replica of an earlier test may still hold the Lease (one killed, or stopped past its
+	// grace): A leads once the holder is someone new, and A is the only replica running.
+	before := holderNow(t)
 	a, err := berth.StartReplica(ctx, true, admission.FaultEnv+"=mid-release")
 	if err != nil {
 		t.Fatal(err)
 	}
-	leaderA := waitHolder(t, "", "replica A leads")
+	leaderA := waitHolder(t, before, "replica A leads")
 	b, err := berth.StartReplica(ctx, false)
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +171,20 @@ func waitHolder(t *testing.T, not, what string) string {
 		return holder != "" && holder != not, "holder " + holder, nil
 	})
 	return holder
+}
+
+// holderNow is the controller's Lease holder now: "" when there is no Lease or no holder.
+func holderNow(t *testing.T) string {
+	t.Helper()
+	var l coordinationv1.Lease
+	err := rigtest.Current().Client.Get(context.Background(), client.ObjectKey{Namespace: rig.BerthNamespace, Name: controllers.LeaderElectionID}, &l)
+	if client.IgnoreNotFound(err) != nil {
+		t.Fatal(err)
+	}
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
 }
 
 func groupPods(t *testing.T, ns, group string) []corev1.Pod {

@@ -91,11 +91,12 @@ func TestLeaderKilledAtRandomPromisesNothingTwice(t *testing.T) {
 		t.Cleanup(func() { _ = c.Delete(context.Background(), node) })
 	}
 	// The webhook replica stands by for the whole run; the leaders it outlives are killed.
+	before := holderNow(t) // a replica of an earlier test may still hold the Lease
 	leader, err := berth.StartReplica(ctx, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	holder := waitHolder(t, "", "the first replica leads")
+	holder := waitHolder(t, before, "the first replica leads")
 	webhook, err := berth.StartReplica(ctx, true)
 	if err != nil {
 		t.Fatal(err)
