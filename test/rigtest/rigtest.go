@@ -29,6 +29,10 @@ var (
 	deferred []func()
 )
 
+// KeepEnv, set to anything, keeps the rig's work folder (its logs among it) after tests that
+// pass too; a failing package always keeps it.
+const KeepEnv = "BERTH_RIG_KEEP"
+
 // Defer registers f to run after the package's tests, before the rig stops: stop in-process
 // controllers there so they do not hold the apiserver's watches open while it shuts down.
 func Defer(f func()) { deferred = append(deferred, f) }
@@ -71,6 +75,10 @@ func run(m *testing.M, opts rig.Options, setup func(context.Context, *rig.Rig) e
 		_ = r.Stop()
 		if code != 0 {
 			dumpLogs(r)
+			return
+		}
+		if os.Getenv(KeepEnv) != "" {
+			fmt.Fprintf(os.Stderr, "rig work folder kept in %s (%s)\n", r.WorkDir(), KeepEnv)
 			return
 		}
 		_ = os.RemoveAll(r.WorkDir())

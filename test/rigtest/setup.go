@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"testing"
 	"time"
 
@@ -113,4 +114,40 @@ func WaitWebhookGates(ctx context.Context, c client.Client) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// LogEventsOnFailure logs, when t has failed, every Event recorded in the namespaces, oldest
+// first: what berth, Karpenter and the workload controllers said while the test ran, which
+// the tails of the rig's logs rarely reach back to.
+func LogEventsOnFailure(t testing.TB, namespaces ...string) {
+	t.Helper()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		for _, ns := range namespaces {
+			var evs eventsv1.EventList
+			if err := Current().Client.List(context.Background(), &evs, client.InNamespace(ns)); err != nil {
+				t.Logf("events in %s: %v", ns, err)
+				continue
+			}
+			sort.SliceStable(evs.Items, func(i, j int) bool { return eventTime(evs.Items[i]).Before(eventTime(evs.Items[j])) })
+			for _, e := range evs.Items {
+				t.Logf("event %s %s %s %s/%s: %s", eventTime(e).Format(time.TimeOnly), ns, e.Reason, e.Regarding.Kind, e.Regarding.Name, e.Note)
+			}
+		}
+	})
+}
+
+// eventTime is when an Event last happened, whichever of its times its recorder set.
+func eventTime(e eventsv1.Event) time.Time {
+	switch {
+	case e.Series != nil:
+		return e.Series.LastObservedTime.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	case !e.DeprecatedLastTimestamp.IsZero():
+		return e.DeprecatedLastTimestamp.Time
+	}
+	return e.CreationTimestamp.Time
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -28,6 +29,7 @@ func TestLoadScalesWholeGroups(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
 	const name, size = "llm", 2
+	rigtest.LogEventsOnFailure(t, serving, rig.BerthNamespace, metav1.NamespaceDefault)
 	rel := rigtest.WatchReleases(t, serving)
 	lws := leaderWorkerSet(serving, name, 1, size, 10*time.Second, 40*time.Second)
 	if err := c.Create(ctx, lws); err != nil {
