@@ -22,6 +22,13 @@ type Shortfall struct {
 	// that do have a place, so new capacity must be added there. Empty when the gang has no
 	// topology key or no member has a place: new capacity may then go to any one domain.
 	Domain string
+	// Hint, when Domain is empty and the gang has a topology key, is the domain new capacity is
+	// best asked for in: the one with the most nodes the members could use by what the nodes
+	// are (labels, taints, volumes), else the most nodes of any kind. Nodes there show that
+	// capacity can be had there. A provisioner that picks a domain for each new node on its own
+	// (Karpenter bootstraps a pod-affinity domain per node until one is known) otherwise may
+	// spread one gang's new nodes over several domains; a hint is a preference, not a rule.
+	Hint string
 }
 
 // ComputeShortfall places as many members of g as existing nodes allow (in the best topology
@@ -77,8 +84,45 @@ func ComputeShortfall(s *Snapshot, g Gang) (sf Shortfall, ok bool) {
 	sort.Strings(sf.Nodes)
 	if best.placed > 0 {
 		sf.Domain = best.domain
+	} else if g.TopologyKey != "" {
+		sf.Hint = s.hint(g.TopologyKey, classes)
 	}
 	return sf, true
+}
+
+// hint is the value of key with the most nodes some class of members could use by what the
+// nodes are (staticFilter), or with the most nodes at all when none of those carries key; ties
+// go to the first value in order, and "" when no node carries key.
+func (s *Snapshot) hint(key string, classes []*class) string {
+	count := func(nodes []*NodeState) string {
+		n := map[string]int{}
+		for _, ns := range nodes {
+			if v, ok := ns.Node.Labels[key]; ok {
+				n[v]++
+			}
+		}
+		best, most := "", 0
+		for v, c := range n {
+			if v != "" && (c > most || (c == most && v < best)) {
+				best, most = v, c
+			}
+		}
+		return best
+	}
+	var usable []*NodeState
+	seen := map[*NodeState]bool{}
+	for _, c := range classes {
+		for _, ns := range c.filter.cands {
+			if !seen[ns] {
+				seen[ns] = true
+				usable = append(usable, ns)
+			}
+		}
+	}
+	if h := count(usable); h != "" {
+		return h
+	}
+	return count(s.nodes)
 }
 
 // ReservePartial keeps the room a gang that does not fit can already use: it places as many

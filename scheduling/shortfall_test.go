@@ -21,6 +21,7 @@ func TestComputeShortfall(t *testing.T) {
 		missing []string
 		used    []string
 		domain  string
+		hint    string
 		notOK   bool
 	}{
 		{
@@ -57,6 +58,45 @@ func TestComputeShortfall(t *testing.T) {
 			pods:    []scheduling.PodOnNode{bound("busy", "a", 8)},
 			gang:    scheduling.Gang{Members: members(2, gpuMember(1)), TopologyKey: zone},
 			missing: []string{"m-00", "m-01"},
+			hint:    "z1",
+		},
+		{
+			name: "topology: new capacity is hinted where most nodes the members could use are, full or not",
+			nodes: []*corev1.Node{
+				builders.Node("a").GPU(8).Zone("z2").Obj(),
+				builders.Node("b").GPU(8).Zone("z2").Obj(),
+				builders.Node("c").GPU(8).Zone("z1").Obj(),
+				builders.Node("t1").GPU(8).Zone("z3").Taint("dedicated", "other", corev1.TaintEffectNoSchedule).Obj(),
+				builders.Node("t2").GPU(8).Zone("z3").Taint("dedicated", "other", corev1.TaintEffectNoSchedule).Obj(),
+				builders.Node("t3").GPU(8).Zone("z3").Taint("dedicated", "other", corev1.TaintEffectNoSchedule).Obj(),
+			},
+			pods:    []scheduling.PodOnNode{bound("busy-a", "a", 8), bound("busy-b", "b", 8), bound("busy-c", "c", 8)},
+			gang:    scheduling.Gang{Members: members(2, gpuMember(8)), TopologyKey: zone},
+			missing: []string{"m-00", "m-01"},
+			hint:    "z2",
+		},
+		{
+			name: "topology: no node the members could use carries the key: the domain with most nodes",
+			nodes: []*corev1.Node{
+				builders.Node("cpu-1").Zone("z3").Obj(),
+				builders.Node("cpu-2").Zone("z3").Obj(),
+				builders.Node("cpu-3").Zone("z1").Obj(),
+			},
+			gang: scheduling.Gang{Members: members(2, func(n string) *builders.PodBuilder {
+				return gpuMember(1)(n).NodeSelector("pool", "gpu")
+			}), TopologyKey: zone},
+			missing: []string{"m-00", "m-01"},
+			hint:    "z3",
+		},
+		{
+			name: "topology: a tie goes to the first domain in order",
+			nodes: []*corev1.Node{
+				builders.Node("a").Zone("z2").Obj(),
+				builders.Node("b").Zone("z1").Obj(),
+			},
+			gang:    scheduling.Gang{Members: members(2, gpuMember(1)), TopologyKey: zone},
+			missing: []string{"m-00", "m-01"},
+			hint:    "z1",
 		},
 		{
 			name:    "topology key on no node: everything missing",
@@ -120,6 +160,9 @@ func TestComputeShortfall(t *testing.T) {
 			}
 			if sf.Domain != tt.domain {
 				t.Errorf("domain = %q, want %q", sf.Domain, tt.domain)
+			}
+			if sf.Hint != tt.hint {
+				t.Errorf("hint = %q, want %q", sf.Hint, tt.hint)
 			}
 		})
 	}

@@ -105,8 +105,11 @@ func seatAffinity(g *berthv1alpha1.PodGroup, m *corev1.Pod, sf scheduling.Shortf
 	}
 	if g.Spec.Topology != nil {
 		key := g.Spec.Topology.RequiredKey
-		if sf.Domain != "" {
+		switch {
+		case sf.Domain != "":
 			addRequiredNodeTerm(aff, corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{sf.Domain}})
+		case sf.Hint != "":
+			preferDomain(aff, key, sf.Hint)
 		}
 		aff.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{berthv1alpha1.SeatOfLabel: string(g.UID)}},
@@ -123,6 +126,22 @@ func seatAffinity(g *berthv1alpha1.PodGroup, m *corev1.Pod, sf scheduling.Shortf
 		}
 	}
 	return aff
+}
+
+// preferDomain puts a preference for domain (a value of key) first among the seat's preferred
+// node-affinity terms. No member has a place yet, so the seats' pod affinity alone would hold
+// them together, and Karpenter does not: it picks a domain for each new node on its own until
+// one of them is known (several within one batch), and the next batch adds nodes in one
+// domain for the seats stranded apart. Karpenter takes the heaviest preferred term as a
+// requirement and relaxes it when nothing can launch there; kube-scheduler only scores it.
+func preferDomain(aff *corev1.Affinity, key, domain string) {
+	if aff.NodeAffinity == nil {
+		aff.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	term := corev1.PreferredSchedulingTerm{Weight: 100, Preference: corev1.NodeSelectorTerm{
+		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{domain}}},
+	}}
+	aff.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append([]corev1.PreferredSchedulingTerm{term}, aff.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution...)
 }
 
 // selfAntiAffinity returns the topology keys of the member's required anti-affinity terms that

@@ -113,6 +113,37 @@ func TestSeatPod(t *testing.T) {
 			},
 		},
 		{
+			name: "topology, no member placed: the hinted domain preferred first, nothing required",
+			group: func() *berthv1alpha1.PodGroup {
+				g := base()
+				g.Spec.Topology = &berthv1alpha1.TopologySpec{RequiredKey: corev1.LabelTopologyZone}
+				return g
+			},
+			member: func() *corev1.Pod {
+				m := member.DeepCopy()
+				m.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{
+					{Weight: 100, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "capacity", Operator: corev1.NodeSelectorOpIn, Values: []string{"spot"}}}}},
+				}}}
+				return m
+			}(),
+			sf: scheduling.Shortfall{Hint: "us-west-2c"},
+			check: func(t *testing.T, seat *corev1.Pod) {
+				t.Helper()
+				terms := seat.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+				if diff := cmp.Diff([]corev1.NodeSelectorRequirement{reservation}, terms[0].MatchExpressions); diff != "" {
+					t.Errorf("required node affinity (-want +got):\n%s", diff)
+				}
+				pref := seat.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+				if len(pref) != 2 || pref[0].Weight != 100 || pref[1].Preference.MatchExpressions[0].Key != "capacity" ||
+					!cmp.Equal(pref[0].Preference.MatchExpressions, []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"us-west-2c"}}}) {
+					t.Errorf("preferred node affinity %+v: want the hinted zone first, the member's own after it", pref)
+				}
+				if seat.Spec.Affinity.PodAffinity == nil {
+					t.Error("no pod affinity among the seats")
+				}
+			},
+		},
+		{
 			name:  "one member per node: seats spread the same way",
 			group: base,
 			member: builders.Pod("ddp-0", "ml").Member("ddp").GPU(8).
