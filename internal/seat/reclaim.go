@@ -115,16 +115,24 @@ func Nominated(ctx context.Context, live client.Reader, s *corev1.Pod) ([]string
 	}
 	var out []string
 	for _, e := range evs.Items {
-		if e.Reason != nominatedReason {
-			continue
-		}
-		for _, part := range strings.Split(strings.TrimPrefix(e.Message, "Pod should schedule on: "), ",") {
-			if name, ok := strings.CutPrefix(strings.TrimSpace(part), nodeClaimRef); ok && name != "" {
-				out = append(out, name)
-			}
-		}
+		out = append(out, NominatedIn(e)...)
 	}
 	return out, nil
+}
+
+// NominatedIn are the NodeClaims one Event names when it is Karpenter's Nominated Event (the
+// pod should schedule on them), and nothing for any other Event.
+func NominatedIn(e corev1.Event) []string {
+	if e.Reason != nominatedReason {
+		return nil
+	}
+	var out []string
+	for _, part := range strings.Split(strings.TrimPrefix(e.Message, "Pod should schedule on: "), ",") {
+		if name, ok := strings.CutPrefix(strings.TrimSpace(part), nodeClaimRef); ok && name != "" {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // usedByOthers reports whether a pod other than the seats in ours and DaemonSet pods is bound

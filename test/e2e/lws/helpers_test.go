@@ -18,6 +18,7 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/internal/seat"
 	"github.com/berth-dev/berth/internal/vllmsim"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -153,10 +154,12 @@ func nodeClaimsOf(ctx context.Context, c client.Client, g *group) (map[string]ka
 	return out, nil
 }
 
-// oneBatch fails unless a group's nodes are in one zone and those launched for it came from one
-// Karpenter batch: every NodeClaim created after its PodGroup within Karpenter's batch window
-// (10 s idle, at most) of the first. Nodes that were there before the group (spare capacity it
-// was admitted onto) were no launch of its own.
+// oneBatch fails unless a group's nodes are in one zone and those Karpenter launched for it
+// came from one batch: each of its nodes whose NodeClaim its seats were nominated to
+// (Karpenter's Nominated Events on them) created within Karpenter's batch window (10 s idle,
+// at most) of the first. The group's other nodes were spare when it was admitted: there
+// before it, or launched for another group's seats beyond what that group took (Karpenter's
+// re-launch, docs/gang-provisioning.md) — no launch of its own.
 func oneBatch(ctx context.Context, t *testing.T, c client.Client, name string, g *group) {
 	t.Helper()
 	ncs, err := nodeClaimsOf(ctx, c, g)
@@ -167,16 +170,29 @@ func oneBatch(ctx context.Context, t *testing.T, c client.Client, name string, g
 	if err := c.Get(ctx, client.ObjectKey{Namespace: g.leader.Namespace, Name: name}, &pg); err != nil {
 		t.Fatal(err)
 	}
+	var evs corev1.EventList
+	if err := c.List(ctx, &evs, client.InNamespace(rig.BerthNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	seats := fmt.Sprintf("%s-%s-seat-", pg.Name, pg.UID)
+	nominated := map[string]bool{}
+	for _, e := range evs.Items {
+		if strings.HasPrefix(e.InvolvedObject.Name, seats) {
+			for _, nc := range seat.NominatedIn(e) {
+				nominated[nc] = true
+			}
+		}
+	}
 	var first, last time.Time
 	zones := map[string]bool{}
 	launched := 0
 	for _, nc := range ncs {
 		zones[nc.Labels[corev1.LabelTopologyZone]] = true
-		at := nc.CreationTimestamp.Time
-		if at.Before(pg.CreationTimestamp.Time) {
+		if !nominated[nc.Name] {
 			continue
 		}
 		launched++
+		at := nc.CreationTimestamp.Time
 		if first.IsZero() || at.Before(first) {
 			first = at
 		}
@@ -184,7 +200,7 @@ func oneBatch(ctx context.Context, t *testing.T, c client.Client, name string, g
 			last = at
 		}
 	}
-	t.Logf("group %s: %d nodes, %d launched for it", name, len(ncs), launched)
+	t.Logf("group %s: %d nodes, %d launched for its seats (%d NodeClaims nominated for them)", name, len(ncs), launched, len(nominated))
 	if len(ncs) != len(g.pods) {
 		t.Errorf("group %s: %d pods on %d Karpenter nodes, want one node per pod (8 GPUs each)", name, len(g.pods), len(ncs))
 	}
@@ -192,7 +208,7 @@ func oneBatch(ctx context.Context, t *testing.T, c client.Client, name string, g
 		t.Errorf("group %s spans zones %v: its nodes should share one", name, zones)
 	}
 	if last.Sub(first) > 10*time.Second {
-		t.Errorf("group %s: the NodeClaims launched for it were created %v apart — not one batch", name, last.Sub(first))
+		t.Errorf("group %s: the NodeClaims launched for its seats were created %v apart — not one batch", name, last.Sub(first))
 	}
 }
 

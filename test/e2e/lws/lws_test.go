@@ -20,7 +20,8 @@ import (
 
 // TestLoadScalesWholeGroups: an LWS of groups of 2 pods × 8 H100s under a ScaledObject on
 // berth's scaler. Load takes it from 1 to 3 groups; every group is adopted as a gang (its
-// PodGroup owned by its leader), gets its two nodes from one Karpenter batch, has no pod bound
+// PodGroup owned by its leader), gets the nodes it lacks from one Karpenter batch (spare nodes
+// another group's batch left count as spare), in one zone, has no pod bound
 // while another of it waited at berth's gate, and carries do-not-disrupt while it serves.
 // The scaler counts a group only once every pod of it is ready (the workers load 30 s longer
 // than the leader). Load stops: groups are removed whole, their PodGroups with them, and
