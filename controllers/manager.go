@@ -121,10 +121,6 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 		LeaseDuration:                       &timings.LeaseDuration,
 		RenewDeadline:                       &timings.RenewDeadline,
 		RetryPeriod:                         &timings.RetryPeriod,
-		// A replica stopped cleanly (a rolling update, a drained node) gives the Lease up once
-		// its reconcilers have stopped, so the standby leads within a RetryPeriod instead of
-		// waiting out the Lease; `berth controller` exits as soon as the manager returns.
-		LeaderElectionReleaseOnCancel: true,
 		// Admission needs every pod on every node (capacity in use), so pods are cached
 		// cluster-wide, slimmed to what the controllers read (slimPod); other objects
 		// without managed fields.
@@ -167,6 +163,9 @@ func NewManager(cfg *rest.Config, o ManagerOptions) (ctrl.Manager, error) {
 				}
 			}
 		}
+	}
+	if lock != nil {
+		return releasingManager{Manager: mgr, lock: lock, timeout: timings.RenewDeadline}, nil
 	}
 	return mgr, nil
 }

@@ -195,3 +195,46 @@ func groupPods(t *testing.T, ns, group string) []corev1.Pod {
 	}
 	return pods.Items
 }
+
+// TestCleanStopHandsOverAtOnce: the leader stopped cleanly (SIGTERM, as a rolling update
+// stops it) gives the Lease up once its reconcilers have stopped, so the standby leads well
+// within the 15 s the Lease would otherwise hold.
+func TestCleanStopHandsOverAtOnce(t *testing.T) {
+	ctx := context.Background()
+	r := rigtest.Current()
+	before := holderNow(t)
+	first, err := berth.StartReplica(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := waitHolder(t, before, "the first replica leads")
+	standby, err := berth.StartReplica(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = r.StopComponent(first, 5*time.Second)
+		_ = r.StopComponent(standby, 5*time.Second)
+	})
+	if err := r.StopComponent(first, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Without the hand-over the stopped leader's name stays on the Lease until it expires,
+	// 15 s after its last renewal.
+	stopped := time.Now()
+	if h := holderNow(t); h == leader {
+		t.Errorf("the Lease still names the leader that stopped cleanly (%s)", h)
+	}
+	waitHolder(t, leader, "the standby takes the Lease")
+	// The standby retries every 2 s (RetryPeriod, with jitter).
+	if took := time.Since(stopped); took > 8*time.Second {
+		t.Errorf("the standby led %v after the leader stopped cleanly: the Lease was not given up", took.Round(100*time.Millisecond))
+	}
+	logFirst, err := os.ReadFile(filepath.Join(r.LogDir(), first+".log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(logFirst), "gave up the leader Lease") {
+		t.Error("the stopped leader's log does not say it gave up the Lease")
+	}
+}
