@@ -91,8 +91,9 @@ func ComputeShortfall(s *Snapshot, g Gang) (sf Shortfall, ok bool) {
 }
 
 // hint is the value of key with the most nodes some class of members could use by what the
-// nodes are (staticFilter), or with the most nodes at all when none of those carries key; ties
-// go to the first value in order, and "" when no node carries key.
+// nodes are (staticFilter) and could hold one of when empty, or with the most nodes at all when
+// none of those carries key; ties go to the first value in order, and "" when no node carries
+// key.
 func (s *Snapshot) hint(key string, classes []*class) string {
 	count := func(nodes []*NodeState) string {
 		n := map[string]int{}
@@ -113,7 +114,7 @@ func (s *Snapshot) hint(key string, classes []*class) string {
 	seen := map[*NodeState]bool{}
 	for _, c := range classes {
 		for _, ns := range c.filter.cands {
-			if !seen[ns] {
+			if !seen[ns] && holdsOne(ns, c) {
 				seen[ns] = true
 				usable = append(usable, ns)
 			}
@@ -221,4 +222,14 @@ func (s *Snapshot) Without(pods []*corev1.Pod) *Snapshot {
 		c.dra.release(pods)
 	}
 	return c
+}
+
+// holdsOne reports whether node n, empty, has room for one member of class c.
+func holdsOne(n *NodeState, c *class) bool {
+	for _, t := range c.terms {
+		if at(n.alloc, t.slot) < t.amt {
+			return false
+		}
+	}
+	return true
 }

@@ -89,6 +89,18 @@ func TestComputeShortfall(t *testing.T) {
 			hint:    "z3",
 		},
 		{
+			name: "topology: nodes too small for a member even when empty are no evidence",
+			nodes: []*corev1.Node{
+				builders.Node("gpu").GPU(8).Zone("z2").Obj(),
+				builders.Node("cpu-1").Zone("z1").Obj(),
+				builders.Node("cpu-2").Zone("z1").Obj(),
+			},
+			pods:    []scheduling.PodOnNode{bound("busy", "gpu", 8)},
+			gang:    scheduling.Gang{Members: members(2, gpuMember(4)), TopologyKey: zone},
+			missing: []string{"m-00", "m-01"},
+			hint:    "z2",
+		},
+		{
 			name: "topology: a tie goes to the first domain in order",
 			nodes: []*corev1.Node{
 				builders.Node("a").Zone("z2").Obj(),

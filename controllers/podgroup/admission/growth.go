@@ -32,6 +32,16 @@ func attemptGrowth(booting *scheduling.Snapshot, gang scheduling.Gang, g *berthv
 		return scheduling.Shortfall{}, 0, false
 	}
 	domain := seatDomain(seats, topology)
+	if domain == "" {
+		// Seats that only prefer a domain (no member had a place) were placed there: new
+		// seats go with them.
+		if hint := seatHint(seats, topology); hint != "" {
+			if sf.Domain != "" && sf.Domain != hint {
+				return scheduling.Shortfall{}, 0, false
+			}
+			sf.Hint = hint
+		}
+	}
 	if topology != nil && domain != "" && sf.Domain != "" && sf.Domain != domain {
 		return scheduling.Shortfall{}, 0, false
 	}
@@ -80,7 +90,7 @@ func attemptGrowth(booting *scheduling.Snapshot, gang scheduling.Gang, g *berthv
 	for len(ordered) < want && len(rest) > 0 {
 		ordered, rest = append(ordered, rest[0]), rest[1:]
 	}
-	out := scheduling.Shortfall{Nodes: sf.Nodes, Domain: sf.Domain}
+	out := scheduling.Shortfall{Nodes: sf.Nodes, Domain: sf.Domain, Hint: sf.Hint}
 	for _, m := range ordered {
 		if m == nil {
 			return scheduling.Shortfall{}, 0, false // a seat whose member is gone: nothing to grow from
@@ -107,6 +117,28 @@ func seatDomain(seats []*corev1.Pod, topology *berthv1alpha1.TopologySpec) strin
 					return e.Values[0]
 				}
 			}
+		}
+	}
+	return ""
+}
+
+// seatHint is the topology domain the seats prefer (the value of their first preferred
+// node-affinity term on the gang's topology key, preferDomain's), "" when none does.
+func seatHint(seats []*corev1.Pod, topology *berthv1alpha1.TopologySpec) string {
+	if topology == nil {
+		return ""
+	}
+	for _, s := range seats {
+		if s.Spec.Affinity == nil || s.Spec.Affinity.NodeAffinity == nil {
+			continue
+		}
+		for _, t := range s.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+			for _, e := range t.Preference.MatchExpressions {
+				if e.Key == topology.RequiredKey && e.Operator == corev1.NodeSelectorOpIn && len(e.Values) == 1 {
+					return e.Values[0]
+				}
+			}
+			break // only the first term is the hint
 		}
 	}
 	return ""

@@ -320,6 +320,37 @@ func TestGrownSeatTakesTheUncoveredMembersShape(t *testing.T) {
 	}
 }
 
+// TestGrownSeatKeepsTheAttemptsHint: a gang that must share one zone, no member placed; its
+// attempt's first seat was hinted to z2. When the attempt grows, the new seat prefers z2 too,
+// though the nodes the members could use now point at z1: the seats must meet in one zone.
+func TestGrownSeatKeepsTheAttemptsHint(t *testing.T) {
+	g := builders.PodGroup("ddp", "ml").MinMember(2).Obj()
+	g.UID = "uid-ddp"
+	g.Spec.Topology = &berthv1alpha1.TopologySpec{RequiredKey: corev1.LabelTopologyZone}
+	started := metav1.NewTime(time.Date(2026, 1, 1, 11, 59, 50, 0, time.UTC))
+	g.Status.WaitingSince = &started
+	g.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &started}
+	thief := builders.Pod("other", "ml").GPU(8).Obj()
+	thief.Spec.NodeName, thief.Status.Phase = "n1", corev1.PodRunning
+	seat := builders.Pod(seatName(g, 1, 0), "berth-system").Label(berthv1alpha1.SeatOfLabel, string(g.UID)).GPU(8).Obj()
+	seat.Spec.Affinity = &corev1.Affinity{}
+	preferDomain(seat.Spec.Affinity, corev1.LabelTopologyZone, "z2")
+	objs := []client.Object{builders.Node("n1").GPU(8).Zone("z1").Allocatable(corev1.ResourceCPU, "96").Label(reserveKey(g), "true").Obj(), g, thief, seat}
+	for i := range 2 {
+		objs = append(objs, builders.Pod(fmt.Sprintf("ddp-%d", i), "ml").Member("ddp").Gated().GPU(8).WithReleaseTerm("ddp").Obj())
+	}
+	r, base, _, _, _ := budgetHarness(t, objs...)
+	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	cycleOnce(t, r)
+	var grown corev1.Pod
+	if err := base.Get(context.Background(), client.ObjectKey{Namespace: "berth-system", Name: seatName(g, 1, 1)}, &grown); err != nil {
+		t.Fatalf("no grown seat: %v", err)
+	}
+	if got := seatHint([]*corev1.Pod{&grown}, g.Spec.Topology); got != "z2" {
+		t.Errorf("grown seat prefers %q (affinity %+v), want the attempt's z2", got, grown.Spec.Affinity)
+	}
+}
+
 // attemptOf is how many seats exist (berth's namespace) and gang g's provisioning status.
 func attemptOf(t *testing.T, base client.Client, g *berthv1alpha1.PodGroup) (int, *berthv1alpha1.ProvisioningStatus) {
 	t.Helper()

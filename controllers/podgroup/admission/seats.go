@@ -56,6 +56,12 @@ func (r *Reconciler) ensureSeats(ctx context.Context, gv gangView, attempt int32
 	if err := r.deleteSeats(ctx, extra); err != nil {
 		return err
 	}
+	if sf.Domain == "" {
+		// Seats created again or added to an attempt go where its first seats were hinted.
+		if hint := seatHint(existing, g.Spec.Topology); hint != "" {
+			sf.Hint = hint
+		}
+	}
 	image := r.opts.Provisioning.SeatImage
 	if image == "" {
 		image = DefaultSeatImage
