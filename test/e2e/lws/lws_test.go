@@ -32,6 +32,7 @@ func TestLoadScalesWholeGroups(t *testing.T) {
 	const name, size = "llm", 2
 	rigtest.LogEventsOnFailure(t, serving, rig.BerthNamespace, metav1.NamespaceDefault)
 	rel := rigtest.WatchReleases(t, serving)
+	seats := watchSeats(t, c)
 	lws := leaderWorkerSet(serving, name, 1, size, 10*time.Second, 40*time.Second)
 	if err := c.Create(ctx, lws); err != nil {
 		t.Fatal(err)
@@ -105,9 +106,11 @@ func TestLoadScalesWholeGroups(t *testing.T) {
 	t.Logf("%d samples caught a group with its leader ready and a worker not", halfReady)
 
 	gangs := map[string][]string{}
+	launchedFor := seats.launchedFor(ctx, t, c)
+	launched := 0
 	for lead, g := range gs {
 		gangs[lead] = g.members
-		oneBatch(ctx, t, c, lead, g)
+		launched += oneBatch(ctx, t, c, lead, g, launchedFor)
 		var pg berthv1alpha1.PodGroup
 		if err := c.Get(ctx, client.ObjectKey{Namespace: serving, Name: lead}, &pg); err != nil {
 			t.Errorf("group %s has no PodGroup: %v", lead, err)
@@ -124,6 +127,10 @@ func TestLoadScalesWholeGroups(t *testing.T) {
 	}
 	if partly := rel.CheckWhole(t, gangs); partly > 0 {
 		t.Errorf("%d of %d groups were partly released", partly, len(gangs))
+	}
+	// The first group met an empty pool: its nodes at least were launched for it.
+	if launched < size {
+		t.Errorf("%d nodes launched for the groups in all, want at least the first group's %d: the batch check above proved nothing", launched, size)
 	}
 
 	// Load stops: back to one group; the others go whole, with their PodGroups.
