@@ -134,14 +134,38 @@ func seatAffinity(g *berthv1alpha1.PodGroup, m *corev1.Pod, sf scheduling.Shortf
 // one of them is known (several within one batch), and the next batch adds nodes in one
 // domain for the seats stranded apart. Karpenter takes the heaviest preferred term as a
 // requirement and relaxes it when nothing can launch there; kube-scheduler only scores it.
+//
+// The member's own heaviest preference (spot capacity, say) rides in the same term, so the
+// hint does not push it aside: relaxed, the term gives way to the member's own terms as they
+// were. A member that prefers a value of key itself keeps its preference and gets no hint.
 func preferDomain(aff *corev1.Affinity, key, domain string) {
 	if aff.NodeAffinity == nil {
 		aff.NodeAffinity = &corev1.NodeAffinity{}
 	}
-	term := corev1.PreferredSchedulingTerm{Weight: 100, Preference: corev1.NodeSelectorTerm{
-		MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{domain}}},
-	}}
-	aff.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append([]corev1.PreferredSchedulingTerm{term}, aff.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution...)
+	own := aff.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+	term := corev1.NodeSelectorTerm{}
+	if h := heaviest(own); h != nil {
+		for _, e := range h.Preference.MatchExpressions {
+			if e.Key == key {
+				return
+			}
+		}
+		term = *h.Preference.DeepCopy()
+	}
+	term.MatchExpressions = append(term.MatchExpressions, corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{domain}})
+	aff.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution = append([]corev1.PreferredSchedulingTerm{{Weight: 100, Preference: term}}, own...)
+}
+
+// heaviest is the first of the preferred terms with the greatest weight, nil when there are
+// none.
+func heaviest(terms []corev1.PreferredSchedulingTerm) *corev1.PreferredSchedulingTerm {
+	var h *corev1.PreferredSchedulingTerm
+	for i := range terms {
+		if h == nil || terms[i].Weight > h.Weight {
+			h = &terms[i]
+		}
+	}
+	return h
 }
 
 // selfAntiAffinity returns the topology keys of the member's required anti-affinity terms that

@@ -134,9 +134,11 @@ func TestSeatPod(t *testing.T) {
 					t.Errorf("required node affinity (-want +got):\n%s", diff)
 				}
 				pref := seat.Spec.Affinity.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
-				if len(pref) != 2 || pref[0].Weight != 100 || pref[1].Preference.MatchExpressions[0].Key != "capacity" ||
-					!cmp.Equal(pref[0].Preference.MatchExpressions, []corev1.NodeSelectorRequirement{{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"us-west-2c"}}}) {
-					t.Errorf("preferred node affinity %+v: want the hinted zone first, the member's own after it", pref)
+				spot := corev1.NodeSelectorRequirement{Key: "capacity", Operator: corev1.NodeSelectorOpIn, Values: []string{"spot"}}
+				hinted := corev1.NodeSelectorRequirement{Key: corev1.LabelTopologyZone, Operator: corev1.NodeSelectorOpIn, Values: []string{"us-west-2c"}}
+				if len(pref) != 2 || pref[0].Weight != 100 || !cmp.Equal(pref[0].Preference.MatchExpressions, []corev1.NodeSelectorRequirement{spot, hinted}) ||
+					!cmp.Equal(pref[1].Preference.MatchExpressions, []corev1.NodeSelectorRequirement{spot}) {
+					t.Errorf("preferred node affinity %+v: want the member's heaviest preference with the hinted zone first, the member's own after it", pref)
 				}
 				if seat.Spec.Affinity.PodAffinity == nil {
 					t.Error("no pod affinity among the seats")
@@ -392,5 +394,48 @@ func TestSeatNamesPerGang(t *testing.T) {
 	long.UID = a.UID
 	if n := seatName(long, 12, 31); len(n) > 253 {
 		t.Errorf("seat name of %d characters, want at most 253", len(n))
+	}
+}
+
+// TestPreferDomain: the hint joins the member's heaviest preference in a first term of weight
+// 100; a member that prefers a value of the key itself gets no hint.
+func TestPreferDomain(t *testing.T) {
+	zone := corev1.LabelTopologyZone
+	pref := func(w int32, key, v string) corev1.PreferredSchedulingTerm {
+		return corev1.PreferredSchedulingTerm{Weight: w, Preference: corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{v}}}}}
+	}
+	for _, tc := range []struct {
+		name string
+		own  []corev1.PreferredSchedulingTerm
+		want [][]string // each term's keys, in order
+	}{
+		{"no preference of its own", nil, [][]string{{zone}}},
+		{"the heaviest joins the hint", []corev1.PreferredSchedulingTerm{pref(10, "a", "x"), pref(50, "b", "y")}, [][]string{{"b", zone}, {"a"}, {"b"}}},
+		{"a tie: the first", []corev1.PreferredSchedulingTerm{pref(50, "a", "x"), pref(50, "b", "y")}, [][]string{{"a", zone}, {"a"}, {"b"}}},
+		{"the member prefers a zone itself", []corev1.PreferredSchedulingTerm{pref(60, zone, "us-west-2a")}, [][]string{{zone}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			aff := &corev1.Affinity{}
+			if tc.own != nil {
+				aff.NodeAffinity = &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: tc.own}
+			}
+			preferDomain(aff, zone, "us-west-2c")
+			var got [][]string
+			for _, p := range aff.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution {
+				var keys []string
+				for _, e := range p.Preference.MatchExpressions {
+					keys = append(keys, e.Key)
+				}
+				got = append(got, keys)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("preferred terms' keys (-want +got):\n%s", diff)
+			}
+			if first := aff.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0]; len(tc.own) == 0 || tc.own[0].Preference.MatchExpressions[0].Key != zone {
+				if first.Weight != 100 {
+					t.Errorf("the hint's term weighs %d, want 100", first.Weight)
+				}
+			}
+		})
 	}
 }
