@@ -166,6 +166,7 @@ type seatWatch struct {
 
 // watchSeats polls berth's namespace for bound seats until the test ends.
 func watchSeats(t *testing.T, c client.Client) *seatWatch {
+	t.Helper()
 	w := &seatWatch{nodeOf: map[string]string{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
