@@ -77,11 +77,8 @@ func TestAttemptCountsThisCyclesAdmissions(t *testing.T) {
 	b.UID, b.CreationTimestamp = "uid-b", metav1.NewTime(older.Add(time.Minute))
 	objs := []client.Object{builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), a, b}
 	objs = append(objs, builders.Pod("a-0", "ml").Member("a").Gated().GPU(8).WithReleaseTerm("a").Obj())
-	for i := range 2 {
-		objs = append(objs, builders.Pod(fmt.Sprintf("b-%d", i), "ml").Member("b").Gated().GPU(8).WithReleaseTerm("b").Obj())
-	}
-	r, base, _, _, _ := budgetHarness(t, objs...)
-	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	objs = append(objs, gatedMembers("b", 2)...)
+	r, base := provisioningHarness(t, objs...)
 	cycleOnce(t, r)
 	var got berthv1alpha1.PodGroup
 	if err := base.Get(context.Background(), client.ObjectKeyFromObject(a), &got); err != nil {
@@ -111,8 +108,7 @@ func TestAttemptDoesNotCountItsOwnRoom(t *testing.T) {
 	for i := range 8 {
 		objs = append(objs, builders.Pod(fmt.Sprintf("ddp-%d", i), "ml").Member("ddp").Gated().GPU(1).WithReleaseTerm("ddp").Obj())
 	}
-	r, base, _, _, _ := budgetHarness(t, objs...)
-	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	r, base := provisioningHarness(t, objs...)
 	// The first cycle reserves the node for the 7 that fit; the seats wait for the label to be
 	// seen (a kube-scheduler that had not seen it could put the seat on that very room).
 	cycleOnce(t, r)
@@ -177,8 +173,7 @@ func TestAttemptKeepsASeatWhoseNodeTurnedReady(t *testing.T) {
 		objs = append(objs, builders.Pod(fmt.Sprintf("ddp-%d", i), "ml").Member("ddp").Gated().GPU(8).WithReleaseTerm("ddp").Obj())
 		objs = append(objs, builders.Pod(seatName(g, 1, i), "berth-system").Label(berthv1alpha1.SeatOfLabel, string(g.UID)).GPU(8).Obj())
 	}
-	r, base, _, _, _ := budgetHarness(t, objs...)
-	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	r, base := provisioningHarness(t, objs...)
 	cycleOnce(t, r)
 	var seats corev1.PodList
 	if err := base.List(context.Background(), &seats, client.InNamespace("berth-system")); err != nil {
@@ -248,11 +243,8 @@ func TestAttemptGrowsWhenItsRoomIsTaken(t *testing.T) {
 	thief.Spec.NodeName, thief.Status.Phase = "n1", corev1.PodRunning
 	objs := []client.Object{builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Label(reserveKey(g), "true").Obj(), g, thief,
 		builders.Pod(seatName(g, 1, 0), "berth-system").Label(berthv1alpha1.SeatOfLabel, string(g.UID)).GPU(8).Obj()}
-	for i := range 2 {
-		objs = append(objs, builders.Pod(fmt.Sprintf("ddp-%d", i), "ml").Member("ddp").Gated().GPU(8).WithReleaseTerm("ddp").Obj())
-	}
-	r, base, _, _, _ := budgetHarness(t, objs...)
-	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	objs = append(objs, gatedMembers("ddp", 2)...)
+	r, base := provisioningHarness(t, objs...)
 	for range 3 { // and it stays at two
 		cycleOnce(t, r)
 	}
@@ -277,11 +269,8 @@ func TestAttemptDoesNotGrowOnBootingRoom(t *testing.T) {
 	booting.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
 	objs := []client.Object{builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Label(reserveKey(g), "true").Obj(), booting, g,
 		builders.Pod(seatName(g, 1, 0), "berth-system").Label(berthv1alpha1.SeatOfLabel, string(g.UID)).GPU(8).Obj()}
-	for i := range 3 {
-		objs = append(objs, builders.Pod(fmt.Sprintf("ddp-%d", i), "ml").Member("ddp").Gated().GPU(8).WithReleaseTerm("ddp").Obj())
-	}
-	r, base, _, _, _ := budgetHarness(t, objs...)
-	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	objs = append(objs, gatedMembers("ddp", 3)...)
+	r, base := provisioningHarness(t, objs...)
 	for range 3 {
 		cycleOnce(t, r)
 	}
@@ -307,8 +296,7 @@ func TestGrownSeatTakesTheUncoveredMembersShape(t *testing.T) {
 	objs := []client.Object{builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Label(reserveKey(g), "true").Obj(), g, thief, seat,
 		builders.Pod("grp-0", "ml").Member("grp").Gated().GPU(8).WithReleaseTerm("grp").Obj(),
 		builders.Pod("grp-1", "ml").Member("grp").Gated().GPU(4).WithReleaseTerm("grp").Obj()}
-	r, base, _, _, _ := budgetHarness(t, objs...)
-	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	r, base := provisioningHarness(t, objs...)
 	cycleOnce(t, r)
 	var grown corev1.Pod
 	if err := base.Get(context.Background(), client.ObjectKey{Namespace: "berth-system", Name: seatName(g, 1, 1)}, &grown); err != nil {
@@ -336,11 +324,8 @@ func TestGrownSeatKeepsTheAttemptsHint(t *testing.T) {
 	seat.Spec.Affinity = &corev1.Affinity{}
 	preferDomain(seat.Spec.Affinity, corev1.LabelTopologyZone, "z2")
 	objs := []client.Object{builders.Node("n1").GPU(8).Zone("z1").Allocatable(corev1.ResourceCPU, "96").Label(reserveKey(g), "true").Obj(), g, thief, seat}
-	for i := range 2 {
-		objs = append(objs, builders.Pod(fmt.Sprintf("ddp-%d", i), "ml").Member("ddp").Gated().GPU(8).WithReleaseTerm("ddp").Obj())
-	}
-	r, base, _, _, _ := budgetHarness(t, objs...)
-	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	objs = append(objs, gatedMembers("ddp", 2)...)
+	r, base := provisioningHarness(t, objs...)
 	cycleOnce(t, r)
 	var grown corev1.Pod
 	if err := base.Get(context.Background(), client.ObjectKey{Namespace: "berth-system", Name: seatName(g, 1, 1)}, &grown); err != nil {
@@ -363,4 +348,23 @@ func attemptOf(t *testing.T, base client.Client, g *berthv1alpha1.PodGroup) (int
 		t.Fatal(err)
 	}
 	return len(seats.Items), got.Status.Provisioning
+}
+
+// gatedMembers are n gated members of gang g in namespace ml, 8 GPUs each, with their release
+// term: a gang as the webhook leaves it.
+func gatedMembers(g string, n int) []client.Object {
+	out := make([]client.Object, n)
+	for i := range n {
+		out[i] = builders.Pod(fmt.Sprintf("%s-%d", g, i), "ml").Member(g).Gated().GPU(8).WithReleaseTerm(g).Obj()
+	}
+	return out
+}
+
+// provisioningHarness is budgetHarness with gang provisioning on: the reconciler and the
+// client behind it.
+func provisioningHarness(t *testing.T, objs ...client.Object) (*Reconciler, client.Client) {
+	t.Helper()
+	r, base, _, _, _ := budgetHarness(t, objs...)
+	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	return r, base
 }
