@@ -233,7 +233,7 @@ func (m *FleetModel) computeStats(h time.Duration, slo SLO, now time.Time) deman
 	st := demandStats{at: now, horizon: h, quantile: slo.HeadroomQuantile, maxHeadroom: slo.MaxHeadroom,
 		persistence: persistence(pairs, h), headroom: 1}
 	if slo.HeadroomQuantile > 0 {
-		st.headroom, st.learning = headroom(pairs, h, st.persistence, slo)
+		st.headroom, st.learning = headroom(pairs, h, slo)
 	}
 	return st
 }
@@ -363,9 +363,10 @@ func (m *FleetModel) record(now time.Time, rate float64) {
 // burst headroom its history asks for.
 type Forecast struct {
 	// Now is the demand measured now; Base its baseline; Persistence the share of Now − Base
-	// expected to remain a horizon ahead; Expected the demand expected then; Headroom the burst
-	// multiplier (1 without history).
-	Now, Base, Persistence, Expected, Headroom float64
+	// expected to remain a horizon ahead; Expected the demand expected then; Baseline the
+	// baseline expected then (its trend followed, no deviation kept); Headroom the burst
+	// multiplier of Baseline (1 without history).
+	Now, Base, Persistence, Expected, Baseline, Headroom float64
 	// Horizon is how far ahead it looks.
 	Horizon time.Duration
 	// Backlog is the rate that drains the requests waiting now over one horizon.
@@ -376,8 +377,12 @@ type Forecast struct {
 	Learning bool
 }
 
-// Rate is the demand sized for: the expected demand times the headroom.
-func (f Forecast) Rate() float64 { return f.Expected * f.Headroom }
+// Rate is the demand sized for: the expected demand, or the expected baseline times the burst
+// headroom where that is more. The headroom is how far above the baseline the fleet's demand
+// has gone within a horizon; a burst under way is already in Expected, and multiplying it by
+// the headroom again sized for a burst on top of a burst (a 3× burst read as 9× the baseline,
+// the fleet ordered to its maximum, every replica ready after the burst had ended).
+func (f Forecast) Rate() float64 { return max(f.Expected, f.Baseline*f.Headroom) }
 
 // predict is the demand expected h after p with persistence rho: the trend is followed for h,
 // but no further than the history it was fitted on (a young history's first rise — a fleet's
@@ -395,7 +400,7 @@ const minHeadroomSamples = 10
 // measured now (the same as that point's, or the point's own without one).
 func (m *FleetModel) forecast(rate float64, slo SLO) Forecast {
 	h := m.horizon(slo)
-	f := Forecast{Now: rate, Base: rate, Persistence: 1, Expected: rate, Headroom: 1, Horizon: h, Learning: slo.HeadroomQuantile > 0}
+	f := Forecast{Now: rate, Base: rate, Persistence: 1, Expected: rate, Baseline: rate, Headroom: 1, Horizon: h, Learning: slo.HeadroomQuantile > 0}
 	if m == nil || len(m.demand) == 0 {
 		return f
 	}
@@ -406,7 +411,7 @@ func (m *FleetModel) forecast(rate float64, slo SLO) Forecast {
 		st = m.computeStats(h, slo, last.at)
 	}
 	f.Base, f.Persistence, f.Headroom, f.Learning = last.base, st.persistence, st.headroom, st.learning
-	f.Expected = last.predict(h, f.Persistence)
+	f.Expected, f.Baseline = last.predict(h, f.Persistence), last.predict(h, 0)
 	return f
 }
 
@@ -465,17 +470,19 @@ func persistence(pairs []horizonPair, h time.Duration) float64 {
 }
 
 // headroom is the burst headroom the fleet's own history asks for: the smallest multiple of
-// the forecast that covered slo.HeadroomQuantile of the requests — each point's demand against
-// what was forecast for it one horizon earlier, weighted by that demand (a burst's requests
-// count as many times as they came) — between 1 and slo.MaxHeadroom. The noise of a smooth
-// demand asks for little; bursts that no forecast sees coming ask for their height. learning
-// is true (and the headroom 1) while fewer than minHeadroomSamples points can be judged.
-func headroom(pairs []horizonPair, h time.Duration, rho float64, slo SLO) (r float64, learning bool) {
+// the baseline forecast that covered slo.HeadroomQuantile of the requests — each point's demand
+// against the baseline forecast for it one horizon earlier (Forecast.Baseline: the trend kept,
+// no deviation, so a burst under way is not the base of another), weighted by that demand (a
+// burst's requests count as many times as they came) — between 1 and slo.MaxHeadroom. The
+// noise of a smooth demand asks for little; bursts that no forecast sees coming ask for their
+// height. learning is true (and the headroom 1) while fewer than minHeadroomSamples points can
+// be judged.
+func headroom(pairs []horizonPair, h time.Duration, slo SLO) (r float64, learning bool) {
 	type ratio struct{ r, weight float64 }
 	var ratios []ratio
 	total := 0.0
 	for _, hp := range pairs {
-		if e := hp.p.predict(h, rho); e > 0 && hp.then > 0 {
+		if e := hp.p.predict(h, 0); e > 0 && hp.then > 0 {
 			ratios = append(ratios, ratio{hp.then / e, hp.then})
 			total += hp.then
 		}

@@ -221,6 +221,41 @@ func TestForecast(t *testing.T) {
 	}
 }
 
+// TestBurstNotOnTopOfABurst: a fleet whose history holds a few bursts has learned a burst
+// headroom, but too few points to learn that bursts end within a cold start (persistence 1).
+// In the next burst the forecast is the burst itself; the headroom is over the baseline, so the
+// burst is sized for once — not the headroom's height again on top of it (held out seed 6's
+// hour ordered 64 replicas for a 3× burst of a fleet of 12, every one ready after the burst).
+func TestBurstNotOnTopOfABurst(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	slo := SLO{TTFT: 2, ColdStart: 2 * time.Minute, HeadroomQuantile: 0.9, MaxHeadroom: 3}
+	m := FleetModel{}
+	for i := range 140 { // 35 minutes at 4 req/s with a 12 req/s minute every 10 minutes
+		rate := 4.0
+		if i%40 >= 36 {
+			rate = 12
+		}
+		m.record(start.Add(time.Duration(i)*15*time.Second), rate)
+	}
+	for _, tc := range []struct {
+		name     string
+		now      float64
+		wantRate float64
+	}{
+		{"between bursts: the baseline times the headroom", 4, 12},
+		{"in a burst: the burst, once", 12, 12},
+		{"a step beyond the headroom: the step", 15, 15},
+	} {
+		f := m.forecast(tc.now, slo)
+		if f.Persistence != 1 || math.Abs(f.Headroom-3) > 1e-9 {
+			t.Fatalf("%s: persistence %v and headroom %v, want 1 (too few pairs) and 3", tc.name, f.Persistence, f.Headroom)
+		}
+		if math.Abs(f.Rate()-tc.wantRate) > 0.01 {
+			t.Errorf("%s: demand now %v (baseline %v, expected %v): rate %v, want %v", tc.name, tc.now, f.Baseline, f.Expected, f.Rate(), tc.wantRate)
+		}
+	}
+}
+
 // TestForecastTrendNoFurtherThanFitted: a fleet's first minute rises from nothing to its load;
 // that slope, fitted on 45 s, is followed for 45 s of a 200-s horizon, not the whole horizon
 // (which asked for twice the replicas the load needed), while a ramp with minutes of history
