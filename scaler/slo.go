@@ -381,8 +381,14 @@ type Forecast struct {
 // headroom where that is more. The headroom is how far above the baseline the fleet's demand
 // has gone within a horizon; a burst under way is already in Expected, and multiplying it by
 // the headroom again sized for a burst on top of a burst (a 3× burst read as 9× the baseline,
-// the fleet ordered to its maximum, every replica ready after the burst had ended).
-func (f Forecast) Rate() float64 { return max(f.Expected, f.Baseline*f.Headroom) }
+// the fleet ordered to its maximum, every replica ready after the burst had ended). Without
+// a headroom (1: none asked for, or not learned yet) it is the expected demand alone.
+func (f Forecast) Rate() float64 {
+	if f.Headroom <= 1 {
+		return f.Expected
+	}
+	return max(f.Expected, f.Baseline*f.Headroom)
+}
 
 // predict is the demand expected h after p with persistence rho: the trend is followed for h,
 // but no further than the history it was fitted on (a young history's first rise — a fleet's

@@ -254,6 +254,12 @@ func TestBurstNotOnTopOfABurst(t *testing.T) {
 			t.Errorf("%s: demand now %v (baseline %v, expected %v): rate %v, want %v", tc.name, tc.now, f.Baseline, f.Expected, f.Rate(), tc.wantRate)
 		}
 	}
+	// Without a burst headroom the forecast alone is sized for: a demand below its baseline
+	// (persistence 1) is not held at the baseline.
+	slo.HeadroomQuantile = 0
+	if f := m.forecast(3, slo); f.Headroom != 1 || math.Abs(f.Rate()-3) > 0.01 {
+		t.Errorf("no headroom, demand 3 under a baseline of 4: rate %v (headroom %v), want 3", f.Rate(), f.Headroom)
+	}
 }
 
 // TestForecastTrendNoFurtherThanFitted: a fleet's first minute rises from nothing to its load;
