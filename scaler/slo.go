@@ -24,11 +24,11 @@ type SLO struct {
 	// one is seen).
 	ColdStart time.Duration
 	// HeadroomQuantile is the share of the fleet's own requests of the last day that the burst
-	// headroom would have covered: each moment's demand against what was forecast for it one
-	// cold start earlier, weighted by the demand (0: no burst headroom).
+	// headroom would have covered: each moment's demand against the baseline forecast for it
+	// one cold start earlier, weighted by the demand (0: no burst headroom).
 	HeadroomQuantile float64
-	// MaxHeadroom caps the burst headroom as a multiple of the demand (the GPU budget of the
-	// headroom: 1.5 holds at most half as many replicas again as the demand needs).
+	// MaxHeadroom caps the burst headroom as a multiple of the baseline demand (the GPU budget
+	// of the headroom: 1.5 holds at most half as many replicas again as the baseline needs).
 	MaxHeadroom float64
 }
 
@@ -42,7 +42,7 @@ const (
 	// often as sloAttainment's default asks requests to meet the SLO (chosen with berth
 	// simulate on the synthetic day of seed 1; docs/economics.md).
 	DefaultHeadroomQuantile = 0.99
-	// DefaultMaxHeadroom is maxHeadroom's default: a burst of three times the demand.
+	// DefaultMaxHeadroom is maxHeadroom's default: a burst of three times the baseline demand.
 	DefaultMaxHeadroom = 3.0
 )
 
@@ -359,8 +359,8 @@ func (m *FleetModel) record(now time.Time, rate float64) {
 // Forecast is the demand the fleet is sized for, in requests per second, one cold start
 // ahead — when a replica ordered now can serve: the baseline (the recent median), its trend,
 // and the part of the deviation from it that the fleet's own history says outlives a cold
-// start (Persistence: 0 for bursts that always end sooner, 1 for steps that stay); times the
-// burst headroom its history asks for.
+// start (Persistence: 0 for bursts that always end sooner, 1 for steps that stay); held at
+// least at the baseline times the burst headroom its history asks for (Rate).
 type Forecast struct {
 	// Now is the demand measured now; Base its baseline; Persistence the share of Now − Base
 	// expected to remain a horizon ahead; Expected the demand expected then; Baseline the
@@ -375,16 +375,19 @@ type Forecast struct {
 	// from (Headroom is 1 then): the forecast may grow the fleet but never shrinks it, since
 	// what the fleet holds may be the only cover it has for a burst it has not measured yet.
 	Learning bool
+	// covered is true when a burst headroom was asked for and has been learned: Rate holds the
+	// baseline times it (even a headroom of 1 holds the baseline through a dip).
+	covered bool
 }
 
 // Rate is the demand sized for: the expected demand, or the expected baseline times the burst
 // headroom where that is more. The headroom is how far above the baseline the fleet's demand
 // has gone within a horizon; a burst under way is already in Expected, and multiplying it by
-// the headroom again sized for a burst on top of a burst (a 3× burst read as 9× the baseline,
+// the headroom again sized for a burst on top of a burst (a 3× burst read as 8× the baseline,
 // the fleet ordered to its maximum, every replica ready after the burst had ended). Without
-// a headroom (1: none asked for, or not learned yet) it is the expected demand alone.
+// a burst headroom (none asked for, or none learned yet) it is the expected demand alone.
 func (f Forecast) Rate() float64 {
-	if f.Headroom <= 1 {
+	if !f.covered {
 		return f.Expected
 	}
 	return max(f.Expected, f.Baseline*f.Headroom)
@@ -418,6 +421,7 @@ func (m *FleetModel) forecast(rate float64, slo SLO) Forecast {
 	}
 	f.Base, f.Persistence, f.Headroom, f.Learning = last.base, st.persistence, st.headroom, st.learning
 	f.Expected, f.Baseline = last.predict(h, f.Persistence), last.predict(h, 0)
+	f.covered = slo.HeadroomQuantile > 0 && !f.Learning
 	return f
 }
 

@@ -221,44 +221,95 @@ func TestForecast(t *testing.T) {
 	}
 }
 
-// TestBurstNotOnTopOfABurst: a fleet whose history holds a few bursts has learned a burst
-// headroom, but too few points to learn that bursts end within a cold start (persistence 1).
-// In the next burst the forecast is the burst itself; the headroom is over the baseline, so the
-// burst is sized for once — not the headroom's height again on top of it (held out seed 6's
-// hour ordered 64 replicas for a 3× burst of a fleet of 12, every one ready after the burst).
-func TestBurstNotOnTopOfABurst(t *testing.T) {
+// youngBurstyModel is a fleet of capacity 0.5 requests/s per replica with 35 minutes of
+// history at 4 requests/s and a 12 requests/s minute every 10 minutes, every 15 s: enough to
+// learn a burst headroom of 3, too few points to learn that the bursts end within a cold start
+// (persistence 1).
+func youngBurstyModel(t *testing.T) *FleetModel {
+	t.Helper()
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	slo := SLO{TTFT: 2, ColdStart: 2 * time.Minute, HeadroomQuantile: 0.9, MaxHeadroom: 3}
-	m := FleetModel{}
-	for i := range 140 { // 35 minutes at 4 req/s with a 12 req/s minute every 10 minutes
+	m := &FleetModel{Capacity: 0.5}
+	for i := range 140 {
 		rate := 4.0
 		if i%40 >= 36 {
 			rate = 12
 		}
 		m.record(start.Add(time.Duration(i)*15*time.Second), rate)
 	}
+	return m
+}
+
+// TestBurstNotOnTopOfABurst: a fleet whose young history holds a few bursts has learned a
+// burst headroom, but not yet that bursts end within a cold start (persistence 1). In the next
+// burst the forecast is the burst itself; the headroom is over the baseline, so the burst is
+// sized for once — not the headroom's height again on top of it (held-out seed 6's hour ordered
+// 64 replicas for a 3× burst of a fleet of 12, every one ready after the burst).
+func TestBurstNotOnTopOfABurst(t *testing.T) {
+	m := youngBurstyModel(t)
+	slo := SLO{TTFT: 2, ColdStart: 2 * time.Minute, HeadroomQuantile: 0.9, MaxHeadroom: 3}
 	for _, tc := range []struct {
 		name     string
+		quantile float64
 		now      float64
 		wantRate float64
 	}{
-		{"between bursts: the baseline times the headroom", 4, 12},
-		{"in a burst: the burst, once", 12, 12},
-		{"a step beyond the headroom: the step", 15, 15},
+		{"between bursts: the baseline times the headroom", 0.9, 4, 12},
+		{"a burst within the headroom: the headroom, not the burst times it", 0.9, 10, 12},
+		{"a step beyond the headroom: the step", 0.9, 15, 15},
+		{"a dip under a learned headroom of 1: the baseline", 0.5, 3, 4},
+		{"no headroom asked for: the forecast alone, through a dip", 0, 3, 3},
 	} {
+		slo.HeadroomQuantile = tc.quantile
 		f := m.forecast(tc.now, slo)
-		if f.Persistence != 1 || math.Abs(f.Headroom-3) > 1e-9 {
-			t.Fatalf("%s: persistence %v and headroom %v, want 1 (too few pairs) and 3", tc.name, f.Persistence, f.Headroom)
+		if f.Persistence != 1 {
+			t.Fatalf("%s: persistence %v, want 1 (too few pairs)", tc.name, f.Persistence)
 		}
 		if math.Abs(f.Rate()-tc.wantRate) > 0.01 {
-			t.Errorf("%s: demand now %v (baseline %v, expected %v): rate %v, want %v", tc.name, tc.now, f.Baseline, f.Expected, f.Rate(), tc.wantRate)
+			t.Errorf("%s: demand now %v (baseline %v, expected %v, headroom %v): rate %v, want %v", tc.name, tc.now, f.Baseline, f.Expected, f.Headroom, f.Rate(), tc.wantRate)
 		}
 	}
-	// Without a burst headroom the forecast alone is sized for: a demand below its baseline
-	// (persistence 1) is not held at the baseline.
-	slo.HeadroomQuantile = 0
-	if f := m.forecast(3, slo); f.Headroom != 1 || math.Abs(f.Rate()-3) > 0.01 {
-		t.Errorf("no headroom, demand 3 under a baseline of 4: rate %v (headroom %v), want 3", f.Rate(), f.Headroom)
+}
+
+// TestHeadroomLearnedOverTheBaseline: on a young history (persistence 1) whose demand
+// wanders 3–5 around 4, the headroom is how far the demand went above the baseline forecast
+// (5/4), not above the last 15-second rate (5/3): what the fleet is sized on is the baseline
+// times the headroom, and a noisy last rate asked for a third more than that needs.
+func TestHeadroomLearnedOverTheBaseline(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := FleetModel{}
+	for i := range 140 {
+		m.record(start.Add(time.Duration(i)*15*time.Second), []float64{4, 3, 4, 5}[i%4])
+	}
+	f := m.forecast(4, SLO{TTFT: 2, ColdStart: 2 * time.Minute, HeadroomQuantile: 0.99, MaxHeadroom: 3})
+	if f.Persistence != 1 || f.Base != 4 || math.Abs(f.Headroom-1.25) > 1e-9 {
+		t.Errorf("demand 3–5 around 4: persistence %v, base %v, headroom %v; want 1, 4 and 1.25", f.Persistence, f.Base, f.Headroom)
+	}
+}
+
+// TestBurstDecision: the decision in a burst of a young bursty history (headroom 3 over a
+// baseline of 4 requests/s, capacity 0.5): the fleet is sized for the baseline times the
+// headroom, and the headroom replicas (what warm seats hold) are what that is beyond the burst
+// — none once the burst is above it (the seats are what the burst uses).
+func TestBurstDecision(t *testing.T) {
+	tr := trig(t, map[string]string{"ttftSLOSeconds": "2", "coldStartSeconds": "120", "headroomQuantile": "0.9"})
+	nan := math.NaN()
+	for _, tc := range []struct {
+		arrivals                float64
+		wantDesired, wantExtras int
+	}{
+		{4, 24, 14}, // between bursts: 12 / 0.5, beyond the 10 serving (the 8 the demand needs, within the policy's 0.8)
+		{10, 24, 4}, // a burst within the headroom: still 24 (the old product ordered 60), 20 of them serving it
+		{15, 30, 0}, // a burst above it: what it needs, no headroom on top
+	} {
+		o := Observation{Ready: 10, Sampled: 10, Arrivals: tc.arrivals, ArrivalsSampled: 10, Model: youngBurstyModel(t),
+			TTFTP95: nan, ITLP95: nan, PreemptionsPerMinute: nan, FollowReplicas: nan}
+		d, err := DefaultPolicy.Decide(o, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sd, _ := d.Signal(SignalSLO); sd.Desired != tc.wantDesired || d.Headroom != tc.wantExtras {
+			t.Errorf("%v requests/s: %d replicas (held %q), %d of them headroom; want %d and %d", tc.arrivals, sd.Desired, sd.Held, d.Headroom, tc.wantDesired, tc.wantExtras)
+		}
 	}
 }
 

@@ -701,7 +701,7 @@ func (p parser) slo(t *Trigger) error {
 	}{
 		{KeySLOAttainment, "want the fraction of requests that must meet the SLO, from 0.5 to 0.9999 (default 0.99)", 0.5, 0.9999, &t.SLO.Attainment},
 		{KeyHeadroomQuantile, "want the quantile of the fleet's own bursts held as headroom, from 0 (none) to 1 (the largest seen; default 0.99)", 0, 1, &t.SLO.HeadroomQuantile},
-		{KeyMaxHeadroom, "want the most headroom as a multiple of the demand, from 1 (none) to 10 (default 3)", 1, 10, &t.SLO.MaxHeadroom},
+		{KeyMaxHeadroom, "want the most headroom as a multiple of the baseline demand, from 1 (none) to 10 (default 3)", 1, 10, &t.SLO.MaxHeadroom},
 	} {
 		v, ok := p.get(k.key)
 		if !ok {

@@ -66,11 +66,11 @@ var (
 	}, []string{labelNamespace, labelScaledObject})
 	demandForecast = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "demand_forecast_requests_per_second",
-		Help: "The demand the SLO signal sized the fleet for, in requests per second: the demand expected one cold start ahead (baseline, trend and the share of a deviation that persists) times the burst headroom.",
+		Help: "The demand the SLO signal sized the fleet for, in requests per second: the demand expected one cold start ahead (baseline, trend and the share of a deviation that persists), or the baseline and its trend times the burst headroom where that is more.",
 	}, []string{labelNamespace, labelScaledObject})
 	demandHeadroom = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "demand_headroom_ratio",
-		Help: "The burst headroom the SLO signal holds, as a multiple of the expected demand: the smallest that covered headroomQuantile of the fleet's requests of the last day against their forecast one cold start earlier (1: none).",
+		Help: "The burst headroom the SLO signal holds, as a multiple of the baseline demand (the recent median and its trend): the smallest that covered headroomQuantile of the fleet's requests of the last day against their baseline forecast one cold start earlier (1: none).",
 	}, []string{labelNamespace, labelScaledObject})
 	headroomReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "headroom_replicas",
