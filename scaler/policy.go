@@ -85,8 +85,8 @@ type Decision struct {
 	Capacity float64
 	Forecast Forecast
 	// Headroom is how many of the SLO signal's replicas are burst headroom: those it asks for
-	// beyond what it would without the headroom (the same floors and holds), warm seats
-	// included. Held as serving replicas they absorb a burst at once; held as warm seats (nodes
+	// beyond what the demand expected or the demand now needs (the same floors and holds), warm
+	// seats included; a burst under way uses it up. Held as serving replicas they absorb a burst at once; held as warm seats (nodes
 	// up, the serving image pulled) a burst's replicas pay only their model load. 0 without an
 	// SLO signal, and while the signal is held.
 	Headroom int

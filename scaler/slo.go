@@ -547,7 +547,11 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 		hold = HeldLearning
 	}
 	sd.Desired, sd.Held = sizeSLO(sd.Raw, fc.Now/carry, headroom, current, hold)
-	serving, _ = sizeSLO((fc.Expected+fc.Backlog)/carry, fc.Now/carry, headroom, current, hold)
+	// The replicas serving are sized for the demand expected or the demand now, whichever is
+	// more: a burst the forecast expects to end within a cold start still needs serving
+	// replicas now, and the headroom (warm seats) is what gives them — a seat's replica serves
+	// after its model load, within the burst.
+	serving, _ = sizeSLO((max(fc.Expected, fc.Now)+fc.Backlog)/carry, fc.Now/carry, headroom, current, hold)
 	sd.Value = metricValue(sd.Desired, 1)
 	return sd, fc, carry, serving
 }

@@ -313,6 +313,48 @@ func TestBurstDecision(t *testing.T) {
 	}
 }
 
+// TestSeatsServeABurst: a fleet whose history says its bursts end within a cold start
+// (persistence 0) holds its burst headroom as warm seats. In a burst the forecast stays at the
+// baseline — replicas on fresh nodes would come after the burst — but the demand now needs
+// serving replicas, and the seats are what give them: the seats stand in for less of the
+// headroom, and the fleet asks for the replicas that take them (a seat's replica serves after
+// its model load, within the burst). Sized on the forecast alone, the seats stayed seats
+// through the burst.
+func TestSeatsServeABurst(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := &FleetModel{Capacity: 0.5}
+	for i := range 240 { // an hour at 4 req/s with a 12 req/s minute every 10 minutes
+		rate := 4.0
+		if i%40 >= 36 {
+			rate = 12
+		}
+		m.record(start.Add(time.Duration(i)*15*time.Second), rate)
+	}
+	tr := trig(t, map[string]string{"ttftSLOSeconds": "2", "coldStartSeconds": "120", "headroomQuantile": "0.9", "warmSeats": "16"})
+	nan := math.NaN()
+	for _, tc := range []struct {
+		arrivals              float64
+		wantServing, wantSeat int
+	}{
+		{4, 8, 16},  // 24 replicas' worth for the baseline times 3: 8 serving, 16 as seats
+		{12, 24, 0}, // the burst: every seat taken by a serving replica
+	} {
+		o := Observation{Ready: 8, Sampled: 8, Arrivals: tc.arrivals, ArrivalsSampled: 8, Model: m,
+			TTFTP95: nan, ITLP95: nan, PreemptionsPerMinute: nan, FollowReplicas: nan}
+		d, err := DefaultPolicy.Decide(o, tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Forecast.Persistence > 0.1 {
+			t.Fatalf("persistence %v, want about 0", d.Forecast.Persistence)
+		}
+		if sd, _ := d.Signal(SignalSLO); sd.Desired != tc.wantServing || d.WarmSeats != tc.wantSeat {
+			t.Errorf("%v requests/s: %d serving replicas and %d seats (expected demand %v, headroom %v), want %d and %d",
+				tc.arrivals, sd.Desired, d.WarmSeats, d.Forecast.Expected, d.Forecast.Headroom, tc.wantServing, tc.wantSeat)
+		}
+	}
+}
+
 // TestForecastTrendNoFurtherThanFitted: a fleet's first minute rises from nothing to its load;
 // that slope, fitted on 45 s, is followed for 45 s of a 200-s horizon, not the whole horizon
 // (which asked for twice the replicas the load needed), while a ramp with minutes of history
