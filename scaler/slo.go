@@ -67,6 +67,11 @@ type ReplicaWindow struct {
 	// Joined says the window starts when the replica became ready, from counters at zero: it
 	// holds every request the replica has had, and it had none before (WindowArrivals).
 	Joined bool
+	// Recent is the window's last RecentWindow (from its newest page at or before then, or the
+	// window's start) and RecentArrived the requests that arrived in it: how a burst is seen
+	// within a scrape, before the minute's window has moved (0: none).
+	Recent        time.Duration
+	RecentArrived float64
 }
 
 // minWindowSpan is the shortest window a capacity is learned from.
@@ -371,6 +376,10 @@ type Forecast struct {
 	Horizon time.Duration
 	// Backlog is the rate that drains the requests waiting now over one horizon.
 	Backlog float64
+	// Surge is the demand the replicas' last scrape interval proves (RecentArrivals): a burst
+	// at nearly its height one scrape after it came, where Now, a minute's mean, shows a
+	// quarter of it. It sizes the replicas serving (the warm seats they take), not the fleet.
+	Surge float64
 	// Learning is true while the fleet's history is too short to learn the burst headroom
 	// from (Headroom is 1 then): the forecast may grow the fleet but never shrinks it, since
 	// what the fleet holds may be the only cover it has for a burst it has not measured yet.
@@ -538,6 +547,7 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 	partial = partial || extrapolated
 	fc = o.Model.forecast(arrivals, t.SLO)
 	fc.Backlog = (o.Waiting + o.Upstream) / fc.Horizon.Seconds()
+	fc.Surge = RecentArrivals(o.Windows)
 	sd.Raw = (fc.Rate() + fc.Backlog) / carry
 	hold := Held("")
 	switch {
@@ -547,11 +557,12 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 		hold = HeldLearning
 	}
 	sd.Desired, sd.Held = sizeSLO(sd.Raw, fc.Now/carry, headroom, current, hold)
-	// The replicas serving are sized for the demand expected or the demand now, whichever is
-	// more: a burst the forecast expects to end within a cold start still needs serving
-	// replicas now, and the headroom (warm seats) is what gives them — a seat's replica serves
-	// after its model load, within the burst.
-	serving, _ = sizeSLO((max(fc.Expected, fc.Now)+fc.Backlog)/carry, fc.Now/carry, headroom, current, hold)
+	// The replicas serving are sized for the demand expected, the demand now or the surge the
+	// last scrape proves, whichever is most: a burst the forecast expects to end within a cold
+	// start still needs serving replicas now, and the headroom (warm seats) is what gives them
+	// — a seat's replica serves after its model load, within the burst. Waiting for the
+	// minute's mean to show a burst took the seats 30–50 s into it.
+	serving, _ = sizeSLO((max(fc.Expected, fc.Now, fc.Surge)+fc.Backlog)/carry, fc.Now/carry, headroom, current, hold)
 	sd.Value = metricValue(sd.Desired, 1)
 	return sd, fc, carry, serving
 }
@@ -628,6 +639,32 @@ func WindowArrivals(ws []ReplicaWindow) (rate float64, n int) {
 	}
 	return rate, n
 }
+
+// RecentArrivals is the fleet's arrival rate over the replicas' last scrape intervals (Recent)
+// as far as the requests counted prove it: the rate less surgeSigmas of its Poisson noise. A
+// step in the demand shows at nearly its full height one scrape after it came, where the
+// minute's window shows a quarter of it; a scrape's noise proves nothing (taken at face value
+// it turned warm seats into replicas between bursts, and the bursts found none ready). 0
+// unless every window has a last interval (a rate some replicas miss is no fleet's).
+func RecentArrivals(ws []ReplicaWindow) float64 {
+	rate, variance := 0.0, 0.0
+	for _, w := range ws {
+		if w.Recent <= 0 {
+			return 0
+		}
+		s := w.Recent.Seconds()
+		rate += w.RecentArrived / s
+		variance += w.RecentArrived / (s * s)
+	}
+	return max(0, rate-surgeSigmas*math.Sqrt(variance))
+}
+
+// RecentWindow is the span of a window's last interval (ReplicaWindow.Recent): a scrape.
+const RecentWindow = 15 * time.Second
+
+// surgeSigmas is how many standard deviations of its Poisson noise a scrape's arrivals must
+// rise by to count as demand (three: about one chance in a thousand per scrape).
+const surgeSigmas = 3
 
 // arrivalRate is the fleet's arrival rate: Arrivals scaled from the replicas with a window to
 // every ready one (extrapolated true), since a replica that has just become ready takes its

@@ -334,13 +334,24 @@ func TestSeatsServeABurst(t *testing.T) {
 	nan := math.NaN()
 	for _, tc := range []struct {
 		arrivals              float64
+		recent                float64 // each of the 8 replicas' requests in its last 15 s (0: no interval)
 		wantServing, wantSeat int
 	}{
-		{4, 8, 16},  // 24 replicas' worth for the baseline times 3: 8 serving, 16 as seats
-		{12, 24, 0}, // the burst: every seat taken by a serving replica
+		{4, 0, 8, 16},  // 24 replicas' worth for the baseline times 3: 8 serving, 16 as seats
+		{12, 0, 24, 0}, // the burst: every seat taken by a serving replica
+		// The burst's first scrape: 12 req/s in the last 15 s (the minute's mean still 4) proves
+		// 12 − 3·√180/15 ≈ 9.3 req/s, 19 replicas' worth: 11 seats taken at once.
+		{4, 22.5, 19, 5},
+		// A scrape's noise (5 req/s in the last 15 s) proves no more than the minute's 4.
+		{4, 9.375, 8, 16},
 	} {
 		o := Observation{Ready: 8, Sampled: 8, Arrivals: tc.arrivals, ArrivalsSampled: 8, Model: m,
 			TTFTP95: nan, ITLP95: nan, PreemptionsPerMinute: nan, FollowReplicas: nan}
+		for range 8 {
+			if tc.recent > 0 {
+				o.Windows = append(o.Windows, ReplicaWindow{Span: time.Minute, Arrived: tc.arrivals * 60 / 8, Recent: 15 * time.Second, RecentArrived: tc.recent})
+			}
+		}
 		d, err := DefaultPolicy.Decide(o, tr)
 		if err != nil {
 			t.Fatal(err)
@@ -349,8 +360,8 @@ func TestSeatsServeABurst(t *testing.T) {
 			t.Fatalf("persistence %v, want about 0", d.Forecast.Persistence)
 		}
 		if sd, _ := d.Signal(SignalSLO); sd.Desired != tc.wantServing || d.WarmSeats != tc.wantSeat {
-			t.Errorf("%v requests/s: %d serving replicas and %d seats (expected demand %v, headroom %v), want %d and %d",
-				tc.arrivals, sd.Desired, d.WarmSeats, d.Forecast.Expected, d.Forecast.Headroom, tc.wantServing, tc.wantSeat)
+			t.Errorf("%v requests/s (%v per replica in the last 15 s): %d serving replicas and %d seats (expected demand %v, surge %v, headroom %v), want %d and %d",
+				tc.arrivals, tc.recent, sd.Desired, d.WarmSeats, d.Forecast.Expected, d.Forecast.Surge, d.Forecast.Headroom, tc.wantServing, tc.wantSeat)
 		}
 	}
 }
@@ -413,6 +424,36 @@ func TestWindowArrivals(t *testing.T) {
 			got, n := WindowArrivals(tt.ws)
 			if n != tt.wantN || (math.IsNaN(tt.want) != math.IsNaN(got)) || (!math.IsNaN(tt.want) && math.Abs(got-tt.want) > 1e-9) {
 				t.Errorf("WindowArrivals = %v over %d windows, want %v over %d", got, n, tt.want, tt.wantN)
+			}
+		})
+	}
+}
+
+// TestRecentArrivals: the fleet's rate over the replicas' last scrape intervals, less three
+// standard deviations of its Poisson noise: a scrape's noise proves no surge, a step does,
+// and without an interval for every replica there is none.
+func TestRecentArrivals(t *testing.T) {
+	w := func(recent time.Duration, arrived float64) ReplicaWindow {
+		return ReplicaWindow{Span: time.Minute, Recent: recent, RecentArrived: arrived}
+	}
+	for _, tt := range []struct {
+		name string
+		ws   []ReplicaWindow
+		want float64
+	}{
+		{"none", nil, 0},
+		// 8 req/s over four replicas: 120 in 15 s, a standard deviation of √120/15.
+		{"steady", []ReplicaWindow{w(15*time.Second, 30), w(15*time.Second, 30), w(15*time.Second, 30), w(15*time.Second, 30)}, 8 - 3*math.Sqrt(120)/15},
+		// A 3× step: 24 req/s, 360 in 15 s.
+		{"a step", []ReplicaWindow{w(15*time.Second, 90), w(15*time.Second, 90), w(15*time.Second, 90), w(15*time.Second, 90)}, 24 - 3*math.Sqrt(360)/15},
+		// Intervals of different spans: each replica's rate and variance.
+		{"spans apart", []ReplicaWindow{w(15*time.Second, 45), w(10*time.Second, 30)}, 6 - 3*math.Sqrt(45.0/225+30.0/100)},
+		{"a few requests prove nothing", []ReplicaWindow{w(15*time.Second, 4)}, 0},
+		{"a replica without an interval", []ReplicaWindow{w(15*time.Second, 90), w(0, 0)}, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := RecentArrivals(tt.ws); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("RecentArrivals = %v, want %v", got, tt.want)
 			}
 		})
 	}

@@ -67,6 +67,25 @@ func (p *pod) window(d time.Duration) (latest, base reading, joined, ok bool) {
 	return latest, base, false, true
 }
 
+// arrivedBetween is the requests that arrived from reading old to l: those finished and
+// aborted, and the growth of those running and waiting.
+func arrivedBetween(old, l reading) float64 {
+	return l.finished - old.finished + l.aborted - old.aborted + float64(l.waiting+l.running-old.waiting-old.running)
+}
+
+// recentBase is the reading a window from base to latest starts its last scaler.RecentWindow
+// at, as berth's scraper takes it: the newest reading inside the window at or before then,
+// else base.
+func recentBase(history []reading, base, latest reading) reading {
+	recent := base
+	for _, r := range history {
+		if r.at > base.at && r.at < latest.at && r.at <= latest.at-scaler.RecentWindow {
+			recent = r
+		}
+	}
+	return recent
+}
+
 // Berth is berth's scaler: scaler.Policy.Decide on what the replicas report, through KEDA's
 // external trigger and the HPA with the ScaledObject's behavior.
 type Berth struct {
@@ -204,8 +223,10 @@ func (b *Berth) observe(v View) scaler.Observation {
 			if joined { // held through its window: from its first reading on (the zero baseline had no chance to queue)
 				w.Waiting = float64(min(l.waiting, p.history[0].waiting))
 			}
-			w.Arrived = w.Finished + l.aborted - base.aborted + float64(l.waiting+l.running-base.waiting-base.running)
+			w.Arrived = arrivedBetween(base, l)
 			w.End = epoch.Add(l.at)
+			recent := recentBase(p.history, base, l)
+			w.Recent, w.RecentArrived = l.at-recent.at, arrivedBetween(recent, l)
 			ttft.Add(w.TTFT)
 			itl.Add(w.ITL)
 			if span := w.Span.Seconds(); span > 0 {

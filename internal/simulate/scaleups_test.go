@@ -77,3 +77,22 @@ func TestBurstResponse(t *testing.T) {
 		t.Errorf("StartupQuantile(0.5) = %s, want 100s (60, 100, 300)", q)
 	}
 }
+
+// TestRecentBase: the simulated scraper reads each replica every second; a window's last
+// interval starts, as berth's scraper takes it, at the newest reading at or before
+// scaler.RecentWindow before the newest, inside the window — never at the newest itself, and
+// at the window's start when nothing inside it is old enough.
+func TestRecentBase(t *testing.T) {
+	var history []reading
+	for s := range 61 {
+		history = append(history, reading{at: time.Duration(s) * time.Second, finished: float64(s)})
+	}
+	latest := history[60]
+	if got := recentBase(history, history[0], latest); got.at != 45*time.Second || arrivedBetween(got, latest) != 15 {
+		t.Errorf("from %s (%v arrived), want 45s (15)", got.at, arrivedBetween(got, latest))
+	}
+	joined := reading{at: 52 * time.Second} // became ready 8 s ago, counters at zero
+	if got := recentBase(history[52:], joined, latest); got.at != joined.at {
+		t.Errorf("joined 8 s ago: from %s, want its ready time %s", got.at, joined.at)
+	}
+}

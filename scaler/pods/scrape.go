@@ -376,6 +376,9 @@ func derive(pages []Reading, model string, window time.Duration, since time.Time
 		d.tokensPerSec = counterDelta(sample.Tokens, old.Tokens) / span.Seconds()
 		d.windowed = true
 		d.window = replicaWindow(sample, old, span, d.ttft, d.itl)
+		if d.window != nil {
+			d.window.Recent, d.window.RecentArrived = recentInterval(pages, model, sample, old)
+		}
 		if d.window != nil && !since.IsZero() {
 			d.window.Joined = true
 			// Held through its window: from its first page on. The zero baseline had no chance
@@ -426,10 +429,28 @@ func replicaWindow(sample, old scaler.Sample, span time.Duration, ttft, itl scal
 	if !sample.HasFinished || !old.HasFinished {
 		return nil
 	}
-	w := &scaler.ReplicaWindow{Span: span, Finished: counterDelta(sample.Finished, old.Finished), TTFT: ttft, ITL: itl,
-		Waiting: min(sample.Waiting, old.Waiting), End: sample.At}
-	w.Arrived = max(0, w.Finished+counterDelta(sample.Aborted, old.Aborted)+sample.Waiting+sample.Running-old.Waiting-old.Running)
-	return w
+	return &scaler.ReplicaWindow{Span: span, Finished: counterDelta(sample.Finished, old.Finished), TTFT: ttft, ITL: itl,
+		Waiting: min(sample.Waiting, old.Waiting), End: sample.At, Arrived: arrived(sample, old)}
+}
+
+// arrived is the requests that arrived at a replica from old to sample: those finished and
+// aborted, and the growth of those running and waiting.
+func arrived(sample, old scaler.Sample) float64 {
+	return max(0, counterDelta(sample.Finished, old.Finished)+counterDelta(sample.Aborted, old.Aborted)+sample.Waiting+sample.Running-old.Waiting-old.Running)
+}
+
+// recentInterval is the last scaler.RecentWindow of the window from old to sample — from the
+// newest page at or before its start, or old where no page inside the window is — and the
+// requests that arrived in it (ReplicaWindow.Recent).
+func recentInterval(pages []Reading, model string, sample, old scaler.Sample) (time.Duration, float64) {
+	prev := old
+	if base, found := baseline(pages, sample.At.Add(-scaler.RecentWindow)); found && base.At.After(old.At) {
+		if p, err := base.Sample(model); err == nil && p.HasFinished {
+			p.At = base.At
+			prev = p
+		}
+	}
+	return sample.At.Sub(prev.At), arrived(sample, prev)
 }
 
 // counterDelta is a counter's growth from old to now; after a reset (it went down) the

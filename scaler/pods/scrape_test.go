@@ -484,6 +484,56 @@ func TestSLOWindow(t *testing.T) {
 	}
 }
 
+// TestRecentInterval: each replica's window carries its last scaler.RecentWindow — from the
+// newest page at or before its start, the window's own start where no page inside the window
+// is — and the requests that arrived in it, whatever the scrape cadence.
+func TestRecentInterval(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		every       time.Duration // between pages
+		pages       int           // after the first
+		wantRecent  time.Duration
+		wantArrived float64
+	}{
+		{"pages every 15 s", 15 * time.Second, 4, 15 * time.Second, 40},
+		{"pages every 5 s", 5 * time.Second, 12, 15 * time.Second, 40 + 2*5},
+		{"two pages a minute apart", time.Minute, 1, time.Minute, 40},
+		{"pages every 20 s: the newest page before its start", 20 * time.Second, 3, 20 * time.Second, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reps, qtr, pods := fleet(t, 1)
+			tr, err := scaler.ParseTrigger(map[string]string{"ttftSLOSeconds": "2", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stop atomic.Int64
+			reps[0].Set(func(w http.ResponseWriter, _ *http.Request) {
+				fmt.Fprintf(w, "vllm:num_requests_waiting 0\nvllm:num_requests_running 4\n# TYPE vllm:request_success_total counter\n"+
+					"vllm:request_success_total{finished_reason=\"stop\"} %d\n", stop.Load())
+			})
+			clk := clocktesting.NewFakeClock(time.Now())
+			s := New(Options{Clock: clk, TTFTWindow: time.Minute})
+			s.Observe(context.Background(), tr, pods, 0)
+			for i := range tc.pages {
+				clk.Step(tc.every)
+				if i == tc.pages-1 {
+					stop.Add(40) // a surge in the last interval
+				} else {
+					stop.Add(int64(tc.every / time.Second)) // 1 req/s before it
+				}
+				s.Observe(context.Background(), tr, pods, 0)
+			}
+			o, _ := s.Observe(context.Background(), tr, pods, 0)
+			if len(o.Windows) != 1 {
+				t.Fatalf("%d windows, want 1", len(o.Windows))
+			}
+			if w := o.Windows[0]; w.Recent != tc.wantRecent || w.RecentArrived != tc.wantArrived {
+				t.Errorf("last interval %s with %v arrived, want %s with %v", w.Recent, w.RecentArrived, tc.wantRecent, tc.wantArrived)
+			}
+		})
+	}
+}
+
 func TestRecentStartup(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	ready := []scaler.Pod{
@@ -551,6 +601,8 @@ func TestJoinedWindow(t *testing.T) {
 			}
 			if w := o.Windows[0]; !w.Joined || w.Span != tc.wantSpan || w.Arrived != tc.wantArrived {
 				t.Errorf("window: joined %v, span %s, arrived %v; want joined, %s, %v", w.Joined, w.Span, w.Arrived, tc.wantSpan, tc.wantArrived)
+			} else if w.Recent != w.Span || w.RecentArrived != w.Arrived {
+				t.Errorf("last interval %s with %v arrived, want the whole window (no page inside it)", w.Recent, w.RecentArrived)
 			}
 			if math.Abs(o.Arrivals-tc.wantArrived/tc.wantSpan.Seconds()) > 1e-9 {
 				t.Errorf("arrivals %v, want %v", o.Arrivals, tc.wantArrived/tc.wantSpan.Seconds())
