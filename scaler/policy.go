@@ -98,20 +98,28 @@ type Decision struct {
 	SeatsHeld bool
 }
 
-// splitSeats holds up to t.WarmSeats of the SLO signal's headroom replicas as warm seats, and
-// at least t.MinWarmSeats: the signal then asks for as many fewer serving replicas as seats
-// stand in for its headroom (seats beyond the headroom take nothing from the serving
-// replicas). A held signal asks for at least t.MinWarmSeats and keeps what there is (held
-// true).
-func splitSeats(sd SignalDecision, headroom int, t *Trigger) (out SignalDecision, seats int, held bool) {
+// splitSeats holds up to t.WarmSeats of the SLO signal's headroom replicas (what it asks for
+// beyond the serving replicas) as warm seats, and at least t.MinWarmSeats: the signal then asks
+// for as many fewer serving replicas as seats stand in for its headroom. Seats beyond the
+// headroom take nothing from the serving replicas; and where the serving replicas are more than
+// the signal asks for — a burst the forecast expects to end before a new node could serve it —
+// the signal asks for up to that many replicas more, one on each seat: a seat's replica serves
+// after its model load, within the burst. A held signal asks for at least t.MinWarmSeats and
+// keeps what there is (held true).
+func splitSeats(sd SignalDecision, serving int, t *Trigger) (out SignalDecision, seats int, held bool) {
 	if t.WarmSeats == 0 {
 		return sd, 0, false
 	}
 	if sd.Held != "" {
 		return sd, t.MinWarmSeats, true
 	}
+	headroom := max(0, sd.Desired-serving)
 	seats = min(max(headroom, t.MinWarmSeats), t.WarmSeats)
-	sd.Desired -= min(seats, headroom)
+	if serving > sd.Desired {
+		sd.Desired = min(serving, sd.Desired+seats)
+	} else {
+		sd.Desired -= min(seats, headroom)
+	}
 	sd.Value = metricValue(sd.Desired, sd.Target)
 	return sd, seats, false
 }
@@ -189,7 +197,7 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 			if sd.Held == "" {
 				d.Headroom = max(0, sd.Desired-serving)
 			}
-			sd, d.WarmSeats, d.SeatsHeld = splitSeats(sd, d.Headroom, t)
+			sd, d.WarmSeats, d.SeatsHeld = splitSeats(sd, serving, t)
 			d.add(sd)
 			continue
 		}

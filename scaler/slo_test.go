@@ -601,20 +601,24 @@ func BenchmarkSLODecision(b *testing.B) {
 func TestSplitSeats(t *testing.T) {
 	for _, tc := range []struct {
 		name                   string
-		desired, headroom      int
+		desired, serving       int
 		held                   Held
 		warm, minWarm          int
 		wantDesired, wantSeats int
 		wantHeld               bool
 	}{
-		{name: "no warm seats asked", desired: 10, headroom: 4, wantDesired: 10},
-		{name: "seats up to the budget stand in for headroom", desired: 10, headroom: 4, warm: 3, wantDesired: 7, wantSeats: 3},
-		{name: "a budget beyond the headroom holds the headroom", desired: 10, headroom: 4, warm: 6, wantDesired: 6, wantSeats: 4},
-		{name: "the floor holds seats the headroom does not ask for, taking no replica", desired: 10, headroom: 0, warm: 4, minWarm: 2, wantDesired: 10, wantSeats: 2},
-		{name: "a held signal keeps the seats there are, at least the floor", desired: 10, headroom: 0, held: HeldLearning, warm: 4, minWarm: 2, wantDesired: 10, wantSeats: 2, wantHeld: true},
+		{name: "no warm seats asked", desired: 10, serving: 6, wantDesired: 10},
+		{name: "no warm seats asked, a burst", desired: 10, serving: 13, wantDesired: 10},
+		{name: "seats up to the budget stand in for headroom", desired: 10, serving: 6, warm: 3, wantDesired: 7, wantSeats: 3},
+		{name: "a budget beyond the headroom holds the headroom", desired: 10, serving: 6, warm: 6, wantDesired: 6, wantSeats: 4},
+		{name: "the floor holds seats the headroom does not ask for, taking no replica", desired: 10, serving: 10, warm: 4, minWarm: 2, wantDesired: 10, wantSeats: 2},
+		{name: "a burst beyond the forecast takes the floor's seats", desired: 10, serving: 13, warm: 4, minWarm: 2, wantDesired: 12, wantSeats: 2},
+		{name: "a burst beyond the forecast takes what it needs of the seats", desired: 10, serving: 11, warm: 4, minWarm: 2, wantDesired: 11, wantSeats: 2},
+		{name: "a burst beyond the forecast without a floor has no seat to take", desired: 10, serving: 13, warm: 4, wantDesired: 10},
+		{name: "a held signal keeps the seats there are, at least the floor", desired: 10, serving: 13, held: HeldLearning, warm: 4, minWarm: 2, wantDesired: 10, wantSeats: 2, wantHeld: true},
 	} {
 		sd := SignalDecision{Signal: SignalSLO, Target: 1, Desired: tc.desired, Held: tc.held, Value: metricValue(tc.desired, 1)}
-		got, seats, held := splitSeats(sd, tc.headroom, &Trigger{WarmSeats: tc.warm, MinWarmSeats: tc.minWarm})
+		got, seats, held := splitSeats(sd, tc.serving, &Trigger{WarmSeats: tc.warm, MinWarmSeats: tc.minWarm})
 		if got.Desired != tc.wantDesired || seats != tc.wantSeats || held != tc.wantHeld || got.Value != metricValue(tc.wantDesired, 1) {
 			t.Errorf("%s: desired %d (value %v), seats %d held %v; want %d, %d, %v", tc.name, got.Desired, got.Value, seats, held, tc.wantDesired, tc.wantSeats, tc.wantHeld)
 		}
