@@ -85,15 +85,18 @@ type Decision struct {
 	Capacity float64
 	Forecast Forecast
 	// Headroom is how many of the SLO signal's replicas are burst headroom: those it asks for
-	// beyond what the demand expected or the demand now needs (the same floors and holds), warm
-	// seats included; a burst under way uses it up. Held as serving replicas they absorb a
+	// beyond what the demand expected, the demand now or the surge the last scrape proves
+	// (Forecast.Surge) needs (the same floors and holds), warm seats included; a burst under
+	// way uses it up. Held as serving replicas they absorb a
 	// burst at once; held as warm seats (nodes up, the serving image pulled) a burst's replicas
 	// pay only their model load. 0 without an SLO signal, and while the signal is held.
 	Headroom int
 	// WarmSeats is how many warm seats the fleet should have (the trigger's warmSeats): the
-	// headroom between minWarmSeats and warmSeats; the SLO signal asks for that much less of
-	// its headroom as serving replicas. While the SLO signal is held SeatsHeld is true and
-	// WarmSeats is minWarmSeats: at least that many, and keep any more there are.
+	// headroom between minWarmSeats and warmSeats; the SLO signal asks for as much less of its
+	// headroom as serving replicas as the seats stand in for, and — in a burst beyond its
+	// forecast, where the replicas serving are more than it asks for — up to one replica more
+	// per seat (splitSeats). While the SLO signal is held SeatsHeld is true and WarmSeats is
+	// minWarmSeats: at least that many, and keep any more there are.
 	WarmSeats int
 	SeatsHeld bool
 }

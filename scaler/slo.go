@@ -561,7 +561,7 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 	// last scrape proves, whichever is most: a burst the forecast expects to end within a cold
 	// start still needs serving replicas now, and the headroom (warm seats) is what gives them
 	// — a seat's replica serves after its model load, within the burst. Waiting for the
-	// minute's mean to show a burst took the seats 30–50 s into it.
+	// minute's mean to show a burst took the seats 30–54 s into it.
 	serving, _ = sizeSLO((max(fc.Expected, fc.Now, fc.Surge)+fc.Backlog)/carry, fc.Now/carry, headroom, current, hold)
 	sd.Value = metricValue(sd.Desired, 1)
 	return sd, fc, carry, serving
@@ -640,21 +640,24 @@ func WindowArrivals(ws []ReplicaWindow) (rate float64, n int) {
 	return rate, n
 }
 
-// RecentArrivals is the fleet's arrival rate over the replicas' last scrape intervals (Recent)
-// as far as the requests counted prove it: the rate less surgeSigmas of its Poisson noise. A
-// step in the demand shows at nearly its full height one scrape after it came, where the
-// minute's window shows a quarter of it; a scrape's noise proves nothing (taken at face value
-// it turned warm seats into replicas between bursts, and the bursts found none ready). 0
-// unless every window has a last interval (a rate some replicas miss is no fleet's).
+// RecentArrivals is the fleet's arrival rate over the replicas' last intervals (Recent) as
+// far as the requests counted prove it: the rate less surgeSigmas of its Poisson noise. A step
+// in the demand shows at nearly its full height one scrape after it came, where the minute's
+// window shows a quarter of it; a scrape's noise proves nothing (taken at face value it turned
+// warm seats into replicas between bursts, and the bursts found none ready). 0 when a window
+// has no last interval; replicas without a window add nothing (a lower bound, as Arrivals).
 func RecentArrivals(ws []ReplicaWindow) float64 {
 	rate, variance := 0.0, 0.0
 	for _, w := range ws {
 		if w.Recent <= 0 {
 			return 0
 		}
-		s := w.Recent.Seconds()
-		rate += w.RecentArrived / s
-		variance += w.RecentArrived / (s * s)
+		s, n := w.Recent.Seconds(), w.RecentArrived
+		if !(n >= 0) { // a count that went down (or none): nothing arrived
+			n = 0
+		}
+		rate += n / s
+		variance += n / (s * s)
 	}
 	return max(0, rate-surgeSigmas*math.Sqrt(variance))
 }

@@ -450,6 +450,10 @@ func TestRecentArrivals(t *testing.T) {
 		{"spans apart", []ReplicaWindow{w(15*time.Second, 45), w(10*time.Second, 30)}, 6 - 3*math.Sqrt(45.0/225+30.0/100)},
 		{"a few requests prove nothing", []ReplicaWindow{w(15*time.Second, 4)}, 0},
 		{"a replica without an interval", []ReplicaWindow{w(15*time.Second, 90), w(0, 0)}, 0},
+		// A count that went down (a counter reset the source did not clamp) or is NaN adds
+		// nothing, and never makes the rate NaN.
+		{"a negative count", []ReplicaWindow{w(15*time.Second, 90), w(15*time.Second, -30)}, 6 - 3*math.Sqrt(90)/15},
+		{"a NaN count", []ReplicaWindow{w(15*time.Second, 90), w(15*time.Second, math.NaN())}, 6 - 3*math.Sqrt(90)/15},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := RecentArrivals(tt.ws); math.Abs(got-tt.want) > 1e-9 {

@@ -440,11 +440,13 @@ func arrived(sample, old scaler.Sample) float64 {
 }
 
 // recentInterval is the last scaler.RecentWindow of the window from old to sample — from the
-// newest page at or before its start, or old where no page inside the window is — and the
-// requests that arrived in it (ReplicaWindow.Recent).
+// newest page at or before its start, or old where no page inside the window is that old (a
+// replica that joined 8 s before its first page counts from its Ready time, not from that
+// page) — and the requests that arrived in it (ReplicaWindow.Recent).
 func recentInterval(pages []Reading, model string, sample, old scaler.Sample) (time.Duration, float64) {
 	prev := old
-	if base, found := baseline(pages, sample.At.Add(-scaler.RecentWindow)); found && base.At.After(old.At) {
+	from := sample.At.Add(-scaler.RecentWindow)
+	if base, found := baseline(pages, from); found && base.At.After(old.At) && !base.At.After(from) {
 		if p, err := base.Sample(model); err == nil && p.HasFinished {
 			p.At = base.At
 			prev = p

@@ -532,6 +532,37 @@ func TestRecentInterval(t *testing.T) {
 			}
 		})
 	}
+	// A replica that became ready 8 s before its first page, read again 5 s later: no page is
+	// 15 s old, so its last interval is its whole window from its Ready time, every request
+	// it has had — not the 5 s since its first page.
+	t.Run("joined, two pages 5 s apart", func(t *testing.T) {
+		reps, qtr, pods := fleet(t, 1)
+		tr, err := scaler.ParseTrigger(map[string]string{"ttftSLOSeconds": "2", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stop atomic.Int64
+		reps[0].Set(func(w http.ResponseWriter, _ *http.Request) {
+			fmt.Fprintf(w, "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\n# TYPE vllm:request_success_total counter\n"+
+				"vllm:request_success_total{finished_reason=\"stop\"} %d\n", stop.Load())
+		})
+		clk := clocktesting.NewFakeClock(time.Now())
+		s := New(Options{Clock: clk, TTFTWindow: time.Minute})
+		p := pods[0]
+		p.ReadyAt = clk.Now().Add(-8 * time.Second)
+		p.StartedAt = p.ReadyAt.Add(-2 * time.Minute)
+		stop.Store(16)
+		s.Observe(context.Background(), tr, []scaler.Pod{p}, 0)
+		clk.Step(5 * time.Second)
+		stop.Store(26)
+		o, _ := s.Observe(context.Background(), tr, []scaler.Pod{p}, 0)
+		if len(o.Windows) != 1 || !o.Windows[0].Joined {
+			t.Fatalf("windows %+v, want one joined", o.Windows)
+		}
+		if w := o.Windows[0]; w.Recent != 13*time.Second || w.RecentArrived != 26 {
+			t.Errorf("last interval %s with %v arrived, want 13s with 26 (from its Ready time)", w.Recent, w.RecentArrived)
+		}
+	})
 }
 
 func TestRecentStartup(t *testing.T) {

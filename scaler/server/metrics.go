@@ -74,7 +74,7 @@ var (
 	}, []string{labelNamespace, labelScaledObject})
 	headroomReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "headroom_replicas",
-		Help: "Of the replicas the SLO signal asks for, those that are burst headroom: beyond what the demand now (or its trend) and the backlog need.",
+		Help: "Of the replicas the SLO signal asks for, those that are burst headroom: beyond what the demand now (its minute's mean, or the surge its last scrape proves), its trend and the backlog need.",
 	}, []string{labelNamespace, labelScaledObject})
 	maxReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "max_replicas",
