@@ -484,6 +484,23 @@ func TestSLOWindow(t *testing.T) {
 	}
 }
 
+// sloReplica starts one fake replica whose page says running requests run, none wait and
+// stop's count finished, and an SLO trigger on its port.
+func sloReplica(t *testing.T, running int) (*scaler.Trigger, []scaler.Pod, *atomic.Int64) {
+	t.Helper()
+	reps, qtr, pods := fleet(t, 1)
+	tr, err := scaler.ParseTrigger(map[string]string{"ttftSLOSeconds": "2", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := new(atomic.Int64)
+	reps[0].Set(func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, "vllm:num_requests_waiting 0\nvllm:num_requests_running %d\n# TYPE vllm:request_success_total counter\n"+
+			"vllm:request_success_total{finished_reason=\"stop\"} %d\n", running, stop.Load())
+	})
+	return tr, pods, stop
+}
+
 // TestRecentInterval: each replica's window carries its last scaler.RecentWindow — from the
 // newest page at or before its start, the window's own start where no page inside the window
 // is — and the requests that arrived in it, whatever the scrape cadence.
@@ -501,16 +518,7 @@ func TestRecentInterval(t *testing.T) {
 		{"pages every 20 s: the newest page before its start", 20 * time.Second, 3, 20 * time.Second, 40},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			reps, qtr, pods := fleet(t, 1)
-			tr, err := scaler.ParseTrigger(map[string]string{"ttftSLOSeconds": "2", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stop atomic.Int64
-			reps[0].Set(func(w http.ResponseWriter, _ *http.Request) {
-				fmt.Fprintf(w, "vllm:num_requests_waiting 0\nvllm:num_requests_running 4\n# TYPE vllm:request_success_total counter\n"+
-					"vllm:request_success_total{finished_reason=\"stop\"} %d\n", stop.Load())
-			})
+			tr, pods, stop := sloReplica(t, 4)
 			clk := clocktesting.NewFakeClock(time.Now())
 			s := New(Options{Clock: clk, TTFTWindow: time.Minute})
 			s.Observe(context.Background(), tr, pods, 0)
@@ -536,16 +544,7 @@ func TestRecentInterval(t *testing.T) {
 	// 15 s old, so its last interval is its whole window from its Ready time, every request
 	// it has had — not the 5 s since its first page.
 	t.Run("joined, two pages 5 s apart", func(t *testing.T) {
-		reps, qtr, pods := fleet(t, 1)
-		tr, err := scaler.ParseTrigger(map[string]string{"ttftSLOSeconds": "2", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stop atomic.Int64
-		reps[0].Set(func(w http.ResponseWriter, _ *http.Request) {
-			fmt.Fprintf(w, "vllm:num_requests_waiting 0\nvllm:num_requests_running 0\n# TYPE vllm:request_success_total counter\n"+
-				"vllm:request_success_total{finished_reason=\"stop\"} %d\n", stop.Load())
-		})
+		tr, pods, stop := sloReplica(t, 0)
 		clk := clocktesting.NewFakeClock(time.Now())
 		s := New(Options{Clock: clk, TTFTWindow: time.Minute})
 		p := pods[0]
@@ -584,16 +583,7 @@ func TestRecentStartup(t *testing.T) {
 // after its containers started (a flapping probe: counters from before) or that was read
 // before it became ready keeps windows between pages.
 func TestJoinedWindow(t *testing.T) {
-	reps, qtr, pods := fleet(t, 1)
-	tr, err := scaler.ParseTrigger(map[string]string{"ttftSLOSeconds": "2", "metricsPort": strconv.Itoa(qtr.MetricsPort)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stop atomic.Int64
-	reps[0].Set(func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, "vllm:num_requests_waiting 0\nvllm:num_requests_running 4\n# TYPE vllm:request_success_total counter\n"+
-			"vllm:request_success_total{finished_reason=\"stop\"} %d\n", stop.Load())
-	})
+	tr, pods, stop := sloReplica(t, 4)
 	start := time.Now()
 	for _, tc := range []struct {
 		name           string
