@@ -87,9 +87,9 @@ type Decision struct {
 	// Headroom is how many of the SLO signal's replicas are burst headroom: those it asks for
 	// beyond what the demand expected, the demand now or the surge the last scrape proves
 	// (Forecast.Surge) needs (the same floors and holds), warm seats included; a burst under
-	// way uses it up. Held as serving replicas they absorb a
-	// burst at once; held as warm seats (nodes up, the serving image pulled) a burst's replicas
-	// pay only their model load. 0 without an SLO signal, and while the signal is held.
+	// way uses it up. Held as serving replicas they absorb a burst at once; held as warm seats
+	// (nodes up, the serving image pulled) a burst's replicas pay only their model load. 0
+	// without an SLO signal, and while the signal is held.
 	Headroom int
 	// WarmSeats is how many warm seats the fleet should have (the trigger's warmSeats): the
 	// headroom between minWarmSeats and warmSeats; the SLO signal asks for as much less of its
