@@ -47,7 +47,8 @@ serving a given model (l4-llama-3.1-8b, h100x2-llama-3.3-70b-fp8): every step's 
 its batch (reading the weights and the KV cache, or computing a prefill chunk), prompts are
 prefilled in chunks within vLLM's token budget, KV grows with every token and the newest
 sequence is preempted when it runs out, and request lengths are drawn like Azure's LLM
-inference trace (chat). It also reports vllm:inter_token_latency_seconds.
+inference trace (chat). It also reports vllm:inter_token_latency_seconds and
+vllm:request_time_per_output_token_seconds.
 
 Replicas listen on every --listen address or, with --selector, on <podIP>:--port of every
 Running pod that matches (the dev cluster gives its fake pods loopback IPs, 127.<n>.x.y), so a

@@ -26,6 +26,9 @@ const (
 	MetricGenerationTokens = "vllm:generation_tokens_total"
 	MetricPreemptions      = "vllm:num_preemptions_total"
 	MetricITL              = "vllm:inter_token_latency_seconds" // only under Config.Tokens
+	// MetricRequestTPOT is each finished request's mean time per output token (only under
+	// Config.Tokens).
+	MetricRequestTPOT = "vllm:request_time_per_output_token_seconds"
 	// MetricPromptLength is the histogram of finished requests' prompt lengths in tokens.
 	MetricPromptLength = "vllm:request_prompt_tokens"
 	// MetricCacheConfig is vLLM's info gauge of the KV-cache configuration; the emulator
@@ -53,7 +56,7 @@ type collector struct {
 	running, waiting, kvUsage              *prometheus.Desc
 	ttft, e2e, queue                       *prometheus.Desc
 	success, prompt, generation, preempted *prometheus.Desc
-	itl                                    *prometheus.Desc // nil without Config.Tokens
+	itl, tpot                              *prometheus.Desc // nil without Config.Tokens
 	promptLength, cacheConfig              *prometheus.Desc
 }
 
@@ -66,13 +69,15 @@ func newCollector(r *Replica) *collector {
 	if r.cfg.LegacyKVName {
 		kv = desc(MetricGPUCacheUsage, "GPU KV-cache usage. 1 means 100 percent usage.")
 	}
-	var itl *prometheus.Desc
+	var itl, tpot *prometheus.Desc
 	if r.cfg.Tokens != nil {
 		itl = desc(MetricITL, "Histogram of inter-token latency in seconds.")
+		tpot = desc(MetricRequestTPOT, "Histogram of time_per_output_token_seconds per request.")
 	}
 	return &collector{
 		r:          r,
 		itl:        itl,
+		tpot:       tpot,
 		running:    desc(MetricRunning, "Number of requests in model execution batches."),
 		waiting:    desc(MetricWaiting, "Number of requests waiting to be processed."),
 		kvUsage:    kv,
@@ -97,6 +102,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 	if c.itl != nil {
 		ch <- c.itl
+		ch <- c.tpot
 	}
 }
 
@@ -126,6 +132,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		hist(c.queue, s.QueueTime)
 		if c.itl != nil {
 			hist(c.itl, s.ITL)
+			hist(c.tpot, s.RequestTPOT)
 		}
 		for _, reason := range finishedReasons {
 			var n uint64

@@ -193,8 +193,9 @@ func TestHealthAndModels(t *testing.T) {
 }
 
 // TestTokenModelReportsInterTokenLatency: under a profile the page carries vLLM's inter-token
-// latency histogram with what the engine observed; the fixed model, which has no tokens to
-// time, leaves it out rather than report an empty one.
+// latency histogram and each finished request's mean time per output token with what the
+// engine observed; the fixed model, which has no tokens to time, leaves both out rather than
+// report empty ones.
 func TestTokenModelReportsInterTokenLatency(t *testing.T) {
 	cfg, err := Profile(ProfileL4Llama8B)
 	if err != nil {
@@ -211,7 +212,19 @@ func TestTokenModelReportsInterTokenLatency(t *testing.T) {
 	if want := r.Snapshot()[0].ITL.Count; h.GetSampleCount() != want || want == 0 {
 		t.Errorf("%s counts %d, the engine observed %d", MetricITL, h.GetSampleCount(), want)
 	}
-	if fams := scrape(t, serveReplica(t, newTestReplica(t, Config{})).URL); fams[MetricITL] != nil {
-		t.Errorf("%s served by the fixed model", MetricITL)
+	tpot := fams[MetricRequestTPOT]
+	if tpot == nil || len(tpot.GetMetric()) != 1 {
+		t.Fatalf("%s missing under a profile: %v", MetricRequestTPOT, tpot)
+	}
+	s := r.Snapshot()[0]
+	if got := tpot.GetMetric()[0].GetHistogram().GetSampleCount(); got != s.RequestTPOT.Count || got == 0 || got > s.RequestSuccess {
+		t.Errorf("%s counts %d, the engine observed %d of %d finished", MetricRequestTPOT, got, s.RequestTPOT.Count, s.RequestSuccess)
+	}
+	// A request's mean is its decode time over its tokens after the first: the tokens' mean.
+	if got, want := mean(s.RequestTPOT), mean(s.ITL); math.Abs(got-want) > 0.2*want {
+		t.Errorf("requests' mean time per output token %.4fs, the tokens' %.4fs: want about the same", got, want)
+	}
+	if fams := scrape(t, serveReplica(t, newTestReplica(t, Config{})).URL); fams[MetricITL] != nil || fams[MetricRequestTPOT] != nil {
+		t.Errorf("%s or %s served by the fixed model", MetricITL, MetricRequestTPOT)
 	}
 }

@@ -91,6 +91,10 @@ type EngineStats struct {
 	// ITL holds the time between two output tokens of a sequence (only under Config.Tokens:
 	// the fixed model has no tokens to time).
 	ITL Histogram
+	// RequestTPOT holds each finished request's mean time per output token after its first
+	// (only under Config.Tokens; vllm:request_time_per_output_token_seconds): what an ITL
+	// objective on a request's mean is judged by.
+	RequestTPOT Histogram
 	// PromptLength holds finished requests' prompt lengths in tokens, observed on completion
 	// as vLLM does (vllm:request_prompt_tokens).
 	PromptLength Histogram
@@ -158,11 +162,12 @@ func NewReplica(cfg Config, now time.Time) (*Replica, error) {
 	r := &Replica{cfg: cfg, created: now}
 	for i := range cfg.Engines {
 		r.engines = append(r.engines, &engine{clock: now, stats: EngineStats{
-			Engine:     i,
-			TTFT:       newHistogram(ttftBuckets),
-			E2ELatency: newHistogram(requestLatencyBuckets),
-			QueueTime:  newHistogram(requestLatencyBuckets),
-			ITL:        newHistogram(itlBuckets),
+			Engine:      i,
+			TTFT:        newHistogram(ttftBuckets),
+			E2ELatency:  newHistogram(requestLatencyBuckets),
+			QueueTime:   newHistogram(requestLatencyBuckets),
+			ITL:         newHistogram(itlBuckets),
+			RequestTPOT: newHistogram(itlBuckets),
 
 			PromptLength: newHistogram(promptLengthBuckets),
 		}})
@@ -327,6 +332,7 @@ func (r *Replica) Snapshot() []EngineStats {
 		s.Running, s.Waiting = e.queue()
 		s.KVCacheUsage = float64(s.KVBlocksUsed) / float64(r.cfg.KVBlocksTotal)
 		s.TTFT, s.E2ELatency, s.QueueTime, s.ITL = s.TTFT.clone(), s.E2ELatency.clone(), s.QueueTime.clone(), s.ITL.clone()
+		s.RequestTPOT = s.RequestTPOT.clone()
 		out[i] = s
 	}
 	return out
