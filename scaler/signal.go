@@ -234,6 +234,9 @@ type Sample struct {
 	TTFT Histogram
 	// ITL is the cumulative inter-token latency histogram.
 	ITL Histogram
+	// TPOT is the cumulative histogram of finished requests' mean time per output token
+	// (vllm:request_time_per_output_token_seconds; empty on engines without it).
+	TPOT Histogram
 	// Preemptions is the cumulative count of preempted sequences.
 	Preemptions float64
 	// Tokens is the cumulative count of prompt tokens prefilled plus tokens generated.

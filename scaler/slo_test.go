@@ -115,6 +115,73 @@ func TestFleetModelLearn(t *testing.T) {
 	}
 }
 
+// TestWithinITL: a request meets an ITL objective on its own mean time per output token. Where
+// the engine reports it (vllm:request_time_per_output_token_seconds) the share within it counts;
+// without it only a median token over the objective does.
+func TestWithinITL(t *testing.T) {
+	slo := trig(t, map[string]string{"ttftSLOSeconds": "2", "itlSLOSeconds": "0.1"}).SLO
+	bounds := []float64{0.05, 0.1, 0.15}
+	w := window(100, 100, 100, 0) // every first token within 2 s
+	w.ITL = hist(bounds, 1000, 9000, 10000, 10000)
+	for _, tc := range []struct {
+		name string
+		tpot Histogram
+		want float64
+	}{
+		{name: "no requests' means: the median token met it, nothing counts", want: 1},
+		{name: "the requests' means: 4 of 100 over it", tpot: hist(bounds, 50, 96, 100, 100), want: 0.96},
+		{name: "the requests' means, all within", tpot: hist(bounds, 50, 100, 100, 100), want: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w.TPOT = tc.tpot
+			if got := w.within(slo); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("within = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	w.TTFT = hist([]float64{1, 5}, 90, 90, 100) // 10 first tokens late too
+	w.TPOT = hist(bounds, 50, 96, 100, 100)
+	if got, want := w.within(slo), 0.9*0.96; math.Abs(got-want) > 1e-9 {
+		t.Errorf("late first tokens and slow tokens: within = %v, want %v (either misses it)", got, want)
+	}
+}
+
+// TestFleetModelLearnsITL: replicas whose requests' tokens come too slowly for the ITL objective
+// are at their limit whether or not anything waits (vLLM admits up to 256 sequences before
+// anything does, and the batch is what slows the tokens) — unless they were swamped, when a
+// cold replica's batch fills.
+func TestFleetModelLearnsITL(t *testing.T) {
+	slo := trig(t, map[string]string{"ttftSLOSeconds": "2", "itlSLOSeconds": "0.1", "coldStartSeconds": "200", "headroomQuantile": "0"}).SLO
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	bounds := []float64{0.05, 0.1, 0.15}
+	slow := window(24, 24, 24, 0)            // 0.4/s, no queue, every first token within 2 s
+	slow.TPOT = hist(bounds, 10, 18, 24, 24) // 6 of 24 requests over 100 ms a token
+	fast := slow
+	fast.TPOT = hist(bounds, 10, 24, 24, 24)
+	swamped := slow
+	swamped.Arrived = 60 // 2.5 times what finished
+	for _, tc := range []struct {
+		name   string
+		start  FleetModel
+		w      ReplicaWindow
+		want   float64
+		wantGM float64
+	}{
+		{name: "slow tokens without a queue lower the capacity", start: FleetModel{Capacity: 0.6}, w: slow, want: 0.5},
+		{name: "slow tokens without a queue set a first capacity", w: slow, want: 0.3},
+		{name: "tokens within it: a good window", start: FleetModel{Capacity: 0.3}, w: fast, want: 0.35, wantGM: 0.4},
+		{name: "a swamped replica's slow tokens teach nothing", start: FleetModel{Capacity: 0.6}, w: swamped, want: 0.6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tc.start
+			m.Learn(Observation{Windows: []ReplicaWindow{tc.w}, Arrivals: math.NaN()}, slo, now)
+			if math.Abs(m.Capacity-tc.want) > 1e-9 || math.Abs(m.GoodMax-tc.wantGM) > 1e-9 {
+				t.Errorf("Capacity, GoodMax = %v, %v; want %v, %v", m.Capacity, m.GoodMax, tc.want, tc.wantGM)
+			}
+		})
+	}
+}
+
 func TestFleetModelExplores(t *testing.T) {
 	slo := trig(t, sloTrigger).SLO
 	m := FleetModel{Capacity: 0.5}

@@ -219,7 +219,8 @@ func (b *Berth) observe(v View) scaler.Observation {
 		}
 		if l, base, joined, ok := p.window(b.TTFTWindow); ok {
 			w := scaler.ReplicaWindow{Span: l.at - base.at, Finished: l.finished - base.finished, Joined: joined,
-				TTFT: promHist(l.ttft).Sub(promHist(base.ttft)), ITL: promHist(l.itl).Sub(promHist(base.itl)), Waiting: float64(min(l.waiting, base.waiting))}
+				TTFT: promHist(l.ttft).Sub(promHist(base.ttft)), ITL: promHist(l.itl).Sub(promHist(base.itl)),
+				TPOT: promHist(l.tpot).Sub(promHist(base.tpot)), Waiting: float64(min(l.waiting, base.waiting))}
 			if joined { // held through its window: from its first reading on (the zero baseline had no chance to queue)
 				w.Waiting = float64(min(l.waiting, p.history[0].waiting))
 			}

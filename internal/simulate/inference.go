@@ -35,7 +35,7 @@ type reading struct {
 	at                        time.Duration
 	waiting, running          int
 	kvUsage                   float64
-	ttft, itl                 vllmsim.Histogram
+	ttft, itl, tpot           vllmsim.Histogram
 	busy, tokens, preemptions float64
 	// finished counts the requests the engine completed, aborted those it aborted.
 	finished, aborted  float64
@@ -504,9 +504,9 @@ func (s *fleetSim) read() {
 			rd.promptSum += e.PromptLength.Sum
 			rd.prompts += float64(e.PromptLength.Count)
 			if i == 0 {
-				rd.ttft, rd.itl = e.TTFT, e.ITL
+				rd.ttft, rd.itl, rd.tpot = e.TTFT, e.ITL, e.RequestTPOT
 			} else {
-				rd.ttft, rd.itl = addHist(rd.ttft, e.TTFT), addHist(rd.itl, e.ITL)
+				rd.ttft, rd.itl, rd.tpot = addHist(rd.ttft, e.TTFT), addHist(rd.itl, e.ITL), addHist(rd.tpot, e.RequestTPOT)
 			}
 		}
 		rd.kvUsage /= float64(p.replica.Config().Engines)

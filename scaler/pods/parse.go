@@ -21,13 +21,16 @@ import (
 // Metric families berth reads. vLLM renamed gpu_cache_usage_perc to kv_cache_usage_perc; both
 // are understood. SGLang's equivalents make it a second engine.
 const (
-	VLLMWaiting     = "vllm:num_requests_waiting"
-	VLLMRunning     = "vllm:num_requests_running"
-	VLLMKVUsage     = "vllm:kv_cache_usage_perc"
-	VLLMKVUsageOld  = "vllm:gpu_cache_usage_perc"
-	VLLMTTFT        = "vllm:time_to_first_token_seconds"
-	VLLMITL         = "vllm:inter_token_latency_seconds"
-	VLLMITLOld      = "vllm:time_per_output_token_seconds"
+	VLLMWaiting    = "vllm:num_requests_waiting"
+	VLLMRunning    = "vllm:num_requests_running"
+	VLLMKVUsage    = "vllm:kv_cache_usage_perc"
+	VLLMKVUsageOld = "vllm:gpu_cache_usage_perc"
+	VLLMTTFT       = "vllm:time_to_first_token_seconds"
+	VLLMITL        = "vllm:inter_token_latency_seconds"
+	VLLMITLOld     = "vllm:time_per_output_token_seconds"
+	// VLLMTPOT is the histogram of finished requests' mean time per output token: what an
+	// ITL objective on a request's mean is judged by.
+	VLLMTPOT        = "vllm:request_time_per_output_token_seconds"
 	VLLMPreemptions = "vllm:num_preemptions_total"
 	VLLMPrompt      = "vllm:prompt_tokens_total"
 	VLLMGeneration  = "vllm:generation_tokens_total"
@@ -96,6 +99,7 @@ func (r Reading) Sample(model string) (scaler.Sample, error) {
 		out.Aborted += s.Aborted
 		out.HasFinished = out.HasFinished || s.HasFinished
 		out.ITL.Add(s.ITL)
+		out.TPOT.Add(s.TPOT)
 	}
 	if kvN > 0 {
 		out.KVUsage /= float64(kvN)
@@ -135,7 +139,7 @@ func Parse(in io.Reader, at time.Time) (Reading, error) {
 // neededFamilies are the metric families berth reads; a page's other families (a vLLM v1
 // page carries dozens of histograms) are skipped before parsing.
 var neededFamilies = map[string]bool{
-	VLLMWaiting: true, VLLMRunning: true, VLLMKVUsage: true, VLLMKVUsageOld: true, VLLMTTFT: true, VLLMITL: true, VLLMITLOld: true, VLLMPreemptions: true,
+	VLLMWaiting: true, VLLMRunning: true, VLLMKVUsage: true, VLLMKVUsageOld: true, VLLMTTFT: true, VLLMITL: true, VLLMITLOld: true, VLLMTPOT: true, VLLMPreemptions: true,
 	VLLMPrompt: true, VLLMGeneration: true, VLLMSuccess: true, SGLangPrompt: true, SGLangGeneration: true,
 	SGLangWaiting: true, SGLangRunning: true, SGLangTokenUsage: true, SGLangTTFT: true, SGLangITL: true,
 	VLLMCacheConfig: true, VLLMPromptLength: true, SGLangUsedTokens: true,
@@ -370,9 +374,9 @@ func (pp *pageParser) promptLengths() error {
 	return nil
 }
 
-// histograms merges the TTFT and inter-token latency histograms of every engine. vLLM renamed
-// time_per_output_token_seconds to inter_token_latency_seconds; the old name counts only on a
-// page without the new one.
+// histograms merges the TTFT, inter-token latency and per-request time-per-output-token
+// histograms of every engine. vLLM renamed time_per_output_token_seconds to
+// inter_token_latency_seconds; the old name counts only on a page without the new one.
 func (pp *pageParser) histograms() error {
 	itl := []string{VLLMITL, SGLangITL}
 	if pp.fams[VLLMITL] == nil {
@@ -384,6 +388,7 @@ func (pp *pageParser) histograms() error {
 	}{
 		{[]string{VLLMTTFT, SGLangTTFT}, func(a *modelAcc) *scaler.Histogram { return &a.s.TTFT }},
 		{itl, func(a *modelAcc) *scaler.Histogram { return &a.s.ITL }},
+		{[]string{VLLMTPOT}, func(a *modelAcc) *scaler.Histogram { return &a.s.TPOT }},
 	} {
 		for _, name := range set.names {
 			f := pp.fams[name]

@@ -377,6 +377,9 @@ func derive(pages []Reading, model string, window time.Duration, since time.Time
 		d.windowed = true
 		d.window = replicaWindow(sample, old, span, d.ttft, d.itl)
 		if d.window != nil {
+			d.window.TPOT = sample.TPOT.Sub(old.TPOT)
+		}
+		if d.window != nil {
 			d.window.Recent, d.window.RecentArrived = recentInterval(pages, model, sample, old)
 		}
 		if d.window != nil && !since.IsZero() {

@@ -455,8 +455,10 @@ func TestSLOWindow(t *testing.T) {
 		fmt.Fprintf(w, "vllm:num_requests_waiting %d\nvllm:num_requests_running 4\n# TYPE vllm:request_success_total counter\n"+
 			"vllm:request_success_total{finished_reason=\"stop\"} %d\nvllm:request_success_total{finished_reason=\"abort\"} %d\n"+
 			"# TYPE vllm:time_to_first_token_seconds histogram\nvllm:time_to_first_token_seconds_bucket{le=\"1\"} %d\n"+
-			"vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} %d\nvllm:time_to_first_token_seconds_sum 1\nvllm:time_to_first_token_seconds_count %d\n",
-			waiting.Load(), stop.Load(), abort.Load(), firstTokens.Load(), firstTokens.Load(), firstTokens.Load())
+			"vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} %d\nvllm:time_to_first_token_seconds_sum 1\nvllm:time_to_first_token_seconds_count %d\n"+
+			"# TYPE vllm:request_time_per_output_token_seconds histogram\nvllm:request_time_per_output_token_seconds_bucket{le=\"0.1\"} %d\n"+
+			"vllm:request_time_per_output_token_seconds_bucket{le=\"+Inf\"} %d\nvllm:request_time_per_output_token_seconds_sum 1\nvllm:request_time_per_output_token_seconds_count %d\n",
+			waiting.Load(), stop.Load(), abort.Load(), firstTokens.Load(), firstTokens.Load(), firstTokens.Load(), stop.Load()-10, stop.Load(), stop.Load())
 	})
 	clk := clocktesting.NewFakeClock(time.Now())
 	s := New(Options{Clock: clk, TTFTWindow: time.Minute})
@@ -481,6 +483,11 @@ func TestSLOWindow(t *testing.T) {
 	}
 	if math.Abs(o.Arrivals-0.6) > 1e-9 {
 		t.Errorf("arrivals = %v req/s, want 0.6", o.Arrivals)
+	}
+	// The requests' own times per output token, the window's share: 24 finished, all within
+	// 100 ms (the 10 over it came before the window).
+	if got, within := w.TPOT.Total(), w.TPOT.FractionAtOrBelowBound(0.1); got != 24 || within != 1 {
+		t.Errorf("window TPOT: %v requests, %v within 100 ms; want 24 and 1", got, within)
 	}
 }
 
