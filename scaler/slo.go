@@ -170,10 +170,11 @@ const (
 // Learn folds one observation into m. The fleet's windows are judged together — the SLO is
 // the fleet's: its attainment over every request, not each replica's — at the rate each
 // replica served on average: a fleet that met the SLO at a rate above Capacity raises it
-// towards that rate; one that missed it with requests waiting at a rate below Capacity lowers
+// towards that rate; one that missed it with requests waiting, or with its requests' own
+// times per token clearly over the ITL objective (tpotBound), at a rate below Capacity lowers
 // it (its replicas were at their limit); a fleet that meets the SLO at exploreLoad of Capacity
 // or more raises it slowly, so a capacity learned low does not hold the fleet large for good.
-// The first fleet window that missed the SLO with requests waiting sets it. Windows too short,
+// The first fleet window that missed the SLO so sets it. Windows too short,
 // or much shorter than the fleet's longest (replicas that joined within it), and fleets with
 // too few first tokens say nothing. One replica's minute is a few dozen requests, and a long
 // prompt or two decides it: judging replicas one by one taught capacities a quarter apart from
@@ -202,11 +203,13 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 			if !m.last.IsZero() && m.Capacity > 0 && rate >= exploreLoad*m.Capacity {
 				m.Capacity *= 1 + exploreRate*now.Sub(m.last).Minutes()
 			}
-		case fw.Waiting == 0 && !fw.tpotBound(slo, attain), fw.Arrived < fw.Finished:
+		case fw.Waiting == 0 && !fw.tpotBound(slo, attain), fw.Waiting > 0 && fw.Arrived < fw.Finished:
 			// No queue throughout (and the requests' own times per token within the ITL
 			// objective), or one draining (more finished than arrived: the backlog of a
 			// moment when the fleet was smaller, held by the replicas it was routed to): the
-			// misses say nothing of what the replicas carry now.
+			// misses say nothing of what the replicas carry now. Slow tokens with nothing
+			// waiting say it at the rate the replicas finished, whether their batch grew or
+			// shrank in the window.
 		case m.Capacity == 0:
 			m.Capacity = saturatedShare * rate
 		case rate < m.Capacity:
@@ -266,7 +269,7 @@ func fleetWindow(ws []ReplicaWindow) (fw ReplicaWindow, n int, ok bool) {
 	for _, w := range ws {
 		fw.Span = max(fw.Span, w.Span)
 	}
-	rate, arrived := 0.0, 0.0
+	rate, arrived, partialTPOT := 0.0, 0.0, false
 	for _, w := range ws {
 		if w.Span < minWindowSpan || float64(w.Span) < windowSpanTolerance*float64(fw.Span) {
 			continue
@@ -275,11 +278,19 @@ func fleetWindow(ws []ReplicaWindow) (fw ReplicaWindow, n int, ok bool) {
 			continue // a replica of another histogram layout (another engine version): left out
 		}
 		fw.ITL.Add(w.ITL) // an ITL of another layout only leaves that replica's tokens out
-		fw.TPOT.Add(w.TPOT)
+		if len(w.TPOT.Bounds) == 0 || !fw.TPOT.Add(w.TPOT) {
+			partialTPOT = true
+		}
 		n++
 		rate += w.Finished / w.Span.Seconds()
 		arrived += w.Arrived / w.Span.Seconds()
 		fw.Waiting += w.Waiting
+	}
+	if partialTPOT {
+		// Some replicas do not report their requests' own times per token (an older engine
+		// in a rolling upgrade): the rest's share would stand for every first token; the
+		// fleet is judged on its tokens alone.
+		fw.TPOT = Histogram{}
 	}
 	fw.Finished, fw.Arrived = rate*fw.Span.Seconds(), arrived*fw.Span.Seconds()
 	return fw, n, n > 0 && fw.TTFT.Total() >= minWindowFirstTokens
@@ -317,6 +328,7 @@ func (w ReplicaWindow) within(slo SLO) float64 {
 // times what finished arrived) is no such rate: a cold replica's batch fills in its first
 // seconds, and its few finished requests (11 of 133 in 30 s) were taken for its limit.
 func (w ReplicaWindow) tpotBound(slo SLO, attain float64) bool {
+	// As many requests as first tokens are needed to judge a window by (minWindowFirstTokens).
 	if slo.ITL <= 0 || w.TPOT.Total() < minWindowFirstTokens || w.Arrived > swampRatio*w.Finished {
 		return false
 	}

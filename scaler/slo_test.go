@@ -160,6 +160,10 @@ func TestFleetModelLearnsITL(t *testing.T) {
 	fast.TPOT = hist(bounds, 10, 24, 24, 24)
 	swamped := slow
 	swamped.Arrived = 60 // 2.5 times what finished
+	shrinking := slow
+	shrinking.Arrived = 20 // its batch shrank: more finished than came, nothing waiting
+	queued := swamped
+	queued.Waiting = 3 // swamped with a queue: the queue's rule, as before
 	for _, tc := range []struct {
 		name   string
 		start  FleetModel
@@ -171,12 +175,40 @@ func TestFleetModelLearnsITL(t *testing.T) {
 		{name: "slow tokens without a queue set a first capacity", w: slow, want: 0.3},
 		{name: "tokens within it: a good window", start: FleetModel{Capacity: 0.3}, w: fast, want: 0.35, wantGM: 0.4},
 		{name: "a swamped replica's slow tokens teach nothing", start: FleetModel{Capacity: 0.6}, w: swamped, want: 0.6},
+		{name: "slow tokens as the batch shrinks still mark the limit", start: FleetModel{Capacity: 0.6}, w: shrinking, want: 0.5},
+		{name: "a swamped fleet with a queue learns as before", w: queued, want: 0.3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := tc.start
 			m.Learn(Observation{Windows: []ReplicaWindow{tc.w}, Arrivals: math.NaN()}, slo, now)
 			if math.Abs(m.Capacity-tc.want) > 1e-9 || math.Abs(m.GoodMax-tc.wantGM) > 1e-9 {
 				t.Errorf("Capacity, GoodMax = %v, %v; want %v, %v", m.Capacity, m.GoodMax, tc.want, tc.wantGM)
+			}
+		})
+	}
+}
+
+// TestFleetWindowMixedTPOT: a fleet some of whose replicas do not report their requests' own
+// times per token (a rolling upgrade from an older vLLM) is judged on its tokens alone, not on
+// the share of the replicas that do.
+func TestFleetWindowMixedTPOT(t *testing.T) {
+	slo := trig(t, map[string]string{"ttftSLOSeconds": "2", "itlSLOSeconds": "0.1"}).SLO
+	bounds := []float64{0.05, 0.1, 0.15}
+	newer := window(24, 24, 24, 0)
+	newer.TPOT = hist(bounds, 10, 18, 24, 24) // 6 of 24 over
+	older := window(24, 24, 24, 0)
+	for _, tc := range []struct {
+		name string
+		ws   []ReplicaWindow
+		want float64
+	}{
+		{name: "every replica reports it", ws: []ReplicaWindow{newer, newer}, want: 0.75},
+		{name: "one does not", ws: []ReplicaWindow{newer, older}, want: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fw, _, ok := fleetWindow(tc.ws)
+			if got := fw.within(slo); !ok || math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("within = %v (ok %v), want %v", got, ok, tc.want)
 			}
 		})
 	}

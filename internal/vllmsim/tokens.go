@@ -318,9 +318,11 @@ func (t *tokenEngine) finishStep(e *engine, end time.Time, cfg *Config) {
 		e.stats.RequestSuccess++
 		e.stats.PromptLength.observe(float64(s.prompt))
 		e.stats.E2ELatency.observe(end.Sub(s.arrived).Seconds())
+		tpot := 0.0 // one token: none after the first (vLLM observes 0)
 		if s.output > 1 {
-			e.stats.RequestTPOT.observe(end.Sub(s.first).Seconds() / float64(s.output-1))
+			tpot = end.Sub(s.first).Seconds() / float64(s.output-1)
 		}
+		e.stats.RequestTPOT.observe(tpot)
 		if e.obs != nil {
 			e.obs.Finished(s.arrived, s.first, end, s.output)
 		}

@@ -52,8 +52,8 @@ func TestVLLMv1PageParses(t *testing.T) {
 	if got := s.ITL.Total(); got != 3800 {
 		t.Errorf("ITL observations %v, want 3800 (the new name only)", got)
 	}
-	if got := s.TPOT.Total(); got != 3800 {
-		t.Errorf("requests' times per output token: %v, want 3800 (request_time_per_output_token_seconds, not the old ITL name it ends with)", got)
+	if got := s.TPOT.Total(); got != 7600 {
+		t.Errorf("requests' times per output token: %v, want 7600 (request_time_per_output_token_seconds, 3,800 an engine; not an ITL family)", got)
 	}
 	// A page from before the rename: the old name is read.
 	old := strings.ReplaceAll(scalertest.VLLMv1Page(1, 0, 0, 0), "vllm:inter_token_latency_seconds", "vllm:x_ignored")

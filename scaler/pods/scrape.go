@@ -377,9 +377,6 @@ func derive(pages []Reading, model string, window time.Duration, since time.Time
 		d.windowed = true
 		d.window = replicaWindow(sample, old, span, d.ttft, d.itl)
 		if d.window != nil {
-			d.window.TPOT = sample.TPOT.Sub(old.TPOT)
-		}
-		if d.window != nil {
 			d.window.Recent, d.window.RecentArrived = recentInterval(pages, model, sample, old)
 		}
 		if d.window != nil && !since.IsZero() {
@@ -433,7 +430,7 @@ func replicaWindow(sample, old scaler.Sample, span time.Duration, ttft, itl scal
 		return nil
 	}
 	return &scaler.ReplicaWindow{Span: span, Finished: counterDelta(sample.Finished, old.Finished), TTFT: ttft, ITL: itl,
-		Waiting: min(sample.Waiting, old.Waiting), End: sample.At, Arrived: arrived(sample, old)}
+		TPOT: sample.TPOT.Sub(old.TPOT), Waiting: min(sample.Waiting, old.Waiting), End: sample.At, Arrived: arrived(sample, old)}
 }
 
 // arrived is the requests that arrived at a replica from old to sample: those finished and

@@ -70,10 +70,14 @@ func VLLMv1Page(engines int, waiting, running, kv float64) string {
 	}
 	for _, h := range vllmV1Histograms {
 		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s histogram\n", h.name, h.name, h.name)
+		step := 10
+		if h.name == "vllm:request_time_per_output_token_seconds" {
+			step = 20 // counts of its own: a parser that read another family for it is caught
+		}
 		for e := range engines {
 			n := 0
 			for i, le := range h.bounds {
-				n += 10 * (i + 1)
+				n += step * (i + 1)
 				fmt.Fprintf(&b, "%s_bucket{engine=\"%d\",le=\"%v\",%s} %d\n", h.name, e, le, model, n)
 			}
 			fmt.Fprintf(&b, "%s_bucket{engine=\"%d\",le=\"+Inf\",%s} %d\n%s_count{engine=\"%d\",%s} %d\n%s_sum{engine=\"%d\",%s} %d\n",
