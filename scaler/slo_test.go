@@ -161,7 +161,7 @@ func TestFleetModelLearnsITL(t *testing.T) {
 	swamped := slow
 	swamped.Arrived = 60 // 2.5 times what finished
 	shrinking := slow
-	shrinking.Arrived = 20 // its batch shrank: more finished than came, nothing waiting
+	shrinking.Arrived = 20 // the fleet drained: more finished than came, nothing waiting
 	queued := swamped
 	queued.Waiting = 3 // swamped with a queue: the queue's rule, as before
 	for _, tc := range []struct {
@@ -175,7 +175,7 @@ func TestFleetModelLearnsITL(t *testing.T) {
 		{name: "slow tokens without a queue set a first capacity", w: slow, want: 0.3},
 		{name: "tokens within it: a good window", start: FleetModel{Capacity: 0.3}, w: fast, want: 0.35, wantGM: 0.4},
 		{name: "a swamped replica's slow tokens teach nothing", start: FleetModel{Capacity: 0.6}, w: swamped, want: 0.6},
-		{name: "slow tokens as the batch shrinks still mark the limit", start: FleetModel{Capacity: 0.6}, w: shrinking, want: 0.5},
+		{name: "slow tokens as the batch shrinks are the larger batch's before", start: FleetModel{Capacity: 0.6}, w: shrinking, want: 0.6},
 		{name: "a swamped fleet with a queue learns as before", w: queued, want: 0.3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
