@@ -101,6 +101,9 @@ type FleetModel struct {
 	stats demandStats
 	// last is the previous Learn's time.
 	last time.Time
+	// inherited is the replicas ready when the history's first point was recorded: the fleet
+	// the scaler found (Forecast.Inherited).
+	inherited int
 }
 
 // Clone is a copy of m that shares nothing with it.
@@ -225,6 +228,9 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 	// scaled up from some replicas is a bound, and the short first windows of replicas that
 	// have just joined are noise that the history would take for bursts.
 	if rate, extrapolated, ok := o.arrivalRate(); ok && !extrapolated && o.windowsWhole() {
+		if len(m.demand) == 0 {
+			m.inherited = o.Ready
+		}
 		m.record(now, rate)
 	}
 	drop := 0
@@ -419,9 +425,21 @@ type Forecast struct {
 	// quarter of it. It sizes the replicas serving (the warm seats they take), not the fleet.
 	Surge float64
 	// Learning is true while the fleet's history is too short to learn the burst headroom
-	// from (Headroom is 1 then): the forecast may grow the fleet but never shrinks it, since
-	// what the fleet holds may be the only cover it has for a burst it has not measured yet.
+	// from (Headroom is 1 then): the forecast may grow the fleet but shrinks it no further
+	// than it keeps (Keep), since what the fleet holds may be the only cover it has for a
+	// burst it has not measured yet.
 	Learning bool
+	// Peak and Inherited are, while Learning, what the fleet keeps: the largest demand its
+	// history has forecast (each point's rate and trend, Expected at a persistence of 1), and
+	// the replicas ready when that history began — a fleet the scaler found, sized by what it
+	// knew before it restarted. Replicas ordered beyond both drained a backlog (a fleet's
+	// first minutes against a queue, a burst's queue), which no demand of the history needs
+	// and which is no cover for a burst either: the Azure hour held 15 replicas for the 12
+	// its largest forecast needed, for a quarter of an hour. With no history at all (bare)
+	// the whole fleet is kept.
+	Peak      float64
+	Inherited int
+	bare      bool
 	// covered is true when a burst headroom was asked for and has been learned: Rate holds the
 	// baseline times it (even a headroom of 1 holds the baseline through a dip).
 	covered bool
@@ -458,6 +476,7 @@ func (m *FleetModel) forecast(rate float64, slo SLO) Forecast {
 	h := m.horizon(slo)
 	f := Forecast{Now: rate, Base: rate, Persistence: 1, Expected: rate, Baseline: rate, Headroom: 1, Horizon: h, Learning: slo.HeadroomQuantile > 0}
 	if m == nil || len(m.demand) == 0 {
+		f.bare = true
 		return f
 	}
 	last := m.demand[len(m.demand)-1]
@@ -469,7 +488,27 @@ func (m *FleetModel) forecast(rate float64, slo SLO) Forecast {
 	f.Base, f.Persistence, f.Headroom, f.Learning = last.base, st.persistence, st.headroom, st.learning
 	f.Expected, f.Baseline = last.predict(h, f.Persistence), last.predict(h, 0)
 	f.covered = slo.HeadroomQuantile > 0 && !f.Learning
+	if f.Learning {
+		f.Inherited, f.Peak = m.inherited, f.Expected
+		for _, p := range m.demand {
+			f.Peak = max(f.Peak, p.predict(h, 1))
+		}
+	}
 	return f
+}
+
+// Keep is the replicas a fleet of current keeps at carry requests/s a replica while its
+// forecast is Learning (0 otherwise): the fleet it began with or what its history's largest
+// forecast needs, whichever is more, and no more than it has; the whole fleet without a
+// history.
+func (f Forecast) Keep(carry float64, current int) int {
+	switch {
+	case !f.Learning:
+		return 0
+	case f.bare || carry <= 0:
+		return current
+	}
+	return min(current, max(f.Inherited, ceilCount(f.Peak/carry)))
 }
 
 // horizonPair is a past point and the demand one horizon after it.
@@ -587,20 +626,20 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 	fc.Backlog = (o.Waiting + o.Upstream) / fc.Horizon.Seconds()
 	fc.Surge = RecentArrivals(o.Windows)
 	sd.Raw = (fc.Rate() + fc.Backlog) / carry
-	hold := Held("")
+	hold, keep := Held(""), 0
 	switch {
 	case partial:
 		hold = HeldPartial
 	case fc.Learning:
-		hold = HeldLearning
+		hold, keep = HeldLearning, fc.Keep(carry, current)
 	}
-	sd.Desired, sd.Held = sizeSLO(sd.Raw, fc.Now/carry, headroom, current, hold)
+	sd.Desired, sd.Held = sizeSLO(sd.Raw, fc.Now/carry, headroom, current, keep, hold)
 	// The replicas serving are sized for the demand expected, the demand now or the surge the
 	// last scrape proves, whichever is most: a burst the forecast expects to end within a cold
 	// start still needs serving replicas now, and the headroom (warm seats) is what gives them
 	// — a seat's replica serves after its model load, within the burst. Waiting for the
 	// minute's mean to show a burst took the seats 30–54 s into it.
-	serving, _ = sizeSLO((max(fc.Expected, fc.Now, fc.Surge)+fc.Backlog)/carry, fc.Now/carry, headroom, current, hold)
+	serving, _ = sizeSLO((max(fc.Expected, fc.Now, fc.Surge)+fc.Backlog)/carry, fc.Now/carry, headroom, current, keep, hold)
 	sd.Value = metricValue(sd.Desired, 1)
 	return sd, fc, carry, serving
 }
@@ -608,16 +647,21 @@ func decideSLO(o Observation, t *Trigger, headroom float64, current int, partial
 // sizeSLO is the replicas for a forecast of raw replicas when the demand now needs nowNeed:
 // replicas serving the demand now stay while it lasts, even where the forecast says a burst
 // will be over before any new replica could serve; a scale-down keeps the policy's headroom on
-// both and never happens while hold says why not (partial data, a headroom not learned yet).
-func sizeSLO(raw, nowNeed, headroom float64, current int, hold Held) (int, Held) {
+// both and never happens while hold says why not (partial data), except that a headroom not
+// learned yet (HeldLearning) keeps only keep replicas (Forecast.Keep).
+func sizeSLO(raw, nowNeed, headroom float64, current, keep int, hold Held) (int, Held) {
 	need := max(ceilCount(raw), min(current, ceilCount(nowNeed)))
 	switch {
 	case need >= current:
 		return need, ""
-	case hold != "":
+	case hold != "" && hold != HeldLearning:
 		return current, hold
 	}
-	return min(current, max(ceilCount(raw/headroom), ceilCount(nowNeed/headroom))), ""
+	down := min(current, max(ceilCount(raw/headroom), ceilCount(nowNeed/headroom)))
+	if hold == HeldLearning && keep > down {
+		return keep, hold
+	}
+	return down, ""
 }
 
 // swampRatio is how many times the requests its replicas finished may arrive in a window for

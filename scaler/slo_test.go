@@ -263,6 +263,44 @@ func TestWindowsWhole(t *testing.T) {
 	}
 }
 
+// TestLearnKeepsTheFleetItBeganWith: the replicas ready at the history's first point are the
+// fleet the scaler found; replicas that join later (ordered for a queue) are not.
+func TestLearnKeepsTheFleetItBeganWith(t *testing.T) {
+	tr := trig(t, headroomTrigger)
+	obs := func(ready int, whole bool) Observation {
+		ws := make([]ReplicaWindow, ready)
+		for i := range ws {
+			ws[i] = window(30, 30, 30, 0)
+		}
+		if !whole {
+			ws[0].Span = 20 * time.Second // a window too short for the history
+		}
+		return Observation{Ready: ready, Sampled: ready, Arrivals: 0.5 * float64(ready), ArrivalsSampled: ready, Windows: ws}
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	m := &FleetModel{}
+	m.Learn(obs(2, false), tr.SLO, now) // no point recorded: nothing inherited yet
+	for i, ready := range []int{3, 12, 14} {
+		m.Learn(obs(ready, true), tr.SLO, now.Add(time.Duration(i+1)*15*time.Second))
+	}
+	if m.inherited != 3 || len(m.demand) != 3 {
+		t.Fatalf("inherited %d over %d points, want 3 over 3", m.inherited, len(m.demand))
+	}
+	f := m.forecast(7, tr.SLO)
+	if !f.Learning || f.Inherited != 3 || f.Peak < 7 {
+		t.Errorf("forecast %+v: want learning, 3 inherited and a peak of at least 7 requests/s", f)
+	}
+	if got := f.Keep(0.5, 14); got != min(14, ceilCount(f.Peak/0.5)) {
+		t.Errorf("Keep = %d, want what the peak of %v needs", got, f.Peak)
+	}
+	if got := (Forecast{Learning: true, bare: true}).Keep(0.5, 14); got != 14 {
+		t.Errorf("a forecast with no history keeps %d of 14, want all", got)
+	}
+	if got := (Forecast{}).Keep(0.5, 14); got != 0 {
+		t.Errorf("a learned forecast keeps %d, want none (the headroom sizes it)", got)
+	}
+}
+
 // TestHeadroomIgnoresImmatureForecasts: the first minutes of a history forecast from a
 // baseline of a few points; the demand a cold start later against those is no burst, and the
 // headroom is not learned from them (it held 2.3× for half an hour on the Azure hour).
@@ -566,6 +604,15 @@ func TestDecideSLO(t *testing.T) {
 	tr, hr := trig(t, sloTrigger), trig(t, headroomTrigger)
 	model := &FleetModel{Capacity: 0.5}
 	steady, young := demandModel(t, 40*time.Minute, 3.2), demandModel(t, 12*time.Minute, 3.2)
+	// young's history began with the fleet of ten it has (a scaler restarted under it);
+	// started began with one replica, the rest ordered to drain the queue of its first
+	// minutes; peaked forecast 4.2 requests/s once, which nine replicas carry.
+	young.inherited = 10
+	started := demandModel(t, 12*time.Minute, 3.2)
+	started.inherited = 1
+	peaked := demandModel(t, 12*time.Minute, 3.2)
+	peaked.inherited = 1
+	peaked.demand[len(peaked.demand)/2].rate = 4.2
 	nan := math.NaN()
 	tests := []struct {
 		name     string
@@ -596,8 +643,13 @@ func TestDecideSLO(t *testing.T) {
 			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 3.2, ArrivalsSampled: 10, Model: steady}, trigger: hr, want: 8},
 		{name: "no scale-down before the burst headroom is learned",
 			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 3.2, ArrivalsSampled: 10, Model: model}, trigger: hr, want: 10, wantHeld: HeldLearning},
-		{name: "no scale-down on a history too short to judge a burst by",
+		{name: "a history too short to judge a burst by keeps the fleet it began with",
 			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 3.2, ArrivalsSampled: 10, Model: young}, trigger: hr, want: 10, wantHeld: HeldLearning},
+		{name: "a history too short to judge a burst by keeps what its largest forecast needs",
+			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 3.2, ArrivalsSampled: 10, Model: peaked}, trigger: hr, want: 9, wantHeld: HeldLearning},
+		{name: "a history too short to judge a burst by keeps no replicas a backlog ordered",
+			// 3.2/s need 7; removing replicas keeps the policy's 0.8 on them: 8.
+			obs: Observation{Ready: 10, Sampled: 10, Arrivals: 3.2, ArrivalsSampled: 10, Model: started}, trigger: hr, want: 8},
 		{name: "a history too short to judge a burst by still grows the fleet",
 			obs: Observation{Ready: 4, Sampled: 4, Arrivals: 3.2, ArrivalsSampled: 4, Model: young}, trigger: hr, want: 7},
 		{name: "nothing learned: hold",
@@ -697,55 +749,6 @@ func BenchmarkSLODecision(b *testing.B) {
 		o.Model = m
 		if _, err := DefaultPolicy.Decide(o, tr); err != nil {
 			b.Fatal(err)
-		}
-	}
-}
-
-func TestSplitSeats(t *testing.T) {
-	for _, tc := range []struct {
-		name                   string
-		desired, serving       int
-		held                   Held
-		warm, minWarm          int
-		wantDesired, wantSeats int
-		wantHeld               bool
-	}{
-		{name: "no warm seats asked", desired: 10, serving: 6, wantDesired: 10},
-		{name: "no warm seats asked, a burst", desired: 10, serving: 13, wantDesired: 10},
-		{name: "seats up to the budget stand in for headroom", desired: 10, serving: 6, warm: 3, wantDesired: 7, wantSeats: 3},
-		{name: "a budget beyond the headroom holds the headroom", desired: 10, serving: 6, warm: 6, wantDesired: 6, wantSeats: 4},
-		{name: "the floor holds seats the headroom does not ask for, taking no replica", desired: 10, serving: 10, warm: 4, minWarm: 2, wantDesired: 10, wantSeats: 2},
-		{name: "a burst beyond the forecast takes the floor's seats", desired: 10, serving: 13, warm: 4, minWarm: 2, wantDesired: 12, wantSeats: 2},
-		{name: "a burst beyond the forecast takes what it needs of the seats", desired: 10, serving: 11, warm: 4, minWarm: 2, wantDesired: 11, wantSeats: 2},
-		{name: "a burst beyond the forecast without a floor has no seat to take", desired: 10, serving: 13, warm: 4, wantDesired: 10},
-		{name: "a held signal keeps the seats there are, at least the floor", desired: 10, serving: 13, held: HeldLearning, warm: 4, minWarm: 2, wantDesired: 10, wantSeats: 2, wantHeld: true},
-	} {
-		sd := SignalDecision{Signal: SignalSLO, Target: 1, Desired: tc.desired, Held: tc.held, Value: metricValue(tc.desired, 1)}
-		got, seats, held := splitSeats(sd, tc.serving, &Trigger{WarmSeats: tc.warm, MinWarmSeats: tc.minWarm})
-		if got.Desired != tc.wantDesired || seats != tc.wantSeats || held != tc.wantHeld || got.Value != metricValue(tc.wantDesired, 1) {
-			t.Errorf("%s: desired %d (value %v), seats %d held %v; want %d, %d, %v", tc.name, got.Desired, got.Value, seats, held, tc.wantDesired, tc.wantSeats, tc.wantHeld)
-		}
-	}
-}
-
-func TestParseTriggerWarmSeats(t *testing.T) {
-	tr := trig(t, map[string]string{"ttftSLOSeconds": "2", "warmSeats": "4", "minWarmSeats": "1"})
-	if tr.WarmSeats != 4 || tr.MinWarmSeats != 1 {
-		t.Errorf("WarmSeats, MinWarmSeats = %d, %d; want 4, 1", tr.WarmSeats, tr.MinWarmSeats)
-	}
-	for _, tc := range []struct {
-		md      map[string]string
-		wantKey string
-	}{
-		{map[string]string{"ttftSLOSeconds": "2", "warmSeats": "-1"}, KeyWarmSeats},
-		{map[string]string{"ttftSLOSeconds": "2", "warmSeats": "two"}, KeyWarmSeats},
-		{map[string]string{"ttftSLOSeconds": "2", "warmSeats": "2", "minWarmSeats": "3"}, KeyMinWarmSeats},
-		{map[string]string{"targetQueueDepth": "4", "warmSeats": "2"}, KeyWarmSeats},
-	} {
-		_, err := ParseTrigger(tc.md)
-		var ik *InvalidKeyError
-		if !errors.As(err, &ik) || ik.Key != tc.wantKey {
-			t.Errorf("ParseTrigger(%v) = %v, want an InvalidKeyError on %s", tc.md, err, tc.wantKey)
 		}
 	}
 }

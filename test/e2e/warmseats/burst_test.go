@@ -63,8 +63,9 @@ func TestWarmSeatsAnswerABurst(t *testing.T) {
 		Min: 1, Max: 6, PollingInterval: 5, CooldownPeriod: 30, ScaleDownWindow: 30, MetricsPort: metricsPort,
 		// No burst headroom: the seats are the floor's (minWarmSeats). The test runs a quarter of
 		// an hour, less than a fleet needs to learn a headroom from its history — with one, the
-		// SLO signal would grow the fleet but not shrink it all along (held learning,
-		// TestDecideSLO), and neither the seat path nor the drain would be seen.
+		// SLO signal would grow the fleet but shrink it no further than its largest forecast
+		// needs all along — the burst's (held learning, TestDecideSLO) — and neither the seat
+		// path nor the drain would be seen.
 		Metadata: map[string]string{"ttftSLOSeconds": "2", "coldStartSeconds": "80", "headroomQuantile": "0", "warmSeats": "2", "minWarmSeats": "2"}})
 	if err := c.Create(ctx, so); err != nil {
 		t.Fatal(err)
