@@ -94,7 +94,7 @@ var (
 	}, []string{labelNamespace, labelScaledObject})
 	held = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "held",
-		Help: "1 when the last evaluation held a ScaledObject at its current replicas instead of following its signals, by reason: starting (replicas within the startup timeout are the capacity asked for), partial (no scale-down on partial data), no_ready_replica (nothing ready to measure), learning (the SLO signal has not yet learned what a replica carries, or has no arrival rate; or, holding only scale-downs, has too little history to learn its burst headroom from).",
+		Help: "1 when the last evaluation held a ScaledObject at its current replicas instead of following its signals, by reason: starting (replicas within the startup timeout are the capacity asked for), partial (no scale-down on partial data), no_ready_replica (nothing ready to measure), learning (the SLO signal has not yet learned what a replica carries, or has no arrival rate; or, holding only scale-downs below what it keeps — the fleet its history began with or what its largest forecast needs — has too little history to learn its burst headroom from).",
 	}, []string{labelNamespace, labelScaledObject, labelReason})
 	heldSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "held_seconds",
