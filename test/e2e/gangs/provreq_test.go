@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,7 +123,20 @@ func TestProvisioningRequestGetsEveryNodeInOneBatch(t *testing.T) {
 			return false, "", err
 		}
 		cond := meta.FindStatusCondition(got.Status.Conditions, autoscalingv1.BookingExpired)
-		return cond != nil && cond.Reason == "CapacityBookingConsumed", fmt.Sprintf("conditions %v", got.Status.Conditions), nil
+		if cond != nil && cond.Reason == "CapacityBookingConsumed" {
+			return true, "", nil
+		}
+		// Why not: the request's conditions, each consuming pod's node or what keeps it from
+		// one, and the seats still held (a wait that times out says which side is stuck).
+		consumers, err := consumerStates(ctx, ns)
+		if err != nil {
+			return false, "", err
+		}
+		var seats corev1.PodList
+		if err := c.List(ctx, &seats, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{berthv1alpha1.SeatForProvisioningRequestLabel: string(got.UID)}); err != nil {
+			return false, "", err
+		}
+		return false, fmt.Sprintf("conditions %v; consumers: %s; %d seat(s) held", got.Status.Conditions, consumers, len(seats.Items)), nil
 	})
 	var pods corev1.PodList
 	if err := c.List(ctx, &pods, client.InNamespace(ns)); err != nil {
@@ -170,4 +184,29 @@ func releaseNodes(t *testing.T, ns string, nodes map[string]bool) {
 		left, err := claimsFor(ctx, nodes)
 		return len(left) == 0, fmt.Sprintf("%d NodeClaims left", len(left)), err
 	})
+}
+
+// consumerStates says of each pod of namespace ns where it is bound or, unbound, its scheduling
+// gates and what kube-scheduler last said of it.
+func consumerStates(ctx context.Context, ns string) (string, error) {
+	var pods corev1.PodList
+	if err := rigtest.Current().Client.List(ctx, &pods, client.InNamespace(ns)); err != nil {
+		return "", err
+	}
+	var out []string
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" {
+			out = append(out, p.Name+" on "+p.Spec.NodeName)
+			continue
+		}
+		why := "no PodScheduled condition"
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodScheduled {
+				why = fmt.Sprintf("%s: %s", cond.Reason, cond.Message)
+			}
+		}
+		out = append(out, fmt.Sprintf("%s unbound (gates %v; %s)", p.Name, p.Spec.SchedulingGates, why))
+	}
+	sort.Strings(out)
+	return strings.Join(out, "; "), nil
 }
