@@ -40,7 +40,8 @@ type SignalDecision struct {
 	Value float64
 }
 
-// Held is why a signal's replica count was held at the current count.
+// Held is why a signal's replica count was held: at the current count, or (HeldLearning with
+// a history) at what the fleet keeps while it learns its burst headroom.
 type Held string
 
 const (
@@ -55,7 +56,8 @@ const (
 	// HeldLearning: the SLO signal has not yet seen what a replica carries at the SLO, or has
 	// no arrival rate, so it holds the fleet (the TTFT and ITL constraints still add replicas);
 	// or its history is still too short to learn the burst headroom from, so it grows the
-	// fleet on the forecast but does not shrink it.
+	// fleet on the forecast but shrinks it no further than it keeps (Forecast.Keep: the fleet
+	// its history began with or what its largest forecast needs).
 	HeldLearning Held = "learning"
 )
 

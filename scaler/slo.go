@@ -101,8 +101,9 @@ type FleetModel struct {
 	stats demandStats
 	// last is the previous Learn's time.
 	last time.Time
-	// inherited is the replicas ready when the history's first point was recorded: the fleet
-	// the scaler found (Forecast.Inherited).
+	// inherited is the replicas ready when the history began (its first point, or the first
+	// after a silence longer than demandHistory emptied it): the fleet the scaler found
+	// (Forecast.Inherited).
 	inherited int
 }
 
@@ -121,7 +122,8 @@ type demandStats struct {
 	quantile, maxHeadroom float64
 	persistence, headroom float64
 	// learning is true while the history holds too few points to learn the burst headroom
-	// from (minHeadroomSamples): the headroom is 1 then, and the fleet is not shrunk.
+	// from (minHeadroomSamples): the headroom is 1 then, and the fleet is shrunk no further
+	// than it keeps (Forecast.Keep).
 	learning bool
 }
 
@@ -224,6 +226,13 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 		m.ColdStart = o.Startup
 	}
 	m.last = now
+	// Points older than demandHistory go first: a history emptied by a long silence begins
+	// again with the fleet that is ready now (inherited).
+	drop := 0
+	for drop < len(m.demand) && now.Sub(m.demand[drop].at) > demandHistory {
+		drop++
+	}
+	m.demand = m.demand[drop:]
 	// The history keeps only demand every ready replica measured over a whole window: a rate
 	// scaled up from some replicas is a bound, and the short first windows of replicas that
 	// have just joined are noise that the history would take for bursts.
@@ -233,11 +242,6 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 		}
 		m.record(now, rate)
 	}
-	drop := 0
-	for drop < len(m.demand) && now.Sub(m.demand[drop].at) > demandHistory {
-		drop++
-	}
-	m.demand = m.demand[drop:]
 	st := m.stats
 	if h := m.horizon(slo); now.Sub(st.at) >= statsEvery || st.horizon != h || st.quantile != slo.HeadroomQuantile || st.maxHeadroom != slo.MaxHeadroom {
 		m.stats = m.computeStats(h, slo, now)

@@ -264,7 +264,8 @@ func TestWindowsWhole(t *testing.T) {
 }
 
 // TestLearnKeepsTheFleetItBeganWith: the replicas ready at the history's first point are the
-// fleet the scaler found; replicas that join later (ordered for a queue) are not.
+// fleet the scaler found; replicas that join later (ordered for a queue) are not. While it
+// learns, the fleet keeps that or what the history's largest demand needs, whichever is more.
 func TestLearnKeepsTheFleetItBeganWith(t *testing.T) {
 	tr := trig(t, headroomTrigger)
 	obs := func(ready int, whole bool) Observation {
@@ -286,18 +287,41 @@ func TestLearnKeepsTheFleetItBeganWith(t *testing.T) {
 	if m.inherited != 3 || len(m.demand) != 3 {
 		t.Fatalf("inherited %d over %d points, want 3 over 3", m.inherited, len(m.demand))
 	}
-	f := m.forecast(7, tr.SLO)
-	if !f.Learning || f.Inherited != 3 || f.Peak < 7 {
-		t.Errorf("forecast %+v: want learning, 3 inherited and a peak of at least 7 requests/s", f)
+	largest := 0.0
+	for _, p := range m.demand {
+		largest = max(largest, p.rate)
 	}
-	if got := f.Keep(0.5, 14); got != min(14, ceilCount(f.Peak/0.5)) {
-		t.Errorf("Keep = %d, want what the peak of %v needs", got, f.Peak)
+	// The demand now is far below the history's largest: the peak is the history's.
+	f := m.forecast(0.1, tr.SLO)
+	if !f.Learning || f.Inherited != 3 || f.Peak < largest || largest <= 1 {
+		t.Fatalf("forecast %+v over a history whose largest rate is %v: want learning, 3 inherited and a peak of at least that", f, largest)
+	}
+	for _, tc := range []struct {
+		name     string
+		carry    float64
+		current  int
+		wantKeep int
+	}{
+		{"the peak needs 5 of 14", f.Peak / 5, 14, 5},
+		{"the peak needs 2: the 3 it began with", f.Peak / 2, 14, 3},
+		{"never more than it has", f.Peak / 20, 14, 14},
+		{"no capacity known: all of it", 0, 14, 14},
+	} {
+		if got := f.Keep(tc.carry, tc.current); got != tc.wantKeep {
+			t.Errorf("%s: Keep = %d, want %d", tc.name, got, tc.wantKeep)
+		}
 	}
 	if got := (Forecast{Learning: true, bare: true}).Keep(0.5, 14); got != 14 {
 		t.Errorf("a forecast with no history keeps %d of 14, want all", got)
 	}
 	if got := (Forecast{}).Keep(0.5, 14); got != 0 {
 		t.Errorf("a learned forecast keeps %d, want none (the headroom sizes it)", got)
+	}
+	// A silence longer than the history empties it: the history begins again with the fleet
+	// ready then, not the one of a day before.
+	m.Learn(obs(5, true), tr.SLO, now.Add(demandHistory+time.Hour))
+	if m.inherited != 5 || len(m.demand) != 1 {
+		t.Errorf("after a day's silence: inherited %d over %d points, want 5 over 1", m.inherited, len(m.demand))
 	}
 }
 
