@@ -85,8 +85,8 @@ type EngineStats struct {
 	TTFT Histogram
 	// E2ELatency holds arrival-to-completion latency, observed on completion.
 	E2ELatency Histogram
-	// QueueTime holds the time spent waiting, observed on completion like vLLM does (on the
-	// first token under the token model).
+	// QueueTime holds the time spent waiting (arrival to first admission), observed on
+	// completion like vLLM does.
 	QueueTime Histogram
 	// ITL holds the time between two output tokens of a sequence (only under Config.Tokens:
 	// the fixed model has no tokens to time).

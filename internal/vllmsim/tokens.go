@@ -297,7 +297,6 @@ func (t *tokenEngine) finishStep(e *engine, end time.Time, cfg *Config) {
 			s.firstToken = true
 			e.stats.PromptTokens += uint64(s.prompt)
 			e.stats.TTFT.observe(end.Sub(s.arrived).Seconds())
-			e.stats.QueueTime.observe(s.admitted.Sub(s.arrived).Seconds())
 			s.first = end
 			if e.obs != nil {
 				e.obs.FirstToken(s.arrived, end)
@@ -318,6 +317,9 @@ func (t *tokenEngine) finishStep(e *engine, end time.Time, cfg *Config) {
 		e.stats.RequestSuccess++
 		e.stats.PromptLength.observe(float64(s.prompt))
 		e.stats.E2ELatency.observe(end.Sub(s.arrived).Seconds())
+		// As vLLM, on completion: a window of vllm:request_queue_time_seconds holds its
+		// finished requests', which waited a whole decode before the first tokens it counts.
+		e.stats.QueueTime.observe(s.admitted.Sub(s.arrived).Seconds())
 		tpot := 0.0 // one token: none after the first (vLLM observes 0)
 		if s.output > 1 {
 			tpot = end.Sub(s.first).Seconds() / float64(s.output-1)
