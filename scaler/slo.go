@@ -166,7 +166,10 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 			// burst headroom meets the SLO whatever a replica carries (crediting it with the
 			// headroom's load raised the capacity without end, until a burst found it wrong).
 			if !m.last.IsZero() && m.Capacity > 0 && rate >= exploreLoad*m.Capacity {
-				m.Capacity *= 1 + exploreRate*now.Sub(m.last).Minutes()
+				// Over the window's span at most: Learn runs when a replica has a new window,
+				// and an hour without one (a fleet at zero, a scrape outage) is no hour of
+				// evidence.
+				m.Capacity *= 1 + exploreRate*min(now.Sub(m.last), fw.Span).Minutes()
 			}
 		case fw.Waiting == 0 && !fw.tpotBound(slo, attain), fw.Arrived < fw.Finished:
 			// No queue throughout (and the requests' own times per token within the ITL

@@ -229,6 +229,14 @@ func TestFleetModelExplores(t *testing.T) {
 	if want := 0.5 * (1 + exploreRate); math.Abs(m.Capacity-want) > 1e-9 {
 		t.Errorf("an idle fleet: capacity %v, want %v (meeting the SLO far below it says nothing)", m.Capacity, want)
 	}
+	// An hour without a window (a fleet at zero, a scrape outage) is no hour of evidence: the
+	// next loaded window explores over its own span only.
+	gap := FleetModel{Capacity: 0.5}
+	gap.Learn(loaded, slo, now)
+	gap.Learn(loaded, slo, now.Add(time.Hour))
+	if want := 0.5 * (1 + exploreRate); math.Abs(gap.Capacity-want) > 1e-9 {
+		t.Errorf("a loaded window an hour after the last: capacity %v, want %v (one minute's exploration)", gap.Capacity, want)
+	}
 	// A fleet held at a third of its capacity by a burst headroom of 3 meets its SLO whatever
 	// a replica carries: it must not raise the capacity (it did, 0.5 % a minute without end,
 	// until a burst found the fleet a third too small).
