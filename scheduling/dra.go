@@ -661,6 +661,17 @@ func (d *draState) commit(a *draAlloc) {
 	}
 }
 
+// commitFor records p's allocation a in the ledger as p's own, so that Without gives it back:
+// a seat not bound yet that a snapshot counts where it will bind holds its devices as a bound
+// one does. (Clones share podDevices: an entry a clone adds is p's in its original too, which
+// only ever gives p's own devices back.)
+func (d *draState) commitFor(p *corev1.Pod, a *draAlloc) {
+	d.commit(a)
+	if a != nil && len(a.devices) > 0 && p.UID != "" {
+		d.podDevices[p.UID] = append(d.podDevices[p.UID], a.devices...)
+	}
+}
+
 // draExtra is what an attempt has promised on top of the snapshot's ledger. Its devices go
 // into the ledger itself while the attempt runs (the allocator reads one set; a union per
 // allocation was most of placing a member) and come out when it ends (undo).

@@ -337,6 +337,48 @@ func TestWithoutGivesBackTheDevicesOfSeats(t *testing.T) {
 	}
 }
 
+// TestWithoutGivesBackTheDevicesOfReservedSeats: a seat not bound yet, counted where it will
+// bind (ReservePartial, ReservePlaced or Assume — admission's holdUnboundSeats), holds the
+// node's devices; Without gives them back as for a bound seat. Before, only devices counted at
+// SetDynamicResources came back, and a gang could not use its own unbound seats' devices.
+func TestWithoutGivesBackTheDevicesOfReservedSeats(t *testing.T) {
+	member := draMember("h100x8")
+	for _, how := range []string{"ReservePartial", "ReservePlaced", "Assume"} {
+		t.Run(how, func(t *testing.T) {
+			nodes, res := draCluster(1, 0)
+			res.Templates = append(res.Templates, builders.ClaimTemplate("seat-0-claim-0", "berth-system", 8, h100))
+			seat := builders.Pod("seat-0", "berth-system").ClaimFromTemplate("gpus", "seat-0-claim-0").Obj()
+			seat.UID = "uid-seat-0"
+			s := draSnapshot(t, nodes, nil, res)
+			seats := scheduling.Gang{Members: []*corev1.Pod{seat}}
+			switch how {
+			case "ReservePartial":
+				if n := s.ReservePartial(seats); n != 1 {
+					t.Fatalf("ReservePartial placed %d seats, want 1", n)
+				}
+			case "ReservePlaced":
+				// Two seats for one node: the placement does not fit, and the first is kept.
+				two := scheduling.Gang{Members: []*corev1.Pod{seat, builders.Pod("seat-1", "berth-system").ClaimFromTemplate("gpus", "seat-0-claim-0").Obj()}}
+				r := scheduling.Place(s, two)
+				if r.Fits() || s.ReservePlaced(two, r) != 1 {
+					t.Fatalf("two seats on one node: fits %v, want one reserved", r.Fits())
+				}
+			case "Assume":
+				if err := s.Assume(seats.Members, scheduling.Place(s, seats)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			g := scheduling.Gang{Members: []*corev1.Pod{member("m-0").Obj()}}
+			if r := scheduling.Place(s, g); r.Fits() {
+				t.Fatal("the gang fits while the reserved seat holds the node's GPUs")
+			}
+			if r := scheduling.Place(s.Without([]*corev1.Pod{seat}), g); !r.Fits() {
+				t.Fatalf("without its reserved seat the gang does not fit: %s", r.Reason)
+			}
+		})
+	}
+}
+
 // TestShortfallOfDRAGangs: a gang whose members claim devices from templates has a shortfall
 // (its seats carry copies of the templates); one whose members name a claim others may share
 // has none (a copy would order devices the members will not use).

@@ -59,6 +59,25 @@ type Result struct {
 // Fits reports whether every member was placed.
 func (r Result) Fits() bool { return r.Reason == "" }
 
+// Unplaced are the members of g (the gang r places) that r gives no node: none when it fits,
+// those the best attempt could not place when it does not, every member when placement did
+// not try (an unsupported or blocked member).
+func (r Result) Unplaced(g Gang) []*corev1.Pod {
+	switch {
+	case r.Fits():
+		return nil
+	case len(r.partial) != len(g.Members):
+		return g.Members
+	}
+	var out []*corev1.Pod
+	for i, n := range r.partial {
+		if n == nil {
+			out = append(out, g.Members[i])
+		}
+	}
+	return out
+}
+
 // Nodes are the distinct nodes of the assignments, sorted.
 func (r Result) Nodes() []string {
 	seen := map[string]bool{}
@@ -86,14 +105,34 @@ type class struct {
 	rules   bool // has inter-pod rules or host ports
 	shares  bool // names resource claims other pods may name too
 	key     string
-	cands   []*NodeState
-	rejects rejections
 	// filter is the snapshot's cached filter result for members like these.
 	filter *filtered
 }
 
+// cands are the nodes members of c may use, every node judged.
+func (c *class) cands() []*NodeState {
+	cands, _ := c.filter.all()
+	return cands
+}
+
+// rejects say why the other nodes may not be used.
+func (c *class) rejects() rejections {
+	_, rej := c.filter.all()
+	return rej
+}
+
 // Place decides where every member of the gang goes, without changing the snapshot.
-func Place(s *Snapshot, g Gang) Result {
+func Place(s *Snapshot, g Gang) Result { return place(s, g, true) }
+
+// PlaceUnexplained is Place for a caller that only wants where members go: a gang that does
+// not fit gets a short Reason, not the explanation, which judges every node for every class
+// (admission placing seats not bound yet, whose classes are each their gang's alone).
+func PlaceUnexplained(s *Snapshot, g Gang) Result { return place(s, g, false) }
+
+// unexplained is the Reason PlaceUnexplained gives a gang that does not fit.
+const unexplained = "the gang does not fit"
+
+func place(s *Snapshot, g Gang, explain bool) Result {
 	if len(g.Members) == 0 {
 		return Result{Reason: "the gang has no members"}
 	}
@@ -134,7 +173,11 @@ func Place(s *Snapshot, g Gang) Result {
 		}
 		return r
 	}
-	return Result{Reason: s.explain(g, classes, best, len(domains)), Placeable: best.placed, partial: best.assigned, dra: best.allocs}
+	reason := unexplained
+	if explain {
+		reason = s.explain(g, classes, best, len(domains))
+	}
+	return Result{Reason: reason, Placeable: best.placed, partial: best.assigned, dra: best.allocs}
 }
 
 // classify groups members that ask for the same things. Labels matter when some member has
@@ -167,7 +210,6 @@ func (s *Snapshot) classify(members []*corev1.Pod) []*class {
 			byKey[key] = c
 			out = append(out, c)
 			c.filter = s.staticFilter(key, c)
-			c.cands, c.rejects = c.filter.cands, c.filter.rejects
 		}
 		c.members = append(c.members, i)
 	}
@@ -184,52 +226,88 @@ func (s *Snapshot) classify(members []*corev1.Pod) []*class {
 	return out
 }
 
-// staticFilter splits the snapshot's nodes into those a class may use and why the others
-// are ruled out. What a node is (labels, taints, cordon, availability) does not change within
-// a snapshot, so results are cached by class key: gangs of the same shape filter once.
+// staticFilter is the filter of the snapshot's nodes for a class: which nodes it may use and
+// why the others are ruled out. What a node is (labels, taints, cordon, availability) does not
+// change within a snapshot, so results are cached by class key: gangs of the same shape filter
+// once. Nodes are judged lazily: placement asks only about the nodes with room for one member
+// (withRoom), and only an explanation or a hint asks about every node (all). A seat's class is
+// its gang's alone (its affinity names the gang's reservation label); judged on every node, the
+// seats of hundreds of gangs waiting on a full cluster matched node affinity a million times a
+// cycle to be placed nowhere.
 func (s *Snapshot) staticFilter(key string, c *class) *filtered {
 	if hit, ok := s.filterCache[key]; ok {
 		return hit
 	}
-	var cands []*NodeState
-	rej := rejections{}
-	for _, n := range s.nodes {
-		if why := staticReject(n, c.rep, c.aff, c.vols); why != "" {
-			rej.add(why)
-			continue
-		}
-		cands = append(cands, n)
-	}
 	if s.filterCache == nil {
 		s.filterCache = map[string]*filtered{}
 	}
-	f := &filtered{cands: cands, rejects: rej, roomy: slices.Clone(cands)}
+	f := &filtered{nodes: s.nodes, rep: c.rep, aff: c.aff, vols: c.vols}
 	s.filterCache[key] = f
 	return f
 }
 
-// filtered is a cached staticFilter result.
+// filtered is a cached staticFilter result, filled as it is asked.
 type filtered struct {
+	// nodes are the snapshot's; rep, aff and vols the class judged (the first of its key).
+	nodes []*NodeState
+	rep   *corev1.Pod
+	aff   nodeaffinity.RequiredNodeAffinity
+	vols  []*nodeaffinity.LazyErrorNodeSelector
+	// judged: cands (the nodes the class may use) and rejects (why the others may not) are
+	// known.
+	judged  bool
 	cands   []*NodeState
 	rejects rejections
 	// roomy are the cands that, by what counts against them in the snapshot, still have room
-	// for one such member. What counts against a node only grows within a snapshot (Assume,
-	// reservations), so a node without room stays without: each gang of this shape need not
-	// look at it again. On a full cluster with hundreds of waiting gangs this is most of a
-	// cycle.
-	roomy []*NodeState
+	// for one such member (once roomyKnown). What counts against a node only grows within a
+	// snapshot (Assume, reservations), so a node without room stays without: each gang of this
+	// shape need not look at it again. On a full cluster with hundreds of waiting gangs this is
+	// most of a cycle.
+	roomy      []*NodeState
+	roomyKnown bool
+}
+
+// all are the nodes the class may use and why the others may not, every node judged.
+func (f *filtered) all() ([]*NodeState, rejections) {
+	if !f.judged {
+		f.judged = true
+		f.rejects = rejections{}
+		for _, n := range f.nodes {
+			if why := staticReject(n, f.rep, f.aff, f.vols); why != "" {
+				f.rejects.add(why)
+				continue
+			}
+			f.cands = append(f.cands, n)
+		}
+	}
+	return f.cands, f.rejects
 }
 
 // withRoom drops the nodes that no longer have room for one member of c and returns the rest.
+// The first time, only nodes with room are judged (unless every node was already).
 func (f *filtered) withRoom(c *class) []*NodeState {
-	f.roomy = slices.DeleteFunc(f.roomy, func(n *NodeState) bool {
+	roomFor := func(n *NodeState) bool {
 		for _, t := range c.terms {
 			if at(n.alloc, t.slot)-at(n.used, t.slot) < t.amt {
-				return true
+				return false
 			}
 		}
-		return false
-	})
+		return true
+	}
+	if !f.roomyKnown {
+		f.roomyKnown = true
+		if f.judged {
+			f.roomy = slices.Clone(f.cands)
+		} else {
+			for _, n := range f.nodes {
+				if roomFor(n) && staticReject(n, f.rep, f.aff, f.vols) == "" {
+					f.roomy = append(f.roomy, n)
+				}
+			}
+			return f.roomy
+		}
+	}
+	f.roomy = slices.DeleteFunc(f.roomy, func(n *NodeState) bool { return !roomFor(n) })
 	return f.roomy
 }
 
@@ -707,13 +785,13 @@ func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int
 	}
 	inDomain := func(n *NodeState) bool { return best.domain == "" || n.Node.Labels[g.TopologyKey] == best.domain }
 	eligible := 0
-	for _, n := range c.cands {
+	for _, n := range c.cands() {
 		if inDomain(n) {
 			eligible++
 		}
 	}
 	if eligible == 0 {
-		fmt.Fprintf(&b, ": no node can take member %s (%d nodes: %s)", c.rep.Name, len(s.nodes), c.rejects.String())
+		fmt.Fprintf(&b, ": no node can take member %s (%d nodes: %s)", c.rep.Name, len(s.nodes), c.rejects().String())
 		return b.String()
 	}
 	// Needs (of the whole gang) vs. free per resource over the class's eligible nodes, before
@@ -725,7 +803,7 @@ func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int
 			need += int64(len(other.members)) * at(other.req, t.slot)
 		}
 		var free, largest int64
-		for _, n := range c.cands {
+		for _, n := range c.cands() {
 			if !inDomain(n) {
 				continue
 			}
@@ -773,10 +851,10 @@ func (s *Snapshot) explain(g Gang, classes []*class, best *attempt, nDomains int
 }
 
 func rejectSuffix(c *class) string {
-	if len(c.rejects) == 0 {
+	if len(c.rejects()) == 0 {
 		return ""
 	}
-	return " (other nodes excluded: " + c.rejects.String() + ")"
+	return " (other nodes excluded: " + c.rejects().String() + ")"
 }
 
 // fmtQty prints a milli-unit amount in the resource's usual unit.

@@ -113,7 +113,7 @@ func (s *Snapshot) hint(key string, classes []*class) string {
 	var usable []*NodeState
 	seen := map[*NodeState]bool{}
 	for _, c := range classes {
-		for _, ns := range c.filter.cands {
+		for _, ns := range c.cands() {
 			if !seen[ns] && holdsOne(ns, c) {
 				seen[ns] = true
 				usable = append(usable, ns)
@@ -160,7 +160,7 @@ func (s *Snapshot) ReservePartial(g Gang) int {
 		if n := best.assigned[i]; n != nil {
 			s.add(s.byName[n.Name()], m, s.requestVec(m))
 			if s.dra != nil {
-				s.dra.commit(best.allocs[i])
+				s.dra.commitFor(m, best.allocs[i])
 			}
 		}
 	}
@@ -182,7 +182,7 @@ func (s *Snapshot) ReservePlaced(g Gang, r Result) int {
 		if ns, ok := s.byName[n.Name()]; ok {
 			s.add(ns, g.Members[i], s.requestVec(g.Members[i]))
 			if s.dra != nil && len(r.dra) == len(g.Members) {
-				s.dra.commit(r.dra[i])
+				s.dra.commitFor(g.Members[i], r.dra[i])
 			}
 			placed++
 		}

@@ -248,7 +248,7 @@ func (s *Snapshot) Assume(members []*corev1.Pod, r Result) error {
 		}
 		s.add(ns, p, req)
 		if s.dra != nil && len(r.dra) == len(r.Assignments) {
-			s.dra.commit(r.dra[i])
+			s.dra.commitFor(p, r.dra[i])
 		}
 	}
 	return nil
