@@ -23,6 +23,9 @@ import (
 type cycle struct {
 	// now is when the cycle started.
 	now time.Time
+	// provisioning: gangs may ask Karpenter for capacity (ProvisioningOptions.Enabled), judged
+	// on the booting snapshot.
+	provisioning bool
 	// groups are every PodGroup in the order gangs are admitted in: higher priority first, then
 	// older first.
 	groups []*berthv1alpha1.PodGroup
@@ -43,9 +46,14 @@ type cycle struct {
 	byKey map[string]*berthv1alpha1.PodGroup
 	// seats are the seat pods by the UID of the gang they hold capacity for.
 	seats map[types.UID][]*corev1.Pod
-	// booked are the bound seats of ProvisioningRequests (controllers/provisioningrequest), by
-	// the request's namespace/name: the room they hold is booked for the pods that consume the
-	// request, which may be a gang's members.
+	// pending are the seats not bound yet, by owner (holdUnboundSeats); onReady are those it
+	// counted on a Ready node (in snap).
+	pending []*seatOwner
+	onReady map[*corev1.Pod]bool
+	// booked are the seats of ProvisioningRequests (controllers/provisioningrequest), by the
+	// request's namespace/name: the room they hold (bound, or counted where they will bind:
+	// holdUnboundSeats) is booked for the pods that consume the request, which may be a gang's
+	// members.
 	booked map[string][]*corev1.Pod
 	// volumeErr is what went wrong reading members' claims (those members are blocked).
 	volumeErr error
@@ -107,7 +115,7 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	if err != nil {
 		return nil, err
 	}
-	cy := &cycle{now: r.clock.Now(), groups: groups, nodes: nodes, bootBudget: r.opts.NodeReadyBudget, requests: r.requests.lookup}
+	cy := &cycle{now: r.clock.Now(), provisioning: r.opts.Provisioning.Enabled, groups: groups, nodes: nodes, bootBudget: r.opts.NodeReadyBudget, requests: r.requests.lookup}
 	cy.members, cy.oldKeys = membersByGroup(pods), terminatingKeys(pods)
 	// Which pods exist, for pruning what is remembered of pods — built only when something is
 	// (a map of every pod's UID per cycle was garbage on every cycle of a large cluster).
@@ -145,10 +153,12 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	cy.unavailable = unavailableNodes(cy.nodes)
 	// A member whose claims could not be read is blocked (never placed) and the error returned
 	// after the cycle; the other gangs go on.
+	cy.pending = cy.unboundSeats(pods)
 	cy.volumes, cy.volumeErr = volumeTopologies(ctx, cacheVolumes{r.client}, cy.members)
 	cy.snap = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, cy.unavailable, cy.requests, cy.layout)
 	cy.snap.SetVolumes(cy.volumes)
 	cy.draErr = cy.setDynamicResources(ctx, r.client, r.selections, cy.snap)
+	cy.holdUnboundSeats()
 	return cy, nil
 }
 
@@ -193,11 +203,11 @@ func (cy *cycle) gang(g *berthv1alpha1.PodGroup) gangView {
 	return gv
 }
 
-// bookedSeats indexes the bound seats of ProvisioningRequests by the request's namespace/name.
+// bookedSeats indexes the seats of ProvisioningRequests by the request's namespace/name.
 func bookedSeats(pods []*corev1.Pod) map[string][]*corev1.Pod {
 	var out map[string][]*corev1.Pod
 	for _, p := range pods {
-		if _, ok := p.Labels[berthv1alpha1.SeatForProvisioningRequestLabel]; !ok || p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
+		if _, ok := p.Labels[berthv1alpha1.SeatForProvisioningRequestLabel]; !ok || p.DeletionTimestamp != nil {
 			continue
 		}
 		if out == nil {
@@ -242,6 +252,14 @@ func (cy *cycle) keep(apply func(*scheduling.Snapshot) error) error {
 	return nil
 }
 
+// keepBooting applies a reservation to the booting snapshot alone, now or when it is built.
+func (cy *cycle) keepBooting(apply func(*scheduling.Snapshot)) {
+	cy.kept = append(cy.kept, apply)
+	if cy.booting != nil {
+		apply(cy.booting)
+	}
+}
+
 // assume counts members admitted in this cycle (placement res) against their nodes.
 func (cy *cycle) assume(members []*corev1.Pod, res scheduling.Result) error {
 	return cy.keep(func(s *scheduling.Snapshot) error { return s.Assume(members, res) })
@@ -251,12 +269,6 @@ func (cy *cycle) assume(members []*corev1.Pod, res scheduling.Result) error {
 // the gangs after it in this cycle.
 func (cy *cycle) reservePlaced(gang scheduling.Gang, res scheduling.Result) {
 	_ = cy.keep(func(s *scheduling.Snapshot) error { s.ReservePlaced(gang, res); return nil })
-}
-
-// reservePartial places gang as far as it goes and keeps that room from the gangs after it in
-// this cycle.
-func (cy *cycle) reservePartial(gang scheduling.Gang) {
-	_ = cy.keep(func(s *scheduling.Snapshot) error { s.ReservePartial(gang); return nil })
 }
 
 // reportOrphans tells, once per pod, gated members whose PodGroup does not exist that they

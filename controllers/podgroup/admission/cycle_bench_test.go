@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,6 +52,58 @@ func BenchmarkCycle(b *testing.B) {
 	}
 	timeCycles(b, r, clk, writes)
 	b.ReportMetric(float64(settle), "settling-writes")
+}
+
+// BenchmarkCycleProvisioning: BenchmarkCycle on a cluster out of room with gang provisioning on
+// — 1,000 full nodes, 100 empty ones coming up (not Ready yet), 500 waiting gangs of 4 — once
+// the gangs' capacity requests have settled: about 300 gangs each holding 4 seats kube-scheduler
+// has not bound yet (the rest count on the booting nodes). What counting every unbound seat
+// where it will bind (holdUnboundSeats), on both the cycle's snapshot and the booting one, costs
+// a cluster waiting for Karpenter.
+//
+//	go test ./controllers/podgroup/admission -run '^$' -bench CycleProvisioning -cpu 1
+func BenchmarkCycleProvisioning(b *testing.B) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
+	var objs []client.Object
+	for i := range 1000 {
+		name := fmt.Sprintf("node-%04d", i)
+		objs = append(objs, builders.Node(name).GPU(8).Allocatable(corev1.ResourceCPU, "192").Obj())
+		for j := range 8 {
+			objs = append(objs, builders.Pod(fmt.Sprintf("%s-w%d", name, j), fmt.Sprintf("team-%d", i%10)).GPU(1).Node(name).Phase(corev1.PodRunning).Obj())
+		}
+	}
+	for i := range 100 {
+		n := builders.Node(fmt.Sprintf("new-%03d", i)).GPU(8).Allocatable(corev1.ResourceCPU, "192").Obj()
+		n.CreationTimestamp = metav1.NewTime(now)
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+		objs = append(objs, n)
+	}
+	for i := range 500 {
+		g := fmt.Sprintf("g%03d", i)
+		objs = append(objs, builders.PodGroup(g, "ml").MinMember(4).Obj())
+		for j := range 4 {
+			objs = append(objs, builders.Pod(fmt.Sprintf("%s-%d", g, j), "ml").Member(g).Gated().GPU(1).Obj())
+		}
+	}
+	r, c, writes, clk, _ := budgetHarness(b, objs...)
+	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
+	ctx := context.Background()
+	for range 3 { // the attempts start, their seats are created, then kept
+		if _, err := r.Reconcile(ctx, cycleKey); err != nil {
+			b.Fatal(err)
+		}
+		clk.Step(time.Second)
+	}
+	var seats corev1.PodList
+	if err := c.List(ctx, &seats, client.InNamespace(DefaultSeatNamespace)); err != nil {
+		b.Fatal(err)
+	}
+	if len(seats.Items) < 1000 {
+		b.Fatalf("%d seats after settling, want the gangs without booting room to hold theirs", len(seats.Items))
+	}
+	useStores(b, r, c)
+	timeCycles(b, r, clk, writes)
+	b.ReportMetric(float64(len(seats.Items)), "seats")
 }
 
 // useStores makes r read from stores of c's objects, as in production, with a request cache

@@ -96,7 +96,7 @@ func nativeGroupsOfClaimants(ctx context.Context, c client.Reader, onNodes []sch
 // cycle needs them. Without them (a read failed) members with claims stay unsupported, with
 // the error returned after the cycle. sel is the controller's cache of what each class selects.
 func (cy *cycle) setDynamicResources(ctx context.Context, c client.Reader, sel *scheduling.SelectionCache, s *scheduling.Snapshot) error {
-	if !usesClaims(cy.members, cy.onNodes) {
+	if !usesClaims(cy.members, cy.onNodes) && !seatsUseClaims(cy.pending) {
 		return nil
 	}
 	if cy.dynamic == nil {

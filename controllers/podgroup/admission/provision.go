@@ -147,11 +147,20 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	if _, err := r.reserve(ctx, g, cy.snap, sf.Nodes); err != nil {
 		return 0, err
 	}
-	// The attempt keeps its seats: a seat's node that turns Ready before the seat is bound reads
-	// as room for a member, and shrinking to what is missing then deleted the seat holding it
-	// (the gang lost the node it asked for, and its timeout could not reclaim it).
+	// The attempt keeps its seats: room that frees while they wait (a seat bound elsewhere, a
+	// seat's node Ready before the seat fits the snapshot's guess) reads as room for a member,
+	// and shrinking to what is missing then deleted the seat holding the node the gang asked for
+	// (its timeout could not reclaim it).
 	want, seatsFrom := int(p.Seats), sf
-	if grown, n, ok := attemptGrowth(cy.bootingSnapshot(), gang, g, gv.seats); ok {
+	grown, n, ok := attemptGrowth(cy.bootingSnapshot(), gang, g, gv.seats)
+	if pending := unbound(gv.seats); ok && len(pending) > 0 {
+		// Its own seats not bound yet sit where the booting snapshot guessed they bind, which
+		// may be room the gang's members counted on: judged again without them (only then — a
+		// copy of the snapshot per gang per cycle — as the room they hold can only lower what
+		// the gang lacks).
+		grown, n, ok = attemptGrowth(cy.bootingSnapshot().Without(pending), gang, g, gv.seats)
+	}
+	if ok {
 		next := p.DeepCopy()
 		next.Seats = int32(n)
 		if err := r.updateStatus(ctx, g, func(st *berthv1alpha1.PodGroupStatus) { st.Provisioning = next }); err != nil {
@@ -183,7 +192,7 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 // finishes it instead of starting another), then creates every seat at once.
 func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, gang scheduling.Gang, placeReason string) (time.Duration, error) {
 	g, p := gv.group, gv.group.Status.Provisioning
-	sf, ok := scheduling.ComputeShortfall(cy.bootingSnapshot(), gang)
+	sf, ok := scheduling.ComputeShortfall(cy.bootingSnapshot().Without(unbound(gv.seats)), gang)
 	if !ok {
 		return 0, nil
 	}

@@ -95,7 +95,7 @@ type waitingJoiner struct {
 // in the cycle's snapshot, so the gangs after this one see it.
 func planJoins(cy *cycle, gv gangView, domain string, avoid map[string]bool, j joiners) (joinPlan, error) {
 	g := gv.group
-	free := cy.snap.Without(gv.holding()) // the gang's seats (and booked ones) hold capacity for its replacements
+	free := cy.snap.Without(cy.counted(gv.holding())) // the gang's seats (and booked ones) hold capacity for its replacements
 	var p joinPlan
 	for _, m := range j.pods {
 		candidate := inDomain(m, g, domain)

@@ -177,7 +177,7 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 	}
 	// The gang's own seats, and those a ProvisioningRequest its members consume booked for it,
 	// hold capacity for it: they are free when placing it.
-	free := cy.snap.Without(gv.holding())
+	free := cy.snap.Without(cy.counted(gv.holding()))
 	res := scheduling.Place(free, gang)
 	if !res.Fits() && len(gang.Members) > need {
 		// An elastic gang: minMember placed together is enough; the others follow as they fit.
@@ -251,15 +251,31 @@ func (r *Reconciler) actWait(ctx context.Context, cy *cycle, gv gangView, gang s
 }
 
 // reserveRoom keeps the room a gang that does not fit can already use (placement res) from the
-// gangs after it in this cycle. Without seats, from the placement just made; with seats, placed
+// gangs after it in this cycle, and the room on nodes coming up that its capacity request
+// counted on. Without seats, the Ready room from the placement just made; with seats, placed
 // again where they count (the placement was made without them: reserving it would count a
-// member and its seat on one node).
+// member and its seat on one node). That room is kept on the same nodes in the booting
+// snapshot; there, the members left without a node beyond those the gang's seats stand for
+// are placed on the nodes coming up, as its request judged them (startAttempt): kept from no
+// one, every gang of a burst counted the same booting nodes as its own and none asked
+// Karpenter for capacity until those nodes were Ready and taken — one node boot late.
+// (Placing every member again on the booting snapshot counted the members the seats stand for
+// besides the seats, which hold their own room there: holdUnboundSeats.)
 func reserveRoom(cy *cycle, gv gangView, gang scheduling.Gang, res scheduling.Result) {
-	if len(gv.holding()) == 0 {
-		cy.reservePlaced(gang, res)
-	} else {
-		cy.reservePartial(gang)
+	held := gv.holding()
+	if len(held) > 0 {
+		res = scheduling.PlaceUnexplained(cy.snap, gang)
 	}
+	cy.reservePlaced(gang, res)
+	if !cy.provisioning {
+		return // no booting snapshot without capacity requests
+	}
+	rest := res.Unplaced(gang)
+	if len(rest) <= len(held) {
+		return
+	}
+	booting := scheduling.Gang{Members: rest[len(held):], TopologyKey: gang.TopologyKey}
+	cy.keepBooting(func(s *scheduling.Snapshot) { s.ReservePartial(booting) })
 }
 
 // membersWait is what a gang without enough placeable members does: its wait clock stops (time

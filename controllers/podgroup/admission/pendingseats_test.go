@@ -1,0 +1,167 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/test/builders"
+)
+
+// TestUnboundSeatsHoldTheirRoom: gang "old" is provisioning — two seats, not bound yet, and
+// the node Karpenter launched for them (booting, or Ready a moment before kube-scheduler binds
+// the seats). Gang "new" wants the same room and is looked at first (a higher priority; after a
+// restart, a gang whose step failed was skipped the same way). The seats' room is old's: new
+// asks Karpenter for its own capacity. Before, the unbound seats counted against nothing: new
+// read the booting node as capacity on its way and asked for none, or was admitted onto the
+// Ready node, and old's attempt lost the node it had asked for.
+func TestUnboundSeatsHoldTheirRoom(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
+	for _, ready := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ready=%v", ready), func(t *testing.T) {
+			old := builders.PodGroup("old", "ml").MinMember(2).Obj()
+			old.UID, old.CreationTimestamp = "uid-old", metav1.NewTime(now.Add(-time.Hour))
+			started := metav1.NewTime(now.Add(-10 * time.Second))
+			old.Status.WaitingSince = &started
+			old.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 2, StartedAt: &started}
+			fresh := builders.PodGroup("new", "ml").MinMember(2).Obj()
+			fresh.UID, fresh.CreationTimestamp = "uid-new", metav1.NewTime(now.Add(-time.Minute))
+			node := builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
+			node.CreationTimestamp = metav1.NewTime(now.Add(-30 * time.Second))
+			if !ready {
+				node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+			}
+			objs := []client.Object{node, old, fresh}
+			for i := range 2 {
+				objs = append(objs, builders.Pod(fmt.Sprintf("old-%d", i), "ml").Member("old").Gated().GPU(4).WithReleaseTerm("old").Obj())
+				objs = append(objs, builders.Pod(seatName(old, 1, i), "berth-system").Label(berthv1alpha1.SeatOfLabel, string(old.UID)).GPU(4).Obj())
+				m := builders.Pod(fmt.Sprintf("new-%d", i), "ml").Member("new").Gated().GPU(4).WithReleaseTerm("new").Obj()
+				m.Spec.Priority = new(int32(1000))
+				objs = append(objs, m)
+			}
+			r, base := provisioningHarness(t, objs...)
+			cycleOnce(t, r)
+			var got berthv1alpha1.PodGroup
+			if err := base.Get(context.Background(), client.ObjectKeyFromObject(fresh), &got); err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Status.Assignments) > 0 {
+				t.Fatalf("gang new admitted onto %v, the room old's unbound seats hold", got.Status.Assignments)
+			}
+			if p := got.Status.Provisioning; p == nil || p.Seats != 2 {
+				t.Errorf("gang new's attempt = %+v, want capacity asked for both its members", p)
+			}
+			if err := base.Get(context.Background(), client.ObjectKeyFromObject(old), &got); err != nil {
+				t.Fatal(err)
+			}
+			if p := got.Status.Provisioning; p == nil || p.Seats != 2 {
+				t.Errorf("gang old's attempt = %+v, want its 2 seats kept, not grown", p)
+			}
+		})
+	}
+}
+
+// TestGangPlacesIntoItsUnboundSeatsRoom: a gang's seats are not bound yet but their node is
+// Ready; the gang itself is admitted there — its own seats hold the room for it, bound or not
+// (and seats of a ProvisioningRequest its members consume, likewise). A gang that does not
+// consume the request finds the room held.
+func TestGangPlacesIntoItsUnboundSeatsRoom(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		seat    func(i int) *corev1.Pod
+		consume bool
+		admit   bool
+	}{
+		{name: "own seats", seat: func(i int) *corev1.Pod {
+			return builders.Pod(seatName(builders.PodGroup("g", "ml").Obj(), 1, i), "berth-system").Label(berthv1alpha1.SeatOfLabel, "uid-g").GPU(8).Obj()
+		}, admit: true},
+		{name: "a consumed request's seats", seat: requestSeat, consume: true, admit: true},
+		{name: "another request's seats", seat: requestSeat, admit: false},
+		{name: "a consumed request's seats pinned to their nodes", seat: pinnedRequestSeat, consume: true, admit: true},
+		{name: "another request's seats pinned to their nodes", seat: pinnedRequestSeat, admit: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pg := builders.PodGroup("g", "ml").MinMember(2).Obj()
+			pg.UID = "uid-g"
+			objs := []client.Object{pg}
+			for i := range 2 {
+				objs = append(objs, builders.Node(fmt.Sprintf("n%d", i)).GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), tc.seat(i))
+				p := builders.Pod(fmt.Sprintf("g-%d", i), "ml").Member("g").Gated().GPU(8).WithReleaseTerm("g").Obj()
+				p.UID = types.UID(fmt.Sprintf("uid-%d", i))
+				if tc.consume {
+					p.Annotations = map[string]string{autoscalingv1.ProvisioningRequestPodAnnotationKey: "train-1"}
+				}
+				objs = append(objs, p)
+			}
+			r, base := provisioningHarness(t, objs...)
+			cycleOnce(t, r)
+			var got berthv1alpha1.PodGroup
+			if err := base.Get(context.Background(), client.ObjectKeyFromObject(pg), &got); err != nil {
+				t.Fatal(err)
+			}
+			if admitted := len(got.Status.Assignments) == 2; admitted != tc.admit {
+				t.Errorf("admitted %v (assignments %v), want %v", admitted, got.Status.Assignments, tc.admit)
+			}
+		})
+	}
+}
+
+// requestSeat is the i-th seat of ProvisioningRequest ml/train-1, not bound yet.
+func requestSeat(i int) *corev1.Pod {
+	seat := builders.Pod(fmt.Sprintf("train-1-abc-%d", i), "berth-system").GPU(8).Obj()
+	seat.Labels[berthv1alpha1.SeatForProvisioningRequestLabel] = "uid-pr"
+	seat.Annotations = map[string]string{berthv1alpha1.SeatForProvisioningRequestAnnotation: "ml/train-1"}
+	seat.UID = types.UID(fmt.Sprintf("uid-seat-%d", i))
+	return seat
+}
+
+// TestBootingRoomCountedOnce: one node is coming up, with room for one of two gangs that need
+// capacity. The older gang counts on it and asks for nothing; the younger finds it counted and
+// asks Karpenter for its own. Before, the room a gang counted on was kept from no one: every
+// gang of a burst counted the same booting nodes and none asked for capacity until those nodes
+// were Ready and taken — one node boot late.
+func TestBootingRoomCountedOnce(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
+	booting := builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
+	booting.CreationTimestamp = metav1.NewTime(now.Add(-30 * time.Second))
+	booting.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	objs := []client.Object{booting}
+	var groups []*berthv1alpha1.PodGroup
+	for i, name := range []string{"a", "b"} {
+		g := builders.PodGroup(name, "ml").MinMember(1).Obj()
+		g.UID, g.CreationTimestamp = types.UID("uid-"+name), metav1.NewTime(now.Add(time.Duration(i-10)*time.Minute))
+		groups = append(groups, g)
+		objs = append(objs, g, builders.Pod(name+"-0", "ml").Member(name).Gated().GPU(8).WithReleaseTerm(name).Obj())
+	}
+	r, base := provisioningHarness(t, objs...)
+	cycleOnce(t, r)
+	for i, want := range []int32{0, 1} {
+		var got berthv1alpha1.PodGroup
+		if err := base.Get(context.Background(), client.ObjectKeyFromObject(groups[i]), &got); err != nil {
+			t.Fatal(err)
+		}
+		var seats int32
+		if p := got.Status.Provisioning; p != nil {
+			seats = p.Seats
+		}
+		if seats != want {
+			t.Errorf("gang %s asked for %d seats, want %d", groups[i].Name, seats, want)
+		}
+	}
+}
+
+// pinnedRequestSeat is requestSeat pinned to node n<i> (the ProvisioningRequest controller pins
+// the seats it books room with), not bound yet.
+func pinnedRequestSeat(i int) *corev1.Pod {
+	seat := requestSeat(i)
+	seat.Annotations[berthv1alpha1.PinnedNodeAnnotation] = fmt.Sprintf("n%d", i)
+	return seat
+}
