@@ -23,9 +23,6 @@ import (
 type cycle struct {
 	// now is when the cycle started.
 	now time.Time
-	// provisioning: gangs may ask Karpenter for capacity (ProvisioningOptions.Enabled), judged
-	// on the booting snapshot.
-	provisioning bool
 	// groups are every PodGroup in the order gangs are admitted in: higher priority first, then
 	// older first.
 	groups []*berthv1alpha1.PodGroup
@@ -46,6 +43,10 @@ type cycle struct {
 	byKey map[string]*berthv1alpha1.PodGroup
 	// seats are the seat pods by the UID of the gang they hold capacity for.
 	seats map[types.UID][]*corev1.Pod
+	// countsBooting are the gangs whose capacity request this cycle judged what they lack on the
+	// booting snapshot (startAttempt, keepAttempt): the booting room it counted on is theirs to
+	// keep from the gangs after them (reserveRoom).
+	countsBooting map[types.UID]bool
 	// pending are the seats not bound yet, by owner (holdUnboundSeats); onReady are those it
 	// counted on a Ready node (in snap).
 	pending []*seatOwner
@@ -115,7 +116,7 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	if err != nil {
 		return nil, err
 	}
-	cy := &cycle{now: r.clock.Now(), provisioning: r.opts.Provisioning.Enabled, groups: groups, nodes: nodes, bootBudget: r.opts.NodeReadyBudget, requests: r.requests.lookup}
+	cy := &cycle{now: r.clock.Now(), groups: groups, nodes: nodes, bootBudget: r.opts.NodeReadyBudget, requests: r.requests.lookup}
 	cy.members, cy.oldKeys = membersByGroup(pods), terminatingKeys(pods)
 	// Which pods exist, for pruning what is remembered of pods — built only when something is
 	// (a map of every pod's UID per cycle was garbage on every cycle of a large cluster).

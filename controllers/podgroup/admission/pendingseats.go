@@ -161,3 +161,12 @@ func unbound(seats []*corev1.Pod) []*corev1.Pod {
 	}
 	return out
 }
+
+// countingBooting records that g's capacity request judged what it lacks counting nodes coming
+// up (cycle.countsBooting).
+func (cy *cycle) countingBooting(g *berthv1alpha1.PodGroup) {
+	if cy.countsBooting == nil {
+		cy.countsBooting = map[types.UID]bool{}
+	}
+	cy.countsBooting[g.UID] = true
+}

@@ -152,6 +152,7 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	// and shrinking to what is missing then deleted the seat holding the node the gang asked for
 	// (its timeout could not reclaim it).
 	want, seatsFrom := int(p.Seats), sf
+	cy.countingBooting(g)
 	grown, n, ok := attemptGrowth(cy.bootingSnapshot(), gang, g, gv.seats)
 	if pending := unbound(gv.seats); ok && len(pending) > 0 {
 		// Its own seats not bound yet sit where the booting snapshot guessed they bind, which
@@ -196,6 +197,7 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 	if !ok {
 		return 0, nil
 	}
+	cy.countingBooting(g)
 	if len(sf.Missing) == 0 {
 		return 5 * time.Second, nil // capacity for every member is booting; look again soon
 	}

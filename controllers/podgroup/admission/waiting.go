@@ -267,8 +267,8 @@ func reserveRoom(cy *cycle, gv gangView, gang scheduling.Gang, res scheduling.Re
 		res = scheduling.PlaceUnexplained(cy.snap, gang)
 	}
 	cy.reservePlaced(gang, res)
-	if !cy.provisioning {
-		return // no booting snapshot without capacity requests
+	if !cy.countsBooting[gv.group.UID] {
+		return // its capacity request (if any) counted on no booting room this cycle
 	}
 	rest := res.Unplaced(gang)
 	if len(rest) <= len(held) {
