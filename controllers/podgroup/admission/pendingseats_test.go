@@ -165,3 +165,34 @@ func pinnedRequestSeat(i int) *corev1.Pod {
 	seat.Annotations[berthv1alpha1.PinnedNodeAnnotation] = fmt.Sprintf("n%d", i)
 	return seat
 }
+
+// TestBootingRoomKeptOnlyByARequest: the older gang is backing off after a failed attempt — it
+// asks Karpenter for nothing now — so the node coming up is not its to keep: the younger gang
+// counts on it and asks for nothing either (the gate was provisioning being on at all: the
+// backing-off gang kept the room and the younger asked for a node it did not need).
+func TestBootingRoomKeptOnlyByARequest(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
+	booting := builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
+	booting.CreationTimestamp = metav1.NewTime(now.Add(-30 * time.Second))
+	booting.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	old := builders.PodGroup("a", "ml").MinMember(1).Obj()
+	old.UID, old.CreationTimestamp = "uid-a", metav1.NewTime(now.Add(-time.Hour))
+	started, finished, retry := metav1.NewTime(now.Add(-20*time.Minute)), metav1.NewTime(now.Add(-10*time.Minute)), metav1.NewTime(now.Add(5*time.Minute))
+	waiting := metav1.NewTime(now.Add(-time.Minute)) // within its schedule timeout
+	old.Status.WaitingSince = &waiting
+	old.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &started, FinishedAt: &finished, RetryAt: &retry}
+	young := builders.PodGroup("b", "ml").MinMember(1).Obj()
+	young.UID, young.CreationTimestamp = "uid-b", metav1.NewTime(now.Add(-time.Minute))
+	objs := []client.Object{booting, old, young,
+		builders.Pod("a-0", "ml").Member("a").Gated().GPU(8).WithReleaseTerm("a").Obj(),
+		builders.Pod("b-0", "ml").Member("b").Gated().GPU(8).WithReleaseTerm("b").Obj()}
+	r, base := provisioningHarness(t, objs...)
+	cycleOnce(t, r)
+	var got berthv1alpha1.PodGroup
+	if err := base.Get(context.Background(), client.ObjectKeyFromObject(young), &got); err != nil {
+		t.Fatal(err)
+	}
+	if p := got.Status.Provisioning; p != nil {
+		t.Errorf("gang b asked for %d seats, want none: the booting node is room on its way for it", p.Seats)
+	}
+}
