@@ -196,6 +196,7 @@ func FuzzPlace(f *testing.F) {
 	f.Fuzz(func(t *testing.T, seed int64, nNodes, gangSize uint8) {
 		nodes, pods, unavailable, g, oneOnEach := randomCluster(seed, 1+int(nNodes)%40, 1+int(gangSize)%24)
 		r := scheduling.Place(scheduling.NewSnapshot(nodes, pods, unavailable), g)
+		samePlacement(t, seed, r, scheduling.PlaceUnexplained(scheduling.NewSnapshot(nodes, pods, unavailable), g), g)
 		if !r.Fits() {
 			if r.Reason == "" {
 				t.Fatal("no fit without a reason")
@@ -213,6 +214,7 @@ func TestRandomPlacementsAreFeasible(t *testing.T) {
 	for seed := int64(0); seed < runs; seed++ {
 		nodes, pods, unavailable, g, oneOnEach := randomCluster(seed, 1+int(seed*7)%40, 1+int(seed*13)%24)
 		r := scheduling.Place(scheduling.NewSnapshot(nodes, pods, unavailable), g)
+		samePlacement(t, seed, r, scheduling.PlaceUnexplained(scheduling.NewSnapshot(nodes, pods, unavailable), g), g)
 		if r.Fits() {
 			fits++
 			if g.Members[0].Spec.Affinity != nil || len(g.Members[0].Spec.TopologySpreadConstraints) > 0 {
@@ -292,5 +294,16 @@ func checkInterPod(t *testing.T, nodes map[string]*corev1.Node, pods []schedulin
 				}
 			}
 		}
+	}
+}
+
+// samePlacement checks that PlaceUnexplained (whose nodes are judged only where there is room)
+// places g as Place (which judges every node to explain a gang that does not fit) does.
+func samePlacement(t *testing.T, seed int64, explained, quiet scheduling.Result, g scheduling.Gang) {
+	t.Helper()
+	if explained.Fits() != quiet.Fits() || explained.Placeable != quiet.Placeable || !slices.Equal(explained.Assignments, quiet.Assignments) ||
+		len(explained.Unplaced(g)) != len(quiet.Unplaced(g)) {
+		t.Fatalf("seed %d: Place and PlaceUnexplained differ: fits %v/%v, placeable %d/%d, %v / %v",
+			seed, explained.Fits(), quiet.Fits(), explained.Placeable, quiet.Placeable, explained.Assignments, quiet.Assignments)
 	}
 }
