@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	toolscache "k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -25,21 +24,8 @@ import (
 //
 //	go test ./controllers/podgroup/admission -run '^$' -bench Cycle -cpu 1
 func BenchmarkCycle(b *testing.B) {
-	var objs []client.Object
-	for i := range 1000 {
-		name := fmt.Sprintf("node-%04d", i)
-		objs = append(objs, builders.Node(name).GPU(8).Allocatable(corev1.ResourceCPU, "192").Obj())
-		for j := range 8 {
-			objs = append(objs, builders.Pod(fmt.Sprintf("%s-w%d", name, j), fmt.Sprintf("team-%d", i%10)).GPU(1).Node(name).Phase(corev1.PodRunning).Obj())
-		}
-	}
-	for i := range 500 {
-		g := fmt.Sprintf("g%03d", i)
-		objs = append(objs, builders.PodGroup(g, "ml").MinMember(4).Obj())
-		for j := range 4 {
-			objs = append(objs, builders.Pod(fmt.Sprintf("%s-%d", g, j), "ml").Member(g).Gated().GPU(1).Obj())
-		}
-	}
+	objs := fullNodes(1000)
+	objs = append(objs, waitingGangs(500)...)
 	r, c, writes, clk, _ := budgetHarness(b, objs...)
 	ctx := context.Background()
 	if _, err := r.Reconcile(ctx, cycleKey); err != nil {
@@ -64,27 +50,11 @@ func BenchmarkCycle(b *testing.B) {
 //	go test ./controllers/podgroup/admission -run '^$' -bench CycleProvisioning -cpu 1
 func BenchmarkCycleProvisioning(b *testing.B) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
-	var objs []client.Object
-	for i := range 1000 {
-		name := fmt.Sprintf("node-%04d", i)
-		objs = append(objs, builders.Node(name).GPU(8).Allocatable(corev1.ResourceCPU, "192").Obj())
-		for j := range 8 {
-			objs = append(objs, builders.Pod(fmt.Sprintf("%s-w%d", name, j), fmt.Sprintf("team-%d", i%10)).GPU(1).Node(name).Phase(corev1.PodRunning).Obj())
-		}
-	}
+	objs := fullNodes(1000)
 	for i := range 100 {
-		n := builders.Node(fmt.Sprintf("new-%03d", i)).GPU(8).Allocatable(corev1.ResourceCPU, "192").Obj()
-		n.CreationTimestamp = metav1.NewTime(now)
-		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
-		objs = append(objs, n)
+		objs = append(objs, bootingNode(builders.Node(fmt.Sprintf("new-%03d", i)).GPU(8).Allocatable(corev1.ResourceCPU, "192").Obj(), now))
 	}
-	for i := range 500 {
-		g := fmt.Sprintf("g%03d", i)
-		objs = append(objs, builders.PodGroup(g, "ml").MinMember(4).Obj())
-		for j := range 4 {
-			objs = append(objs, builders.Pod(fmt.Sprintf("%s-%d", g, j), "ml").Member(g).Gated().GPU(1).Obj())
-		}
-	}
+	objs = append(objs, waitingGangs(500)...)
 	r, c, writes, clk, _ := budgetHarness(b, objs...)
 	r.opts.Provisioning = ProvisioningOptions{Enabled: true}
 	ctx := context.Background()
@@ -104,6 +74,32 @@ func BenchmarkCycleProvisioning(b *testing.B) {
 	useStores(b, r, c)
 	timeCycles(b, r, clk, writes)
 	b.ReportMetric(float64(len(seats.Items)), "seats")
+}
+
+// fullNodes are n nodes of 8 GPUs each, every GPU used by a running pod (8 per node).
+func fullNodes(n int) []client.Object {
+	var objs []client.Object
+	for i := range n {
+		name := fmt.Sprintf("node-%04d", i)
+		objs = append(objs, builders.Node(name).GPU(8).Allocatable(corev1.ResourceCPU, "192").Obj())
+		for j := range 8 {
+			objs = append(objs, builders.Pod(fmt.Sprintf("%s-w%d", name, j), fmt.Sprintf("team-%d", i%10)).GPU(1).Node(name).Phase(corev1.PodRunning).Obj())
+		}
+	}
+	return objs
+}
+
+// waitingGangs are n PodGroups of 4 gated one-GPU members each, in namespace ml.
+func waitingGangs(n int) []client.Object {
+	var objs []client.Object
+	for i := range n {
+		g := fmt.Sprintf("g%03d", i)
+		objs = append(objs, builders.PodGroup(g, "ml").MinMember(4).Obj())
+		for j := range 4 {
+			objs = append(objs, builders.Pod(fmt.Sprintf("%s-%d", g, j), "ml").Member(g).Gated().GPU(1).Obj())
+		}
+	}
+	return objs
 }
 
 // useStores makes r read from stores of c's objects, as in production, with a request cache

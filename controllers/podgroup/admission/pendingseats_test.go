@@ -130,9 +130,7 @@ func requestSeat(i int) *corev1.Pod {
 // were Ready and taken — one node boot late.
 func TestBootingRoomCountedOnce(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
-	booting := builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
-	booting.CreationTimestamp = metav1.NewTime(now.Add(-30 * time.Second))
-	booting.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	booting := bootingNode(builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), now.Add(-30*time.Second))
 	objs := []client.Object{booting}
 	var groups []*berthv1alpha1.PodGroup
 	for i, name := range []string{"a", "b"} {
@@ -172,9 +170,7 @@ func pinnedRequestSeat(i int) *corev1.Pod {
 // backing-off gang kept the room and the younger asked for a node it did not need).
 func TestBootingRoomKeptOnlyByARequest(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
-	booting := builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
-	booting.CreationTimestamp = metav1.NewTime(now.Add(-30 * time.Second))
-	booting.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	booting := bootingNode(builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), now.Add(-30*time.Second))
 	old := builders.PodGroup("a", "ml").MinMember(1).Obj()
 	old.UID, old.CreationTimestamp = "uid-a", metav1.NewTime(now.Add(-time.Hour))
 	started, finished, retry := metav1.NewTime(now.Add(-20*time.Minute)), metav1.NewTime(now.Add(-10*time.Minute)), metav1.NewTime(now.Add(5*time.Minute))
@@ -195,4 +191,11 @@ func TestBootingRoomKeptOnlyByARequest(t *testing.T) {
 	if p := got.Status.Provisioning; p != nil {
 		t.Errorf("gang b asked for %d seats, want none: the booting node is room on its way for it", p.Seats)
 	}
+}
+
+// bootingNode is node n created at created and not Ready yet: a node Karpenter launched, booting.
+func bootingNode(n *corev1.Node, created time.Time) *corev1.Node {
+	n.CreationTimestamp = metav1.NewTime(created)
+	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	return n
 }

@@ -264,9 +264,7 @@ func TestAttemptDoesNotGrowOnBootingRoom(t *testing.T) {
 	started := metav1.NewTime(now.Add(-10 * time.Second))
 	g.Status.WaitingSince = &started
 	g.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &started}
-	booting := builders.Node("n2").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
-	booting.CreationTimestamp = metav1.NewTime(now.Add(-time.Minute))
-	booting.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
+	booting := bootingNode(builders.Node("n2").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), now.Add(-time.Minute))
 	objs := []client.Object{builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Label(reserveKey(g), "true").Obj(), booting, g,
 		builders.Pod(seatName(g, 1, 0), "berth-system").Label(berthv1alpha1.SeatOfLabel, string(g.UID)).GPU(8).Obj()}
 	objs = append(objs, gatedMembers("ddp", 3)...)
