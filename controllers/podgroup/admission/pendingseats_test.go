@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -198,4 +199,89 @@ func bootingNode(n *corev1.Node, created time.Time) *corev1.Node {
 	n.CreationTimestamp = metav1.NewTime(created)
 	n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse}}
 	return n
+}
+
+// TestNotStoodFor: the members a gang's booting room is kept for are those no seat stands for —
+// matched by the member a seat names, else (a ProvisioningRequest's seats) by shape, never by
+// count: taken by count, a gang of a one-GPU leader and eight-GPU workers with a seat for a
+// worker kept a worker's room and left its leader's to the gangs after it.
+func TestNotStoodFor(t *testing.T) {
+	leader := builders.Pod("job-leader", "ml").Member("job").GPU(1).Obj()
+	w0 := builders.Pod("job-worker-0", "ml").Member("job").GPU(8).Obj()
+	w1 := builders.Pod("job-worker-1", "ml").Member("job").GPU(8).Obj()
+	seatFor := func(m *corev1.Pod) *corev1.Pod {
+		s := builders.Pod("seat-"+m.Name, "berth-system").GPU(8).Obj()
+		if m == leader {
+			s = builders.Pod("seat-"+m.Name, "berth-system").GPU(1).Obj()
+		}
+		s.Annotations = map[string]string{berthv1alpha1.SeatForMemberAnnotation: m.Name}
+		return s
+	}
+	other := builders.Pod("job-other", "ml").Member("job").GPU(8).Obj() // placed on a Ready node
+	names := func(ps []*corev1.Pod) []string {
+		var out []string
+		for _, p := range ps {
+			out = append(out, p.Name)
+		}
+		return out
+	}
+	tests := []struct {
+		name        string
+		rest, seats []*corev1.Pod
+		want        []string
+	}{
+		{"no seats: every member", []*corev1.Pod{leader, w0}, nil, []string{"job-leader", "job-worker-0"}},
+		{"a worker's seat leaves the leader, not the other worker's room", []*corev1.Pod{leader, w0, w1}, []*corev1.Pod{seatFor(w1)}, []string{"job-leader", "job-worker-0"}},
+		{"the leader's seat", []*corev1.Pod{leader, w0}, []*corev1.Pod{seatFor(leader)}, []string{"job-worker-0"}},
+		{"a seat whose member was placed stands for no one left", []*corev1.Pod{leader, w0}, []*corev1.Pod{seatFor(other)}, []string{"job-leader", "job-worker-0"}},
+		{"a request's seats stand for members of their shape", []*corev1.Pod{leader, w0, w1}, []*corev1.Pod{requestSeat(0), requestSeat(1)}, []string{"job-leader"}},
+		{"a named seat first, then a request's by shape", []*corev1.Pod{leader, w0, w1}, []*corev1.Pod{requestSeat(0), seatFor(w0)}, []string{"job-leader"}},
+		{"more seats than members", []*corev1.Pod{w0}, []*corev1.Pod{requestSeat(0), requestSeat(1), seatFor(w0)}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := names(notStoodFor(tc.rest, tc.seats)); !slices.Equal(got, tc.want) {
+				t.Errorf("notStoodFor = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestBootingRoomKeptForTheMembersWithoutASeat: gang "old" — a one-GPU leader and an
+// eight-GPU worker — is provisioning: a seat, not bound yet, stands for its worker (on the
+// eight-GPU node coming up), and its request counted on the one-GPU node coming up for its
+// leader. A younger gang of one GPU finds that node kept and asks Karpenter for its own. Taken
+// by count, old's one seat stood for its first member, the leader: the worker's room was kept
+// (where none was left), the leader's was not, and the younger gang counted on it.
+func TestBootingRoomKeptForTheMembersWithoutASeat(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
+	old := builders.PodGroup("old", "ml").MinMember(2).Obj()
+	old.UID, old.CreationTimestamp = "uid-old", metav1.NewTime(now.Add(-time.Hour))
+	started := metav1.NewTime(now.Add(-10 * time.Second))
+	old.Status.WaitingSince = &started
+	old.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &started}
+	young := builders.PodGroup("young", "ml").MinMember(1).Obj()
+	young.UID, young.CreationTimestamp = "uid-young", metav1.NewTime(now.Add(-time.Minute))
+	seat := builders.Pod(seatName(old, 1, 0), "berth-system").Label(berthv1alpha1.SeatOfLabel, string(old.UID)).GPU(8).Obj()
+	seat.Annotations = map[string]string{berthv1alpha1.SeatForMemberAnnotation: "old-worker"}
+	objs := []client.Object{old, young, seat,
+		bootingNode(builders.Node("n1").GPU(1).Allocatable(corev1.ResourceCPU, "96").Obj(), now.Add(-30*time.Second)),
+		bootingNode(builders.Node("n2").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), now.Add(-30*time.Second)),
+		builders.Pod("old-leader", "ml").Member("old").Gated().GPU(1).WithReleaseTerm("old").Obj(),
+		builders.Pod("old-worker", "ml").Member("old").Gated().GPU(8).WithReleaseTerm("old").Obj(),
+		builders.Pod("young-0", "ml").Member("young").Gated().GPU(1).WithReleaseTerm("young").Obj()}
+	r, base := provisioningHarness(t, objs...)
+	cycleOnce(t, r)
+	for _, tc := range []struct {
+		g     *berthv1alpha1.PodGroup
+		seats int32
+	}{{old, 1}, {young, 1}} {
+		var got berthv1alpha1.PodGroup
+		if err := base.Get(context.Background(), client.ObjectKeyFromObject(tc.g), &got); err != nil {
+			t.Fatal(err)
+		}
+		if p := got.Status.Provisioning; p == nil || p.Seats != tc.seats {
+			t.Errorf("gang %s's attempt = %+v, want %d seat", tc.g.Name, p, tc.seats)
+		}
+	}
 }

@@ -270,12 +270,75 @@ func reserveRoom(cy *cycle, gv gangView, gang scheduling.Gang, res scheduling.Re
 	if !cy.countsBooting[gv.group.UID] {
 		return // its capacity request (if any) counted on no booting room this cycle
 	}
-	rest := res.Unplaced(gang)
-	if len(rest) <= len(held) {
+	rest := notStoodFor(res.Unplaced(gang), held)
+	if len(rest) == 0 {
 		return
 	}
-	booting := scheduling.Gang{Members: rest[len(held):], TopologyKey: gang.TopologyKey}
+	booting := scheduling.Gang{Members: rest, TopologyKey: gang.TopologyKey}
 	cy.keepBooting(func(s *scheduling.Snapshot) { s.ReservePartial(booting) })
+}
+
+// notStoodFor is the members of rest that none of the seats stands for: a gang's seat stands
+// for the member it names (SeatForMemberAnnotation), a seat naming none of rest (a
+// ProvisioningRequest's, booked by shape) for a member of its shape that no other seat stands
+// for. Taken by count, a gang of mixed shapes (a one-GPU leader, eight-GPU workers) kept the
+// room of the members its seats stand for and left a member without one to the gangs after
+// it; and a seat whose member was placed on a Ready node stood for a member still without one.
+func notStoodFor(rest, seats []*corev1.Pod) []*corev1.Pod {
+	if len(rest) == 0 || len(seats) == 0 {
+		return rest
+	}
+	stood := make([]bool, len(rest))
+	index := make(map[string]int, len(rest))
+	for i, m := range rest {
+		index[m.Name] = i
+	}
+	var byShape []*corev1.Pod
+	for _, s := range seats {
+		if i, ok := index[s.Annotations[berthv1alpha1.SeatForMemberAnnotation]]; ok && !stood[i] {
+			stood[i] = true
+			continue
+		}
+		if _, named := s.Annotations[berthv1alpha1.SeatForMemberAnnotation]; !named {
+			byShape = append(byShape, s)
+		}
+	}
+	var shapes []corev1.ResourceList // the members', computed once
+	if len(byShape) > 0 {
+		shapes = make([]corev1.ResourceList, len(rest))
+		for i, m := range rest {
+			shapes[i] = scheduling.PodRequests(m)
+		}
+	}
+	for _, s := range byShape {
+		want := scheduling.PodRequests(s)
+		for i := range rest {
+			if !stood[i] && sameRequests(want, shapes[i]) {
+				stood[i] = true
+				break
+			}
+		}
+	}
+	var out []*corev1.Pod
+	for i, m := range rest {
+		if !stood[i] {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// sameRequests reports whether a and b request the same quantity of every resource.
+func sameRequests(a, b corev1.ResourceList) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for name, q := range a {
+		if o, ok := b[name]; !ok || o.Cmp(q) != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // membersWait is what a gang without enough placeable members does: its wait clock stops (time
