@@ -8,12 +8,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	seatpkg "github.com/berth-dev/berth/internal/seat"
 	"github.com/berth-dev/berth/test/builders"
 )
 
@@ -202,9 +204,10 @@ func bootingNode(n *corev1.Node, created time.Time) *corev1.Node {
 }
 
 // TestNotStoodFor: the members a gang's booting room is kept for are those no seat stands for —
-// matched by the member a seat names, else (a ProvisioningRequest's seats) by shape, never by
-// count: taken by count, a gang of a one-GPU leader and eight-GPU workers with a seat for a
-// worker kept a worker's room and left its leader's to the gangs after it.
+// matched by the member a seat names, else (a ProvisioningRequest's seats, a seat whose member
+// was placed or renamed) by shape, by fit, and last by count: taken by count alone, a gang of a
+// one-GPU leader and eight-GPU workers with a seat for a worker kept a worker's room and left
+// its leader's to the gangs after it.
 func TestNotStoodFor(t *testing.T) {
 	leader := builders.Pod("job-leader", "ml").Member("job").GPU(1).Obj()
 	w0 := builders.Pod("job-worker-0", "ml").Member("job").GPU(8).Obj()
@@ -218,6 +221,18 @@ func TestNotStoodFor(t *testing.T) {
 		return s
 	}
 	other := builders.Pod("job-other", "ml").Member("job").GPU(8).Obj() // placed on a Ready node
+	// A ProvisioningRequest's seat from a PodTemplate that asks for its GPU under limits only:
+	// no GPU request (the API server copies limits to requests on a Pod, not a PodTemplate).
+	shapeless := builders.Pod("seat-shapeless", "berth-system").Obj()
+	shapeless.Annotations = map[string]string{}
+	twoGPUs := builders.Pod("seat-2", "berth-system").GPU(2).Obj()
+	heavy := builders.Pod("job-heavy", "ml").Member("job").GPU(8).Obj()
+	heavy.Spec.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}
+	heavy.Spec.InitContainers = []corev1.Container{{Name: "init", Resources: corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}}}
+	madeFor := func(m *corev1.Pod) *corev1.Pod { // a request's seat: seat.Pod, no member named
+		return seatpkg.Pod(m, "berth-system", "seat-"+m.Name, "pause")
+	}
 	names := func(ps []*corev1.Pod) []string {
 		var out []string
 		for _, p := range ps {
@@ -233,7 +248,11 @@ func TestNotStoodFor(t *testing.T) {
 		{"no seats: every member", []*corev1.Pod{leader, w0}, nil, []string{"job-leader", "job-worker-0"}},
 		{"a worker's seat leaves the leader, not the other worker's room", []*corev1.Pod{leader, w0, w1}, []*corev1.Pod{seatFor(w1)}, []string{"job-leader", "job-worker-0"}},
 		{"the leader's seat", []*corev1.Pod{leader, w0}, []*corev1.Pod{seatFor(leader)}, []string{"job-worker-0"}},
-		{"a seat whose member was placed stands for no one left", []*corev1.Pod{leader, w0}, []*corev1.Pod{seatFor(other)}, []string{"job-leader", "job-worker-0"}},
+		{"a seat whose member was placed stands for a member of its shape", []*corev1.Pod{leader, w0}, []*corev1.Pod{seatFor(other)}, []string{"job-leader"}},
+		{"a seat whose member was placed stands for one that fits in it", []*corev1.Pod{leader}, []*corev1.Pod{seatFor(other)}, nil},
+		{"a seat of another shape stands for a member it holds before one it cannot", []*corev1.Pod{w0, leader}, []*corev1.Pod{twoGPUs}, []string{"job-worker-0"}},
+		{"a seat of no known shape stands for the first member left (as many stood for as seats)", []*corev1.Pod{leader, w0}, []*corev1.Pod{shapeless}, []string{"job-worker-0"}},
+		{"seats made by seat.Pod match members with overhead and init containers", []*corev1.Pod{leader, heavy}, []*corev1.Pod{madeFor(heavy)}, []string{"job-leader"}},
 		{"a request's seats stand for members of their shape", []*corev1.Pod{leader, w0, w1}, []*corev1.Pod{requestSeat(0), requestSeat(1)}, []string{"job-leader"}},
 		{"a named seat first, then a request's by shape", []*corev1.Pod{leader, w0, w1}, []*corev1.Pod{requestSeat(0), seatFor(w0)}, []string{"job-leader"}},
 		{"more seats than members", []*corev1.Pod{w0}, []*corev1.Pod{requestSeat(0), requestSeat(1), seatFor(w0)}, nil},

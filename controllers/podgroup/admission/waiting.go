@@ -278,12 +278,14 @@ func reserveRoom(cy *cycle, gv gangView, gang scheduling.Gang, res scheduling.Re
 	cy.keepBooting(func(s *scheduling.Snapshot) { s.ReservePartial(booting) })
 }
 
-// notStoodFor is the members of rest that none of the seats stands for: a gang's seat stands
-// for the member it names (SeatForMemberAnnotation), a seat naming none of rest (a
-// ProvisioningRequest's, booked by shape) for a member of its shape that no other seat stands
-// for. Taken by count, a gang of mixed shapes (a one-GPU leader, eight-GPU workers) kept the
-// room of the members its seats stand for and left a member without one to the gangs after
-// it; and a seat whose member was placed on a Ready node stood for a member still without one.
+// notStoodFor is the members of rest that none of the seats stands for. A gang's seat stands
+// for the member it names (SeatForMemberAnnotation). A seat that names none of rest — a
+// ProvisioningRequest's, booked by shape, or one whose member was placed on a Ready node or
+// re-created under another name — stands for a member of its shape, else for one whose
+// requests fit in its own, else for the first member left: as many members as the gang holds
+// seats are stood for, as before, but the member a seat was made for first. Taken by count
+// alone, a gang of mixed shapes (a one-GPU leader, eight-GPU workers) with a seat for a worker
+// kept a worker's room and left its leader's to the gangs after it.
 func notStoodFor(rest, seats []*corev1.Pod) []*corev1.Pod {
 	if len(rest) == 0 || len(seats) == 0 {
 		return rest
@@ -293,29 +295,37 @@ func notStoodFor(rest, seats []*corev1.Pod) []*corev1.Pod {
 	for i, m := range rest {
 		index[m.Name] = i
 	}
-	var byShape []*corev1.Pod
+	var left []*corev1.Pod // seats that name no member of rest
 	for _, s := range seats {
 		if i, ok := index[s.Annotations[berthv1alpha1.SeatForMemberAnnotation]]; ok && !stood[i] {
 			stood[i] = true
 			continue
 		}
-		if _, named := s.Annotations[berthv1alpha1.SeatForMemberAnnotation]; !named {
-			byShape = append(byShape, s)
-		}
+		left = append(left, s)
 	}
-	var shapes []corev1.ResourceList // the members', computed once
-	if len(byShape) > 0 {
-		shapes = make([]corev1.ResourceList, len(rest))
+	if len(left) > 0 {
+		shapes := make([]corev1.ResourceList, len(rest)) // the members', computed once
 		for i, m := range rest {
 			shapes[i] = scheduling.PodRequests(m)
 		}
-	}
-	for _, s := range byShape {
-		want := scheduling.PodRequests(s)
-		for i := range rest {
-			if !stood[i] && sameRequests(want, shapes[i]) {
-				stood[i] = true
-				break
+		seatShapes, used := make([]corev1.ResourceList, len(left)), make([]bool, len(left))
+		for j, s := range left {
+			seatShapes[j] = scheduling.PodRequests(s)
+		}
+		// Exact shapes first, then a member that fits in a seat, then any: a seat's room is
+		// room whatever the template it was made from left out (a ProvisioningRequest's
+		// PodTemplate gets no limits copied to requests, no overhead, no LimitRange defaults).
+		for _, match := range []func(seat, member corev1.ResourceList) bool{sameRequests, fitsIn, func(_, _ corev1.ResourceList) bool { return true }} {
+			for j := range left {
+				if used[j] {
+					continue // stands for a member already
+				}
+				for i := range rest {
+					if !stood[i] && match(seatShapes[j], shapes[i]) {
+						stood[i], used[j] = true, true
+						break
+					}
+				}
 			}
 		}
 	}
@@ -326,6 +336,16 @@ func notStoodFor(rest, seats []*corev1.Pod) []*corev1.Pod {
 		}
 	}
 	return out
+}
+
+// fitsIn reports whether every resource member requests is within what seat requests.
+func fitsIn(seat, member corev1.ResourceList) bool {
+	for name, q := range member {
+		if s, ok := seat[name]; !ok || s.Cmp(q) < 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // sameRequests reports whether a and b request the same quantity of every resource.
