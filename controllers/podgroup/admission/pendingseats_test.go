@@ -30,13 +30,8 @@ func TestUnboundSeatsHoldTheirRoom(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
 	for _, ready := range []bool{false, true} {
 		t.Run(fmt.Sprintf("ready=%v", ready), func(t *testing.T) {
-			old := builders.PodGroup("old", "ml").MinMember(2).Obj()
-			old.UID, old.CreationTimestamp = "uid-old", metav1.NewTime(now.Add(-time.Hour))
-			started := metav1.NewTime(now.Add(-10 * time.Second))
-			old.Status.WaitingSince = &started
-			old.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 2, StartedAt: &started}
-			fresh := builders.PodGroup("new", "ml").MinMember(2).Obj()
-			fresh.UID, fresh.CreationTimestamp = "uid-new", metav1.NewTime(now.Add(-time.Minute))
+			old := provisioningSince(groupAt("old", 2, now.Add(-time.Hour)), now.Add(-10*time.Second), 2)
+			fresh := groupAt("new", 2, now.Add(-time.Minute))
 			node := builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj()
 			node.CreationTimestamp = metav1.NewTime(now.Add(-30 * time.Second))
 			if !ready {
@@ -137,8 +132,7 @@ func TestBootingRoomCountedOnce(t *testing.T) {
 	objs := []client.Object{booting}
 	var groups []*berthv1alpha1.PodGroup
 	for i, name := range []string{"a", "b"} {
-		g := builders.PodGroup(name, "ml").MinMember(1).Obj()
-		g.UID, g.CreationTimestamp = types.UID("uid-"+name), metav1.NewTime(now.Add(time.Duration(i-10)*time.Minute))
+		g := groupAt(name, 1, now.Add(time.Duration(i-10)*time.Minute))
 		groups = append(groups, g)
 		objs = append(objs, g, builders.Pod(name+"-0", "ml").Member(name).Gated().GPU(8).WithReleaseTerm(name).Obj())
 	}
@@ -174,14 +168,12 @@ func pinnedRequestSeat(i int) *corev1.Pod {
 func TestBootingRoomKeptOnlyByARequest(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
 	booting := bootingNode(builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), now.Add(-30*time.Second))
-	old := builders.PodGroup("a", "ml").MinMember(1).Obj()
-	old.UID, old.CreationTimestamp = "uid-a", metav1.NewTime(now.Add(-time.Hour))
+	old := groupAt("a", 1, now.Add(-time.Hour))
 	started, finished, retry := metav1.NewTime(now.Add(-20*time.Minute)), metav1.NewTime(now.Add(-10*time.Minute)), metav1.NewTime(now.Add(5*time.Minute))
 	waiting := metav1.NewTime(now.Add(-time.Minute)) // within its schedule timeout
 	old.Status.WaitingSince = &waiting
 	old.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &started, FinishedAt: &finished, RetryAt: &retry}
-	young := builders.PodGroup("b", "ml").MinMember(1).Obj()
-	young.UID, young.CreationTimestamp = "uid-b", metav1.NewTime(now.Add(-time.Minute))
+	young := groupAt("b", 1, now.Add(-time.Minute))
 	objs := []client.Object{booting, old, young,
 		builders.Pod("a-0", "ml").Member("a").Gated().GPU(8).WithReleaseTerm("a").Obj(),
 		builders.Pod("b-0", "ml").Member("b").Gated().GPU(8).WithReleaseTerm("b").Obj()}
@@ -194,6 +186,22 @@ func TestBootingRoomKeptOnlyByARequest(t *testing.T) {
 	if p := got.Status.Provisioning; p != nil {
 		t.Errorf("gang b asked for %d seats, want none: the booting node is room on its way for it", p.Seats)
 	}
+}
+
+// groupAt is PodGroup name in namespace ml of minMember members, UID uid-<name>, created at
+// created.
+func groupAt(name string, minMember int32, created time.Time) *berthv1alpha1.PodGroup {
+	g := builders.PodGroup(name, "ml").MinMember(minMember).Obj()
+	g.UID, g.CreationTimestamp = types.UID("uid-"+name), metav1.NewTime(created)
+	return g
+}
+
+// provisioningSince is g waiting and provisioning since started: attempt 1, seats seats.
+func provisioningSince(g *berthv1alpha1.PodGroup, started time.Time, seats int32) *berthv1alpha1.PodGroup {
+	at := metav1.NewTime(started)
+	g.Status.WaitingSince = &at
+	g.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: seats, StartedAt: &at}
+	return g
 }
 
 // bootingNode is node n created at created and not Ready yet: a node Karpenter launched, booting.
@@ -274,13 +282,8 @@ func TestNotStoodFor(t *testing.T) {
 // (where none was left), the leader's was not, and the younger gang counted on it.
 func TestBootingRoomKeptForTheMembersWithoutASeat(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
-	old := builders.PodGroup("old", "ml").MinMember(2).Obj()
-	old.UID, old.CreationTimestamp = "uid-old", metav1.NewTime(now.Add(-time.Hour))
-	started := metav1.NewTime(now.Add(-10 * time.Second))
-	old.Status.WaitingSince = &started
-	old.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &started}
-	young := builders.PodGroup("young", "ml").MinMember(1).Obj()
-	young.UID, young.CreationTimestamp = "uid-young", metav1.NewTime(now.Add(-time.Minute))
+	old := provisioningSince(groupAt("old", 2, now.Add(-time.Hour)), now.Add(-10*time.Second), 1)
+	young := groupAt("young", 1, now.Add(-time.Minute))
 	seat := builders.Pod(seatName(old, 1, 0), "berth-system").Label(berthv1alpha1.SeatOfLabel, string(old.UID)).GPU(8).Obj()
 	seat.Annotations = map[string]string{berthv1alpha1.SeatForMemberAnnotation: "old-worker"}
 	objs := []client.Object{old, young, seat,
