@@ -307,3 +307,49 @@ func TestBootingRoomKeptForTheMembersWithoutASeat(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumedRequestsBootingRoomIsTheGangs: Kueue admitted a gang's job on a
+// ProvisioningRequest whose seats are not bound yet: their nodes are coming up. The gang does
+// not fit the Ready nodes and judges what it lacks counting the booting ones — where the
+// request's seats, which stand for its members, hold the room. It asks Karpenter for nothing:
+// judged with the request's seats holding that room against it, it asked for a second batch
+// of the capacity the request had already brought. A gang that does not consume the request
+// finds the room held and asks for its own.
+func TestConsumedRequestsBootingRoomIsTheGangs(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
+	for _, tc := range []struct {
+		name    string
+		consume bool
+		want    int32
+	}{
+		{name: "the gang consumes the request", consume: true, want: 0},
+		{name: "another gang", consume: false, want: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := groupAt("g", 2, now.Add(-10*time.Minute))
+			objs := []client.Object{g}
+			for i := range 2 {
+				n := bootingNode(builders.Node(fmt.Sprintf("n%d", i)).GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), now.Add(-30*time.Second))
+				m := builders.Pod(fmt.Sprintf("g-%d", i), "ml").Member("g").Gated().GPU(8).WithReleaseTerm("g").Obj()
+				m.UID = types.UID(fmt.Sprintf("uid-%d", i))
+				if tc.consume {
+					m.Annotations = map[string]string{autoscalingv1.ProvisioningRequestPodAnnotationKey: "train-1"}
+				}
+				objs = append(objs, n, requestSeat(i), m)
+			}
+			r, base := provisioningHarness(t, objs...)
+			cycleOnce(t, r)
+			var got berthv1alpha1.PodGroup
+			if err := base.Get(context.Background(), client.ObjectKeyFromObject(g), &got); err != nil {
+				t.Fatal(err)
+			}
+			var seats int32
+			if p := got.Status.Provisioning; p != nil {
+				seats = p.Seats
+			}
+			if seats != tc.want {
+				t.Errorf("the gang asked for %d seats, want %d (provisioning %+v)", seats, tc.want, got.Status.Provisioning)
+			}
+		})
+	}
+}

@@ -154,11 +154,12 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	want, seatsFrom := int(p.Seats), sf
 	cy.countingBooting(g)
 	grown, n, ok := attemptGrowth(cy.bootingSnapshot(), gang, g, gv.seats)
-	if pending := unbound(gv.seats); ok && len(pending) > 0 {
-		// Its own seats not bound yet sit where the booting snapshot guessed they bind, which
-		// may be room the gang's members counted on: judged again without them (only then — a
-		// copy of the snapshot per gang per cycle — as the room they hold can only lower what
-		// the gang lacks).
+	if pending := unbound(gv.holding()); ok && len(pending) > 0 {
+		// Its own seats not bound yet (and those a ProvisioningRequest its members consume
+		// booked for it) sit where the booting snapshot guessed they bind, which may be room
+		// the gang's members counted on: judged again without them (only then — a copy of the
+		// snapshot per gang per cycle — as the room they hold can only lower what the gang
+		// lacks).
 		grown, n, ok = attemptGrowth(cy.bootingSnapshot().Without(pending), gang, g, gv.seats)
 	}
 	if ok {
@@ -193,7 +194,11 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 // finishes it instead of starting another), then creates every seat at once.
 func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, gang scheduling.Gang, placeReason string) (time.Duration, error) {
 	g, p := gv.group, gv.group.Status.Provisioning
-	sf, ok := scheduling.ComputeShortfall(cy.bootingSnapshot().Without(unbound(gv.seats)), gang)
+	// The seats not bound yet that hold room for the gang — its own, left from an attempt, and
+	// those of a ProvisioningRequest its members consume — stand for capacity on its way to
+	// it: judged with them holding that room against it, a gang whose request's nodes were
+	// coming up asked Karpenter for the same capacity again.
+	sf, ok := scheduling.ComputeShortfall(cy.bootingSnapshot().Without(unbound(gv.holding())), gang)
 	if !ok {
 		return 0, nil
 	}
