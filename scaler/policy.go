@@ -86,6 +86,9 @@ type Decision struct {
 	// nothing learned); Forecast the demand it sized for.
 	Capacity float64
 	Forecast Forecast
+	// Unattainable is the share of requests the SLO signal judged its fleet without: those it
+	// misses however many replicas serve them (FleetModel.Unattainable; 0: none that matters).
+	Unattainable float64
 	// Headroom is how many of the SLO signal's replicas are burst headroom: those it asks for
 	// beyond what the demand expected, the demand now or the surge the last scrape proves
 	// (Forecast.Surge) needs (the same floors and holds), warm seats included; a burst under
@@ -199,6 +202,7 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 		if s == SignalSLO {
 			sd, fc, carry, serving := decideSLO(o, t, headroom, d.Current, d.Partial)
 			d.Capacity, d.Forecast = carry, fc
+			d.Unattainable = o.Model.Unattainable(t.SLO.Attainment)
 			if sd.Held == "" {
 				d.Headroom = max(0, sd.Desired-serving)
 			}

@@ -104,12 +104,101 @@ type FleetModel struct {
 	// after a silence longer than demandHistory emptied it): the fleet the scaler found
 	// (Forecast.Inherited).
 	inherited int
+	// floor is the share of requests the fleet misses without a queue (Unattainable).
+	floor missFloor
+}
+
+// missFloor measures the share of requests that miss the SLO however many replicas serve them
+// — prompts whose prefill alone takes longer than the TTFT objective on an idle replica, a
+// share the fleet's traffic sets and no scale-up lowers: per block of floorBlockSpan, the
+// misses of the fleet windows judged in it, kept for a block in which no window had a queue.
+type missFloor struct {
+	// start is the block's start; requests and misses its windows' first tokens and misses
+	// (windows overlap: a share, not a count); queued says a window of it had a queue.
+	start            time.Time
+	requests, misses float64
+	queued           bool
+	// blocks are the shares of the quiet blocks of the last demandHistory, oldest first.
+	blocks []floorBlock
+}
+
+// floorBlock is one quiet block's share of requests that missed the SLO.
+type floorBlock struct {
+	at    time.Time
+	share float64
+}
+
+// Blocks of the miss floor: long enough to hold a few hundred requests of a small fleet, short
+// enough that a day holds many, and that the calmest of them saw little load.
+const (
+	floorBlockSpan   = 10 * time.Minute
+	floorMinRequests = 200
+	floorMinBlocks   = 3
+)
+
+// add folds one fleet window (n first tokens, missed of them missed the SLO, queued: requests
+// waited through it) into the block of now.
+func (f *missFloor) add(now time.Time, n, missed float64, queued bool) {
+	if !f.start.IsZero() && now.Sub(f.start) >= floorBlockSpan {
+		if !f.queued && f.requests >= floorMinRequests {
+			f.blocks = append(f.blocks, floorBlock{at: f.start, share: f.misses / f.requests})
+		}
+		f.start, f.requests, f.misses, f.queued = time.Time{}, 0, 0, false
+	}
+	if f.start.IsZero() {
+		f.start = now
+	}
+	f.requests += n
+	f.misses += missed
+	f.queued = f.queued || queued
+	drop := 0
+	for drop < len(f.blocks) && now.Sub(f.blocks[drop].at) > demandHistory {
+		drop++
+	}
+	f.blocks = f.blocks[drop:]
+}
+
+// share is the smallest share of the quiet blocks kept, once there are floorMinBlocks (0
+// before): the calmest block's misses are those no load made. One block alone is whatever load
+// it had: on an hour's trace with a 1 s objective, the first quiet block missed 8.8 % where
+// 7.1 % of the requests were out of reach, and the fleet judged on the rest missed twice the
+// attainable requests.
+func (f *missFloor) share() float64 {
+	if len(f.blocks) < floorMinBlocks {
+		return 0
+	}
+	low := f.blocks[0].share
+	for _, b := range f.blocks[1:] {
+		low = min(low, b.share)
+	}
+	return low
+}
+
+// Unattainable is the share of requests the fleet misses however many replicas serve them, as
+// far as it matters to the attainment target attain: the share the calmest block without a
+// queue of the last day missed, where it is more than half what the target allows — a fleet
+// judged on the target over every request could then meet it on no window and learned its
+// capacity only downwards (a 1 s TTFT objective over conversation prompts, 8.5 % of which
+// prefill for longer: 1.6× the GPU-hours a day without bursts needed) — and 0 below that,
+// where a calm block's misses may be load as much as prompts.
+func (m *FleetModel) Unattainable(attain float64) float64 {
+	if m == nil {
+		return 0
+	}
+	if attain <= 0 {
+		attain = DefaultSLOAttainment
+	}
+	if u := m.floor.share(); u > (1-attain)/2 {
+		return u
+	}
+	return 0
 }
 
 // Clone is a copy of m that shares nothing with it.
 func (m *FleetModel) Clone() FleetModel {
 	c := *m
 	c.demand = slices.Clone(m.demand)
+	c.floor.blocks = slices.Clone(m.floor.blocks)
 	return c
 }
 
@@ -154,7 +243,13 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 	}
 	if fw, n, ok := fleetWindow(o.Windows); ok {
 		rate := fw.Finished / fw.Span.Seconds() / float64(n)
-		good, bad := judge(fw.TTFT.Total(), fw.within(slo), attain)
+		within := fw.within(slo)
+		// The target is over the requests the fleet can serve within the SLO: the share that
+		// no replica could is the window's whatever its load (judged before this window adds
+		// to it).
+		u := m.Unattainable(attain)
+		m.floor.add(now, fw.TTFT.Total(), (1-within)*fw.TTFT.Total(), fw.Waiting > 0)
+		good, bad := judge(fw.TTFT.Total(), within, attain*(1-u))
 		switch {
 		case !good && !bad: // neither clearly within the SLO nor clearly over it: no lesson
 		case good:

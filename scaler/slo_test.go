@@ -544,3 +544,94 @@ func BenchmarkSLODecision(b *testing.B) {
 		}
 	}
 }
+
+// TestMissFloor: the share of requests a fleet misses without a queue is measured per block of
+// floorBlockSpan and is the calmest block's of the last day, once floorMinBlocks are there; a
+// block with a queue, or with too few requests to say, is none.
+func TestMissFloor(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	type win struct {
+		n, missed float64
+		queued    bool
+	}
+	calm := []win{{300, 30, false}} // 10 % missed
+	tests := []struct {
+		name   string
+		blocks [][]win // each block's windows, a minute apart; a block starts every floorBlockSpan
+		want   float64
+	}{
+		{name: "no block ended yet", blocks: [][]win{calm}, want: 0},
+		{name: "too few blocks yet", blocks: [][]win{calm, calm, {}}, want: 0},
+		{name: "the calmest block's share", blocks: [][]win{calm, {{300, 24, false}, {300, 24, false}}, {{300, 60, false}}, {}}, want: 0.08},
+		{name: "a block with a queue is no floor", blocks: [][]win{calm, calm, calm, {{300, 3, false}, {300, 3, true}}, {}}, want: 0.1},
+		{name: "a block of too few requests is no floor", blocks: [][]win{calm, calm, calm, {{100, 0, false}}, {}}, want: 0.1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var f missFloor
+			for i, b := range tc.blocks {
+				start := at.Add(time.Duration(i) * floorBlockSpan)
+				for j, w := range b {
+					f.add(start.Add(time.Duration(j)*time.Minute), w.n, w.missed, w.queued)
+				}
+				if len(b) == 0 { // the last block: a window that ends the one before
+					f.add(start, 0, 0, false)
+				}
+			}
+			if got := f.share(); math.Abs(got-tc.want) > 1e-9 {
+				t.Errorf("share = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// A day later the blocks are gone: the traffic may have changed.
+	var f missFloor
+	for i := range floorMinBlocks + 1 {
+		f.add(at.Add(time.Duration(i)*floorBlockSpan), 300, 30, false)
+	}
+	if got := f.share(); math.Abs(got-0.1) > 1e-9 {
+		t.Fatalf("share = %v, want 0.1", got)
+	}
+	f.add(at.Add(demandHistory+time.Duration(floorMinBlocks+1)*floorBlockSpan), 300, 30, false)
+	if got := f.share(); got != 0 {
+		t.Errorf("a day after its blocks: share = %v, want 0", got)
+	}
+}
+
+// TestLearnJudgesTheRequestsAReplicaCanServe: with a 1 s first-token objective 8 % of
+// conversation prompts prefill for longer on an idle replica. Judged on every request, no
+// window met a 99 % target, the capacity was only ever lowered and the fleet grew to its
+// maximum; judged net of the share the fleet misses without a queue, the fleet's calm windows
+// meet it and its loaded ones still miss it. A floor under half what the target allows counts
+// for nothing (a calm block's misses may be load).
+func TestLearnJudgesTheRequestsAReplicaCanServe(t *testing.T) {
+	slo := trig(t, sloTrigger).SLO
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	calm := Observation{Windows: []ReplicaWindow{window(30, 300, 276, 0)}, Arrivals: math.NaN()} // 8 % missed, nothing waits
+	var m FleetModel
+	for i := range 32 { // three whole blocks, then two windows judged with them
+		m.Learn(calm, slo, at.Add(time.Duration(i)*time.Minute))
+	}
+	if u := m.Unattainable(slo.Attainment); math.Abs(u-0.08) > 1e-9 {
+		t.Fatalf("Unattainable = %v, want 0.08", u)
+	}
+	if m.GoodMax != 0.5 {
+		t.Errorf("GoodMax = %v, want 0.5: the calm window meets the SLO once the floor is known", m.GoodMax)
+	}
+	if c := m.Clone(); len(c.floor.blocks) > 0 {
+		c.floor.blocks[0].share = 1
+		if u := m.Unattainable(slo.Attainment); math.Abs(u-0.08) > 1e-9 {
+			t.Errorf("a clone's floor changed the model's: Unattainable = %v", u)
+		}
+	}
+	m.Capacity = 0.6
+	loaded := Observation{Windows: []ReplicaWindow{window(30, 300, 240, 5)}, Arrivals: math.NaN()} // 20 % missed with a queue
+	m.Learn(loaded, slo, at.Add(32*time.Minute))
+	if m.Capacity != 0.55 {
+		t.Errorf("a loaded window beyond the floor: Capacity = %v, want 0.55 (halfway to its 0.5)", m.Capacity)
+	}
+	var low FleetModel
+	low.floor.blocks = []floorBlock{{at: at, share: 0.004}}
+	if u := low.Unattainable(0.99); u != 0 {
+		t.Errorf("a floor of 0.4 %% against a 99 %% target: Unattainable = %v, want 0", u)
+	}
+}

@@ -64,6 +64,10 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "replica_capacity_requests_per_second",
 		Help: "Requests per second one replica carries at the ScaledObject's SLO, as berth has learned it from the replicas' windows (0: not learned yet; the SLO signal holds the fleet).",
 	}, []string{labelNamespace, labelScaledObject})
+	unattainableRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "unattainable_ratio",
+		Help: "The share of requests the SLO signal judges its fleet without: those the fleet missed in its calmest 10 minutes without a queue of the last day (prompts no replica prefills within the TTFT objective), counted where it is more than half what sloAttainment allows (0: none that matters). The attainment target holds for the rest.",
+	}, []string{labelNamespace, labelScaledObject})
 	demandForecast = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "demand_forecast_requests_per_second",
 		Help: "The demand the SLO signal sized the fleet for, in requests per second: the demand expected one cold start ahead (baseline, trend and the share of a deviation that persists), or the baseline and its trend times the burst headroom where that is more.",
@@ -118,7 +122,7 @@ var (
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{requestDuration, scrapeDuration, scrapeErrors, evaluationErrors, signalValue, signalTarget,
 		desiredReplicas, currentReplicas, readyReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active, held, heldSeconds,
-		startupTimeout, stalledReplicas, replicaCapacity, demandForecast, demandHeadroom, headroomReplicas}
+		startupTimeout, stalledReplicas, replicaCapacity, unattainableRatio, demandForecast, demandHeadroom, headroomReplicas}
 }
 
 // ObserveScrape records one scrape or query of source.
@@ -179,7 +183,7 @@ func (s *series) expire(before time.Time) {
 		delete(s.heldSince, k)
 		match := prometheus.Labels{labelNamespace: k[0], labelScaledObject: k[1]}
 		for _, v := range []*prometheus.GaugeVec{signalValue, signalTarget, desiredReplicas, currentReplicas, readyReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active,
-			held, heldSeconds, startupTimeout, stalledReplicas, replicaCapacity, demandForecast, demandHeadroom, headroomReplicas} {
+			held, heldSeconds, startupTimeout, stalledReplicas, replicaCapacity, unattainableRatio, demandForecast, demandHeadroom, headroomReplicas} {
 			v.DeletePartialMatch(match)
 		}
 		evaluationErrors.DeletePartialMatch(match)
@@ -196,6 +200,7 @@ func record(ns, name string, t *scaler.Trigger, d scaler.Decision, o scaler.Obse
 	desiredReplicas.WithLabelValues(ns, name).Set(float64(d.Desired))
 	if t.SLO.TTFT > 0 {
 		replicaCapacity.WithLabelValues(ns, name).Set(d.Capacity)
+		unattainableRatio.WithLabelValues(ns, name).Set(d.Unattainable)
 		demandForecast.WithLabelValues(ns, name).Set(d.Forecast.Rate())
 		demandHeadroom.WithLabelValues(ns, name).Set(d.Forecast.Headroom)
 		headroomReplicas.WithLabelValues(ns, name).Set(float64(d.Headroom))
