@@ -86,9 +86,9 @@ type Decision struct {
 	// nothing learned); Forecast the demand it sized for.
 	Capacity float64
 	Forecast Forecast
-	// Unattainable is the share of requests the SLO signal judged its fleet without: those it
-	// misses however many replicas serve them (FleetModel.Unattainable; 0: none that matters).
-	Unattainable float64
+	// MissFloor is the share of first tokens the SLO signal's fleet misses the TTFT objective
+	// for when nothing loads it (FleetModel.MissFloor; 0: not measured yet).
+	MissFloor float64
 	// Headroom is how many of the SLO signal's replicas are burst headroom: those it asks for
 	// beyond what the demand expected, the demand now or the surge the last scrape proves
 	// (Forecast.Surge) needs (the same floors and holds), warm seats included; a burst under
@@ -202,7 +202,7 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 		if s == SignalSLO {
 			sd, fc, carry, serving := decideSLO(o, t, headroom, d.Current, d.Partial)
 			d.Capacity, d.Forecast = carry, fc
-			d.Unattainable = o.Model.Unattainable(t.SLO.Attainment)
+			d.MissFloor = o.Model.MissFloor()
 			if sd.Held == "" {
 				d.Headroom = max(0, sd.Desired-serving)
 			}

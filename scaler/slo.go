@@ -1,6 +1,7 @@
 package scaler
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -108,13 +109,18 @@ type FleetModel struct {
 	floor missFloor
 }
 
-// missFloor measures the share of requests that miss the SLO however many replicas serve them
-// — prompts whose prefill alone takes longer than the TTFT objective on an idle replica, a
-// share the fleet's traffic sets and no scale-up lowers: per block of floorBlockSpan, the
-// misses of the fleet windows judged in it, kept for a block in which no window had a queue.
+// missFloor measures the share of requests whose first token misses the TTFT objective
+// however many replicas serve them — prompts whose prefill alone takes longer than the
+// objective on an idle replica, a share the fleet's traffic sets and no scale-up lowers: per
+// block of floorBlockSpan, the first tokens of the fleet windows judged in it and those over
+// the objective, kept for a block in which no window had a queue.
 type missFloor struct {
-	// start is the block's start; requests and misses its windows' first tokens and misses
-	// (windows overlap: a share, not a count); queued says a window of it had a queue.
+	// ttft is the objective the blocks were measured against, in seconds: another one starts
+	// them over.
+	ttft float64
+	// start is the block's start; requests and misses its first tokens and those over the
+	// objective, each window's weighted by the share of its span no window before it held;
+	// queued says a window of it had a queue.
 	start            time.Time
 	requests, misses float64
 	queued           bool
@@ -122,26 +128,45 @@ type missFloor struct {
 	blocks []floorBlock
 }
 
-// floorBlock is one quiet block's share of requests that missed the SLO.
+// floorBlock is one quiet block's share of first tokens over the TTFT objective, of requests
+// first tokens.
 type floorBlock struct {
-	at    time.Time
-	share float64
+	at              time.Time
+	share, requests float64
 }
 
 // Blocks of the miss floor: long enough to hold a few hundred requests of a small fleet, short
-// enough that a day holds many, and that the calmest of them saw little load.
+// enough that a day holds many, and that the calmest of them saw little load; the most of the
+// requests it leaves out of a window's judgement.
 const (
 	floorBlockSpan   = 10 * time.Minute
 	floorMinRequests = 200
 	floorMinBlocks   = 3
+	// maxUnattainable is the largest share left out: an objective a quarter of the requests
+	// miss on idle replicas is no objective a fleet's size serves, and a fleet judged on the
+	// rest of it would learn a capacity out of any bound.
+	maxUnattainable = 0.25
 )
 
-// add folds one fleet window (n first tokens, missed of them missed the SLO, queued: requests
-// waited through it) into the block of now.
+// age drops the blocks older than demandHistory at now, and every block measured against
+// another TTFT objective than ttft (a changed trigger).
+func (f *missFloor) age(now time.Time, ttft float64) {
+	if f.ttft != ttft {
+		*f = missFloor{ttft: ttft}
+	}
+	drop := 0
+	for drop < len(f.blocks) && now.Sub(f.blocks[drop].at) > demandHistory {
+		drop++
+	}
+	f.blocks = f.blocks[drop:]
+}
+
+// add folds one fleet window (n first tokens, missed of them over the objective, queued:
+// requests waited through it) into the block of now.
 func (f *missFloor) add(now time.Time, n, missed float64, queued bool) {
 	if !f.start.IsZero() && now.Sub(f.start) >= floorBlockSpan {
 		if !f.queued && f.requests >= floorMinRequests {
-			f.blocks = append(f.blocks, floorBlock{at: f.start, share: f.misses / f.requests})
+			f.blocks = append(f.blocks, floorBlock{at: f.start, share: f.misses / f.requests, requests: f.requests})
 		}
 		f.start, f.requests, f.misses, f.queued = time.Time{}, 0, 0, false
 	}
@@ -151,44 +176,53 @@ func (f *missFloor) add(now time.Time, n, missed float64, queued bool) {
 	f.requests += n
 	f.misses += missed
 	f.queued = f.queued || queued
-	drop := 0
-	for drop < len(f.blocks) && now.Sub(f.blocks[drop].at) > demandHistory {
-		drop++
-	}
-	f.blocks = f.blocks[drop:]
 }
 
-// share is the smallest share of the quiet blocks kept, once there are floorMinBlocks (0
-// before): the calmest block's misses are those no load made. One block alone is whatever load
-// it had: on an hour's trace with a 1 s objective, the first quiet block missed 8.8 % where
-// 7.1 % of the requests were out of reach, and the fleet judged on the rest missed twice the
-// attainable requests.
+// share is the share of first tokens over the objective in the calmest quarter of the quiet
+// blocks kept (at least one), pooled, once there are floorMinBlocks (0 before): the calmest
+// blocks' misses are those no load made. One block alone is whatever load it had: on an hour's
+// trace with a 1 s objective, the first quiet block missed 8.8 % where 7.1 % of the requests
+// were out of reach, and the fleet judged on the rest missed twice the attainable requests.
+// The smallest block alone sinks with every block a day adds (the least of 144 noisy shares
+// lies 2.6 of their deviations below their level): the floor fell over a fleet's first day,
+// its target tightened, and the fleet's peak grew from 50 replicas to 60 on the days after.
 func (f *missFloor) share() float64 {
 	if len(f.blocks) < floorMinBlocks {
 		return 0
 	}
-	low := f.blocks[0].share
-	for _, b := range f.blocks[1:] {
-		low = min(low, b.share)
+	calm := slices.Clone(f.blocks)
+	slices.SortFunc(calm, func(a, b floorBlock) int { return cmp.Compare(a.share, b.share) })
+	calm = calm[:max(1, len(calm)/4)]
+	var requests, misses float64
+	for _, b := range calm {
+		requests += b.requests
+		misses += b.share * b.requests
 	}
-	return low
+	return misses / requests
 }
 
-// Unattainable is the share of requests the fleet misses however many replicas serve them, as
-// far as it matters to the attainment target attain: the share the calmest block without a
-// queue of the last day missed, where it is more than half what the target allows — a fleet
-// judged on the target over every request could then meet it on no window and learned its
-// capacity only downwards (a 1 s TTFT objective over conversation prompts, 8.5 % of which
-// prefill for longer: 1.6× the GPU-hours a day without bursts needed) — and 0 below that,
-// where a calm block's misses may be load as much as prompts.
-func (m *FleetModel) Unattainable(attain float64) float64 {
+// MissFloor is the share of first tokens the fleet misses the TTFT objective for when nothing
+// loads it: the calmest quarter of the quiet blocks of the last day, pooled (0 until there are
+// floorMinBlocks).
+func (m *FleetModel) MissFloor() float64 {
 	if m == nil {
 		return 0
 	}
+	return m.floor.share()
+}
+
+// Unattainable is the share of requests left out of a window's TTFT judgement for the
+// attainment target attain: the miss floor, where it is more than half what the target allows
+// and at most maxUnattainable — a fleet judged on the target over every request could then
+// meet it on no window and learned its capacity only downwards (a 1 s TTFT objective over
+// conversation prompts, 8.5 % of which prefill for longer: 1.6× the GPU-hours a day without
+// bursts needed) — and 0 otherwise: under half, a calm block's misses may be load as much as
+// prompts; over the bound, the objective is out of reach and every request counts, as before.
+func (m *FleetModel) Unattainable(attain float64) float64 {
 	if attain <= 0 {
 		attain = DefaultSLOAttainment
 	}
-	if u := m.floor.share(); u > (1-attain)/2 {
+	if u := m.MissFloor(); u > (1-attain)/2 && u <= maxUnattainable {
 		return u
 	}
 	return 0
@@ -243,13 +277,18 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 	}
 	if fw, n, ok := fleetWindow(o.Windows); ok {
 		rate := fw.Finished / fw.Span.Seconds() / float64(n)
-		within := fw.within(slo)
-		// The target is over the requests the fleet can serve within the SLO: the share that
-		// no replica could is the window's whatever its load (judged before this window adds
-		// to it).
+		// The target is over the requests a replica can serve within the TTFT objective: the
+		// share that none could is the window's whatever its load (judged before this window
+		// adds to it). Windows overlap: each adds the share of its span no window before it
+		// held, so a block counts each request about once.
+		m.floor.age(now, slo.TTFT)
 		u := m.Unattainable(attain)
-		m.floor.add(now, fw.TTFT.Total(), (1-within)*fw.TTFT.Total(), fw.Waiting > 0)
-		good, bad := judge(fw.TTFT.Total(), within, attain*(1-u))
+		firsts, weight := fw.TTFT.Total(), 1.0
+		if !m.last.IsZero() && now.Sub(m.last) < fw.Span {
+			weight = now.Sub(m.last).Seconds() / fw.Span.Seconds()
+		}
+		m.floor.add(now, weight*firsts, weight*firsts*(1-fw.TTFT.FractionAtOrBelowBound(slo.TTFT)), fw.Waiting > 0)
+		good, bad := judge(firsts, fw.within(slo, u), attain)
 		switch {
 		case !good && !bad: // neither clearly within the SLO nor clearly over it: no lesson
 		case good:
@@ -357,7 +396,8 @@ func fleetWindow(ws []ReplicaWindow) (fw ReplicaWindow, n int, ok bool) {
 // within is the fraction of the window's requests that met the SLO, as far as vLLM's
 // histograms tell. The TTFT part is the fraction of first tokens at or below the histogram's
 // first bucket bound at or above the objective (Histogram.FractionAtOrBelowBound: an objective
-// between two bounds is judged at the upper one; docs/scaler.md). The ITL objective is on a
+// between two bounds is judged at the upper one; docs/scaler.md), of the requests a replica
+// can serve within it: the unattainable share (FleetModel.Unattainable) is left out. The ITL objective is on a
 // request's mean time per output token: where the engine reports each request's
 // (vllm:request_time_per_output_token_seconds, TPOT) the fraction within it multiplies the
 // TTFT part (which requests missed both the histograms do not say; at the rates that matter
@@ -366,8 +406,11 @@ func fleetWindow(ws []ReplicaWindow) (fw ReplicaWindow, n int, ok bool) {
 // token, so the objective counts as missed — at the fraction of tokens within it — only once
 // the median token is over it (a fleet whose median token met a 100 ms objective missed it
 // for 4.4 % of its requests on the Azure hour, and learned nothing from it).
-func (w ReplicaWindow) within(slo SLO) float64 {
+func (w ReplicaWindow) within(slo SLO, unattainable float64) float64 {
 	f := w.TTFT.FractionAtOrBelowBound(slo.TTFT)
+	if unattainable > 0 { // of the requests a replica can serve within the TTFT objective
+		f = min(1, f/(1-unattainable))
+	}
 	switch {
 	case slo.ITL <= 0:
 	case w.TPOT.Total() > 0:

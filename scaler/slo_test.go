@@ -134,14 +134,14 @@ func TestWithinITL(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w.TPOT = tc.tpot
-			if got := w.within(slo); math.Abs(got-tc.want) > 1e-9 {
+			if got := w.within(slo, 0); math.Abs(got-tc.want) > 1e-9 {
 				t.Errorf("within = %v, want %v", got, tc.want)
 			}
 		})
 	}
 	w.TTFT = hist([]float64{1, 5}, 90, 90, 100) // 10 first tokens late too
 	w.TPOT = hist(bounds, 50, 96, 100, 100)
-	if got, want := w.within(slo), 0.9*0.96; math.Abs(got-want) > 1e-9 {
+	if got, want := w.within(slo, 0), 0.9*0.96; math.Abs(got-want) > 1e-9 {
 		t.Errorf("late first tokens and slow tokens: within = %v, want %v (either misses it)", got, want)
 	}
 }
@@ -207,7 +207,7 @@ func TestFleetWindowMixedTPOT(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fw, _, ok := fleetWindow(tc.ws)
-			if got := fw.within(slo); !ok || math.Abs(got-tc.want) > 1e-9 {
+			if got := fw.within(slo, 0); !ok || math.Abs(got-tc.want) > 1e-9 {
 				t.Errorf("within = %v (ok %v), want %v", got, ok, tc.want)
 			}
 		})
@@ -545,9 +545,10 @@ func BenchmarkSLODecision(b *testing.B) {
 	}
 }
 
-// TestMissFloor: the share of requests a fleet misses without a queue is measured per block of
-// floorBlockSpan and is the calmest block's of the last day, once floorMinBlocks are there; a
-// block with a queue, or with too few requests to say, is none.
+// TestMissFloor: the share of first tokens a fleet misses the TTFT objective for without a
+// queue is measured per block of floorBlockSpan and is the calmest quarter's of the last day
+// (at least the calmest block), once floorMinBlocks are there; a block with a queue, or with
+// fewer than floorMinRequests first tokens, is none.
 func TestMissFloor(t *testing.T) {
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	type win struct {
@@ -563,8 +564,10 @@ func TestMissFloor(t *testing.T) {
 		{name: "no block ended yet", blocks: [][]win{calm}, want: 0},
 		{name: "too few blocks yet", blocks: [][]win{calm, calm, {}}, want: 0},
 		{name: "the calmest block's share", blocks: [][]win{calm, {{300, 24, false}, {300, 24, false}}, {{300, 60, false}}, {}}, want: 0.08},
+		{name: "the calmest quarter's, pooled", blocks: [][]win{calm, {{300, 15, false}}, calm, calm, {{200, 14, false}}, calm, calm, calm, {}}, want: 29.0 / 500},
 		{name: "a block with a queue is no floor", blocks: [][]win{calm, calm, calm, {{300, 3, false}, {300, 3, true}}, {}}, want: 0.1},
-		{name: "a block of too few requests is no floor", blocks: [][]win{calm, calm, calm, {{100, 0, false}}, {}}, want: 0.1},
+		{name: "a block of fewer first tokens than the least is no floor", blocks: [][]win{calm, calm, calm, {{floorMinRequests - 0.1, 0, false}}, {}}, want: 0.1},
+		{name: "a block of the least first tokens is one", blocks: [][]win{calm, calm, calm, {{floorMinRequests, 0, false}}, {}}, want: 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -583,42 +586,85 @@ func TestMissFloor(t *testing.T) {
 			}
 		})
 	}
-	// A day later the blocks are gone: the traffic may have changed.
-	var f missFloor
-	for i := range floorMinBlocks + 1 {
-		f.add(at.Add(time.Duration(i)*floorBlockSpan), 300, 30, false)
+
+	// A window after a gap ends the block it finds and starts its own; blocks age out after a
+	// day, the calmest first, and all go when the objective changes.
+	f := missFloor{ttft: 1}
+	for i, share := range []float64{0.06, 0.08, 0.1} {
+		f.add(at.Add(time.Duration(i)*floorBlockSpan), 300, 300*share, false)
 	}
-	if got := f.share(); math.Abs(got-0.1) > 1e-9 {
-		t.Fatalf("share = %v, want 0.1", got)
+	f.add(at.Add(5*time.Hour), 300, 27, false) // ends the third block, starts a fourth
+	f.add(at.Add(5*time.Hour+floorBlockSpan), 0, 0, false)
+	if got := f.share(); math.Abs(got-0.06) > 1e-9 || len(f.blocks) != 4 {
+		t.Fatalf("share = %v over %d blocks, want 0.06 over 4", got, len(f.blocks))
 	}
-	f.add(at.Add(demandHistory+time.Duration(floorMinBlocks+1)*floorBlockSpan), 300, 30, false)
-	if got := f.share(); got != 0 {
-		t.Errorf("a day after its blocks: share = %v, want 0", got)
+	f.age(at.Add(demandHistory+time.Minute), 1)
+	if got := f.share(); math.Abs(got-0.08) > 1e-9 {
+		t.Errorf("a day after the calmest block: share = %v, want the next calmest, 0.08", got)
+	}
+	f.age(at.Add(demandHistory+time.Minute), 2)
+	if len(f.blocks) != 0 || f.share() != 0 {
+		t.Errorf("another objective: %d blocks, share %v; want none", len(f.blocks), f.share())
 	}
 }
 
-// TestLearnJudgesTheRequestsAReplicaCanServe: with a 1 s first-token objective 8 % of
+// TestUnattainable: the miss floor is left out of a window's judgement where it is more than
+// half what the attainment target allows and at most maxUnattainable.
+func TestUnattainable(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		floor, attain, want float64
+	}{
+		{floor: 0.004, attain: 0.99, want: 0},
+		{floor: 0.006, attain: 0.99, want: 0.006},
+		{floor: 0.04, attain: 0.9, want: 0},
+		{floor: 0.06, attain: 0.9, want: 0.06},
+		{floor: 0.004, attain: 0, want: 0}, // the default target, 0.99
+		{floor: 0.006, attain: 0, want: 0.006},
+		{floor: 0.25, attain: 0.99, want: 0.25},
+		{floor: 0.3, attain: 0.99, want: 0}, // out of reach: every request counts
+	} {
+		var m FleetModel
+		for i := range floorMinBlocks {
+			m.floor.blocks = append(m.floor.blocks, floorBlock{at: at.Add(time.Duration(i) * floorBlockSpan), share: tc.floor, requests: 300})
+		}
+		if got := m.Unattainable(tc.attain); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("floor %v, target %v: Unattainable = %v, want %v", tc.floor, tc.attain, got, tc.want)
+		}
+	}
+	var none *FleetModel
+	if none.Unattainable(0.99) != 0 || none.MissFloor() != 0 {
+		t.Errorf("a nil model has a floor")
+	}
+}
+
+// TestLearnJudgesTheRequestsAReplicaCanServe: with a 1 s first-token objective 8.5 % of
 // conversation prompts prefill for longer on an idle replica. Judged on every request, no
-// window met a 99 % target, the capacity was only ever lowered and the fleet grew to its
-// maximum; judged net of the share the fleet misses without a queue, the fleet's calm windows
-// meet it and its loaded ones still miss it. A floor under half what the target allows counts
-// for nothing (a calm block's misses may be load).
+// window met a 99 % target and the capacity was only ever lowered; judged on the requests a
+// replica can serve, the fleet's calm windows meet it and its loaded ones still miss it (here
+// a 2 s objective, judged at the histogram's 5 s bound, and 8 % of first tokens past it).
 func TestLearnJudgesTheRequestsAReplicaCanServe(t *testing.T) {
 	slo := trig(t, sloTrigger).SLO
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	calm := Observation{Windows: []ReplicaWindow{window(30, 300, 276, 0)}, Arrivals: math.NaN()} // 8 % missed, nothing waits
 	var m FleetModel
-	for i := range 32 { // three whole blocks, then two windows judged with them
+	for i := range 31 { // three whole blocks: the third ends at minute 30
 		m.Learn(calm, slo, at.Add(time.Duration(i)*time.Minute))
+	}
+	if m.GoodMax != 0 {
+		t.Fatalf("GoodMax = %v, want 0: minute 30 is judged before the block it ends counts", m.GoodMax)
 	}
 	if u := m.Unattainable(slo.Attainment); math.Abs(u-0.08) > 1e-9 {
 		t.Fatalf("Unattainable = %v, want 0.08", u)
 	}
+	m.Learn(calm, slo, at.Add(31*time.Minute))
 	if m.GoodMax != 0.5 {
 		t.Errorf("GoodMax = %v, want 0.5: the calm window meets the SLO once the floor is known", m.GoodMax)
 	}
 	if c := m.Clone(); len(c.floor.blocks) > 0 {
-		c.floor.blocks[0].share = 1
+		for i := range c.floor.blocks {
+			c.floor.blocks[i].share = 0
+		}
 		if u := m.Unattainable(slo.Attainment); math.Abs(u-0.08) > 1e-9 {
 			t.Errorf("a clone's floor changed the model's: Unattainable = %v", u)
 		}
@@ -629,9 +675,24 @@ func TestLearnJudgesTheRequestsAReplicaCanServe(t *testing.T) {
 	if m.Capacity != 0.55 {
 		t.Errorf("a loaded window beyond the floor: Capacity = %v, want 0.55 (halfway to its 0.5)", m.Capacity)
 	}
-	var low FleetModel
-	low.floor.blocks = []floorBlock{{at: at, share: 0.004}}
-	if u := low.Unattainable(0.99); u != 0 {
-		t.Errorf("a floor of 0.4 %% against a 99 %% target: Unattainable = %v, want 0", u)
+}
+
+// TestMissFloorIsTheFirstTokens: requests whose tokens came too slowly are the batch's doing,
+// which the ITL rule lowers the capacity for: they are not in the miss floor, and a fleet whose
+// calm windows miss the ITL objective alone keeps learning from them.
+func TestMissFloorIsTheFirstTokens(t *testing.T) {
+	slo := trig(t, map[string]string{"ttftSLOSeconds": "2", "itlSLOSeconds": "0.1", "coldStartSeconds": "200", "headroomQuantile": "0"}).SLO
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	slow := window(240, 240, 240, 0)                                 // 4/s, every first token within 2 s
+	slow.TPOT = hist([]float64{0.05, 0.1, 0.15}, 100, 180, 240, 240) // a quarter of the requests over 100 ms a token
+	m := FleetModel{Capacity: 6}
+	for i := range 40 {
+		m.Learn(Observation{Windows: []ReplicaWindow{slow}, Arrivals: math.NaN()}, slo, at.Add(time.Duration(i)*time.Minute))
+	}
+	if m.MissFloor() != 0 {
+		t.Errorf("MissFloor = %v, want 0: slow tokens are no first tokens missed", m.MissFloor())
+	}
+	if m.Capacity >= 4.1 {
+		t.Errorf("Capacity = %v, want it lowered towards the 4/s the slow tokens came at", m.Capacity)
 	}
 }

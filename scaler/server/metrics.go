@@ -66,7 +66,7 @@ var (
 	}, []string{labelNamespace, labelScaledObject})
 	unattainableRatio = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "unattainable_ratio",
-		Help: "The share of requests the SLO signal judges its fleet without: those the fleet missed in its calmest 10 minutes without a queue of the last day (prompts no replica prefills within the TTFT objective), counted where it is more than half what sloAttainment allows (0: none that matters). The attainment target holds for the rest.",
+		Help: "The share of first tokens the fleet missed the TTFT objective for in the calmest quarter of its 10-minute blocks without a queue of the last day (0 until three such blocks): prompts no replica prefills within the objective. Where it is more than half what sloAttainment allows and at most 0.25, the SLO signal judges its windows on the other requests.",
 	}, []string{labelNamespace, labelScaledObject})
 	demandForecast = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "demand_forecast_requests_per_second",
@@ -200,7 +200,7 @@ func record(ns, name string, t *scaler.Trigger, d scaler.Decision, o scaler.Obse
 	desiredReplicas.WithLabelValues(ns, name).Set(float64(d.Desired))
 	if t.SLO.TTFT > 0 {
 		replicaCapacity.WithLabelValues(ns, name).Set(d.Capacity)
-		unattainableRatio.WithLabelValues(ns, name).Set(d.Unattainable)
+		unattainableRatio.WithLabelValues(ns, name).Set(d.MissFloor)
 		demandForecast.WithLabelValues(ns, name).Set(d.Forecast.Rate())
 		demandHeadroom.WithLabelValues(ns, name).Set(d.Forecast.Headroom)
 		headroomReplicas.WithLabelValues(ns, name).Set(float64(d.Headroom))
