@@ -206,6 +206,15 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 	if len(sf.Missing) == 0 {
 		return 5 * time.Second, nil // capacity for every member is booting; look again soon
 	}
+	if pending := unbound(gv.booked); len(pending) > 0 {
+		// The ProvisioningRequest its members consume is still bringing capacity: seats not
+		// bound yet, whose nodes may not even be registered (then they hold room nowhere in
+		// the booting snapshot). The members without a place wait for it, as cluster-autoscaler
+		// leaves a request's consumers out of its scale-ups, instead of asking Karpenter for a
+		// second batch; a request that fails removes its seats, and the gang asks for its own.
+		msg := fmt.Sprintf("%d member(s) without a place wait for the capacity of the ProvisioningRequest their pods consume (%d of its seats not bound yet); the gang asks Karpenter for capacity of its own only once those are bound or gone", len(sf.Missing), len(pending))
+		return 5 * time.Second, r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, nil)
+	}
 	switch wrote, err := r.reserve(ctx, g, cy.snap, sf.Nodes); {
 	case err != nil:
 		return 0, err
