@@ -4,12 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -310,41 +308,34 @@ func TestBootingRoomKeptForTheMembersWithoutASeat(t *testing.T) {
 	}
 }
 
-// TestConsumedRequestsBootingRoomIsTheGangs: a gang's pods consume a ProvisioningRequest whose
-// seats are not bound yet (written by hand, without Kueue's gate). Their nodes are coming up:
-// the gang does not fit the Ready nodes and judges what it lacks counting the booting ones,
-// where the request's seats, which stand for its members, hold the room — it asks Karpenter
-// for nothing (judged with the request's seats holding that room against it, it asked for a
-// second batch of the capacity the request had already brought). Their nodes are not
-// registered yet: the request's seats hold room nowhere, and the gang waits for them, saying
-// so, rather than ask for a second batch. A gang that does not consume the request finds the
-// room held and asks for its own.
+// TestConsumedRequestsBootingRoomIsTheGangs: Kueue admitted a gang's job on a
+// ProvisioningRequest whose seats are not bound yet: their nodes are coming up. The gang does
+// not fit the Ready nodes and judges what it lacks counting the booting ones — where the
+// request's seats, which stand for its members, hold the room. It asks Karpenter for nothing:
+// judged with the request's seats holding that room against it, it asked for a second batch
+// of the capacity the request had already brought. A gang that does not consume the request
+// finds the room held and asks for its own.
 func TestConsumedRequestsBootingRoomIsTheGangs(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
 	for _, tc := range []struct {
-		name           string
-		consume, nodes bool
-		want           int32
-		message        string
+		name    string
+		consume bool
+		want    int32
 	}{
-		{name: "the gang consumes the request, its nodes booting", consume: true, nodes: true, want: 0},
-		{name: "the gang consumes the request, no node yet", consume: true, want: 0, message: "wait for the capacity of the ProvisioningRequest"},
-		{name: "another gang, the request's nodes booting", nodes: true, want: 2},
-		{name: "another gang, no node yet", want: 2},
+		{name: "the gang consumes the request", consume: true, want: 0},
+		{name: "another gang", consume: false, want: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			g := groupAt("g", 2, now.Add(-10*time.Minute))
 			objs := []client.Object{g}
 			for i := range 2 {
-				if tc.nodes {
-					objs = append(objs, bootingNode(builders.Node(fmt.Sprintf("n%d", i)).GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), now.Add(-30*time.Second)))
-				}
+				n := bootingNode(builders.Node(fmt.Sprintf("n%d", i)).GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), now.Add(-30*time.Second))
 				m := builders.Pod(fmt.Sprintf("g-%d", i), "ml").Member("g").Gated().GPU(8).WithReleaseTerm("g").Obj()
 				m.UID = types.UID(fmt.Sprintf("uid-%d", i))
 				if tc.consume {
 					m.Annotations = map[string]string{autoscalingv1.ProvisioningRequestPodAnnotationKey: "train-1"}
 				}
-				objs = append(objs, requestSeat(i), m)
+				objs = append(objs, n, requestSeat(i), m)
 			}
 			r, base := provisioningHarness(t, objs...)
 			cycleOnce(t, r)
@@ -359,12 +350,37 @@ func TestConsumedRequestsBootingRoomIsTheGangs(t *testing.T) {
 			if seats != tc.want {
 				t.Errorf("the gang asked for %d seats, want %d (provisioning %+v)", seats, tc.want, got.Status.Provisioning)
 			}
-			if tc.message != "" {
-				c := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
-				if c == nil || !strings.Contains(c.Message, tc.message) {
-					t.Errorf("CapacityProvisioned = %+v, want a message that says %q", c, tc.message)
-				}
-			}
 		})
+	}
+}
+
+// TestConsumedRequestsBoundSeatsAreTheGangs: a gang of four consumes a ProvisioningRequest of
+// two whose seats are bound on Ready nodes. The gang places two members into the seats' room,
+// as its own, and asks Karpenter for the other two — counted against it, the request's bound
+// seats made it ask for four.
+func TestConsumedRequestsBoundSeatsAreTheGangs(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
+	g := groupAt("g", 4, now.Add(-10*time.Minute))
+	objs := []client.Object{g}
+	for i := range 2 {
+		seat := requestSeat(i)
+		seat.Spec.NodeName = fmt.Sprintf("n%d", i)
+		objs = append(objs, builders.Node(seat.Spec.NodeName).GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), seat)
+	}
+	for i := range 4 {
+		m := builders.Pod(fmt.Sprintf("g-%d", i), "ml").Member("g").Gated().GPU(8).WithReleaseTerm("g").Obj()
+		m.UID = types.UID(fmt.Sprintf("uid-%d", i))
+		m.Annotations = map[string]string{autoscalingv1.ProvisioningRequestPodAnnotationKey: "train-1"}
+		objs = append(objs, m)
+	}
+	r, base := provisioningHarness(t, objs...)
+	cycleOnce(t, r) // reserves the nodes its placeable members would use
+	cycleOnce(t, r) // then asks for the rest
+	var got berthv1alpha1.PodGroup
+	if err := base.Get(context.Background(), client.ObjectKeyFromObject(g), &got); err != nil {
+		t.Fatal(err)
+	}
+	if p := got.Status.Provisioning; p == nil || p.Seats != 2 {
+		t.Errorf("the gang's attempt = %+v, want 2 seats (the request's two hold the others' room); conditions %+v", p, got.Status.Conditions)
 	}
 }

@@ -66,6 +66,16 @@ func (o ProvisioningOptions) seatNamespace() string {
 	return o.SeatNamespace
 }
 
+// standingFor are the seats that hold room for the gang when it judges what it lacks counting
+// nodes coming up: its own not bound yet (where the booting snapshot guessed they bind; its
+// bound ones are its attempt's, which attemptGrowth weighs against the attempt's seats) and
+// every seat of a ProvisioningRequest its members consume, bound or not — the gang places into
+// their room as into its own (gangView.holding), and counted against it, a gang of four that
+// consumes a request of two asked Karpenter for four seats once the request's seats had bound.
+func standingFor(gv gangView) []*corev1.Pod {
+	return append(unbound(gv.seats), gv.booked...)
+}
+
 // provisioningTimeoutOf is the gang's bound on one capacity request.
 func provisioningTimeoutOf(g *berthv1alpha1.PodGroup) time.Duration {
 	s := berthv1alpha1.DefaultProvisioningTimeoutSeconds
@@ -154,12 +164,12 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	want, seatsFrom := int(p.Seats), sf
 	cy.countingBooting(g)
 	grown, n, ok := attemptGrowth(cy.bootingSnapshot(), gang, g, gv.seats)
-	if pending := unbound(gv.holding()); ok && len(pending) > 0 {
-		// Its own seats not bound yet (and those a ProvisioningRequest its members consume
-		// booked for it) sit where the booting snapshot guessed they bind, which may be room
-		// the gang's members counted on: judged again without them (only then — a copy of the
-		// snapshot per gang per cycle — as the room they hold can only lower what the gang
-		// lacks).
+	if pending := standingFor(gv); ok && len(pending) > 0 {
+		// Its own seats not bound yet sit where the booting snapshot guessed they bind, and
+		// those a ProvisioningRequest its members consume booked for it hold room for it bound
+		// or not: room the gang's members counted on. Judged again without them (only then — a
+		// copy of the snapshot per gang per cycle — as the room they hold can only lower what
+		// the gang lacks).
 		grown, n, ok = attemptGrowth(cy.bootingSnapshot().Without(pending), gang, g, gv.seats)
 	}
 	if ok {
@@ -194,26 +204,16 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 // finishes it instead of starting another), then creates every seat at once.
 func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, gang scheduling.Gang, placeReason string) (time.Duration, error) {
 	g, p := gv.group, gv.group.Status.Provisioning
-	// The seats not bound yet that hold room for the gang — its own, left from an attempt, and
-	// those of a ProvisioningRequest its members consume — stand for capacity on its way to
-	// it: judged with them holding that room against it, a gang whose request's nodes were
-	// coming up asked Karpenter for the same capacity again.
-	sf, ok := scheduling.ComputeShortfall(cy.bootingSnapshot().Without(unbound(gv.holding())), gang)
+	// The seats that hold room for the gang stand for capacity on its way to it: judged with
+	// them holding that room against it, a gang whose request's nodes were coming up, or had
+	// come, asked Karpenter for the same capacity again.
+	sf, ok := scheduling.ComputeShortfall(cy.bootingSnapshot().Without(standingFor(gv)), gang)
 	if !ok {
 		return 0, nil
 	}
 	cy.countingBooting(g)
 	if len(sf.Missing) == 0 {
 		return 5 * time.Second, nil // capacity for every member is booting; look again soon
-	}
-	if pending := unbound(gv.booked); len(pending) > 0 {
-		// The ProvisioningRequest its members consume is still bringing capacity: seats not
-		// bound yet, whose nodes may not even be registered (then they hold room nowhere in
-		// the booting snapshot). The members without a place wait for it, as cluster-autoscaler
-		// leaves a request's consumers out of its scale-ups, instead of asking Karpenter for a
-		// second batch; a request that fails removes its seats, and the gang asks for its own.
-		msg := fmt.Sprintf("%d member(s) without a place wait for the capacity of the ProvisioningRequest their pods consume (%d of its seats not bound yet); the gang asks Karpenter for capacity of its own only once those are bound or gone", len(sf.Missing), len(pending))
-		return 5 * time.Second, r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, nil)
 	}
 	switch wrote, err := r.reserve(ctx, g, cy.snap, sf.Nodes); {
 	case err != nil:
