@@ -135,14 +135,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	var pr autoscalingv1.ProvisioningRequest
 	if err := r.client.Get(ctx, req.NamespacedName, &pr); err != nil {
 		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, r.sweep(ctx, req.NamespacedName)
+			return reconcile.Result{}, r.sweep(ctx, req.NamespacedName, "")
 		}
 		return reconcile.Result{}, fmt.Errorf("reading ProvisioningRequest %s: %w", req.NamespacedName, err)
 	}
+	// A request deleted and created again under its name before this controller saw it gone
+	// left the seats of the one before: they go now (they hold nodes nobody asked for, and gang
+	// admission reads seats by the request's name).
+	stale := r.sweep(ctx, req.NamespacedName, pr.UID)
 	switch pr.Spec.ProvisioningClassName {
 	case autoscalingv1.ProvisioningClassCheckCapacity, autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp:
 	default:
-		return reconcile.Result{}, nil // another provisioner's class
+		return reconcile.Result{}, stale // another provisioner's class
 	}
 	// The request decides on the ledger's view and records the seats it pins before gang
 	// admission (or another request) decides again: no GPU is promised twice.
@@ -150,13 +154,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 	defer r.opts.Ledger.Unlock()
 	o, err := r.observe(ctx, &pr)
 	if errors.Is(err, errTemplateNotYet) {
-		return reconcile.Result{RequeueAfter: time.Second}, nil
+		return reconcile.Result{RequeueAfter: time.Second}, stale
 	}
 	if err != nil {
-		return reconcile.Result{}, err
+		return reconcile.Result{}, errors.Join(stale, err)
 	}
 	p := decide(o, timing{booking: r.opts.BookingTime, expiration: DefaultExpiration, provisioning: r.opts.ProvisioningTimeout})
-	if err := r.act(ctx, &pr, p); err != nil {
+	if err := errors.Join(stale, r.act(ctx, &pr, p)); err != nil {
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: p.requeue}, nil
@@ -341,8 +345,9 @@ func (r *Reconciler) act(ctx context.Context, pr *autoscalingv1.ProvisioningRequ
 	return errors.Join(errs...)
 }
 
-// sweep deletes the seats of a request that no longer exists.
-func (r *Reconciler) sweep(ctx context.Context, key types.NamespacedName) error {
+// sweep deletes the seats that name request key but not its UID current (every seat of key
+// when current is empty: the request no longer exists).
+func (r *Reconciler) sweep(ctx context.Context, key types.NamespacedName, current types.UID) error {
 	var seats corev1.PodList
 	if err := r.client.List(ctx, &seats, client.InNamespace(r.opts.SeatNamespace), client.HasLabels{berthv1alpha1.SeatForProvisioningRequestLabel}); err != nil {
 		return fmt.Errorf("listing seats of ProvisioningRequests: %w", err)
@@ -350,11 +355,12 @@ func (r *Reconciler) sweep(ctx context.Context, key types.NamespacedName) error 
 	var errs []error
 	for i := range seats.Items {
 		s := &seats.Items[i]
-		if s.Annotations[berthv1alpha1.SeatForProvisioningRequestAnnotation] != key.String() {
+		if s.Annotations[berthv1alpha1.SeatForProvisioningRequestAnnotation] != key.String() || s.DeletionTimestamp != nil ||
+			(current != "" && s.Labels[berthv1alpha1.SeatForProvisioningRequestLabel] == string(current)) {
 			continue
 		}
-		if err := r.client.Delete(ctx, s); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("deleting seat %s of deleted ProvisioningRequest %s: %w", s.Name, key, err))
+		if err := r.client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, fmt.Errorf("deleting seat %s of a deleted ProvisioningRequest %s: %w", s.Name, key, err))
 		}
 	}
 	return errors.Join(errs...)
