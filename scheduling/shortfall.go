@@ -224,6 +224,31 @@ func (s *Snapshot) Without(pods []*corev1.Pod) *Snapshot {
 	return c
 }
 
+// Holding are those of pods that count against a node of the snapshot — bound, assumed or
+// reserved there — in their order. A pod placed nowhere (a seat whose node has not registered
+// yet) holds no room the snapshot knows of.
+func (s *Snapshot) Holding(pods []*corev1.Pod) []*corev1.Pod {
+	want := make(map[*corev1.Pod]bool, len(pods))
+	for _, p := range pods {
+		want[p] = true
+	}
+	held := map[*corev1.Pod]bool{}
+	for _, n := range s.nodes {
+		for _, p := range n.pods {
+			if want[p] {
+				held[p] = true
+			}
+		}
+	}
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if held[p] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // holdsOne reports whether node n, empty, has room for one member of class c.
 func holdsOne(n *NodeState, c *class) bool {
 	for _, t := range c.terms {

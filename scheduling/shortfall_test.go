@@ -180,6 +180,25 @@ func TestComputeShortfall(t *testing.T) {
 	}
 }
 
+// TestHolding: the pods that count on a node — bound there, or reserved by ReservePartial — and
+// not those placed nowhere.
+func TestHolding(t *testing.T) {
+	bound := builders.Pod("bound", "ml").GPU(8).Obj()
+	snap := scheduling.NewSnapshot([]*corev1.Node{builders.Node("a").GPU(8).Obj(), builders.Node("b").GPU(8).Obj()},
+		[]scheduling.PodOnNode{{Pod: bound, Node: "a"}}, nil)
+	reserved, nowhere := builders.Pod("reserved", "ml").GPU(8).Obj(), builders.Pod("nowhere", "ml").GPU(8).Obj()
+	if n := snap.ReservePartial(scheduling.Gang{Members: []*corev1.Pod{reserved, nowhere}}); n != 1 {
+		t.Fatalf("reserved %d, want 1 (one node free)", n)
+	}
+	got := snap.Holding([]*corev1.Pod{nowhere, reserved, bound})
+	if len(got) != 2 || got[0] != reserved || got[1] != bound {
+		t.Errorf("holding %v, want [reserved bound]", got)
+	}
+	if got := snap.Without([]*corev1.Pod{bound}).Holding([]*corev1.Pod{bound}); len(got) != 0 {
+		t.Errorf("a pod left out by Without still holds room: %v", got)
+	}
+}
+
 func TestWithoutFreesCapacity(t *testing.T) {
 	seat := builders.Pod("seat", "ml").GPU(8).Obj()
 	snap := scheduling.NewSnapshot([]*corev1.Node{builders.Node("a").GPU(8).Obj()},

@@ -18,15 +18,19 @@ import (
 // then — so capacity still booting never reads as room lost. It never holds more seats than the
 // gang has members.
 //
+// Members that awaited seats (a consumed ProvisioningRequest's, on no node yet) stand for are
+// not missing (standInFor).
+//
 // The shortfall keeps each existing seat's member at its seat's index and puts the members no
 // seat holds room for after them, so a new seat takes the shape (resources, volumes, claims) of
 // a member that has none; it stays in the domain the attempt's seats are confined to, and when
 // the room left is only in another domain the attempt does not grow (its seats there could
 // never join the others).
-func attemptGrowth(booting *scheduling.Snapshot, gang scheduling.Gang, g *berthv1alpha1.PodGroup, seats []*corev1.Pod) (scheduling.Shortfall, int, bool) {
+func attemptGrowth(booting *scheduling.Snapshot, gang scheduling.Gang, g *berthv1alpha1.PodGroup, seats, awaited []*corev1.Pod) (scheduling.Shortfall, int, bool) {
 	p, topology := g.Status.Provisioning, g.Spec.Topology
 	held := int(p.Seats)
 	sf, ok := scheduling.ComputeShortfall(booting, gang)
+	sf, _ = standInFor(sf, awaited)
 	want := min(len(sf.Missing), len(gang.Members))
 	if !ok || want <= held {
 		return scheduling.Shortfall{}, 0, false

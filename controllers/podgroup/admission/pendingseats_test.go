@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -382,5 +384,66 @@ func TestConsumedRequestsBoundSeatsAreTheGangs(t *testing.T) {
 	}
 	if p := got.Status.Provisioning; p == nil || p.Seats != 2 {
 		t.Errorf("the gang's attempt = %+v, want 2 seats (the request's two hold the others' room); conditions %+v", p, got.Status.Conditions)
+	}
+}
+
+// TestConsumedRequestsSeatsOnTheirWay: the seats of a ProvisioningRequest the gang's members
+// consume are on no node yet (Karpenter launched nodes for them that have not registered). The
+// members they stand for wait for them, saying so, and only members beyond the request's seats
+// (a request smaller than the gang, a member of a shape no seat covers) get seats of the gang's
+// own — counted nowhere, the request's seats made the gang ask Karpenter for a second batch.
+func TestConsumedRequestsSeatsOnTheirWay(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC) // the harness's clock
+	for _, tc := range []struct {
+		name          string
+		members       int
+		seatGPUs      int64
+		consume       bool
+		want          int32
+		wantCondition string
+	}{
+		{name: "as many seats as members", members: 2, seatGPUs: 8, consume: true, want: 0, wantCondition: "2 member(s) wait for the capacity of ProvisioningRequest ml/train-1"},
+		{name: "a request smaller than the gang", members: 4, seatGPUs: 8, consume: true, want: 2},
+		{name: "seats too small for the members", members: 2, seatGPUs: 4, consume: true, want: 2},
+		{name: "another gang's request", members: 2, seatGPUs: 8, consume: false, want: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := groupAt("g", int32(tc.members), now.Add(-10*time.Minute))
+			objs := []client.Object{g}
+			for i := range 2 {
+				s := requestSeat(i)
+				s.Spec.Containers[0].Resources.Requests[corev1.ResourceName("nvidia.com/gpu")] = *resource.NewQuantity(tc.seatGPUs, resource.DecimalSI)
+				s.Spec.Containers[0].Resources.Limits = s.Spec.Containers[0].Resources.Requests
+				objs = append(objs, s)
+			}
+			for i := range tc.members {
+				m := builders.Pod(fmt.Sprintf("g-%d", i), "ml").Member("g").Gated().GPU(8).WithReleaseTerm("g").Obj()
+				m.UID = types.UID(fmt.Sprintf("uid-%d", i))
+				if tc.consume {
+					m.Annotations = map[string]string{autoscalingv1.ProvisioningRequestPodAnnotationKey: "train-1"}
+				}
+				objs = append(objs, m)
+			}
+			r, base := provisioningHarness(t, objs...)
+			cycleOnce(t, r)
+			cycleOnce(t, r) // a running attempt does not grow into the request's seats either
+			var got berthv1alpha1.PodGroup
+			if err := base.Get(context.Background(), client.ObjectKeyFromObject(g), &got); err != nil {
+				t.Fatal(err)
+			}
+			var seats int32
+			if p := got.Status.Provisioning; p != nil {
+				seats = p.Seats
+			}
+			if seats != tc.want {
+				t.Errorf("the gang asked for %d seats, want %d (provisioning %+v)", seats, tc.want, got.Status.Provisioning)
+			}
+			if tc.wantCondition != "" {
+				c := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
+				if c == nil || c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, tc.wantCondition) {
+					t.Errorf("CapacityProvisioned = %+v, want False saying %q", c, tc.wantCondition)
+				}
+			}
+		})
 	}
 }

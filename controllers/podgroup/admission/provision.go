@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -74,6 +75,87 @@ func (o ProvisioningOptions) seatNamespace() string {
 // consumes a request of two asked Karpenter for four seats once the request's seats had bound.
 func standingFor(gv gangView) []*corev1.Pod {
 	return append(unbound(gv.seats), gv.booked...)
+}
+
+// awaitedSeats are the seats of the ProvisioningRequests the gang's members consume that hold
+// room on no node of the booting snapshot: Karpenter is launching nodes for them that have not
+// registered yet. Counted nowhere, they left the members they stand for missing, and the gang
+// asked Karpenter for a second batch beside the request's.
+func awaitedSeats(booting *scheduling.Snapshot, gv gangView) []*corev1.Pod {
+	if len(gv.booked) == 0 {
+		return nil
+	}
+	waiting := unbound(gv.booked)
+	if len(waiting) == 0 {
+		return nil
+	}
+	held := map[*corev1.Pod]bool{}
+	for _, s := range booting.Holding(waiting) {
+		held[s] = true
+	}
+	var out []*corev1.Pod
+	for _, s := range waiting {
+		if !held[s] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// standInFor takes out of sf the missing members that seats stand for — one member a seat,
+// each the first missing member whose requests the seat's cover — and says how many. The rest
+// stay missing: members beyond the request (a request smaller than the gang, another shape)
+// still get capacity of their own. Cluster Autoscaler leaves a request's consumers out of its
+// scale-ups altogether; the wait this makes is the request's own, bounded by its provisioning
+// timeout (its seats go when an attempt fails, and the members are missing again).
+func standInFor(sf scheduling.Shortfall, seats []*corev1.Pod) (scheduling.Shortfall, int) {
+	if len(seats) == 0 || len(sf.Missing) == 0 {
+		return sf, 0
+	}
+	used := make([]bool, len(seats))
+	out := sf
+	out.Missing, out.Volumes = nil, nil
+	n := 0
+	for i, m := range sf.Missing {
+		need := scheduling.PodRequests(m)
+		taken := false
+		for j, s := range seats {
+			if !used[j] && covers(scheduling.PodRequests(s), need) {
+				used[j], taken = true, true
+				n++
+				break
+			}
+		}
+		if taken {
+			continue
+		}
+		out.Missing = append(out.Missing, m)
+		if i < len(sf.Volumes) {
+			out.Volumes = append(out.Volumes, sf.Volumes[i])
+		}
+	}
+	return out, n
+}
+
+// covers reports whether have holds at least every positive quantity of need.
+func covers(have, need corev1.ResourceList) bool {
+	for name, q := range need {
+		if q.Sign() > 0 && have.Name(name, q.Format).Cmp(q) < 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// requestNames names the ProvisioningRequests seats book for.
+func requestNames(seats []*corev1.Pod) string {
+	var names []string
+	for _, s := range seats {
+		if k := s.Annotations[berthv1alpha1.SeatForProvisioningRequestAnnotation]; k != "" && !slices.Contains(names, k) {
+			names = append(names, k)
+		}
+	}
+	return "ProvisioningRequest " + strings.Join(names, ", ")
 }
 
 // provisioningTimeoutOf is the gang's bound on one capacity request.
@@ -163,14 +245,15 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	// (its timeout could not reclaim it).
 	want, seatsFrom := int(p.Seats), sf
 	cy.countingBooting(g)
-	grown, n, ok := attemptGrowth(cy.bootingSnapshot(), gang, g, gv.seats)
+	awaited := awaitedSeats(cy.bootingSnapshot(), gv)
+	grown, n, ok := attemptGrowth(cy.bootingSnapshot(), gang, g, gv.seats, awaited)
 	if pending := standingFor(gv); ok && len(pending) > 0 {
 		// Its own seats not bound yet sit where the booting snapshot guessed they bind, and
 		// those a ProvisioningRequest its members consume booked for it hold room for it bound
 		// or not: room the gang's members counted on. Judged again without them (only then — a
 		// copy of the snapshot per gang per cycle — as the room they hold can only lower what
 		// the gang lacks).
-		grown, n, ok = attemptGrowth(cy.bootingSnapshot().Without(pending), gang, g, gv.seats)
+		grown, n, ok = attemptGrowth(cy.bootingSnapshot().Without(pending), gang, g, gv.seats, awaited)
 	}
 	if ok {
 		next := p.DeepCopy()
@@ -207,11 +290,19 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 	// The seats that hold room for the gang stand for capacity on its way to it: judged with
 	// them holding that room against it, a gang whose request's nodes were coming up, or had
 	// come, asked Karpenter for the same capacity again.
-	sf, ok := scheduling.ComputeShortfall(cy.bootingSnapshot().Without(standingFor(gv)), gang)
+	booting := cy.bootingSnapshot()
+	sf, ok := scheduling.ComputeShortfall(booting.Without(standingFor(gv)), gang)
 	if !ok {
 		return 0, nil
 	}
 	cy.countingBooting(g)
+	awaited := awaitedSeats(booting, gv)
+	sf, standIns := standInFor(sf, awaited)
+	if len(sf.Missing) == 0 && standIns > 0 {
+		msg := fmt.Sprintf("%d member(s) wait for the capacity of %s, which they consume: %d of its seat(s) are on no node yet (Karpenter is launching them); nothing more is asked for them (%s)",
+			standIns, requestNames(awaited), len(awaited), placeReason)
+		return 5 * time.Second, r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, nil)
+	}
 	if len(sf.Missing) == 0 {
 		return 5 * time.Second, nil // capacity for every member is booting; look again soon
 	}
