@@ -210,3 +210,100 @@ func consumerStates(ctx context.Context, ns string) (string, error) {
 	sort.Strings(out)
 	return strings.Join(out, "; "), nil
 }
+
+// TestGangConsumingARequestAsksForNoSecondBatch: a request written by hand (no Kueue gate) for
+// a gang of 2 × 8 L40S GPUs, and the gang whose members consume it, applied a moment after.
+// The request's seats are pending while Karpenter launches their nodes: the gang counts them as
+// its own capacity on its way and asks Karpenter for nothing (before, the seats held room on
+// no node and the gang asked for a second batch of two nodes beside the request's). It runs on
+// the request's nodes, and no NodeClaim beyond the request's two is launched.
+func TestGangConsumingARequestAsksForNoSecondBatch(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	ns := namespace(t, "provreq-gang")
+	const n, gpus = 2, 8
+	pod := func(name string) *corev1.Pod {
+		return builders.Pod(name, ns).GPU(gpus).NodeSelector(awsv1.LabelInstanceFamily, "g6e").
+			Tolerate(berthv1alpha1.GPUResource, "", corev1.TaintEffectNoSchedule).Obj()
+	}
+	before := map[string]bool{}
+	claims, err := nodeClaims(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range claims {
+		before[nc.Name] = true
+	}
+	tpl := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "ppt-llm-prov-1-main", Namespace: ns},
+		Template: corev1.PodTemplateSpec{Spec: pod("x").Spec}}
+	if err := c.Create(ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	pr := &autoscalingv1.ProvisioningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: "llm-prov-1", Namespace: ns},
+		Spec: autoscalingv1.ProvisioningRequestSpec{ProvisioningClassName: autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp,
+			PodSets: []autoscalingv1.PodSet{{PodTemplateRef: autoscalingv1.Reference{Name: tpl.Name}, Count: n}}},
+	}
+	if err := c.Create(ctx, pr); err != nil {
+		t.Fatal(err)
+	}
+	rigtest.Eventually(t, time.Minute, 50*time.Millisecond, "the request's seats", func(ctx context.Context) (bool, string, error) {
+		var seats corev1.PodList
+		err := c.List(ctx, &seats, client.InNamespace(rig.BerthNamespace), client.HasLabels{berthv1alpha1.SeatForProvisioningRequestLabel})
+		mine := 0
+		for _, s := range seats.Items {
+			if s.Annotations[berthv1alpha1.SeatForProvisioningRequestAnnotation] == ns+"/"+pr.Name {
+				mine++
+			}
+		}
+		return mine == n, fmt.Sprintf("%d seats", mine), err
+	})
+	pg := builders.PodGroup("llm", ns).MinMember(n).Obj()
+	if err := c.Create(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		p := pod(fmt.Sprintf("llm-%d", i))
+		p.Labels[berthv1alpha1.PodGroupLabel] = pg.Name
+		p.Annotations = map[string]string{autoscalingv1.ProvisioningRequestPodAnnotationKey: pr.Name,
+			autoscalingv1.ProvisioningClassPodAnnotationKey: autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp}
+		if err := c.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var got *berthv1alpha1.PodGroup
+	rigtest.Eventually(t, 3*time.Minute, 200*time.Millisecond, "gang running", func(ctx context.Context) (bool, string, error) {
+		if got, err = getGroup(ctx, pg); err != nil {
+			return false, "", err
+		}
+		states, err := consumerStates(ctx, ns)
+		return got.Status.Phase == berthv1alpha1.PodGroupRunning, fmt.Sprintf("phase %s conditions %v; members: %s", got.Status.Phase, got.Status.Conditions, states), err
+	})
+	var nodes map[string]bool
+	ms, err := members(ctx, ns, pg.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes = map[string]bool{}
+	for _, m := range ms {
+		nodes[m.Spec.NodeName] = true
+	}
+	t.Cleanup(func() { releaseNodes(t, ns, nodes) })
+	if p := got.Status.Provisioning; p != nil {
+		t.Errorf("the gang asked Karpenter for capacity of its own: %+v", p)
+	}
+	claims, err = nodeClaims(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var launched []string
+	for _, nc := range claims {
+		if !before[nc.Name] {
+			launched = append(launched, nc.Name)
+		}
+	}
+	if len(launched) > n {
+		t.Errorf("%d NodeClaims launched (%v), want at most the request's %d", len(launched), launched, n)
+	}
+	t.Logf("gang running on %d node(s); %d NodeClaim(s) launched", len(nodes), len(launched))
+}
