@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -43,8 +45,8 @@ func init() { ctrlmetrics.Registry.MustRegister(Collectors()...) }
 func Collectors() []prometheus.Collector { return []prometheus.Collector{reclaimed} }
 
 // Reclaim deletes the NodeClaims launched for seats (those seats are bound to, and those
-// Karpenter nominated them to) that no other pod uses: no pod but the seats and DaemonSet pods
-// is bound to their node, or they have no node yet. It runs when an attempt ends incomplete,
+// Karpenter nominated them to, created no earlier than the first seat) that no other pod uses:
+// no pod but the seats and DaemonSet pods is bound to their node, or they have no node yet. It runs when an attempt ends incomplete,
 // before its seats are deleted. live reads around the cache (pods on a node, Events); owner
 // labels the metric. It returns the NodeClaims deleted.
 func Reclaim(ctx context.Context, c client.Client, live client.Reader, seats []*corev1.Pod, owner string) ([]string, error) {
@@ -70,6 +72,12 @@ func Reclaim(ctx context.Context, c client.Client, live client.Reader, seats []*
 	ours := map[types.UID]bool{}
 	candidates := map[string]*karpv1.NodeClaim{}
 	var errs []error
+	first := seats[0].CreationTimestamp.Time
+	for _, s := range seats {
+		if s.CreationTimestamp.Before(&metav1.Time{Time: first}) {
+			first = s.CreationTimestamp.Time
+		}
+	}
 	for _, s := range seats {
 		ours[s.UID] = true
 		if nc := byNode[s.Spec.NodeName]; s.Spec.NodeName != "" && nc != nil {
@@ -85,7 +93,10 @@ func Reclaim(ctx context.Context, c client.Client, live client.Reader, seats []*
 	}
 	var deleted []string
 	for name, nc := range candidates {
-		if nc.DeletionTimestamp != nil {
+		// A node older than the batch was not launched for it: a seat bound to a node that
+		// was there (pinned to room a check-capacity request found, or put by kube-scheduler on
+		// an idle node) leaves it be — it may be reserved capacity, or another team's.
+		if nc.DeletionTimestamp != nil || nc.CreationTimestamp.Time.Before(first.Truncate(time.Second)) {
 			continue
 		}
 		used, err := usedByOthers(ctx, live, nc, ours)

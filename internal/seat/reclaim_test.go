@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +23,13 @@ var karpenterGV = schema.GroupVersion{Group: "karpenter.sh", Version: "v1"}
 func claim(name, node string) *karpv1.NodeClaim {
 	nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{karpv1.NodePoolLabelKey: "gpu-h100"}}}
 	nc.Status.NodeName = node
+	return nc
+}
+
+// launched is a NodeClaim created a few seconds after a batch's seats at batch.
+func launched(name, node string, batch time.Time) *karpv1.NodeClaim {
+	nc := claim(name, node)
+	nc.CreationTimestamp = metav1.NewTime(batch.Add(3 * time.Second))
 	return nc
 }
 
@@ -48,14 +56,24 @@ func TestReclaimDeletesTheUnusedNodesOfAnIncompleteBatch(t *testing.T) {
 	ds := pod("agent-n0", "n0", "uid-ds") // a DaemonSet pod on n0
 	ds.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "agent", APIVersion: "apps/v1", UID: "uid-dsset", Controller: ptr.To(true)}}
 	other := pod("job-0", "n2", "uid-job")
+	// A seat on a node that was there before the batch (a check-capacity request's room, an
+	// idle node kube-scheduler chose): its NodeClaim was not launched for the seats.
+	batch := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, s := range []*corev1.Pod{s0, s1, s2} {
+		s.CreationTimestamp = metav1.NewTime(batch)
+	}
+	s3 := pod("seat-3", "n3", "uid-s3")
+	s3.CreationTimestamp = metav1.NewTime(batch.Add(time.Second))
+	older := claim("older", "n3")
+	older.CreationTimestamp = metav1.NewTime(batch.Add(-time.Hour))
 	nominated := &corev1.Event{ObjectMeta: metav1.ObjectMeta{Name: "seat-1.nom", Namespace: "berth-system"}, Reason: "Nominated",
 		Message: "Pod should schedule on: nodeclaim/nc1", InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: "seat-1", Namespace: "berth-system", UID: "uid-s1"}}
 	c := fake.NewClientBuilder().WithScheme(scheme).
-		WithObjects(claim("nc0", "n0"), claim("nc1", ""), claim("nc2", "n2"), claim("unrelated", "n9"), s0, s1, s2, ds, other, nominated).
+		WithObjects(launched("nc0", "n0", batch), launched("nc1", "", batch), launched("nc2", "n2", batch), launched("unrelated", "n9", batch), older, s0, s1, s2, s3, ds, other, nominated).
 		WithIndex(&corev1.Event{}, "involvedObject.uid", func(o client.Object) []string { return []string{string(o.(*corev1.Event).InvolvedObject.UID)} }).
 		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).
 		Build()
-	deleted, err := Reclaim(ctx, c, c, []*corev1.Pod{s0, s1, s2}, "podgroup")
+	deleted, err := Reclaim(ctx, c, c, []*corev1.Pod{s3, s0, s1, s2}, "podgroup")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,8 +90,8 @@ func TestReclaimDeletesTheUnusedNodesOfAnIncompleteBatch(t *testing.T) {
 		names = append(names, nc.Name)
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"nc2", "unrelated"}) {
-		t.Errorf("NodeClaims left %v, want [nc2 unrelated]", names)
+	if !slices.Equal(names, []string{"nc2", "older", "unrelated"}) {
+		t.Errorf("NodeClaims left %v, want [nc2 older unrelated]", names)
 	}
 	if got, err := Reclaim(ctx, c, c, nil, "podgroup"); err != nil || len(got) != 0 {
 		t.Errorf("no seats: %v, %v", got, err)
