@@ -160,7 +160,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		return reconcile.Result{}, errors.Join(stale, err)
 	}
 	p := decide(o, timing{booking: r.opts.BookingTime, expiration: DefaultExpiration, provisioning: r.opts.ProvisioningTimeout})
-	if err := errors.Join(stale, r.act(ctx, &pr, p)); err != nil {
+	err = r.act(ctx, &pr, p)
+	if errors.Is(err, errStale) {
+		return reconcile.Result{RequeueAfter: time.Second}, stale
+	}
+	if err := errors.Join(stale, err); err != nil {
 		return reconcile.Result{}, err
 	}
 	return reconcile.Result{RequeueAfter: p.requeue}, nil
@@ -170,7 +174,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 func (r *Reconciler) observe(ctx context.Context, pr *autoscalingv1.ProvisioningRequest) (observation, error) {
 	o := observation{pr: pr, now: r.clock.Now()}
 	o.pods, o.podsErr = r.requestedPods(ctx, pr, o.now)
-	if errors.Is(o.podsErr, errTemplateNotYet) {
+	if errors.Is(o.podsErr, errTemplateNotYet) || (o.podsErr != nil && o.pods == nil && !errors.Is(o.podsErr, errCannotBuild)) {
 		return o, o.podsErr
 	}
 	var seats corev1.PodList
@@ -178,8 +182,12 @@ func (r *Reconciler) observe(ctx context.Context, pr *autoscalingv1.Provisioning
 		return o, fmt.Errorf("listing the seats of %s/%s: %w", pr.Namespace, pr.Name, err)
 	}
 	for i := range seats.Items {
-		if seats.Items[i].DeletionTimestamp == nil {
-			o.seats = append(o.seats, &seats.Items[i])
+		switch s := &seats.Items[i]; {
+		case s.DeletionTimestamp != nil:
+		case s.Status.Phase == corev1.PodFailed || s.Status.Phase == corev1.PodSucceeded:
+			o.dead = append(o.dead, s)
+		default:
+			o.seats = append(o.seats, s)
 		}
 	}
 	sort.Slice(o.seats, func(i, j int) bool { return o.seats[i].Name < o.seats[j].Name })
@@ -246,6 +254,14 @@ const templateGrace = 30 * time.Second
 // errTemplateNotYet: a PodTemplate is missing but the request is younger than templateGrace.
 var errTemplateNotYet = errors.New("a PodTemplate of the request is not there yet")
 
+// errStale: the request changed since it was read; decide again on the new one.
+var errStale = errors.New("the ProvisioningRequest changed since it was read")
+
+// errCannotBuild: the request's pods cannot be built (a PodTemplate missing past
+// templateGrace, no pods asked for) — the request fails (FailedToCreatePods). Any other error
+// building them is a retry.
+var errCannotBuild = errors.New("cannot build the requested pods")
+
 // requestedPods are the pods the request asks room for: each pod set's PodTemplate (in the
 // request's namespace), count times. A template the cache does not have is read from the API
 // server; one missing there too fails the request once it is templateGrace old.
@@ -262,6 +278,11 @@ func (r *Reconciler) requestedPods(ctx context.Context, pr *autoscalingv1.Provis
 		if apierrors.IsNotFound(err) && now.Sub(pr.CreationTimestamp.Time) < templateGrace {
 			return nil, errTemplateNotYet
 		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			// The API server did not answer (a timeout, throttling): a retry, never a
+			// failed request — Kueue evicts a workload whose request fails.
+			return nil, fmt.Errorf("reading PodTemplate %s/%s of pod set %d: %w", pr.Namespace, ps.PodTemplateRef.Name, i, err)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pod set %d: PodTemplate %s/%s: %w", i, pr.Namespace, ps.PodTemplateRef.Name, err))
 			continue
@@ -275,16 +296,29 @@ func (r *Reconciler) requestedPods(ctx context.Context, pr *autoscalingv1.Provis
 		}
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("cannot build the requested pods: %w", errors.Join(errs...))
+		return nil, fmt.Errorf("%w: %w", errCannotBuild, errors.Join(errs...))
 	}
 	if len(out) == 0 {
-		return nil, errors.New("cannot build the requested pods: the request asks for no pods")
+		return nil, fmt.Errorf("%w: the request asks for no pods", errCannotBuild)
 	}
 	return out, nil
 }
 
 // act carries a plan out: seats created and removed, status written, the Event recorded.
 func (r *Reconciler) act(ctx context.Context, pr *autoscalingv1.ProvisioningRequest, p plan) error {
+	if len(p.create) > 0 {
+		// Seats launch nodes: they are created only on the request as it is. The cache can
+		// lag this controller's own status write — an attempt that just failed (its seats
+		// deleted, the events of their deletion here before the status's) read as no attempt
+		// yet, and the seats came back at once, with no backoff.
+		var live autoscalingv1.ProvisioningRequest
+		if err := r.apiReader.Get(ctx, client.ObjectKeyFromObject(pr), &live); err != nil {
+			return fmt.Errorf("reading ProvisioningRequest %s/%s before creating its seats: %w", pr.Namespace, pr.Name, err)
+		}
+		if live.ResourceVersion != pr.ResourceVersion {
+			return errStale
+		}
+	}
 	var errs []error
 	class := pr.Spec.ProvisioningClassName
 	if p.reclaim {
@@ -294,15 +328,22 @@ func (r *Reconciler) act(ctx context.Context, pr *autoscalingv1.ProvisioningRequ
 			p.eventNote += fmt.Sprintf("; the %d NodeClaim(s) launched for it that no pod uses were deleted (%s)", len(names), strings.Join(names, ", "))
 		}
 	}
-	for i, s := range p.create {
-		seat := seatPod(pr, s, i, r.opts.SeatNamespace, r.opts.SeatImage)
+	var refused []error
+	for _, s := range p.create {
+		seat := seatPod(pr, s, r.opts.SeatNamespace, r.opts.SeatImage)
 		switch err := r.client.Create(ctx, seat); {
 		case err == nil:
 			r.opts.Ledger.AssumePod(seat, s.node) // its room is booked before the cache shows it
 			seatsChanged.WithLabelValues(pr.Namespace, class, "created").Inc()
 		case !apierrors.IsAlreadyExists(err):
-			errs = append(errs, fmt.Errorf("creating seat %s for %s/%s: %w", seat.Name, pr.Namespace, pr.Name, err))
+			refused = append(refused, fmt.Errorf("creating seat %s for %s/%s: %w", seat.Name, pr.Namespace, pr.Name, err))
 		}
+	}
+	if len(refused) > 0 {
+		// Said where the request's owner looks (a quota or a webhook in berth's namespace
+		// refusing seats left the request Accepted and nothing else for its whole week).
+		errs = append(errs, refused...)
+		p.event(corev1.EventTypeWarning, events.ReasonCapacityNotRequested, fmt.Sprintf("%d of %d seat(s) could not be created, retrying: %v", len(refused), len(p.create), refused[0]))
 	}
 	for _, s := range p.remove {
 		switch err := r.client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); {

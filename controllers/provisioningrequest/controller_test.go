@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
@@ -15,6 +16,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -42,8 +44,18 @@ func TestTemplatesCreatedJustBeforeTheRequest(t *testing.T) {
 	if _, err := r.requestedPods(ctx, pr, t0.Add(time.Second)); !errors.Is(err, errTemplateNotYet) {
 		t.Errorf("missing template on a young request: %v, want errTemplateNotYet", err)
 	}
-	if _, err := r.requestedPods(ctx, pr, t0.Add(templateGrace)); err == nil || errors.Is(err, errTemplateNotYet) || !strings.Contains(err.Error(), "team-a/ppt") {
-		t.Errorf("missing template after the grace: %v, want an error naming it", err)
+	if _, err := r.requestedPods(ctx, pr, t0.Add(templateGrace)); !errors.Is(err, errCannotBuild) || !strings.Contains(err.Error(), "team-a/ppt") {
+		t.Errorf("missing template after the grace: %v, want errCannotBuild naming it", err)
+	}
+	// An API server that does not answer is a retry, never a failed request (Kueue evicts a
+	// workload whose request fails).
+	down := interceptor.Funcs{Get: func(context.Context, client.WithWatch, client.ObjectKey, client.Object, ...client.GetOption) error {
+		return apierrors.NewTimeoutError("etcd is slow", 1)
+	}}
+	slow := fake.NewClientBuilder().WithInterceptorFuncs(down).Build()
+	r = New(cache, slow, clocktesting.NewFakePassiveClock(t0), nil, Options{})
+	if _, err := r.requestedPods(ctx, pr, t0.Add(templateGrace)); err == nil || errors.Is(err, errCannotBuild) || errors.Is(err, errTemplateNotYet) {
+		t.Errorf("a timeout reading the template: %v, want an error to retry on", err)
 	}
 }
 
@@ -81,12 +93,63 @@ func TestRecreatedRequestSweepsTheSeatsOfTheOneBefore(t *testing.T) {
 			if err := c.List(ctx, &left, client.InNamespace(seat.DefaultNamespace)); err != nil {
 				t.Fatal(err)
 			}
-			var names []string
+			kept := map[string]bool{}
 			for _, p := range left.Items {
-				names = append(names, p.Name)
+				kept[p.Name] = true
 			}
-			if !equal(names, []string{"current-0", "other-0"}) {
-				t.Errorf("seats left %v, want the new request's and the other request's only", names)
+			if kept["old-0"] || kept["old-1"] || !kept["current-0"] || !kept["other-0"] {
+				t.Errorf("seats left %v, want the new request's and the other request's only", kept)
+			}
+		})
+	}
+}
+
+// TestSeatsOnlyOnTheRequestAsItIs: the cache lags the controller's own status write (an attempt
+// just failed: its seats deleted, their deletion seen before the new status). Decided on the
+// stale request — no attempt yet — seats would come back at once, with no backoff; they are
+// created only when the request read live is the one decided on.
+func TestSeatsOnlyOnTheRequestAsItIs(t *testing.T) {
+	ctx := context.Background()
+	s, err := rig.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "ppt", Namespace: "team-a"}}
+	build := func(pr *autoscalingv1.ProvisioningRequest) client.WithWatch {
+		return fake.NewClientBuilder().WithScheme(s).WithStatusSubresource(pr).WithObjects(pr, tpl).Build()
+	}
+	stale := request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted)
+	cache, live := build(stale.DeepCopy()), build(stale.DeepCopy())
+	var updated autoscalingv1.ProvisioningRequest
+	if err := live.Get(ctx, client.ObjectKeyFromObject(stale), &updated); err != nil {
+		t.Fatal(err)
+	}
+	updated.Status.Conditions = append(updated.Status.Conditions, condAt(autoscalingv1.Provisioned, metav1.ConditionFalse, ReasonCapacityIsNotFound, t0))
+	updated.Status.ProvisioningClassDetails = map[string]autoscalingv1.Detail{berthv1alpha1.ProvisioningAttemptsDetail: "1"}
+	if err := live.Status().Update(ctx, &updated); err != nil {
+		t.Fatal(err)
+	}
+	key := reconcile.Request{NamespacedName: client.ObjectKeyFromObject(stale)}
+	for _, tc := range []struct {
+		name  string
+		live  client.Reader
+		seats int
+	}{
+		{name: "the cache lags", live: live, seats: 0},
+		{name: "the cache is current", live: cache, seats: 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := New(cache, tc.live, clocktesting.NewFakePassiveClock(t0.Add(time.Minute)), events.NewRecorder(kevents.NewFakeRecorder(10)), Options{})
+			res, err := r.Reconcile(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var seats corev1.PodList
+			if err := cache.List(ctx, &seats, client.InNamespace(seat.DefaultNamespace)); err != nil {
+				t.Fatal(err)
+			}
+			if len(seats.Items) != tc.seats {
+				t.Errorf("%d seats created, want %d (requeue %s)", len(seats.Items), tc.seats, res.RequeueAfter)
 			}
 		})
 	}

@@ -66,8 +66,9 @@ type observation struct {
 	// podsErr when they could not be built.
 	pods    []*corev1.Pod
 	podsErr error
-	// seats are the request's seat pods.
-	seats []*corev1.Pod
+	// seats are the request's seat pods; dead its seats that failed or finished (a kubelet
+	// rejected or evicted them: they hold no room, bound or not).
+	seats, dead []*corev1.Pod
 	// consuming are the pods of the request's namespace that consume it (annotation
 	// autoscaling.x-k8s.io/consume-provisioning-request).
 	consuming []*corev1.Pod
@@ -96,11 +97,13 @@ type plan struct {
 	eventType, eventReason, eventNote string
 }
 
-// seatSpec is a seat to create: the pod it stands for and, for a seat on existing capacity, its
-// node (pinned there; Karpenter does not provision for pods that name a node).
+// seatSpec is a seat to create: the pod it stands for, its index among the request's pods
+// (which names it) and, for a seat on existing capacity, its node (pinned there; Karpenter does
+// not provision for pods that name a node).
 type seatSpec struct {
-	pod  *corev1.Pod
-	node string
+	pod   *corev1.Pod
+	index int
+	node  string
 }
 
 // cond adds a condition to set, stamped with the request's generation and now.
@@ -114,8 +117,15 @@ func (p *plan) event(typ, reason, note string) {
 	p.eventType, p.eventReason, p.eventNote = typ, reason, note
 }
 
-// decide is the request's next step.
+// decide is the request's next step. Dead seats go whatever it is.
 func decide(o observation, t timing) plan {
+	p := next(o, t)
+	p.remove = append(p.remove, o.dead...)
+	return p
+}
+
+// next is the request's next step for its live seats.
+func next(o observation, t timing) plan {
 	pr := o.pr
 	p := &plan{attempts: -1}
 	st := pr.Status.Conditions
@@ -219,7 +229,7 @@ func provisioning(o observation, t timing, p *plan) {
 	switch {
 	case o.fit.Fits():
 		for i, pod := range o.pods {
-			p.create = append(p.create, seatSpec{pod: pod, node: o.fit.Assignments[i].Node})
+			p.create = append(p.create, seatSpec{pod: pod, index: i, node: o.fit.Assignments[i].Node})
 		}
 	case class == autoscalingv1.ProvisioningClassCheckCapacity:
 		msg := "Capacity is not found, berth will try to find it later: " + o.fit.Reason
@@ -234,8 +244,8 @@ func provisioning(o observation, t timing, p *plan) {
 	default:
 		// best-effort-atomic-scale-up: a seat for every pod, created together, so Karpenter sees
 		// the whole request in one batch; those that fit existing nodes bind there.
-		for _, pod := range o.pods {
-			p.create = append(p.create, seatSpec{pod: pod})
+		for i, pod := range o.pods {
+			p.create = append(p.create, seatSpec{pod: pod, index: i})
 		}
 		p.event(corev1.EventTypeNormal, events.ReasonCapacityRequested,
 			fmt.Sprintf("%d seat(s) ask Karpenter for the capacity of %d pods in one batch (%s)", len(o.pods), len(o.pods), o.fit.Reason))
@@ -277,6 +287,21 @@ func attempt(o observation, t timing, p *plan, attempts int) {
 	}
 	if left := started.Add(timeout).Sub(o.now); left > 0 {
 		p.requeue = min(left, 5*time.Second)
+		if missing := want - len(o.seats); !pinnedOnly && missing > 0 {
+			// A seat preempted, deleted by someone else, dead or never created (a failed
+			// Create) comes back within the attempt: without it the attempt could only time
+			// out. (A pinned seat stood for room that is gone; the bind timeout ends it.)
+			have := map[string]bool{}
+			for _, s := range o.seats {
+				have[s.Name] = true
+			}
+			for i, pod := range o.pods {
+				if !have[seatName(pr, i)] && missing > 0 {
+					p.create = append(p.create, seatSpec{pod: pod, index: i})
+					missing--
+				}
+			}
+		}
 		return
 	}
 	// Out of time: the nodes launched for the seats that no pod uses and the seats go (nothing

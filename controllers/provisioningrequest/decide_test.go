@@ -114,6 +114,22 @@ func TestDecide(t *testing.T) {
 			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted), now: t0.Add(3 * time.Minute), pods: gpuPods(2), seats: boundSeats,
 				ready: func(n string) bool { return n == "n1" }},
 			wantRequeue: 5 * time.Second},
+		{name: "a seat missing mid-attempt (preempted, deleted, a failed Create): created again",
+			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted), now: t0.Add(3 * time.Minute), pods: gpuPods(2),
+				seats: boundSeats[:1], ready: allReady},
+			wantCreate: []string{""}, wantRequeue: 5 * time.Second},
+		{name: "a dead seat (rejected by the kubelet) on a Ready node: no room; it goes and comes back",
+			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted), now: t0.Add(3 * time.Minute), pods: gpuPods(2),
+				seats: boundSeats[:1], dead: []*corev1.Pod{boundSeats[1]}, ready: allReady},
+			wantCreate: []string{""}, wantRemove: 1, wantRequeue: 5 * time.Second},
+		{name: "booked, a seat died: reported, the dead one goes",
+			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted, provisioned), now: t0.Add(2 * time.Minute), pods: gpuPods(2),
+				seats: boundSeats[:1], dead: []*corev1.Pod{boundSeats[1]}, ready: allReady},
+			wantRemove: 1, wantRequeue: 9 * time.Minute, wantEvent: "BookedCapacityLost"},
+		{name: "a pinned seat missing: not created again (its room is gone; the bind timeout ends the attempt)",
+			o: observation{pr: request(autoscalingv1.ProvisioningClassCheckCapacity, accepted), now: t0.Add(time.Second), pods: gpuPods(2),
+				seats: []*corev1.Pod{seatAt("s0", t0, "n1", true)}, ready: allReady},
+			wantRequeue: 5 * time.Second},
 		{name: "attempt out of time: seats go, CapacityIsNotFound, backoff",
 			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted), now: t0.Add(11 * time.Minute), pods: gpuPods(2),
 				seats: []*corev1.Pod{seatAt("s0", t0, "n1", false), seatAt("s1", t0, "", false)}, ready: allReady},
@@ -207,7 +223,7 @@ func TestRetryBackoff(t *testing.T) {
 func TestSeatPinnedSeatsNameTheirNode(t *testing.T) {
 	pr := request(autoscalingv1.ProvisioningClassCheckCapacity)
 	pod := builders.Pod("p", "team-a").GPU(8).NodeAffinityIn("karpenter.k8s.aws/instance-family", "p5").Obj()
-	s := seatPod(pr, seatSpec{pod: pod, node: "n1"}, 3, "berth-system", "pause")
+	s := seatPod(pr, seatSpec{pod: pod, index: 3, node: "n1"}, "berth-system", "pause")
 	if s.Namespace != "berth-system" || s.Labels[berthv1alpha1.SeatForProvisioningRequestLabel] != "uid-pr" || s.Annotations[berthv1alpha1.SeatForProvisioningRequestAnnotation] != "team-a/job-a-prov-1" {
 		t.Errorf("seat identity: %s/%s %v %v", s.Namespace, s.Name, s.Labels, s.Annotations)
 	}
@@ -215,7 +231,7 @@ func TestSeatPinnedSeatsNameTheirNode(t *testing.T) {
 	if len(term.MatchExpressions) != 1 || len(term.MatchFields) != 1 || term.MatchFields[0].Values[0] != "n1" {
 		t.Errorf("pinned seat's term: %+v", term)
 	}
-	free := seatPod(pr, seatSpec{pod: pod}, 4, "berth-system", "pause")
+	free := seatPod(pr, seatSpec{pod: pod, index: 4}, "berth-system", "pause")
 	if _, ok := free.Annotations[berthv1alpha1.PinnedNodeAnnotation]; ok || len(free.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields) != 0 {
 		t.Error("a seat for Karpenter names a node")
 	}

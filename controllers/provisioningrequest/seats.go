@@ -13,16 +13,22 @@ import (
 // metadataNameField is the node field a seat on existing capacity is pinned with.
 const metadataNameField = "metadata.name"
 
-// seatPod is seat i of request pr: the shape of s.pod, labelled with the request's UID and
-// named by it (a restarted controller finds the seats it created), in berth's namespace. A
-// seat with s.node is pinned there by a required node-affinity match on the node's name (and
-// marked pinned): Karpenter provisions nothing for a pod that names a node.
-func seatPod(pr *autoscalingv1.ProvisioningRequest, s seatSpec, i int, ns, image string) *corev1.Pod {
+// seatName names seat i of request pr: by its name and UID (a restarted controller finds the
+// seats it created; a request created again under the name gets other seats).
+func seatName(pr *autoscalingv1.ProvisioningRequest, i int) string {
 	base := pr.Name
 	if len(base) > 200 {
 		base = base[:200]
 	}
-	p := seat.Pod(s.pod, ns, fmt.Sprintf("%s-%s-%d", base, string(pr.UID)[:min(8, len(pr.UID))], i), image)
+	return fmt.Sprintf("%s-%s-%d", base, string(pr.UID)[:min(8, len(pr.UID))], i)
+}
+
+// seatPod is seat s.index of request pr: the shape of s.pod, labelled with the request's UID and
+// named by it (a restarted controller finds the seats it created), in berth's namespace. A
+// seat with s.node is pinned there by a required node-affinity match on the node's name (and
+// marked pinned): Karpenter provisions nothing for a pod that names a node.
+func seatPod(pr *autoscalingv1.ProvisioningRequest, s seatSpec, ns, image string) *corev1.Pod {
+	p := seat.Pod(s.pod, ns, seatName(pr, s.index), image)
 	p.Labels[berthv1alpha1.SeatForProvisioningRequestLabel] = string(pr.UID)
 	p.Annotations[berthv1alpha1.SeatForProvisioningRequestAnnotation] = pr.Namespace + "/" + pr.Name
 	if a := s.pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {

@@ -65,8 +65,9 @@ const (
 	ReasonGangStepFailed = "GangStepFailed"
 	// ReasonCapacityNotProvisioned: a capacity request timed out; its seats were withdrawn.
 	ReasonCapacityNotProvisioned = "CapacityNotProvisioned"
-	// ReasonCapacityNotRequested: berth cannot order a native gang's capacity as seats — a
-	// device claim of its members cannot be carried by a seat; the note says which and why.
+	// ReasonCapacityNotRequested: berth cannot order capacity as seats — a device claim of a
+	// native gang's members cannot be carried by a seat, or the API server refused a
+	// ProvisioningRequest's seats (a quota, a webhook); the note says which and why.
 	ReasonCapacityNotRequested = "CapacityNotRequested"
 	// ReasonCapacityHandedOver: a native gang's capacity is on Ready nodes; its seats gave way so
 	// kube-scheduler's gang cycle places the gang there.
