@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/pods"
@@ -42,6 +43,8 @@ type Engine struct {
 	series series
 	owns   owns
 	models models
+	// seatsWarned are the ScaledObjects told once that their warmSeats are ignored.
+	seatsWarned sync.Map
 }
 
 // models keeps each ScaledObject's FleetModel between evaluations: what its SLO signal has
@@ -146,6 +149,9 @@ type Evaluation struct {
 	Trigger     *scaler.Trigger
 	Observation scaler.Observation
 	Decision    scaler.Decision
+	// SeatsIgnored says why the trigger's warmSeats were not held as seats (no keeper, or the
+	// keeper refuses the target): the policy held that headroom as serving replicas.
+	SeatsIgnored string
 }
 
 // Error reasons of berth_scaler_evaluation_errors_total.
@@ -188,6 +194,23 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 		return Evaluation{}, &evalError{reasonInvalid, err}
 	}
 	ev := Evaluation{Trigger: t}
+	if t.WarmSeats > 0 {
+		// Headroom held as seats nobody keeps is headroom lost: without a keeper (the chart's
+		// scaler.warmSeats.enabled off) or for a target the keeper refuses, the policy holds
+		// all of it as serving replicas.
+		switch {
+		case e.Seats == nil:
+			ev.SeatsIgnored = "this scaler keeps no warm seats (the chart's scaler.warmSeats.enabled is false)"
+		default:
+			ev.SeatsIgnored = e.Seats.Refused(warmseats.Key{Namespace: namespace, Name: name})
+		}
+		if ev.SeatsIgnored != "" {
+			t.WarmSeats, t.MinWarmSeats = 0, 0
+			if _, told := e.seatsWarned.LoadOrStore([2]string{namespace, name}, true); !told && e.Seats == nil {
+				log.FromContext(ctx).Info("warmSeats ignored: the headroom is held as serving replicas", "namespace", namespace, "scaledObject", name, "why", ev.SeatsIgnored)
+			}
+		}
+	}
 	info, err := e.Resolver.Resolve(ctx, namespace, name, t)
 	if err != nil {
 		return ev, &evalError{reasonTarget, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}
@@ -236,7 +259,7 @@ func (e *Engine) WantSeats(namespace, name string, ev Evaluation) {
 		return
 	}
 	seats, held := 0, false
-	if ev.Trigger.WarmSeats > 0 {
+	if ev.Trigger.WarmSeats > 0 || ev.SeatsIgnored != "" {
 		seats, held = ev.Decision.WarmSeats, ev.Decision.SeatsHeld
 	}
 	e.Seats.Set(warmseats.Key{Namespace: namespace, Name: name}, seats, held, e.clock().Now())

@@ -68,6 +68,7 @@ func (s *Server) IsActive(ctx context.Context, ref *pb.ScaledObjectRef) (*pb.IsA
 	if err != nil {
 		return nil, toStatus(err)
 	}
+	seatsWhenIdle(s.Engine, ns, name, ev)
 	return &pb.IsActiveResponse{Result: ev.Decision.Active}, nil
 }
 
@@ -97,6 +98,9 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream grpc.ServerStrea
 	var last *bool
 	for {
 		ev, err := s.Engine.Evaluate(ctx, ns, name, md)
+		if err == nil {
+			seatsWhenIdle(s.Engine, ns, name, ev)
+		}
 		if err == nil && (last == nil || *last != ev.Decision.Active) {
 			if err := stream.Send(&pb.IsActiveResponse{Result: ev.Decision.Active}); err != nil {
 				return err
@@ -111,6 +115,16 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream grpc.ServerStrea
 			return status.Error(codes.Unavailable, "scaler shutting down; reconnect")
 		case <-ticker.C():
 		}
+	}
+}
+
+// seatsWhenIdle sets the warm seats an inactive ScaledObject asks for. While it is active the
+// HPA's GetMetrics sets them (the answer that sets the replicas sets the seats); an inactive one
+// KEDA has scaled to zero, where nothing calls GetMetrics — without this its last want went
+// stale and its seats held their nodes for as long as the ScaledObject lived.
+func seatsWhenIdle(e *Engine, ns, name string, ev Evaluation) {
+	if !ev.Decision.Active {
+		e.WantSeats(ns, name, ev)
 	}
 }
 

@@ -25,6 +25,9 @@ type Seat struct {
 	Ready bool
 	// Created is when it was created.
 	Created time.Time
+	// Dead is whether it failed or finished (a kubelet rejected or evicted it): it holds no
+	// node and nothing deletes it but the keeper.
+	Dead bool
 }
 
 // Plan is what the keeper does for one fleet: create that many seats, delete those.
@@ -35,14 +38,14 @@ type Plan struct {
 
 // Decide is the plan that brings seats to want seats of template — at least want, deleting
 // none but stale ones, when atLeast (the scaler holds its decision). Seats of another template
-// go (they pull another image); of those of template, pending ones go before bound ones and
+// go (they pull another image), and dead ones (they hold no node: replaced); of those of template, pending ones go before bound ones and
 // the newest before the oldest, so the seats whose nodes are up stay. Seats being deleted are
 // not in seats: a seat preempted by a replica is created again at once.
 func Decide(want int, atLeast bool, template string, seats []Seat) Plan {
 	var p Plan
 	var current []Seat
 	for _, s := range seats {
-		if s.Template != template {
+		if s.Template != template || s.Dead {
 			p.Delete = append(p.Delete, s)
 			continue
 		}

@@ -32,6 +32,12 @@ func TestDecide(t *testing.T) {
 			seats: []Seat{seat("a", "t", "n1", 5)}, plan: Plan{Create: 1}},
 		{name: "held: more than the floor stay", want: 1, atLeast: true,
 			seats: []Seat{seat("a", "t", "n1", 5), seat("b", "t", "n2", 5)}, plan: Plan{}},
+		{name: "a dead seat (rejected or evicted by its kubelet) is replaced", want: 2,
+			seats: []Seat{seat("a", "t", "n1", 5), {Name: "d", UID: "d-uid", Template: "t", Node: "n2", Dead: true}},
+			plan:  Plan{Create: 1, Delete: []Seat{{Name: "d", UID: "d-uid", Template: "t", Node: "n2", Dead: true}}}},
+		{name: "held: a dead seat is still replaced", want: 1, atLeast: true,
+			seats: []Seat{{Name: "d", UID: "d-uid", Template: "t", Dead: true}},
+			plan:  Plan{Create: 1, Delete: []Seat{{Name: "d", UID: "d-uid", Template: "t", Dead: true}}}},
 		{name: "held: a stale seat is still replaced", want: 1, atLeast: true,
 			seats: []Seat{seat("a", "old", "n1", 5)}, plan: Plan{Create: 1, Delete: []Seat{seat("a", "old", "n1", 5)}}},
 	}
@@ -49,10 +55,11 @@ func TestWants(t *testing.T) {
 	var w Wants
 	a, b := Key{"ns", "a"}, Key{"ns", "b"}
 	w.Set(a, 3, false, t0)
-	w.Set(a, 1, true, t0.Add(time.Minute)) // held: at least the floor, the 3 asked for stand
-	w.Set(b, 1, true, t0)                  // held before anything was asked: the floor
+	w.Set(a, 1, true, t0.Add(time.Minute))   // held: at least the floor, the 3 asked for stand
+	w.Set(a, 1, true, t0.Add(2*time.Minute)) // and through the whole hold (a cold start is several evaluations)
+	w.Set(b, 1, true, t0)                    // held before anything was asked: the floor
 	got := w.Fresh(t0.Add(30 * time.Second))
-	if diff := cmp.Diff(map[Key]Want{a: {Seats: 3, AtLeast: true, At: t0.Add(time.Minute)}}, got); diff != "" {
+	if diff := cmp.Diff(map[Key]Want{a: {Seats: 3, AtLeast: true, At: t0.Add(2 * time.Minute)}}, got); diff != "" {
 		t.Errorf("Fresh (-want +got):\n%s", diff)
 	}
 	if got := w.Fresh(t0); len(got) != 1 {

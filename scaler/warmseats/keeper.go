@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -60,7 +61,18 @@ type cachedTemplate struct {
 	at       time.Time
 	template *corev1.PodTemplateSpec
 	gone     bool // the ScaledObject is not there, or asks for no seats
+	refused  *refusal
 }
+
+// refusal: a ScaledObject asks for seats its scale target can never have (a LeaderWorkerSet, a
+// kind without a pod template, a target that is not there). Its seats go and the policy holds
+// none of its headroom as seats.
+type refusal struct {
+	why   string
+	seats int // what the trigger asks for
+}
+
+func (r *refusal) Error() string { return r.why }
 
 // Run keeps the seats until ctx is done.
 func (k *Keeper) Run(ctx context.Context) {
@@ -121,10 +133,23 @@ func (k *Keeper) Reconcile(ctx context.Context) error {
 // ScaledObject is gone or no longer asks for seats: another scaler replica may be the one KEDA
 // asks.
 func (k *Keeper) keep(ctx context.Context, key Key, w Want, fresh bool, seats []Seat, now time.Time) error {
-	if fresh && w.Seats == 0 && len(seats) == 0 {
-		return nil // nothing asked, nothing there
+	if fresh && w.Seats == 0 && len(seats) == 0 && k.Wants.Refused(key) == "" {
+		return nil // nothing asked, nothing there (a refusal is looked at again: its target may be fixed)
 	}
 	tmpl, gone, err := k.template(ctx, key, now)
+	var refused *refusal
+	if errors.As(err, &refused) {
+		// Seats this fleet can never have: none kept (those there go), and the policy told,
+		// so it holds none of the fleet's headroom as seats.
+		if k.Wants.Refused(key) != refused.Error() {
+			k.Log.Info("keeping no warm seats for a ScaledObject that asks for them; its headroom is held as serving replicas",
+				"namespace", key.Namespace, "scaledObject", key.Name, "why", refused.Error())
+		}
+		k.Wants.Refuse(key, refused.Error())
+		gone, err = true, nil
+	} else if err == nil {
+		k.Wants.Refuse(key, "")
+	}
 	if err != nil {
 		return err
 	}
@@ -144,7 +169,11 @@ func (k *Keeper) keep(ctx context.Context, key Key, w Want, fresh bool, seats []
 		hash = pod.Labels[berthv1alpha1.WarmSeatTemplateLabel]
 	}
 	plan := Decide(want, w.AtLeast && !gone, hash, seats)
-	record(key, want, seats, hash)
+	asked := 0
+	if refused != nil {
+		asked = refused.seats
+	}
+	record(key, want, seats, hash, asked)
 	var errs []error
 	for _, s := range plan.Delete {
 		errs = append(errs, k.delete(ctx, key, s))
@@ -201,7 +230,8 @@ func (k *Keeper) listSeats(ctx context.Context) (map[Key][]Seat, error) {
 		}
 		key := Key{p.Namespace, so}
 		out[key] = append(out[key], Seat{Name: p.Name, UID: string(p.UID), Template: p.Labels[berthv1alpha1.WarmSeatTemplateLabel],
-			Node: p.Spec.NodeName, Ready: podReady(p), Created: p.CreationTimestamp.Time})
+			Node: p.Spec.NodeName, Ready: podReady(p), Created: p.CreationTimestamp.Time,
+			Dead: p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded})
 	}
 	return out, nil
 }
@@ -222,23 +252,30 @@ func (k *Keeper) template(ctx context.Context, key Key, now time.Time) (*corev1.
 	c, ok := k.templates[key]
 	k.mu.Unlock()
 	if ok && now.Sub(c.at) < templateTTL {
+		if c.refused != nil {
+			return nil, true, c.refused
+		}
 		return c.template, c.gone, nil
 	}
 	tmpl, gone, err := k.readTemplate(ctx, key)
-	if err != nil {
+	var refused *refusal
+	if err != nil && !errors.As(err, &refused) {
 		return nil, false, err
 	}
 	k.mu.Lock()
 	if k.templates == nil {
 		k.templates = map[Key]cachedTemplate{}
 	}
-	k.templates[key] = cachedTemplate{at: now, template: tmpl, gone: gone}
+	k.templates[key] = cachedTemplate{at: now, template: tmpl, gone: gone, refused: refused}
 	for other, old := range k.templates {
 		if now.Sub(old.at) > 10*templateTTL {
 			delete(k.templates, other)
 		}
 	}
 	k.mu.Unlock()
+	if refused != nil {
+		return nil, true, refused
+	}
 	return tmpl, gone, nil
 }
 
@@ -251,7 +288,8 @@ func (k *Keeper) readTemplate(ctx context.Context, key Key) (*corev1.PodTemplate
 		}
 		return nil, false, fmt.Errorf("reading the ScaledObject: %w", err)
 	}
-	if !asksForSeats(so) {
+	asked := asksForSeats(so)
+	if asked == 0 {
 		return nil, true, nil
 	}
 	ref, _, _ := unstructured.NestedStringMap(so.Object, "spec", "scaleTargetRef")
@@ -267,16 +305,19 @@ func (k *Keeper) readTemplate(ctx context.Context, key Key) (*corev1.PodTemplate
 		return nil, false, fmt.Errorf("scaleTargetRef.apiVersion %q: %w", apiVersion, err)
 	}
 	if gv.Group == berthv1alpha1.LWSGroup {
-		return nil, false, fmt.Errorf("%s %s: warm seats hold a node for a one-pod replica, and a LeaderWorkerSet group spans nodes (its capacity comes whole from gang provisioning; docs/multi-node-inference.md): remove warmSeats from the trigger", kind, ref["name"])
+		return nil, false, &refusal{fmt.Sprintf("%s %s: warm seats hold a node for a one-pod replica, and a LeaderWorkerSet group spans nodes (its capacity comes whole from gang provisioning; docs/multi-node-inference.md): remove warmSeats from the trigger", kind, ref["name"]), asked}
 	}
 	target := &unstructured.Unstructured{}
 	target.SetGroupVersionKind(gv.WithKind(kind))
 	if err := k.API.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: ref["name"]}, target); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, false, &refusal{fmt.Sprintf("%s %s, the scale target, is not there", kind, ref["name"]), asked}
+		}
 		return nil, false, fmt.Errorf("reading %s %s, the scale target: %w", kind, ref["name"], err)
 	}
 	raw, found, err := unstructured.NestedMap(target.Object, "spec", "template")
 	if err != nil || !found {
-		return nil, false, fmt.Errorf("%s %s has no spec.template: warm seats need a pod template (Deployment, StatefulSet, ReplicaSet or alike)", kind, ref["name"])
+		return nil, false, &refusal{fmt.Sprintf("%s %s has no spec.template: warm seats need a pod template (Deployment, StatefulSet, ReplicaSet or alike)", kind, ref["name"]), asked}
 	}
 	tmpl := &corev1.PodTemplateSpec{}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, tmpl); err != nil {
@@ -285,17 +326,18 @@ func (k *Keeper) readTemplate(ctx context.Context, key Key) (*corev1.PodTemplate
 	return tmpl, false, nil
 }
 
-// asksForSeats reports whether any trigger of the ScaledObject sets warmSeats above 0.
-func asksForSeats(so *unstructured.Unstructured) bool {
+// asksForSeats is the most warm seats a trigger of the ScaledObject asks for (0: none).
+func asksForSeats(so *unstructured.Unstructured) int {
+	most := 0
 	triggers, _, _ := unstructured.NestedSlice(so.Object, "spec", "triggers")
 	for _, t := range triggers {
 		tm, _ := t.(map[string]any)
 		md, _, _ := unstructured.NestedStringMap(tm, "metadata")
-		if n, err := strconv.Atoi(md[scaler.KeyWarmSeats]); err == nil && n > 0 {
-			return true
+		if n, err := strconv.Atoi(strings.TrimSpace(md[scaler.KeyWarmSeats])); err == nil {
+			most = max(most, n)
 		}
 	}
-	return false
+	return most
 }
 
 func (k *Keeper) clock() clock.PassiveClock {

@@ -2,6 +2,7 @@ package warmseats
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -178,5 +179,74 @@ func TestKeeperAfterRestart(t *testing.T) {
 	}
 	if n := len(seats(t, c)); n != 1 {
 		t.Fatalf("%d seats right after a restart whose ScaledObject is gone, want the 1 there was", n)
+	}
+}
+
+// TestKeeperRefusesWhatItCannotKeep: a ScaledObject whose scale target is not there (deleted,
+// renamed) asks for seats nobody can make: the seats it had go — they held GPU nodes for ever
+// — the policy is told (Wants.Refused), so it holds that headroom as serving replicas, and once
+// the target is back the refusal is withdrawn and the seats come again.
+func TestKeeperRefusesWhatItCannotKeep(t *testing.T) {
+	ctx := context.Background()
+	k, c, clk := newKeeper(t, fleet(), scaledObject("2"))
+	key := Key{"inference", "llama"}
+	k.Wants.Set(key, 2, false, clk.Now())
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(seats(t, c)); n != 2 {
+		t.Fatalf("%d seats, want 2", n)
+	}
+	if err := c.Delete(ctx, fleet()); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Minute) // past the template cache
+	k.Wants.Set(key, 2, false, clk.Now())
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatalf("a missing target is no error to retry: %v", err)
+	}
+	if n := len(seats(t, c)); n != 0 {
+		t.Errorf("%d seats for a target that is not there, want 0", n)
+	}
+	if why := k.Wants.Refused(key); !strings.Contains(why, "not there") {
+		t.Errorf("refused %q, want the target named as not there", why)
+	}
+	// The policy holds the headroom as replicas now: it asks for no seats.
+	k.Wants.Set(key, 0, false, clk.Now())
+	if err := c.Create(ctx, fleet()); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Minute)
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if why := k.Wants.Refused(key); why != "" {
+		t.Errorf("still refused %q once the target is back", why)
+	}
+}
+
+// TestKeeperReplacesADeadSeat: a seat its kubelet rejected (UnexpectedAdmissionError while the
+// device plugin registers) or evicted stays in phase Failed, owned by nothing: it is deleted and
+// made again, not counted as a seat for ever.
+func TestKeeperReplacesADeadSeat(t *testing.T) {
+	ctx := context.Background()
+	k, c, clk := newKeeper(t, fleet(), scaledObject("1"))
+	key := Key{"inference", "llama"}
+	k.Wants.Set(key, 1, false, clk.Now())
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	dead := seats(t, c)[0]
+	dead.Status.Phase = corev1.PodFailed
+	dead.Status.Reason = "UnexpectedAdmissionError"
+	if err := c.Status().Update(ctx, &dead); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left := seats(t, c)
+	if len(left) != 1 || left[0].Name == dead.Name || left[0].Status.Phase == corev1.PodFailed {
+		t.Errorf("seats %v, want one new seat in place of the dead %s", len(left), dead.Name)
 	}
 }

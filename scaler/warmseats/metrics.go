@@ -20,12 +20,13 @@ const (
 	statePending = "pending"
 	stateReady   = "ready"
 	stateStale   = "stale"
+	stateRefused = "refused"
 )
 
 var (
 	seatsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "warm_seats",
-		Help: "A ScaledObject's warm seats: wanted (what the scaler's last evaluation asked for), pending (created, no node or image yet), ready (a node up with the serving image pulled), stale (of an older pod template, being replaced).",
+		Help: "A ScaledObject's warm seats: wanted (what the scaler's last evaluation asked for), pending (created, no node or image yet), ready (a node up with the serving image pulled), stale (of an older pod template, being replaced), refused (what its trigger's warmSeats asks for that the keeper will not keep: a LeaderWorkerSet target, a target without a pod template or not there; the policy then holds that headroom as serving replicas).",
 	}, []string{labelNamespace, labelScaledObject, labelState})
 	operations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "warm_seat_operations_total",
@@ -39,9 +40,9 @@ var (
 // Collectors returns the keeper's metrics for registration.
 func Collectors() []prometheus.Collector { return []prometheus.Collector{seatsGauge, operations} }
 
-// record exports one fleet's seats as the keeper saw them.
-func record(key Key, want int, seats []Seat, template string) {
-	n := map[string]int{stateWanted: want}
+// record exports one fleet's seats as the keeper saw them, and the seats it refuses to keep.
+func record(key Key, want int, seats []Seat, template string, refused int) {
+	n := map[string]int{stateWanted: want, stateRefused: refused}
 	for _, s := range seats {
 		switch {
 		case s.Template != template:
@@ -52,7 +53,7 @@ func record(key Key, want int, seats []Seat, template string) {
 			n[statePending]++
 		}
 	}
-	for _, st := range []string{stateWanted, statePending, stateReady, stateStale} {
+	for _, st := range []string{stateWanted, statePending, stateReady, stateStale, stateRefused} {
 		seatsGauge.WithLabelValues(key.Namespace, key.Name, st).Set(float64(n[st]))
 	}
 	seenMu.Lock()

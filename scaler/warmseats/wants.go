@@ -22,6 +22,31 @@ type Want struct {
 type Wants struct {
 	mu sync.Mutex
 	m  map[Key]Want
+	// refused says why the keeper keeps no seats for a ScaledObject that asks for them (a
+	// LeaderWorkerSet target, a target without a pod template, a target that is not there).
+	refused map[Key]string
+}
+
+// Refuse records that the keeper keeps no seats for k, and why ("" withdraws it): the policy
+// then holds none of k's headroom as seats (Engine).
+func (w *Wants) Refuse(k Key, why string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if why == "" {
+		delete(w.refused, k)
+		return
+	}
+	if w.refused == nil {
+		w.refused = map[Key]string{}
+	}
+	w.refused[k] = why
+}
+
+// Refused says why the keeper keeps no seats for k ("" when it does, or has not looked yet).
+func (w *Wants) Refused(k Key) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.refused[k]
 }
 
 // Set records that the latest evaluation of k at now asked for seats — or, held, for at least
@@ -32,7 +57,9 @@ func (w *Wants) Set(k Key, seats int, held bool, now time.Time) {
 	if w.m == nil {
 		w.m = map[Key]Want{}
 	}
-	if old, ok := w.m[k]; ok && held && !old.AtLeast {
+	if old, ok := w.m[k]; ok && held {
+		// Through the whole hold, not only its first evaluation: a cold start is several
+		// evaluations long, and the seats replicas take in it come back.
 		seats = max(seats, old.Seats)
 	}
 	w.m[k] = Want{Seats: seats, AtLeast: held, At: now}
@@ -46,6 +73,7 @@ func (w *Wants) Fresh(since time.Time) map[Key]Want {
 	for k, v := range w.m {
 		if v.At.Before(since) {
 			delete(w.m, k)
+			delete(w.refused, k)
 			continue
 		}
 		out[k] = v
