@@ -438,6 +438,9 @@ func (d *draState) pending(n *NodeState, ps []*corev1.Pod, extra *draExtra) (b b
 				// Allocated already (or promised to another member sharing it): the member
 				// must go where its devices are.
 				b.whole = false
+				if alloc.NodeSelector == nil {
+					continue // devices reachable from every node (network-attached): as kube-scheduler reads it
+				}
 				ok, err := structured.NodeMatches(DRAFeatures, n.Node, "", false, alloc.NodeSelector)
 				if err != nil {
 					return b, false, fmt.Errorf("ResourceClaim %s: matching its allocation's node selector: %w", mc.key, err)

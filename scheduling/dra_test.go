@@ -111,6 +111,17 @@ func TestPlaceDRA(t *testing.T) {
 		}),
 		want: map[string]int{"h-2": 2},
 	}, {
+		name: "an allocated shared claim without a node selector (network-attached devices) goes anywhere", h: 3,
+		claims: []*resourceapi.ResourceClaim{func() *resourceapi.ResourceClaim {
+			c := builders.AllocatedClaim("fabric", "ml", "h-2", 0)
+			c.Status.Allocation.NodeSelector = nil
+			return c
+		}()},
+		members: members(2, func(name string) *builders.PodBuilder {
+			return builders.Pod(name, "ml").Member("g").SharedClaim("fabric", "fabric")
+		}),
+		want: map[string]int{"h-0": 2},
+	}, {
 		name: "a claim created from the template is the one placed", h: 2,
 		claims: []*resourceapi.ResourceClaim{builders.AllocatedClaim("m-00-gpus-x1", "ml", "h-1", 0, 1, 2, 3, 4, 5, 6, 7)},
 		members: []*corev1.Pod{
