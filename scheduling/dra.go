@@ -136,8 +136,9 @@ func (l DeviceClassLister) Get(name string) (*resourceapi.DeviceClass, error) {
 // uses) can allocate their claims. Devices the cluster's claims hold are taken; so are the
 // devices of every pod already counted against a node whose claims are not allocated yet —
 // a member pinned by an earlier admission that kube-scheduler has not bound — allocated now
-// on its node, so no device is promised twice across cycles. It returns, joined, why some
-// such pod's claims could not be replayed (its devices are then not counted).
+// on its node, all of a node's such pods together, so no device is promised twice across
+// cycles. Where they cannot be replayed every device of their node counts as taken; it returns,
+// joined, why (an invalid claim, one the cache does not have yet).
 func (s *Snapshot) SetDynamicResources(res DynamicResources) error {
 	d := &draState{classes: DeviceClassLister{}, byNode: map[string][]*resourceapi.ResourceSlice{}, ids: map[string][]structured.DeviceID{},
 		claims: map[string]*resourceapi.ResourceClaim{}, templates: map[string]*resourceapi.ResourceClaimTemplate{},
@@ -180,20 +181,53 @@ func (s *Snapshot) SetDynamicResources(res DynamicResources) error {
 	s.dra = d
 	var errs []error
 	for _, n := range s.nodes {
+		var ps []*corev1.Pod
 		for _, p := range n.pods {
-			if len(p.Spec.ResourceClaims) == 0 {
-				continue
+			if len(p.Spec.ResourceClaims) > 0 {
+				ps = append(ps, p)
 			}
-			a, _, err := s.allocateOn(n, p, nil)
+		}
+		if len(ps) == 0 {
+			continue
+		}
+		// The node's pods together, in one call: one at a time, in node order, a pod that
+		// could take any device took the one another pod alone could use, and that one's
+		// devices were then counted nowhere — promised again.
+		allocs, _, err := s.allocateMany(n, ps, nil)
+		if err == nil && allocs == nil && len(ps) > 1 {
+			allocs, err = s.replayOneByOne(n, ps)
+		}
+		if err != nil || allocs == nil {
 			if err != nil {
-				errs = append(errs, fmt.Errorf("counting the devices of pod %s/%s on node %s: %w", p.Namespace, p.Name, n.Name(), err))
+				errs = append(errs, fmt.Errorf("counting the devices of the pods on node %s: %w", n.Name(), err))
 			}
-			if a != nil && p.UID != "" {
-				d.podDevices[p.UID] = append(d.podDevices[p.UID], a.devices...)
+			// Devices held that cannot be told apart: every device of the node counts as taken
+			// until they are (the pods bind, their claims are allocated) — never promised twice.
+			d.allocated.Insert(d.ids[n.Name()]...)
+			continue
+		}
+		for i, p := range ps {
+			if allocs[i] != nil && p.UID != "" {
+				d.podDevices[p.UID] = append(d.podDevices[p.UID], allocs[i].devices...)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// replayOneByOne is SetDynamicResources' replay of a node's pods one at a time, where one call
+// for all of them ran out of time: nil when some pod's claims cannot be allocated (its devices
+// could then be anywhere on the node).
+func (s *Snapshot) replayOneByOne(n *NodeState, ps []*corev1.Pod) ([]*draAlloc, error) {
+	allocs := make([]*draAlloc, len(ps))
+	for i, p := range ps {
+		a, _, err := s.allocateOn(n, p, nil)
+		if err != nil || a == nil {
+			return nil, err
+		}
+		allocs[i] = a
+	}
+	return allocs, nil
 }
 
 // appendDevices appends the devices an allocation takes (admin access takes none) to ids.

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/berth-dev/berth/scheduling"
 	"github.com/berth-dev/berth/test/builders"
@@ -410,5 +411,39 @@ func TestShortfallOfDRAGangs(t *testing.T) {
 	named.Members = append(named.Members, member("n-2").Obj(), member("n-3").Obj())
 	if sf, ok := scheduling.ComputeShortfall(s, named); ok {
 		t.Errorf("members naming a shared claim: shortfall %d missing, ok; want none", len(sf.Missing))
+	}
+}
+
+// TestDRAReplayKeepsEveryPinnedPodsDevices: a node with one GPU of product X and one of Y, two
+// pinned pods not bound yet — "any" (either GPU) before "x" (X only) in the node's order. Replayed
+// one at a time, "any" took X and "x" then had nothing: its device was counted nowhere, and a
+// third pod was promised a GPU the node does not have. Replayed together they take both; where
+// pods cannot be replayed at all, the node counts as full.
+func TestDRAReplayKeepsEveryPinnedPodsDevices(t *testing.T) {
+	mixed := builders.GPUSlice("n", 2, "X", "80Gi")
+	mixed.Spec.Devices[1].Attributes["productName"] = resourceapi.DeviceAttribute{StringValue: ptr.To("Y")}
+	x := `device.attributes["gpu.nvidia.com"].productName == "X"`
+	res := scheduling.DynamicResources{Classes: []*resourceapi.DeviceClass{builders.GPUClass()}, Slices: []*resourceapi.ResourceSlice{mixed},
+		Templates: []*resourceapi.ResourceClaimTemplate{builders.ClaimTemplate("one", "ml", 1, ""), builders.ClaimTemplate("x", "ml", 1, x)}}
+	nodes := []*corev1.Node{builders.Node("n").Obj()}
+	pinned := []scheduling.PodOnNode{
+		{Pod: builders.Pod("any", "ml").ClaimFromTemplate("gpus", "one").Obj(), Node: "n"},
+		{Pod: builders.Pod("x", "ml").ClaimFromTemplate("gpus", "x").Obj(), Node: "n"},
+	}
+	s := draSnapshot(t, nodes, pinned, res)
+	if got := s.DevicesTaken(); got != 2 {
+		t.Errorf("devices taken %d, want both (the pinned pods hold them)", got)
+	}
+	if r := scheduling.Place(s, scheduling.Gang{Members: members(1, draMember("one"))}); r.Fits() {
+		t.Errorf("a third pod placed on a node whose two GPUs the pinned pods hold: %v", perNode(r))
+	}
+	// Pods whose claims cannot be allocated at all (two pods that want X): the node is full.
+	pinned[0].Pod = builders.Pod("x2", "ml").ClaimFromTemplate("gpus", "x").Obj()
+	full := scheduling.NewSnapshot(nodes, pinned, nil)
+	if err := full.SetDynamicResources(res); err != nil {
+		t.Fatalf("SetDynamicResources: %v", err)
+	}
+	if got := full.DevicesTaken(); got != 2 {
+		t.Errorf("devices taken %d where pinned pods cannot be replayed, want all 2", got)
 	}
 }
