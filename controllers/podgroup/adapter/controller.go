@@ -105,6 +105,16 @@ func (r *Reconciler) create(ctx context.Context, pod *corev1.Pod, source, group 
 	if err != nil {
 		return err
 	}
+	if source == gate.SourceLWS.Name && group != pod.Name {
+		// The group's size is its leader's: a worker of the revision before a rollout that
+		// changed size, reconciled after the old PodGroup went, made the new one the old size
+		// (and minMember cannot change).
+		if n, err := r.leaderSize(ctx, pod, group); err != nil {
+			return err
+		} else if n > 0 {
+			minMember, from = n, "the group leader's count annotation"
+		}
+	}
 	if minMember == 0 {
 		r.Recorder.Warning(pod, events.ReasonGangSizeUnknown, fmt.Sprintf(
 			"pod is in %s gang %q but its size is unknown (no %s annotation and no %s PodGroup); create a berth PodGroup %q to admit it", source, group, berthv1alpha1.MinMemberAnnotation, source, group))

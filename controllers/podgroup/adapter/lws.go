@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,6 +49,24 @@ func (r *Reconciler) groupLeader(ctx context.Context, pod *corev1.Pod) (metav1.O
 		return metav1.OwnerReference{}, errLeaderGone
 	}
 	return metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: leader.Name, UID: leader.UID}, nil
+}
+
+// leaderSize is the size of the pod's LeaderWorkerSet group as its leader says (0: no leader, or
+// it says nothing).
+func (r *Reconciler) leaderSize(ctx context.Context, pod *corev1.Pod, leaderName string) (int32, error) {
+	var leader corev1.Pod
+	if err := r.Reader.Get(ctx, client.ObjectKey{Namespace: pod.Namespace, Name: leaderName}, &leader); err != nil {
+		if apierrors.IsNotFound(err) {
+			return 0, errLeaderGone
+		}
+		return 0, fmt.Errorf("reading leader pod %s of pod %s: %w", leaderName, pod.Name, err)
+	}
+	for _, k := range []string{berthv1alpha1.MinMemberAnnotation, berthv1alpha1.LWSSizeAnnotation} {
+		if n, err := strconv.ParseInt(leader.Annotations[k], 10, 32); err == nil && n > 0 {
+			return int32(n), nil
+		}
+	}
+	return 0, nil
 }
 
 // shapeLWSGroup fits an adapted LeaderWorkerSet group's PodGroup to the group: its members in

@@ -17,6 +17,7 @@ import (
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/podgroup/gate"
 	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/test/builders"
 )
 
@@ -128,5 +129,33 @@ func TestLWSGroupShape(t *testing.T) {
 		if got := len(rec.Events) > 0; got != tc.warning {
 			t.Errorf("%s: warning %v, want %v", tc.policy, got, tc.warning)
 		}
+	}
+}
+
+// TestLWSGroupSizeIsTheLeaders: after a rollout that changed a LeaderWorkerSet's size, a worker
+// of the revision before, reconciled once the old PodGroup is gone, made the new group's
+// PodGroup the old size — and minMember cannot change. The size is the leader's.
+func TestLWSGroupSizeIsTheLeaders(t *testing.T) {
+	leader := builders.Pod("llm-0", "ml").Label(berthv1alpha1.PodGroupLabel, "llm-0").Obj()
+	leader.UID = "leader-uid"
+	leader.Annotations = map[string]string{berthv1alpha1.SourceAnnotation: gate.SourceLWS.Name, berthv1alpha1.MinMemberAnnotation: "4"}
+	old := builders.Pod("llm-0-1", "ml").Label(berthv1alpha1.PodGroupLabel, "llm-0").Obj()
+	old.UID = "old-worker-uid"
+	old.Annotations = map[string]string{berthv1alpha1.SourceAnnotation: gate.SourceLWS.Name, berthv1alpha1.MinMemberAnnotation: "2"}
+	s, err := rig.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(leader, old).Build()
+	r := &Reconciler{Client: c, Reader: c, Recorder: events.NewRecorder(kevents.NewFakeRecorder(10))}
+	if err := r.create(context.Background(), old, gate.SourceLWS.Name, "llm-0"); err != nil {
+		t.Fatal(err)
+	}
+	var pg berthv1alpha1.PodGroup
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "ml", Name: "llm-0"}, &pg); err != nil {
+		t.Fatal(err)
+	}
+	if pg.Spec.MinMember != 4 {
+		t.Errorf("minMember %d, want the leader's 4 (the old worker says 2)", pg.Spec.MinMember)
 	}
 }

@@ -33,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers/podgroup/gate"
 	"github.com/berth-dev/berth/controllers/podgroup/status"
 	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/internal/ledger"
@@ -267,7 +268,7 @@ func (r *Reconciler) admit(ctx context.Context, cy *cycle, gv gangView) (time.Du
 	if err := r.tendRecreations(ctx, gv); err != nil {
 		return 0, err
 	}
-	if status.TimedOutForGood(gv.group) {
+	if status.TimedOutForGood(gv.group) || ofAnotherLeader(gv) {
 		return 0, nil
 	}
 	gen := classify(gv.members, r.assignments(gv.group))
@@ -275,6 +276,31 @@ func (r *Reconciler) admit(ctx context.Context, cy *cycle, gv gangView) (time.Du
 		return r.tendAdmitted(ctx, cy, gv, gen)
 	}
 	return r.admitWhole(ctx, cy, gv, gen)
+}
+
+// ofAnotherLeader reports whether gv is the PodGroup of a LeaderWorkerSet group whose leader is
+// gone while a new leader of its name is there: LeaderWorkerSet recreated the leader (a rolling
+// update, a lost node) before the old PodGroup went with the old one. The new leader is no
+// replacement member of the old group — released into it alone, its own group's PodGroup then
+// waited for a whole group of gated pods it could never have — it waits for its own PodGroup,
+// which the adapter makes once this one is gone.
+func ofAnotherLeader(gv gangView) bool {
+	g := gv.group
+	if g.Labels[berthv1alpha1.AdaptedFromLabel] != gate.SourceLWS.Name {
+		return false
+	}
+	for _, m := range gv.members {
+		if m.Name != g.Name {
+			continue
+		}
+		for _, o := range g.OwnerReferences {
+			if o.Kind == "Pod" && o.UID == m.UID {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // assignments is a gang's assignments: from the cache, or from this process's own recent
