@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/controllers/podgroup/gate"
 	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/scheduling"
 )
@@ -150,7 +151,11 @@ func decideAdmitted(gv gangView, gen generation, nodeExists func(string) bool) a
 	repl, prev, rest := gen.replacements(g.Spec.MinMember)
 	p.replace = joiners{pods: repl, prev: prev, withSeats: true}
 	if gen.succeeded == 0 {
-		p.join = joiners{pods: rest}
+		// Members beyond minMember join where there is room, without capacity of their own —
+		// but a LeaderWorkerSet group admitted leader first (startupPolicy LeaderReady: its
+		// workers exist only once the leader is ready) needs its workers: on a pool at zero
+		// they waited gated for good, as Karpenter provisions nothing for a gated pod.
+		p.join = joiners{pods: rest, withSeats: g.Labels[berthv1alpha1.AdaptedFromLabel] == gate.SourceLWS.Name}
 	}
 	return p
 }

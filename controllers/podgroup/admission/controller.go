@@ -18,11 +18,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -286,7 +288,7 @@ func (r *Reconciler) admit(ctx context.Context, cy *cycle, gv gangView) (time.Du
 // which the adapter makes once this one is gone.
 func ofAnotherLeader(gv gangView) bool {
 	g := gv.group
-	if g.Labels[berthv1alpha1.AdaptedFromLabel] != gate.SourceLWS.Name {
+	if g.Labels[berthv1alpha1.AdaptedFromLabel] != gate.SourceLWS.Name || !slices.ContainsFunc(g.OwnerReferences, func(o metav1.OwnerReference) bool { return o.Kind == "Pod" }) {
 		return false
 	}
 	for _, m := range gv.members {

@@ -1,11 +1,13 @@
 package admission
 
 import (
+	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/test/builders"
@@ -37,10 +39,51 @@ func TestOfAnotherLeader(t *testing.T) {
 		{name: "a new leader of the name", gv: gangView{group: group("lws", "uid-a"), members: []*corev1.Pod{leader("uid-b"), worker}}, another: true},
 		{name: "no leader yet (the old one gone, its workers going)", gv: gangView{group: group("lws", "uid-a"), members: []*corev1.Pod{worker}}},
 		{name: "not a LeaderWorkerSet group", gv: gangView{group: group("kueue", "uid-a"), members: []*corev1.Pod{leader("uid-b")}}},
+		{name: "owned by no pod", gv: gangView{group: func() *berthv1alpha1.PodGroup {
+			g := group("lws", "uid-a")
+			g.OwnerReferences = nil
+			return g
+		}(), members: []*corev1.Pod{leader("uid-b")}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := ofAnotherLeader(tc.gv); got != tc.another {
 				t.Errorf("ofAnotherLeader = %v, want %v", got, tc.another)
+			}
+		})
+	}
+}
+
+// TestLeaderReadyWorkersGetCapacity: a LeaderWorkerSet group under startupPolicy LeaderReady
+// is admitted leader first (minMember 1; its workers exist only once the leader is ready). Its
+// workers are members it needs, not elastic extras: where they do not fit, capacity is asked for
+// them — on a pool at zero they waited gated for good (Karpenter provisions nothing for a gated
+// pod). Extras of any other gang still only join where there is room.
+func TestLeaderReadyWorkersGetCapacity(t *testing.T) {
+	for _, tc := range []struct {
+		from  string
+		seats int32
+	}{{from: "lws", seats: 1}, {from: "", seats: 0}} {
+		t.Run("adapted from "+tc.from, func(t *testing.T) {
+			g := builders.PodGroup("llm-0", "ml").MinMember(1).Obj()
+			if tc.from != "" {
+				g.Labels = map[string]string{berthv1alpha1.AdaptedFromLabel: tc.from}
+			}
+			objs := []client.Object{g, builders.Node("n0").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(),
+				builders.Pod("llm-0", "ml").Member("llm-0").Gated().GPU(8).Obj()}
+			r, base := provisioningHarness(t, objs...)
+			cycleOnce(t, r) // the leader, alone
+			bindAll(t, base, "ml")
+			if err := base.Create(context.Background(), builders.Pod("llm-0-1", "ml").Member("llm-0").Gated().GPU(8).Obj()); err != nil {
+				t.Fatal(err)
+			}
+			cycleOnce(t, r)
+			cycleOnce(t, r)
+			var seats int32
+			if p := read(t, base, g).Status.Provisioning; p != nil {
+				seats = p.Seats
+			}
+			if seats != tc.seats {
+				t.Errorf("seats asked for the worker that does not fit: %d, want %d", seats, tc.seats)
 			}
 		})
 	}
