@@ -198,10 +198,9 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 		// Headroom held as seats nobody keeps is headroom lost: without a keeper (the chart's
 		// scaler.warmSeats.enabled off) or for a target the keeper refuses, the policy holds
 		// all of it as serving replicas.
-		switch {
-		case e.Seats == nil:
+		if e.Seats == nil {
 			ev.SeatsIgnored = "this scaler keeps no warm seats (the chart's scaler.warmSeats.enabled is false)"
-		default:
+		} else {
 			ev.SeatsIgnored = e.Seats.Refused(warmseats.Key{Namespace: namespace, Name: name})
 		}
 		if ev.SeatsIgnored != "" {
