@@ -235,8 +235,11 @@ func (r *Reconciler) observe(ctx context.Context, pr *autoscalingv1.Provisioning
 	// this request's own seats (its room).
 	r.opts.Ledger.CatchUp(all, gs)
 	var onNodes []scheduling.PodOnNode
+	key := pr.Namespace + "/" + pr.Name
 	for _, pn := range r.opts.Ledger.Promised(all, gs) {
-		if pn.Pod.Labels[berthv1alpha1.SeatForProvisioningRequestLabel] != string(pr.UID) {
+		// Its own seats are its room; so are the seats of a request of its name before it,
+		// swept in this reconcile (counted, they made it ask for room being freed).
+		if uid, ok := pn.Pod.Labels[berthv1alpha1.SeatForProvisioningRequestLabel]; !ok || (uid != string(pr.UID) && pn.Pod.Annotations[berthv1alpha1.SeatForProvisioningRequestAnnotation] != key) {
 			onNodes = append(onNodes, pn)
 		}
 	}

@@ -216,6 +216,13 @@ func provisioning(o observation, t timing, p *plan) {
 		return
 	}
 	attempts := failedAttempts(pr)
+	if len(o.seats) == 0 && len(o.dead) > 0 {
+		// Every seat of the attempt died on its node (rejected by its kubelet, evicted, a spot
+		// interruption): the attempt ended. Started again at once it had no backoff, and a
+		// later timeout reclaimed none of this batch's nodes (older than the new seats).
+		failAttempt(o, p, attempts, fmt.Sprintf("all %d seat(s) of the attempt failed on their nodes (rejected by the kubelet or evicted)", len(o.dead)))
+		return
+	}
 	if len(o.seats) > 0 {
 		attempt(o, t, p, attempts)
 		return
@@ -258,6 +265,11 @@ func attempt(o observation, t timing, p *plan, attempts int) {
 	pr := o.pr
 	onReady, pinnedOnly := 0, true
 	started := o.seats[0].CreationTimestamp.Time
+	for _, s := range o.dead { // the attempt began with its first seat, dead or alive
+		if s.CreationTimestamp.Before(&metav1.Time{Time: started}) {
+			started = s.CreationTimestamp.Time
+		}
+	}
 	for _, s := range o.seats {
 		if s.CreationTimestamp.Before(&metav1.Time{Time: started}) {
 			started = s.CreationTimestamp.Time
@@ -306,8 +318,17 @@ func attempt(o observation, t timing, p *plan, attempts int) {
 	}
 	// Out of time: the nodes launched for the seats that no pod uses and the seats go (nothing
 	// half-provisioned stays held or billed) and the request waits.
-	p.remove, p.reclaim = o.seats, true
-	msg := fmt.Sprintf("Capacity is not found, berth will try to find it later: %d of %d pods' room on Ready nodes within %s", onReady, want, timeout)
+	p.remove = o.seats
+	failAttempt(o, p, attempts, fmt.Sprintf("%d of %d pods' room on Ready nodes within %s", onReady, want, timeout))
+}
+
+// failAttempt ends an attempt that did not provision (why): the NodeClaims launched for its
+// seats (p.remove, and the dead ones decide adds) that no pod uses are reclaimed, and the
+// request waits for its backoff — or fails, for check-capacity with noRetry.
+func failAttempt(o observation, p *plan, attempts int, why string) {
+	pr := o.pr
+	p.reclaim = true
+	msg := "Capacity is not found, berth will try to find it later: " + why
 	if pr.Spec.ProvisioningClassName == autoscalingv1.ProvisioningClassCheckCapacity && pr.Spec.Parameters[noRetryParameter] == "true" {
 		p.cond(o, autoscalingv1.Failed, metav1.ConditionTrue, ReasonCapacityIsNotFound, msg)
 		return

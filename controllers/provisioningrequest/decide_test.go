@@ -2,6 +2,7 @@ package provisioningrequest
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,6 +123,10 @@ func TestDecide(t *testing.T) {
 			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted), now: t0.Add(3 * time.Minute), pods: gpuPods(2),
 				seats: boundSeats[:1], dead: []*corev1.Pod{boundSeats[1]}, ready: allReady},
 			wantCreate: []string{""}, wantRemove: 1, wantRequeue: 5 * time.Second},
+		{name: "every seat died mid-attempt: the attempt ended (reclaimed, backoff), not a new batch at once",
+			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted), now: t0.Add(3 * time.Minute), pods: gpuPods(2),
+				dead: boundSeats, fit: noFit, ready: allReady},
+			wantConds: []string{"Provisioned=False/CapacityIsNotFound"}, wantRemove: 2, wantRequeue: time.Minute, wantEvent: "CapacityNotProvisioned"},
 		{name: "booked, a seat died: reported, the dead one goes",
 			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted, provisioned), now: t0.Add(2 * time.Minute), pods: gpuPods(2),
 				seats: boundSeats[:1], dead: []*corev1.Pod{boundSeats[1]}, ready: allReady},
@@ -191,7 +196,7 @@ func TestDecide(t *testing.T) {
 			if p.requeue != tc.wantRequeue {
 				t.Errorf("requeue %s, want %s", p.requeue, tc.wantRequeue)
 			}
-			if wantReclaim := tc.name == "attempt out of time: seats go, CapacityIsNotFound, backoff"; p.reclaim != wantReclaim {
+			if wantReclaim := tc.name == "attempt out of time: seats go, CapacityIsNotFound, backoff" || strings.HasPrefix(tc.name, "every seat died"); p.reclaim != wantReclaim {
 				t.Errorf("reclaim %v, want %v", p.reclaim, wantReclaim)
 			}
 			if p.eventReason != tc.wantEvent {
