@@ -277,6 +277,7 @@ func firstErr(rs []pods.Result) error {
 func (e *Engine) ExpireSeries(d time.Duration) {
 	e.series.expire(e.clock().Now().Add(-d))
 	e.models.expire(e.clock().Now().Add(-d))
+	e.seatsWarned.Clear() // said again once a period, for the ScaledObjects still there
 }
 
 func (e *Engine) clock() clock.PassiveClock {
