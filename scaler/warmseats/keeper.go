@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -291,6 +292,9 @@ func (k *Keeper) readTemplate(ctx context.Context, key Key) (*corev1.PodTemplate
 	asked := asksForSeats(so)
 	if asked == 0 {
 		return nil, true, nil
+	}
+	if len(key.Name) > validation.LabelValueMaxLength {
+		return nil, false, &refusal{fmt.Sprintf("the ScaledObject's name is %d characters: its seats are labelled with it, and a label value holds at most %d", len(key.Name), validation.LabelValueMaxLength), asked}
 	}
 	ref, _, _ := unstructured.NestedStringMap(so.Object, "spec", "scaleTargetRef")
 	apiVersion, kind := ref["apiVersion"], ref["kind"]

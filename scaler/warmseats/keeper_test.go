@@ -250,3 +250,28 @@ func TestKeeperReplacesADeadSeat(t *testing.T) {
 		t.Errorf("seats %v, want one new seat in place of the dead %s", len(left), dead.Name)
 	}
 }
+
+// TestKeeperRefusesANameNoLabelHolds: seats are labelled with their ScaledObject's name, and a
+// name longer than a label value holds made every create fail; the keeper refuses it instead
+// (the policy then holds the headroom as replicas), saying why.
+func TestKeeperRefusesANameNoLabelHolds(t *testing.T) {
+	long := strings.Repeat("l", 64)
+	so := scaledObject("2")
+	so.SetName(long)
+	k, c, clk := newKeeper(t, fleet(), so)
+	key := Key{"inference", long}
+	k.Wants.Set(key, 2, false, clk.Now())
+	if err := k.Reconcile(context.Background()); err != nil {
+		t.Fatalf("a name too long is no error to retry: %v", err)
+	}
+	if why := k.Wants.Refused(key); !strings.Contains(why, "64 characters") {
+		t.Errorf("refused %q, want the name's length said", why)
+	}
+	var list corev1.PodList
+	if err := c.List(context.Background(), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("%d pods created, want none", len(list.Items))
+	}
+}
