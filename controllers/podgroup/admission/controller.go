@@ -93,9 +93,10 @@ type Reconciler struct {
 	orphansSeen map[types.UID]bool
 	// unschedulableSeen is when each released member was first seen unschedulable, by UID.
 	unschedulableSeen map[types.UID]time.Time
-	// strandedOn are the nodes a gang's member was stranded on, with when, by the gang's UID:
-	// the gang's replacements are placed elsewhere for a while (stranded.go).
-	strandedOn map[types.UID]map[string]time.Time
+	// strandedOn are the nodes a gang's member was stranded on, with when, by the PodGroup's
+	// namespace/name — a group LeaderWorkerSet restarts whole is a new PodGroup of the same
+	// name: the gang's members are placed elsewhere for a while (stranded.go).
+	strandedOn map[string]map[string]time.Time
 	// requests are pods' requests by version, kept across cycles.
 	requests requestCache
 	// reader is where cycles read the cluster: stores kept by informer events once set up with
@@ -135,7 +136,7 @@ func New(c client.Client, apiReader client.Reader, clk clock.PassiveClock, rec *
 		ledger:      opts.Ledger,
 		boundSeen:   map[string]bool{},
 		orphansSeen: map[types.UID]bool{}, unschedulableSeen: map[types.UID]time.Time{},
-		strandedOn: map[types.UID]map[string]time.Time{},
+		strandedOn: map[string]map[string]time.Time{},
 		reader:     listReader{c}, lastWritten: map[refreshKey]time.Time{},
 		failures: map[types.UID]failure{}, selections: scheduling.NewSelectionCache(),
 	}

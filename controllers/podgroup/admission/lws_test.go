@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -86,5 +87,38 @@ func TestLeaderReadyWorkersGetCapacity(t *testing.T) {
 				t.Errorf("seats asked for the worker that does not fit: %d, want %d", seats, tc.seats)
 			}
 		})
+	}
+}
+
+// TestNextGroupAvoidsTheStrandedNode: a member of gang ml/llm-0 was stranded on a node
+// kube-scheduler refuses for a reason berth does not see. Under RecreateGroupOnPodRestart,
+// LeaderWorkerSet restarts the whole group when berth replaces that member — a new PodGroup of
+// the same name — and placed on that node again it was stranded again, every StrandedAfter. The
+// gang's next generation, whatever its PodGroup's UID, goes elsewhere for AvoidStrandedNodeFor.
+func TestNextGroupAvoidsTheStrandedNode(t *testing.T) {
+	objs := func() []client.Object {
+		return []client.Object{builders.PodGroup("llm-0", "ml").MinMember(1).Obj(),
+			builders.Node("n1").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(), builders.Node("n2").GPU(8).Allocatable(corev1.ResourceCPU, "96").Obj(),
+			builders.Pod("llm-0", "ml").Member("llm-0").Gated().GPU(8).Obj()}
+	}
+	pinnedTo := func(t *testing.T, c client.Client) string {
+		t.Helper()
+		var p corev1.Pod
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ml", Name: "llm-0"}, &p); err != nil {
+			t.Fatal(err)
+		}
+		return p.Annotations[berthv1alpha1.PinnedNodeAnnotation]
+	}
+	r, base, _, _, _ := budgetHarness(t, objs()...)
+	cycleOnce(t, r)
+	first := pinnedTo(t, base)
+	if first == "" {
+		t.Fatal("the gang was not admitted")
+	}
+	r, base, _, clk, _ := budgetHarness(t, objs()...)
+	r.markStranded("ml/llm-0", first, clk.Now().Add(-time.Minute))
+	cycleOnce(t, r)
+	if got := pinnedTo(t, base); got == "" || got == first {
+		t.Errorf("pinned to %q, want the node other than %s (a member was stranded there a minute ago)", got, first)
 	}
 }

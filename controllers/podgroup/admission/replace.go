@@ -42,7 +42,7 @@ func (r *Reconciler) admitIndividually(ctx context.Context, cy *cycle, gv gangVi
 		return 0, nil
 	}
 	g := gv.group
-	p, err := planJoins(cy, gv, r.domainOf(cy.snap, g, gen.assigned), r.avoidedNodes(g.UID, cy.now), j)
+	p, err := planJoins(cy, gv, r.domainOf(cy.snap, g, gen.assigned), r.avoidedNodes(gangKey(g), cy.now), j)
 	if err != nil {
 		return 0, err
 	}

@@ -64,7 +64,7 @@ func (r *Reconciler) recoverStranded(ctx context.Context, snap *scheduling.Snaps
 			node, now.Sub(s.since).Round(time.Second), podScheduledMessage(s.pod)), unschedulable)
 		errs = append(errs, err)
 		if replaced {
-			r.markStranded(gv.group.UID, node, now)
+			r.markStranded(gangKey(gv.group), node, now)
 		}
 	}
 	return next, errors.Join(errs...)
@@ -212,31 +212,38 @@ func (r *Reconciler) replaceStranded(ctx context.Context, g *berthv1alpha1.PodGr
 	return r.recreate(ctx, g, &live, pre)
 }
 
-// markStranded records that a member of gang uid was stranded on node at now.
-func (r *Reconciler) markStranded(uid types.UID, node string, now time.Time) {
+// gangKey names a gang across its PodGroups: namespace/name.
+func gangKey(g *berthv1alpha1.PodGroup) string { return g.Namespace + "/" + g.Name }
+
+// markStranded records that a member of the gang named key was stranded on node at now.
+func (r *Reconciler) markStranded(key, node string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.strandedOn[uid] == nil {
-		r.strandedOn[uid] = map[string]time.Time{}
+	if r.strandedOn[key] == nil {
+		r.strandedOn[key] = map[string]time.Time{}
 	}
-	r.strandedOn[uid][node] = now
+	r.strandedOn[key][node] = now
 }
 
-// avoidedNodes are the nodes gang uid's joiners are not placed on at now (AvoidStrandedNodeFor
-// after a member was stranded there); older records are dropped.
-func (r *Reconciler) avoidedNodes(uid types.UID, now time.Time) map[string]bool {
+// avoidedNodes are the nodes the members of the gang named key are not placed on at now
+// (AvoidStrandedNodeFor after a member was stranded there) — its joiners, and its next
+// generation whole: a LeaderWorkerSet group restarts whole when a member is replaced
+// (RecreateGroupOnPodRestart), as a new PodGroup of the same name, and placed on the same node
+// again it was stranded again, every StrandedAfter, each time reloading its model. Older
+// records are dropped.
+func (r *Reconciler) avoidedNodes(key string, now time.Time) map[string]bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := map[string]bool{}
-	for node, at := range r.strandedOn[uid] {
+	for node, at := range r.strandedOn[key] {
 		if now.Sub(at) >= AvoidStrandedNodeFor {
-			delete(r.strandedOn[uid], node)
+			delete(r.strandedOn[key], node)
 			continue
 		}
 		out[node] = true
 	}
-	if len(r.strandedOn[uid]) == 0 {
-		delete(r.strandedOn, uid)
+	if len(r.strandedOn[key]) == 0 {
+		delete(r.strandedOn, key)
 	}
 	return out
 }
@@ -250,6 +257,19 @@ func avoiding(p *corev1.Pod, avoid map[string]bool) *corev1.Pod {
 	}
 	out := p.DeepCopy()
 	requireOnNode(out, []corev1.NodeSelectorRequirement{{Key: metadataNameField, Operator: corev1.NodeSelectorOpNotIn, Values: slices.Sorted(maps.Keys(avoid))}}, nil)
+	return out
+}
+
+// avoidingAll is gang g as placement must see it when its members may not go on the nodes in
+// avoid (g itself when there are none).
+func avoidingAll(g scheduling.Gang, avoid map[string]bool) scheduling.Gang {
+	if len(avoid) == 0 {
+		return g
+	}
+	out := scheduling.Gang{Members: make([]*corev1.Pod, len(g.Members)), TopologyKey: g.TopologyKey}
+	for i, m := range g.Members {
+		out.Members[i] = avoiding(m, avoid)
+	}
 	return out
 }
 

@@ -157,8 +157,8 @@ func TestReplacementAvoidsTheStrandedNode(t *testing.T) {
 	if res := placeOne(snap, p, "n1"); !res.Fits() || res.Assignments[0].Node != "n1" {
 		t.Fatalf("without a stranding the replacement goes to its predecessor's node: %+v", res)
 	}
-	r.markStranded("uid-g", "n1", t0)
-	avoid := r.avoidedNodes("uid-g", t0.Add(time.Minute))
+	r.markStranded("ml/g", "n1", t0)
+	avoid := r.avoidedNodes("ml/g", t0.Add(time.Minute))
 	if !avoid["n1"] || len(avoid) != 1 {
 		t.Fatalf("avoided %v, want n1", avoid)
 	}
@@ -172,7 +172,7 @@ func TestReplacementAvoidsTheStrandedNode(t *testing.T) {
 	if p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields != nil {
 		t.Error("avoiding modified the member itself")
 	}
-	if avoid := r.avoidedNodes("uid-g", t0.Add(AvoidStrandedNodeFor)); len(avoid) != 0 || len(r.strandedOn) != 0 {
+	if avoid := r.avoidedNodes("ml/g", t0.Add(AvoidStrandedNodeFor)); len(avoid) != 0 || len(r.strandedOn) != 0 {
 		t.Errorf("after %s still avoided: %v", AvoidStrandedNodeFor, avoid)
 	}
 }

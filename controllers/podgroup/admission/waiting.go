@@ -178,11 +178,14 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 	// The gang's own seats, and those a ProvisioningRequest its members consume booked for it,
 	// hold capacity for it: they are free when placing it.
 	free := cy.snap.Without(cy.counted(gv.holding()))
-	res := scheduling.Place(free, gang)
+	// Nodes a member of the gang was stranded on a moment ago are kept from it (as placement
+	// sees the members only: their pins name the nodes chosen).
+	avoid := r.avoidedNodes(gangKey(g), cy.now)
+	res := scheduling.Place(free, avoidingAll(gang, avoid))
 	if !res.Fits() && len(gang.Members) > need {
 		// An elastic gang: minMember placed together is enough; the others follow as they fit.
 		part := scheduling.Gang{Members: gang.Members[:need], TopologyKey: gang.TopologyKey}
-		if pres := scheduling.Place(free, part); pres.Fits() {
+		if pres := scheduling.Place(free, avoidingAll(part, avoid)); pres.Fits() {
 			gang, res = part, pres
 		}
 	}
