@@ -396,13 +396,23 @@ func (r *Reconciler) sweep(ctx context.Context, key types.NamespacedName, curren
 	if err := r.client.List(ctx, &seats, client.InNamespace(r.opts.SeatNamespace), client.HasLabels{berthv1alpha1.SeatForProvisioningRequestLabel}); err != nil {
 		return fmt.Errorf("listing seats of ProvisioningRequests: %w", err)
 	}
-	var errs []error
+	var gone []*corev1.Pod
 	for i := range seats.Items {
 		s := &seats.Items[i]
 		if s.Annotations[berthv1alpha1.SeatForProvisioningRequestAnnotation] != key.String() || s.DeletionTimestamp != nil ||
 			(current != "" && s.Labels[berthv1alpha1.SeatForProvisioningRequestLabel] == string(current)) {
 			continue
 		}
+		gone = append(gone, s)
+	}
+	if len(gone) == 0 {
+		return nil
+	}
+	// The nodes launched for them that no pod uses go first (a request deleted mid-attempt —
+	// Kueue retrying, a workload deleted — left them empty and billed until consolidation).
+	_, err := seat.Reclaim(ctx, r.client, r.apiReader, gone, "provisioningrequest")
+	errs := []error{err}
+	for _, s := range gone {
 		if err := r.client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			errs = append(errs, fmt.Errorf("deleting seat %s of a deleted ProvisioningRequest %s: %w", s.Name, key, err))
 		}

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
@@ -196,5 +197,41 @@ func TestRecreatedRequestFindsTheRoomOfTheOneBefore(t *testing.T) {
 	}
 	if len(seats.Items) != 1 || seats.Items[0].Annotations[berthv1alpha1.PinnedNodeAnnotation] != "n1" {
 		t.Errorf("seats %d, want one pinned to n1 (the old request's room); conditions %v", len(seats.Items), got.Status.Conditions)
+	}
+}
+
+// TestDeletedRequestReclaimsItsBatch: a request deleted mid-attempt (Kueue retrying, a workload
+// deleted) left the nodes launched for its seats empty and billed until consolidation: the
+// NodeClaims launched for them that no pod uses go with the seats.
+func TestDeletedRequestReclaimsItsBatch(t *testing.T) {
+	ctx := context.Background()
+	s, err := rig.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := builders.Pod("job-a-prov-1-abc-0", seat.DefaultNamespace).GPU(8).Node("n9").Obj()
+	st.UID = "uid-seat"
+	st.CreationTimestamp = metav1.NewTime(t0)
+	st.Labels = map[string]string{berthv1alpha1.SeatForProvisioningRequestLabel: "uid-pr"}
+	st.Annotations = map[string]string{berthv1alpha1.SeatForProvisioningRequestAnnotation: "team-a/job-a-prov-1"}
+	nc := &karpv1.NodeClaim{ObjectMeta: metav1.ObjectMeta{Name: "nc-9", UID: "uid-nc", CreationTimestamp: metav1.NewTime(t0.Add(2 * time.Second))}}
+	nc.Status.NodeName = "n9"
+	c := fake.NewClientBuilder().WithScheme(s).WithObjects(st, nc).
+		WithIndex(&corev1.Event{}, "involvedObject.uid", func(o client.Object) []string { return []string{string(o.(*corev1.Event).InvolvedObject.UID)} }).
+		WithIndex(&corev1.Pod{}, "spec.nodeName", func(o client.Object) []string { return []string{o.(*corev1.Pod).Spec.NodeName} }).Build()
+	r := New(c, c, clocktesting.NewFakePassiveClock(t0.Add(time.Minute)), events.NewRecorder(kevents.NewFakeRecorder(10)), Options{})
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "job-a-prov-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	var claims karpv1.NodeClaimList
+	if err := c.List(ctx, &claims); err != nil {
+		t.Fatal(err)
+	}
+	var seats corev1.PodList
+	if err := c.List(ctx, &seats, client.InNamespace(seat.DefaultNamespace)); err != nil {
+		t.Fatal(err)
+	}
+	if len(claims.Items) != 0 || len(seats.Items) != 0 {
+		t.Errorf("%d NodeClaims and %d seats left of a deleted request, want none", len(claims.Items), len(seats.Items))
 	}
 }

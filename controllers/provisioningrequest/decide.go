@@ -2,6 +2,7 @@ package provisioningrequest
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -88,8 +89,9 @@ type plan struct {
 	// create are seats to create, remove seats to delete.
 	create []seatSpec
 	remove []*corev1.Pod
-	// reclaim: an attempt ended incomplete; the NodeClaims launched for the seats in remove that
-	// no pod uses are deleted before the seats.
+	// reclaim: an attempt ended incomplete, or the request is over (failed, its booking ended):
+	// the NodeClaims launched for the seats in remove that no pod uses are deleted before the
+	// seats — never when a seat gives way to a consuming pod, which has yet to bind there.
 	reclaim bool
 	// requeue is when to look again (0: on the next event only).
 	requeue time.Duration
@@ -130,7 +132,7 @@ func next(o observation, t timing) plan {
 	p := &plan{attempts: -1}
 	st := pr.Status.Conditions
 	if meta.IsStatusConditionTrue(st, autoscalingv1.Failed) || meta.IsStatusConditionTrue(st, autoscalingv1.BookingExpired) {
-		p.remove = o.seats // over: nothing is held for it any more
+		p.remove, p.reclaim = o.seats, !anyArrived(o) // over: nothing is held for it any more
 		return *p
 	}
 	if !meta.IsStatusConditionTrue(st, autoscalingv1.Accepted) {
@@ -139,7 +141,7 @@ func next(o observation, t timing) plan {
 	switch prov := meta.FindStatusCondition(st, autoscalingv1.Provisioned); {
 	case o.podsErr != nil:
 		p.cond(o, autoscalingv1.Failed, metav1.ConditionTrue, ReasonFailedToCreatePods, o.podsErr.Error())
-		p.remove = o.seats
+		p.remove, p.reclaim = o.seats, true
 	case prov != nil && prov.Status == metav1.ConditionTrue:
 		booked(o, t, prov, p)
 	default:
@@ -165,7 +167,7 @@ func booked(o observation, t timing, prov *metav1.Condition, p *plan) {
 	total := len(o.pods)
 	if bound >= total {
 		p.cond(o, autoscalingv1.BookingExpired, metav1.ConditionTrue, ReasonCapacityBookingConsumed, fmt.Sprintf("Capacity booking consumed: all %d pods scheduled", total))
-		p.remove = o.seats
+		p.remove, p.reclaim = o.seats, arrived == 0
 		p.event(corev1.EventTypeNormal, events.ReasonBookingReleased, fmt.Sprintf("all %d pods scheduled; the booking ends", total))
 		return
 	}
@@ -173,7 +175,7 @@ func booked(o observation, t timing, prov *metav1.Condition, p *plan) {
 	if !o.now.Before(end) {
 		p.cond(o, autoscalingv1.BookingExpired, metav1.ConditionTrue, ReasonCapacityReservationTimeExpired,
 			fmt.Sprintf("Capacity reservation time is expired: %d of %d pods scheduled within %s", bound, total, t.booking))
-		p.remove = o.seats
+		p.remove, p.reclaim = o.seats, arrived == 0 // a pod on its way may yet bind to a seat's node
 		p.event(corev1.EventTypeWarning, events.ReasonBookingReleased, fmt.Sprintf("booking time %s passed with %d of %d pods scheduled; the seats are removed", t.booking, bound, total))
 		return
 	}
@@ -187,6 +189,11 @@ func booked(o observation, t timing, prov *metav1.Condition, p *plan) {
 			"%d seat(s) holding booked room went away (preempted, or their node is gone) before their pods arrived; those pods are scheduled like any other", keep-len(o.seats)))
 	}
 	p.requeue = end.Sub(o.now)
+}
+
+// anyArrived reports whether a consuming pod waits to be scheduled (consumerArrived).
+func anyArrived(o observation) bool {
+	return slices.ContainsFunc(o.consuming, consumerArrived)
 }
 
 // consumerArrived reports whether a consuming pod waits to be scheduled: not bound, not
@@ -212,7 +219,7 @@ func provisioning(o observation, t timing, p *plan) {
 	class := pr.Spec.ProvisioningClassName
 	if o.now.Sub(pr.CreationTimestamp.Time) >= t.expiration {
 		p.cond(o, autoscalingv1.Failed, metav1.ConditionTrue, ReasonExpired, "ProvisioningRequest is expired")
-		p.remove = o.seats
+		p.remove, p.reclaim = o.seats, true
 		return
 	}
 	attempts := failedAttempts(pr)

@@ -2,7 +2,6 @@ package provisioningrequest
 
 import (
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -80,6 +79,7 @@ func TestDecide(t *testing.T) {
 		wantRemove  int
 		wantRequeue time.Duration
 		wantEvent   string
+		wantReclaim bool
 	}{
 		{name: "check-capacity, fits: accepted, seats pinned to the nodes with room",
 			o:         observation{pr: request(autoscalingv1.ProvisioningClassCheckCapacity), now: t0, pods: gpuPods(2), fit: fits, ready: allReady},
@@ -126,7 +126,11 @@ func TestDecide(t *testing.T) {
 		{name: "every seat died mid-attempt: the attempt ended (reclaimed, backoff), not a new batch at once",
 			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted), now: t0.Add(3 * time.Minute), pods: gpuPods(2),
 				dead: boundSeats, fit: noFit, ready: allReady},
-			wantConds: []string{"Provisioned=False/CapacityIsNotFound"}, wantRemove: 2, wantRequeue: time.Minute, wantEvent: "CapacityNotProvisioned"},
+			wantConds: []string{"Provisioned=False/CapacityIsNotFound"}, wantRemove: 2, wantRequeue: time.Minute, wantEvent: "CapacityNotProvisioned", wantReclaim: true},
+		{name: "booked past the booking time with a consumer on its way: no node reclaimed under it",
+			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted, provisioned), now: t0.Add(11 * time.Minute), pods: gpuPods(2),
+				seats: boundSeats, consuming: []*corev1.Pod{consumer("c0", "")}, ready: allReady},
+			wantConds: []string{"BookingExpired=True/CapacityReservationTimeExpired"}, wantRemove: 2, wantEvent: "BookingReleased"},
 		{name: "booked, a seat died: reported, the dead one goes",
 			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted, provisioned), now: t0.Add(2 * time.Minute), pods: gpuPods(2),
 				seats: boundSeats[:1], dead: []*corev1.Pod{boundSeats[1]}, ready: allReady},
@@ -138,7 +142,7 @@ func TestDecide(t *testing.T) {
 		{name: "attempt out of time: seats go, CapacityIsNotFound, backoff",
 			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted), now: t0.Add(11 * time.Minute), pods: gpuPods(2),
 				seats: []*corev1.Pod{seatAt("s0", t0, "n1", false), seatAt("s1", t0, "", false)}, ready: allReady},
-			wantConds: []string{"Provisioned=False/CapacityIsNotFound"}, wantRemove: 2, wantRequeue: time.Minute, wantEvent: "CapacityNotProvisioned"},
+			wantConds: []string{"Provisioned=False/CapacityIsNotFound"}, wantRemove: 2, wantRequeue: time.Minute, wantEvent: "CapacityNotProvisioned", wantReclaim: true},
 		{name: "booked, one consumer arrived: one seat gives way",
 			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted, provisioned), now: t0.Add(2 * time.Minute), pods: gpuPods(2),
 				seats: boundSeats, consuming: []*corev1.Pod{consumer("c0", "")}, ready: allReady},
@@ -154,25 +158,25 @@ func TestDecide(t *testing.T) {
 		{name: "booked, every consumer bound: CapacityBookingConsumed",
 			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted, provisioned), now: t0.Add(2 * time.Minute), pods: gpuPods(2),
 				consuming: []*corev1.Pod{consumer("c0", "n1"), consumer("c1", "n2")}, ready: allReady},
-			wantConds: []string{"BookingExpired=True/CapacityBookingConsumed"}, wantEvent: "BookingReleased"},
+			wantConds: []string{"BookingExpired=True/CapacityBookingConsumed"}, wantEvent: "BookingReleased", wantReclaim: true},
 		{name: "booked past the booking time: CapacityReservationTimeExpired, seats go",
 			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted, provisioned), now: t0.Add(11 * time.Minute), pods: gpuPods(2),
 				seats: boundSeats, ready: allReady},
-			wantConds: []string{"BookingExpired=True/CapacityReservationTimeExpired"}, wantRemove: 2, wantEvent: "BookingReleased"},
+			wantConds: []string{"BookingExpired=True/CapacityReservationTimeExpired"}, wantRemove: 2, wantEvent: "BookingReleased", wantReclaim: true},
 		{name: "booked, a seat lost before its pod arrived: reported, not revoked",
 			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted, provisioned), now: t0.Add(2 * time.Minute), pods: gpuPods(2),
 				seats: boundSeats[:1], ready: allReady},
 			wantRequeue: 9 * time.Minute, wantEvent: "BookedCapacityLost"},
 		{name: "missing PodTemplate: Failed FailedToCreatePods",
 			o:         observation{pr: request(autoscalingv1.ProvisioningClassCheckCapacity, accepted), now: t0, podsErr: errors.New("PodTemplate team-a/ppt not found"), ready: allReady},
-			wantConds: []string{"Failed=True/FailedToCreatePods"}},
+			wantConds: []string{"Failed=True/FailedToCreatePods"}, wantReclaim: true},
 		{name: "unprovisioned for a week: Failed Expired",
 			o:         observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted, notFound), now: t0.Add(DefaultExpiration), pods: gpuPods(2), fit: noFit, ready: allReady},
-			wantConds: []string{"Failed=True/Expired"}},
+			wantConds: []string{"Failed=True/Expired"}, wantReclaim: true},
 		{name: "failed: its seats go, nothing else",
 			o: observation{pr: request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted, condAt(autoscalingv1.Failed, metav1.ConditionTrue, ReasonExpired, t0)),
 				now: t0, pods: gpuPods(2), seats: boundSeats, ready: allReady},
-			wantRemove: 2},
+			wantRemove: 2, wantReclaim: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := decide(tc.o, tm)
@@ -196,8 +200,8 @@ func TestDecide(t *testing.T) {
 			if p.requeue != tc.wantRequeue {
 				t.Errorf("requeue %s, want %s", p.requeue, tc.wantRequeue)
 			}
-			if wantReclaim := tc.name == "attempt out of time: seats go, CapacityIsNotFound, backoff" || strings.HasPrefix(tc.name, "every seat died"); p.reclaim != wantReclaim {
-				t.Errorf("reclaim %v, want %v", p.reclaim, wantReclaim)
+			if p.reclaim != tc.wantReclaim {
+				t.Errorf("reclaim %v, want %v", p.reclaim, tc.wantReclaim)
 			}
 			if p.eventReason != tc.wantEvent {
 				t.Errorf("event %q, want %q", p.eventReason, tc.wantEvent)
