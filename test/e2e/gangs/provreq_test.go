@@ -33,32 +33,10 @@ func TestProvisioningRequestGetsEveryNodeInOneBatch(t *testing.T) {
 	c := rigtest.Current().Client
 	ns := namespace(t, "provreq")
 	const n, gpus = 4, 8
-	pod := func(name string) *corev1.Pod {
-		return builders.Pod(name, ns).GPU(gpus).NodeSelector(awsv1.LabelInstanceFamily, "g6e").
-			Tolerate(berthv1alpha1.GPUResource, "", corev1.TaintEffectNoSchedule).Obj()
-	}
-	before := map[string]bool{}
-	claims, err := nodeClaims(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, nc := range claims {
-		before[nc.Name] = true
-	}
-	tpl := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "ppt-train-prov-1-main", Namespace: ns},
-		Template: corev1.PodTemplateSpec{Spec: pod("x").Spec}}
-	if err := c.Create(ctx, tpl); err != nil {
-		t.Fatal(err)
-	}
-	pr := &autoscalingv1.ProvisioningRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: "train-prov-1", Namespace: ns},
-		Spec: autoscalingv1.ProvisioningRequestSpec{ProvisioningClassName: autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp,
-			PodSets: []autoscalingv1.PodSet{{PodTemplateRef: autoscalingv1.Reference{Name: tpl.Name}, Count: n}}},
-	}
+	pod := func(name string) *corev1.Pod { return l40sPod(ns, name, gpus) }
+	before := claimNames(t)
 	start := time.Now()
-	if err := c.Create(ctx, pr); err != nil {
-		t.Fatal(err)
-	}
+	pr := bestEffortRequest(t, ns, "train-prov-1", pod("x").Spec, n)
 	got := &autoscalingv1.ProvisioningRequest{}
 	rigtest.Eventually(t, 3*time.Minute, 200*time.Millisecond, "Provisioned", func(ctx context.Context) (bool, string, error) {
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pr), got); err != nil {
@@ -84,7 +62,7 @@ func TestProvisioningRequestGetsEveryNodeInOneBatch(t *testing.T) {
 	t.Cleanup(func() { releaseNodes(t, ns, held) })
 	// One batch: every NodeClaim launched for the seats was created within seconds of the first.
 	// (An empty g6e node an earlier test left may hold a seat: that one needed no launch.)
-	claims, err = nodeClaims(ctx, "")
+	claims, err := nodeClaims(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +139,46 @@ func TestProvisioningRequestGetsEveryNodeInOneBatch(t *testing.T) {
 	})
 }
 
+// l40sPod is pod name of namespace ns asking for gpus L40S GPUs (g6e), tolerating the GPU taint.
+func l40sPod(ns, name string, gpus int) *corev1.Pod {
+	return builders.Pod(name, ns).GPU(gpus).NodeSelector(awsv1.LabelInstanceFamily, "g6e").
+		Tolerate(berthv1alpha1.GPUResource, "", corev1.TaintEffectNoSchedule).Obj()
+}
+
+// claimNames are the NodeClaims there are now.
+func claimNames(t *testing.T) map[string]bool {
+	t.Helper()
+	claims, err := nodeClaims(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, nc := range claims {
+		out[nc.Name] = true
+	}
+	return out
+}
+
+// bestEffortRequest creates a best-effort-atomic-scale-up request name in ns for n pods of spec
+// (its PodTemplate ppt-<name>-main first, as Kueue does).
+func bestEffortRequest(t *testing.T, ns, name string, spec corev1.PodSpec, n int32) *autoscalingv1.ProvisioningRequest {
+	t.Helper()
+	ctx, c := context.Background(), rigtest.Current().Client
+	tpl := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "ppt-" + name + "-main", Namespace: ns}, Template: corev1.PodTemplateSpec{Spec: spec}}
+	if err := c.Create(ctx, tpl); err != nil {
+		t.Fatal(err)
+	}
+	pr := &autoscalingv1.ProvisioningRequest{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: autoscalingv1.ProvisioningRequestSpec{ProvisioningClassName: autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp,
+			PodSets: []autoscalingv1.PodSet{{PodTemplateRef: autoscalingv1.Reference{Name: tpl.Name}, Count: n}}},
+	}
+	if err := c.Create(ctx, pr); err != nil {
+		t.Fatal(err)
+	}
+	return pr
+}
+
 // releaseNodes deletes the pods of namespace ns and the NodeClaims behind nodes, and waits until
 // those NodeClaims are gone.
 func releaseNodes(t *testing.T, ns string, nodes map[string]bool) {
@@ -222,31 +240,9 @@ func TestGangConsumingARequestAsksForNoSecondBatch(t *testing.T) {
 	c := rigtest.Current().Client
 	ns := namespace(t, "provreq-gang")
 	const n, gpus = 2, 8
-	pod := func(name string) *corev1.Pod {
-		return builders.Pod(name, ns).GPU(gpus).NodeSelector(awsv1.LabelInstanceFamily, "g6e").
-			Tolerate(berthv1alpha1.GPUResource, "", corev1.TaintEffectNoSchedule).Obj()
-	}
-	before := map[string]bool{}
-	claims, err := nodeClaims(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, nc := range claims {
-		before[nc.Name] = true
-	}
-	tpl := &corev1.PodTemplate{ObjectMeta: metav1.ObjectMeta{Name: "ppt-llm-prov-1-main", Namespace: ns},
-		Template: corev1.PodTemplateSpec{Spec: pod("x").Spec}}
-	if err := c.Create(ctx, tpl); err != nil {
-		t.Fatal(err)
-	}
-	pr := &autoscalingv1.ProvisioningRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: "llm-prov-1", Namespace: ns},
-		Spec: autoscalingv1.ProvisioningRequestSpec{ProvisioningClassName: autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp,
-			PodSets: []autoscalingv1.PodSet{{PodTemplateRef: autoscalingv1.Reference{Name: tpl.Name}, Count: n}}},
-	}
-	if err := c.Create(ctx, pr); err != nil {
-		t.Fatal(err)
-	}
+	pod := func(name string) *corev1.Pod { return l40sPod(ns, name, gpus) }
+	before := claimNames(t)
+	pr := bestEffortRequest(t, ns, "llm-prov-1", pod("x").Spec, n)
 	rigtest.Eventually(t, time.Minute, 50*time.Millisecond, "the request's seats", func(ctx context.Context) (bool, string, error) {
 		var seats corev1.PodList
 		err := c.List(ctx, &seats, client.InNamespace(rig.BerthNamespace), client.HasLabels{berthv1alpha1.SeatForProvisioningRequestLabel})
@@ -273,18 +269,18 @@ func TestGangConsumingARequestAsksForNoSecondBatch(t *testing.T) {
 	}
 	var got *berthv1alpha1.PodGroup
 	rigtest.Eventually(t, 3*time.Minute, 200*time.Millisecond, "gang running", func(ctx context.Context) (bool, string, error) {
+		var err error
 		if got, err = getGroup(ctx, pg); err != nil {
 			return false, "", err
 		}
 		states, err := consumerStates(ctx, ns)
 		return got.Status.Phase == berthv1alpha1.PodGroupRunning, fmt.Sprintf("phase %s conditions %v; members: %s", got.Status.Phase, got.Status.Conditions, states), err
 	})
-	var nodes map[string]bool
 	ms, err := members(ctx, ns, pg.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodes = map[string]bool{}
+	nodes := map[string]bool{}
 	for _, m := range ms {
 		nodes[m.Spec.NodeName] = true
 	}
@@ -292,7 +288,7 @@ func TestGangConsumingARequestAsksForNoSecondBatch(t *testing.T) {
 	if p := got.Status.Provisioning; p != nil {
 		t.Errorf("the gang asked Karpenter for capacity of its own: %+v", p)
 	}
-	claims, err = nodeClaims(ctx, "")
+	claims, err := nodeClaims(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
