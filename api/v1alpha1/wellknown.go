@@ -129,8 +129,9 @@ const (
 	// ProtectAnnotation on a Deployment (value "true") makes berth mark its running pods
 	// karpenter.sh/do-not-disrupt, as it does for members of gangs with disruption.protect.
 	ProtectAnnotation = "scheduling.berth.dev/protect"
-	// ProtectedByAnnotation marks a pod's karpenter.sh/do-not-disrupt as set by berth (value
-	// ProtectedByBerth), so berth only ever removes the marks it added.
+	// ProtectedByAnnotation marks a pod's or a node's karpenter.sh/do-not-disrupt as set by berth
+	// (value ProtectedByBerth), so berth only ever removes the marks it added: pods it protects,
+	// and the nodes a gang waiting for Karpenter counts on (with its reservation label).
 	ProtectedByAnnotation = "scheduling.berth.dev/do-not-disrupt-by"
 	// ProtectedByBerth is the ProtectedByAnnotation value berth writes.
 	ProtectedByBerth = "berth"
@@ -285,7 +286,7 @@ const (
 //     corev1.LabelInstanceTypeStable, corev1.LabelArchStable, corev1.LabelOSStable,
 //     corev1.LabelMetadataName (namespace name, in the webhook's namespace selector).
 //   - Karpenter (sigs.k8s.io/karpenter/pkg/apis/v1): karpv1.DoNotDisruptAnnotationKey (written
-//     on protected pods and seats), karpv1.NodePoolLabelKey (seats select spec.nodePool),
+//     on protected pods, seats and reserved nodes), karpv1.NodePoolLabelKey (seats select spec.nodePool),
 //     karpv1.CapacityTypeLabelKey, karpv1.DisruptedTaintKey (read by disruption reporting).
 //   - Karpenter's AWS provider (github.com/aws/karpenter-provider-aws/pkg/apis/v1):
 //     awsv1.LabelInstanceFamily, LabelInstanceSize, LabelInstanceCategory,

@@ -42,6 +42,15 @@ func (b *NodeBuilder) GPU(n int) *NodeBuilder {
 // Label sets a label.
 func (b *NodeBuilder) Label(k, v string) *NodeBuilder { b.n.Labels[k] = v; return b }
 
+// Annotation sets an annotation.
+func (b *NodeBuilder) Annotation(k, v string) *NodeBuilder {
+	if b.n.Annotations == nil {
+		b.n.Annotations = map[string]string{}
+	}
+	b.n.Annotations[k] = v
+	return b
+}
+
 // Zone sets topology.kubernetes.io/zone.
 func (b *NodeBuilder) Zone(z string) *NodeBuilder { return b.Label(corev1.LabelTopologyZone, z) }
 

@@ -47,6 +47,9 @@ type cycle struct {
 	// booting snapshot (startAttempt, keepAttempt): the booting room it counted on is theirs to
 	// keep from the gangs after them (reserveRoom).
 	countsBooting map[types.UID]bool
+	// reservedNow are the nodes a gang reserved in this cycle (reserve), by name: the sweep,
+	// judging on the nodes as the cycle began, must not take berth's do-not-disrupt mark off them.
+	reservedNow map[string]bool
 	// pending are the seats not bound yet, by owner (holdUnboundSeats); onReady are those it
 	// counted on a Ready node (in snap).
 	pending []*seatOwner

@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -10,10 +11,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/podgroup/status"
-	"github.com/berth-dev/berth/scheduling"
 )
 
 // holdPlan keeps what holds a released gang right: the key label (decideKey) and the node
@@ -133,32 +134,96 @@ func reserveKey(g *berthv1alpha1.PodGroup) string {
 	return berthv1alpha1.ReservationLabelPrefix + string(g.UID)
 }
 
-// reserve labels the nodes the gang's placeable members would use, before any seat exists. It
-// reports whether it wrote a label the cycle did not see yet.
-func (r *Reconciler) reserve(ctx context.Context, g *berthv1alpha1.PodGroup, snap *scheduling.Snapshot, nodes []string) (bool, error) {
+// reserve labels the nodes the gang's placeable members would use, before any seat exists,
+// and marks them karpenter.sh/do-not-disrupt (unless the node carries that annotation already,
+// set by someone else): an empty spare node the gang counts on is a consolidation candidate,
+// and Karpenter deleting it while the seats' nodes boot made the gang ask for a second batch.
+// It reports whether it wrote a label the cycle did not see yet.
+func (r *Reconciler) reserve(ctx context.Context, cy *cycle, g *berthv1alpha1.PodGroup, nodes []string) (bool, error) {
 	key := reserveKey(g)
 	wrote := false
-	for _, n := range nodes {
-		if ns, ok := snap.Node(n); ok {
-			if _, has := ns.Node.Labels[key]; has {
-				continue
-			}
+	var errs []error
+	for _, name := range nodes {
+		if cy.reservedNow == nil {
+			cy.reservedNow = map[string]bool{}
 		}
-		if err := r.setNodeLabel(ctx, n, key, true); err != nil {
-			return wrote, err
+		cy.reservedNow[name] = true
+		labelled, marked := false, false
+		if ns, ok := cy.snap.Node(name); ok {
+			_, labelled = ns.Node.Labels[key]
+			_, marked = ns.Node.Annotations[karpv1.DoNotDisruptAnnotationKey]
 		}
-		wrote = true
+		if labelled && marked {
+			continue
+		}
+		var annotations map[string]any
+		if !marked {
+			annotations = map[string]any{karpv1.DoNotDisruptAnnotationKey: "true", berthv1alpha1.ProtectedByAnnotation: berthv1alpha1.ProtectedByBerth}
+		}
+		if err := r.patchNode(ctx, name, map[string]any{key: "true"}, annotations); err != nil {
+			errs = append(errs, fmt.Errorf("reserving node %s for gang %s/%s: %w", name, g.Namespace, g.Name, err))
+			continue
+		}
+		wrote = wrote || !labelled
 	}
-	return wrote, nil
+	return wrote, errors.Join(errs...)
 }
 
 // sweepReservations removes reservation labels of gangs whose capacity request ended (admitted,
-// withdrawn, timed out) or that are gone.
+// withdrawn, timed out) or that are gone, and berth's do-not-disrupt mark with the last of them.
 func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
-	return r.sweepNodeLabels(ctx, cy.nodes, berthv1alpha1.ReservationLabelPrefix, func(uid types.UID) bool {
+	live := func(uid types.UID) bool {
 		g := cy.groupByUID(uid)
 		return g != nil && reservationLive(g, cy.now)
-	})
+	}
+	var errs []error
+	for _, n := range cy.nodes {
+		sw := decideReservationSweep(n, live, cy.reservedNow[n.Name])
+		if len(sw.drop) == 0 && !sw.unprotect {
+			continue
+		}
+		labels := map[string]any{}
+		for _, k := range sw.drop {
+			labels[k] = nil
+		}
+		var annotations map[string]any
+		if sw.unprotect {
+			annotations = map[string]any{karpv1.DoNotDisruptAnnotationKey: nil, berthv1alpha1.ProtectedByAnnotation: nil}
+		}
+		if err := r.patchNode(ctx, n.Name, labels, annotations); err != nil {
+			errs = append(errs, fmt.Errorf("sweeping reservations off node %s: %w", n.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// reservationSweep is what the sweep takes off one node: the reservation labels of gangs whose
+// reservation ended, and (unprotect) berth's do-not-disrupt mark.
+type reservationSweep struct {
+	drop      []string
+	unprotect bool
+}
+
+// decideReservationSweep decides (pure) what comes off node n: the reservation labels whose gang
+// is not live, and berth's do-not-disrupt mark once no live reservation is left — unless a gang
+// reserved the node in this cycle (reservedNow), which n as the cycle began does not show. A
+// mark berth did not make (no scheduling.berth.dev/do-not-disrupt-by: berth) is never removed.
+func decideReservationSweep(n *corev1.Node, live func(types.UID) bool, reservedNow bool) reservationSweep {
+	var sw reservationSweep
+	held := reservedNow
+	for k := range n.Labels {
+		uid, ok := strings.CutPrefix(k, berthv1alpha1.ReservationLabelPrefix)
+		switch {
+		case !ok:
+		case live(types.UID(uid)):
+			held = true
+		default:
+			sw.drop = append(sw.drop, k)
+		}
+	}
+	slices.Sort(sw.drop)
+	sw.unprotect = !held && n.Annotations[berthv1alpha1.ProtectedByAnnotation] == berthv1alpha1.ProtectedByBerth
+	return sw
 }
 
 // reservationLive reports whether gang g's reservation labels must stay: its attempt runs, or

@@ -236,7 +236,7 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	if !ok {
 		return 0, nil
 	}
-	if _, err := r.reserve(ctx, g, cy.snap, sf.Nodes); err != nil {
+	if _, err := r.reserve(ctx, cy, g, sf.Nodes); err != nil {
 		return 0, err
 	}
 	// The attempt keeps its seats: room that frees while they wait (a seat bound elsewhere, a
@@ -306,7 +306,7 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 	if len(sf.Missing) == 0 {
 		return 5 * time.Second, nil // capacity for every member is booting; look again soon
 	}
-	switch wrote, err := r.reserve(ctx, g, cy.snap, sf.Nodes); {
+	switch wrote, err := r.reserve(ctx, cy, g, sf.Nodes); {
 	case err != nil:
 		return 0, err
 	case wrote:

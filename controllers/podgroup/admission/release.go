@@ -234,11 +234,30 @@ func (r *Reconciler) setNodeLabel(ctx context.Context, node, key string, present
 	if present {
 		value = "true"
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"labels": map[string]any{key: value}}})
+	if err := r.patchNode(ctx, node, map[string]any{key: value}, nil); err != nil {
+		return fmt.Errorf("setting label %s: %w", key, err)
+	}
+	return nil
+}
+
+// patchNode merge-patches node's labels and annotations (a nil value removes the key; a nil
+// map leaves that field alone). A node that is gone needs nothing.
+func (r *Reconciler) patchNode(ctx context.Context, node string, labels, annotations map[string]any) error {
+	meta := map[string]any{}
+	if labels != nil {
+		meta["labels"] = labels
+	}
+	if annotations != nil {
+		meta["annotations"] = annotations
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
+	if err != nil {
+		return fmt.Errorf("encoding the patch of node %s: %w", node, err)
+	}
 	n := &corev1.Node{}
 	n.Name = node
 	if err := r.client.Patch(ctx, n, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("setting label %s on node %s: %w", key, node, err)
+		return fmt.Errorf("patching node %s: %w", node, err)
 	}
 	return nil
 }

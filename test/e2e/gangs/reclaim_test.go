@@ -9,6 +9,7 @@ import (
 
 	awsv1 "github.com/aws/karpenter-provider-aws/pkg/apis/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
@@ -208,4 +209,100 @@ func TestScheduleTimeoutReclaimsTheBatch(t *testing.T) {
 	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestReservedSpareNodeIsNotConsolidated: a gang of 2 × 8 A10G GPUs on a NodePool whose limit
+// holds one such node, which an earlier pod left empty. One member fits that node; the other's
+// seat gets no node (the limit), so the attempt runs on. While it does, berth keeps the spare
+// node from Karpenter's consolidation (10 s after it emptied, here): the node carries berth's
+// karpenter.sh/do-not-disrupt and is still there a minute later. Once the gang is gone
+// the mark goes too, and consolidation takes the node. (Unmarked, a gang's spare node was
+// consolidated mid-attempt on the LWS rig test, and the gang asked Karpenter for a second batch.)
+func TestReservedSpareNodeIsNotConsolidated(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	pool := rig.DevNodePools()[0].DeepCopy()
+	pool.Name = "gpu-spare"
+	pool.ResourceVersion = ""
+	pool.Spec.Template.Spec.Requirements[0].Values = []string{"g5"}
+	pool.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("8")}
+	pool.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("10s")
+	pool.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "100%"}}
+	pool.Spec.Weight = ptr.To[int32](100)
+	if err := c.Create(ctx, pool); err != nil {
+		t.Fatalf("creating NodePool: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), pool) })
+	ns := namespace(t, "spare")
+	filler := builders.Pod("filler", ns).GPU(8).NodeSelector(awsv1.LabelInstanceFamily, "g5").
+		NodeSelector(karpv1.NodePoolLabelKey, pool.Name).Tolerate(berthv1alpha1.GPUResource, "", corev1.TaintEffectNoSchedule).Obj()
+	if err := c.Create(ctx, filler); err != nil {
+		t.Fatal(err)
+	}
+	rigtest.Eventually(t, 2*time.Minute, 200*time.Millisecond, "the filler running on a node of the pool", func(ctx context.Context) (bool, string, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(filler), filler); err != nil {
+			return false, "", err
+		}
+		return filler.Status.Phase == corev1.PodRunning, string(filler.Status.Phase), nil
+	})
+	spare := filler.Spec.NodeName
+	if err := c.Delete(ctx, filler, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	pg := builders.PodGroup("ddp", ns).MinMember(2).NodePool(pool.Name).ProvisioningTimeout(300).ScheduleTimeout(0).Obj()
+	createGang(t, pg, 2, 8, "g5")
+
+	marked := func(n *corev1.Node) bool {
+		return n.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true" && n.Annotations[berthv1alpha1.ProtectedByAnnotation] == berthv1alpha1.ProtectedByBerth
+	}
+	rigtest.Eventually(t, 30*time.Second, 200*time.Millisecond, "the spare node reserved and marked do-not-disrupt by berth", func(ctx context.Context) (bool, string, error) {
+		var n corev1.Node
+		if err := c.Get(ctx, client.ObjectKey{Name: spare}, &n); err != nil {
+			return false, "", err
+		}
+		return marked(&n), fmt.Sprintf("annotations %v", n.Annotations), nil
+	})
+	// Six times the pool's consolidateAfter (Karpenter validates an empty node for 15 s more before it
+	// deletes it): the node stays, the attempt runs on.
+	for end := time.Now().Add(60 * time.Second); time.Now().Before(end); time.Sleep(time.Second) {
+		var n corev1.Node
+		if err := c.Get(ctx, client.ObjectKey{Name: spare}, &n); err != nil || n.DeletionTimestamp != nil || !marked(&n) {
+			t.Fatalf("the spare node the gang counts on went or lost its mark mid-attempt: err %v, deleting since %v, annotations %v", err, n.DeletionTimestamp, n.Annotations)
+		}
+		claims, err := claimsFor(ctx, map[string]bool{spare: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, nc := range claims {
+			if nc.DeletionTimestamp != nil {
+				t.Fatalf("Karpenter is deleting NodeClaim %s of the spare node the gang counts on", nc.Name)
+			}
+		}
+	}
+	g, err := getGroup(ctx, pg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Status.Provisioning.Active() {
+		t.Fatalf("the gang's attempt is over (%+v): the check above proved nothing", g.Status.Provisioning)
+	}
+
+	// The gang goes: the mark goes with its reservation, and consolidation takes the node.
+	if err := c.Delete(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteAllOf(ctx, &corev1.Pod{}, client.InNamespace(ns), client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	rigtest.Eventually(t, 2*time.Minute, 500*time.Millisecond, "the unmarked spare node consolidated", func(ctx context.Context) (bool, string, error) {
+		var n corev1.Node
+		err := c.Get(ctx, client.ObjectKey{Name: spare}, &n)
+		if apierrors.IsNotFound(err) {
+			return true, "", nil
+		}
+		if err != nil {
+			return false, "", err
+		}
+		return false, fmt.Sprintf("node %s: annotations %v, deleting %v", spare, n.Annotations, n.DeletionTimestamp != nil), nil
+	})
 }

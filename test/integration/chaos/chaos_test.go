@@ -115,7 +115,7 @@ func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
 		}
 	}
 	t.Logf("%d of %d gangs partly released", rec.CheckWhole(t, gangs), len(gangs))
-	rigtest.Eventually(t, 30*time.Second, 500*time.Millisecond, "no barrier or reservation label left on a node", func(ctx context.Context) (bool, string, error) {
+	rigtest.Eventually(t, 30*time.Second, 500*time.Millisecond, "no barrier, reservation label or reservation's do-not-disrupt left on a node", func(ctx context.Context) (bool, string, error) {
 		var nodes corev1.NodeList
 		if err := c.List(ctx, &nodes); err != nil {
 			return false, "", err
@@ -126,6 +126,9 @@ func TestKilledAtRandomNoGangIsPartlyReleased(t *testing.T) {
 				if strings.HasPrefix(k, berthv1alpha1.BarrierLabelPrefix) || strings.HasPrefix(k, berthv1alpha1.ReservationLabelPrefix) {
 					left = append(left, n.Name+":"+k)
 				}
+			}
+			if n.Annotations[berthv1alpha1.ProtectedByAnnotation] == berthv1alpha1.ProtectedByBerth {
+				left = append(left, n.Name+": berth's do-not-disrupt")
 			}
 		}
 		return len(left) == 0, strings.Join(left, ", "), nil
