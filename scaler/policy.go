@@ -69,7 +69,8 @@ type Decision struct {
 	Signals []SignalDecision
 	// Desired is the largest Desired over the signals — what the HPA does with several metrics.
 	Desired int
-	// Current is every live replica: ready, starting and stalled.
+	// Current is every live replica: ready, starting and stalled (what the decision moves from
+	// is Observation.Spec where known).
 	Current int
 	// Held is the reason the decision was held, if any signal was (starting first).
 	Held Held
@@ -191,6 +192,14 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 	}
 	stalled := o.StalledTotal()
 	d := Decision{Current: o.Ready + o.Starting + stalled, Partial: o.Sampled < o.Ready}
+	// What the decision moves from and a hold keeps: the HPA's own count where it was read. The
+	// replicas starting that hold a scale-up are those on their way to that count: a rollout's
+	// surge pods replace replicas that serve, and holding on them held every scale-up for as
+	// long as the rollout ran.
+	current, starting := d.Current, o.Starting
+	if o.HasSpec {
+		current, starting = o.Spec, min(o.Starting, max(0, o.Spec-o.Ready))
+	}
 	waiting := o.Waiting + o.Upstream
 	d.Active = waiting > t.ActivationQueueDepth || o.Running > 0 || o.Starting > 0 || stalled > 0
 	running := o.Running
@@ -200,7 +209,7 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 			continue
 		}
 		if s == SignalSLO {
-			sd, fc, carry, serving := decideSLO(o, t, headroom, d.Current, d.Partial)
+			sd, fc, carry, serving := decideSLO(o, t, headroom, current, d.Partial)
 			d.Capacity, d.Forecast = carry, fc
 			d.MissFloor = o.Model.MissFloor()
 			if sd.Held == "" {
@@ -232,12 +241,12 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 		}
 		partial := d.Partial || (s == SignalKVCache && o.KVSampled < o.Ready) || (s == SignalTokens && o.TokensSampled < o.Ready) ||
 			(s == SignalKVTokens && o.KVTokensSampled < o.Ready) || (s == SignalQueuedPromptTokens && o.PromptSampled < o.Ready)
-		sd.Desired, sd.Held = desired(sd.Raw, target, headroom, d.Current, o.Ready, o.Starting, partial)
+		sd.Desired, sd.Held = desired(sd.Raw, target, headroom, current, o.Ready, starting, partial)
 		d.add(sd)
 	}
 	// Then the SLO constraints: they add replicas when violated and otherwise follow the
 	// sizing signals (under the HPA's max, a vote that changes nothing).
-	d.constrainAll(o, t)
+	d.constrainAll(o, t, current, starting)
 	d.Own = d.Desired
 	if t.Follow != "" {
 		sd := SignalDecision{Signal: SignalFollow, Target: 1, Desired: d.Desired}
@@ -252,8 +261,9 @@ func (p Policy) Decide(o Observation, t *Trigger) (Decision, error) {
 }
 
 // constrainAll adds the decisions of the trigger's constraints (TTFT, ITL, preemptions, the KV
-// guard) to a decision that holds the sizing signals' already.
-func (d *Decision) constrainAll(o Observation, t *Trigger) {
+// guard) to a decision that holds the sizing signals' already; current is the count the
+// decision moves from, starting the replicas on their way to it.
+func (d *Decision) constrainAll(o Observation, t *Trigger, current, starting int) {
 	sizing := d.Desired
 	for _, s := range t.Signals() {
 		if !s.Constraint() || s == SignalFollow {
@@ -274,7 +284,7 @@ func (d *Decision) constrainAll(o Observation, t *Trigger) {
 				value = o.KVUsage / float64(o.KVSampled)
 			}
 		}
-		sd := constrain(s, t.Target(s), value, sizing, d.Current, o.Ready, o.Starting)
+		sd := constrain(s, t.Target(s), value, sizing, current, o.Ready, starting)
 		if s == SignalKVSaturation && o.KVSampled > 0 {
 			// The guard also keeps the fleet from shrinking into saturation: at least as many
 			// replicas as hold the KV in use at or under the threshold (the KV in use moves with

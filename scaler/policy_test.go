@@ -181,6 +181,30 @@ func TestDecide(t *testing.T) {
 			want: map[Signal]int{SignalKVTokens: 4}, wantActive: true},
 		{name: "kv tokens with no cache size anywhere is an error", md: map[string]string{"targetKVTokens": "40000", "role": "decode"},
 			obs: Observation{Ready: 2, Sampled: 2, KVSampled: 2, KVUsage: 1.1, Running: 50, TTFTP95: nan}, wantErr: ErrNoFreshData},
+		// A rollout with maxSurge: 4 replicas asked for, a 5th (the new revision's) starting on
+		// top. A hold keeps the HPA's 4; answering the 5 live replicas made the HPA write 5, and
+		// the rollout's next step surged on that.
+		{name: "a rollout's surge pod is not held as a replica (partial data)", md: queue,
+			obs:  Observation{Ready: 4, Sampled: 2, Starting: 1, Waiting: 4, TTFTP95: nan, Spec: 4, HasSpec: true},
+			want: map[Signal]int{SignalQueue: 4}, wantHeld: map[Signal]Held{SignalQueue: HeldPartial}, wantActive: true},
+		{name: "a rollout's surge pod is not held as a replica (starting)", md: queue,
+			obs:  Observation{Ready: 4, Sampled: 4, Starting: 3, Waiting: 40, TTFTP95: nan, Spec: 6, HasSpec: true},
+			want: map[Signal]int{SignalQueue: 6}, wantHeld: map[Signal]Held{SignalQueue: HeldStarting}, wantActive: true},
+		// Nor is it capacity on its way (it replaces a replica that serves): a scale-up is not
+		// held on it — held, no fleet could grow for as long as a rollout ran.
+		{name: "a rollout's surge pod does not hold a scale-up", md: queue,
+			obs:  Observation{Ready: 4, Sampled: 4, Starting: 1, Waiting: 24, TTFTP95: nan, Spec: 4, HasSpec: true},
+			want: map[Signal]int{SignalQueue: 6}, wantActive: true},
+		{name: "replicas on their way to the HPA's count hold a scale-up", md: queue,
+			obs:  Observation{Ready: 4, Sampled: 4, Starting: 2, Waiting: 40, TTFTP95: nan, Spec: 6, HasSpec: true},
+			want: map[Signal]int{SignalQueue: 6}, wantHeld: map[Signal]Held{SignalQueue: HeldStarting}, wantActive: true},
+		// A pod lost before its replacement exists: 3 live of 4 asked for. A hold keeps 4.
+		{name: "a lost pod is not a scale-down while held", md: queue,
+			obs:  Observation{Ready: 3, Sampled: 1, Waiting: 2, TTFTP95: nan, Spec: 4, HasSpec: true},
+			want: map[Signal]int{SignalQueue: 4}, wantHeld: map[Signal]Held{SignalQueue: HeldPartial}, wantActive: true},
+		{name: "unread spec: the live replicas are held, as before", md: queue,
+			obs:  Observation{Ready: 4, Sampled: 2, Starting: 1, Waiting: 4, TTFTP95: nan},
+			want: map[Signal]int{SignalQueue: 5}, wantHeld: map[Signal]Held{SignalQueue: HeldPartial}, wantActive: true},
 		{name: "activation threshold", md: map[string]string{"targetQueueDepth": "4", "activationQueueDepth": "2"},
 			obs: Observation{Ready: 1, Sampled: 1, Waiting: 2, TTFTP95: nan}, want: map[Signal]int{SignalQueue: 1}, wantActive: false},
 	}

@@ -279,6 +279,14 @@ type Observation struct {
 	// Stalled counts replicas that are not ready and no longer count as capacity on its way,
 	// by reason: they never hold a scale-up.
 	Stalled map[StallReason]int
+	// Spec is the scale target's spec.replicas read for this evaluation, when HasSpec (not for a
+	// ScaledJob, nor when the read failed): the count the HPA moves from, which a held decision
+	// keeps. The live replicas differ from it in a rollout (maxSurge pods on top) and while pods
+	// are replaced; holding at the live count made every held evaluation of a rollout ask for its
+	// surge pods as replicas (and the next rollout step surged again), and a pod lost before its
+	// replacement existed shrank the fleet by one.
+	Spec    int
+	HasSpec bool
 	// Waiting, Running and KVUsage are sums over the sampled replicas.
 	Waiting, Running, KVUsage float64
 	// Upstream is the requests waiting in front of the replicas (the trigger's demandQuery at a

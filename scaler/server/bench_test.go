@@ -109,6 +109,11 @@ func (r *fleetResolver) Resolve(_ context.Context, _, name string, _ *scaler.Tri
 	return targets.Info{Selector: labels.Set{"app": name}.AsSelector(), MaxReplicas: 1000, PollingInterval: r.poll}, nil
 }
 
+// Replicas says nothing of the target: the decisions hold at the live replicas.
+func (r *fleetResolver) Replicas(context.Context, string, targets.Info) (int, bool, error) {
+	return 0, false, nil
+}
+
 func (r *fleetResolver) List(_ context.Context, _ string, sel labels.Selector) ([]scaler.Pod, error) {
 	for name, p := range r.pods {
 		if sel.Matches(labels.Set{"app": name}) {

@@ -27,6 +27,8 @@ import (
 type Resolver interface {
 	Resolve(ctx context.Context, namespace, name string, t *scaler.Trigger) (targets.Info, error)
 	List(ctx context.Context, namespace string, sel labels.Selector) ([]scaler.Pod, error)
+	// Replicas reads the target's spec.replicas now (ok false: info names no target).
+	Replicas(ctx context.Context, namespace string, info targets.Info) (replicas int, ok bool, err error)
 }
 
 // Engine evaluates ScaledObjects.
@@ -235,6 +237,14 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 		if ev.Observation.Upstream, err = e.Prometheus.Demand(ctx, t); err != nil {
 			return ev, &evalError{reasonSource, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}
 		}
+	}
+	// The count a held decision keeps is the HPA's: read now, or the live replicas where it
+	// cannot be (the decision then holds at them, as before the read).
+	switch spec, ok, err := e.Resolver.Replicas(ctx, namespace, info); {
+	case err != nil:
+		log.FromContext(ctx).Error(err, "reading the scale target's replicas failed; a held decision keeps the live replicas", "namespace", namespace, "scaledObject", name)
+	case ok:
+		ev.Observation.Spec, ev.Observation.HasSpec = spec, true
 	}
 	ev.Observation.FollowReplicas = e.owns.floor(namespace, t, e.clock().Now())
 	if t.SLO.TTFT > 0 {

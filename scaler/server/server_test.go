@@ -35,6 +35,9 @@ import (
 type staticResolver struct {
 	pods []scaler.Pod
 	err  error
+	// spec is the target's spec.replicas, when hasSpec.
+	spec    int
+	hasSpec bool
 }
 
 func (r *staticResolver) Resolve(context.Context, string, string, *scaler.Trigger) (targets.Info, error) {
@@ -43,6 +46,10 @@ func (r *staticResolver) Resolve(context.Context, string, string, *scaler.Trigge
 
 func (r *staticResolver) List(context.Context, string, labels.Selector) ([]scaler.Pod, error) {
 	return r.pods, nil
+}
+
+func (r *staticResolver) Replicas(context.Context, string, targets.Info) (int, bool, error) {
+	return r.spec, r.hasSpec, nil
 }
 
 type harness struct {

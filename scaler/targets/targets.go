@@ -41,6 +41,14 @@ type Info struct {
 	// PollingInterval is the ScaledObject's pollingInterval (KEDA's default 30 s; 0 when
 	// unknown): the cadence the scaler reads the replicas at in the background.
 	PollingInterval time.Duration
+	// Target is the ScaledObject's scaleTargetRef (nil when there is no ScaledObject: a
+	// ScaledJob with podSelector): where Replicas reads the count the HPA moves from.
+	Target *TargetRef
+}
+
+// TargetRef names a ScaledObject's scale target.
+type TargetRef struct {
+	APIVersion, Kind, Name string
 }
 
 // Targets resolves ScaledObjects to their pods.
@@ -126,49 +134,83 @@ func (t *Targets) read(ctx context.Context, namespace, name string, needSelector
 	if n, found, _ := unstructured.NestedInt64(so.Object, "spec", "pollingInterval"); found && n > 0 {
 		info.PollingInterval = time.Duration(n) * time.Second
 	}
+	ref, _, _ := unstructured.NestedStringMap(so.Object, "spec", "scaleTargetRef")
+	target := TargetRef{APIVersion: ref["apiVersion"], Kind: ref["kind"], Name: ref["name"]}
+	if target.APIVersion == "" {
+		target.APIVersion = "apps/v1"
+	}
+	if target.Kind == "" {
+		target.Kind = "Deployment"
+	}
+	if target.Name != "" {
+		info.Target = &target
+	}
 	if !needSelector {
 		return info, nil
 	}
-	ref, _, _ := unstructured.NestedStringMap(so.Object, "spec", "scaleTargetRef")
-	apiVersion, kind, target := ref["apiVersion"], ref["kind"], ref["name"]
-	if apiVersion == "" {
-		apiVersion = "apps/v1"
-	}
-	if kind == "" {
-		kind = "Deployment"
-	}
-	if target == "" {
+	if target.Name == "" {
 		return Info{}, fmt.Errorf("%w: ScaledObject %s/%s has no spec.scaleTargetRef.name", ErrTarget, namespace, name)
 	}
-	gv, err := schema.ParseGroupVersion(apiVersion)
+	scale, err := t.readScale(ctx, namespace, target)
 	if err != nil {
-		return Info{}, fmt.Errorf("%w: ScaledObject %s/%s: scaleTargetRef.apiVersion %q: %w", ErrTarget, namespace, name, apiVersion, err)
+		return Info{}, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)
+	}
+	selector, _, _ := unstructured.NestedString(scale.Object, "status", "selector")
+	if selector == "" {
+		return Info{}, fmt.Errorf("%w: %s %s/%s reports no selector in /scale; set podSelector in the trigger metadata", ErrTarget, target.Kind, namespace, target.Name)
+	}
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		return Info{}, fmt.Errorf("%w: %s %s/%s selector %q: %w", ErrTarget, target.Kind, namespace, target.Name, selector, err)
+	}
+	info.Selector = sel
+	return info, nil
+}
+
+// readScale reads the /scale subresource of target in namespace.
+func (t *Targets) readScale(ctx context.Context, namespace string, target TargetRef) (*unstructured.Unstructured, error) {
+	gv, err := schema.ParseGroupVersion(target.APIVersion)
+	if err != nil {
+		return nil, fmt.Errorf("%w: scaleTargetRef.apiVersion %q: %w", ErrTarget, target.APIVersion, err)
 	}
 	obj := &unstructured.Unstructured{}
-	obj.SetGroupVersionKind(gv.WithKind(kind))
+	obj.SetGroupVersionKind(gv.WithKind(target.Kind))
 	obj.SetNamespace(namespace)
-	obj.SetName(target)
+	obj.SetName(target.Name)
 	scale := &unstructured.Unstructured{}
 	scale.SetGroupVersionKind(autoscalingv1.SchemeGroupVersion.WithKind("Scale"))
 	if err := t.API.SubResource("scale").Get(ctx, obj, scale); err != nil {
 		switch {
 		case apierrors.IsNotFound(err):
-			return Info{}, fmt.Errorf("%w: %s %s/%s (the target of ScaledObject %s) not found: %w", ErrTarget, kind, namespace, target, name, err)
+			return nil, fmt.Errorf("%w: %s %s/%s (the scale target) not found: %w", ErrTarget, target.Kind, namespace, target.Name, err)
 		case meta.IsNoMatchError(err):
-			return Info{}, fmt.Errorf("%w: ScaledObject %s/%s targets %s %s, a kind this cluster does not serve: %w", ErrTarget, namespace, name, apiVersion, kind, err)
+			return nil, fmt.Errorf("%w: the scale target's kind %s %s is not served by this cluster: %w", ErrTarget, target.APIVersion, target.Kind, err)
 		}
-		return Info{}, fmt.Errorf("reading the /scale of %s %s/%s: %w", kind, namespace, target, err)
+		return nil, fmt.Errorf("reading the /scale of %s %s/%s: %w", target.Kind, namespace, target.Name, err)
 	}
-	selector, _, _ := unstructured.NestedString(scale.Object, "status", "selector")
-	if selector == "" {
-		return Info{}, fmt.Errorf("%w: %s %s/%s reports no selector in /scale; set podSelector in the trigger metadata", ErrTarget, kind, namespace, target)
+	return scale, nil
+}
+
+// Replicas reads the spec.replicas of a resolved ScaledObject's target from its /scale, uncached
+// (one GET per evaluation): the count the HPA moves from, which a held decision must keep — a
+// count cached even for seconds could be one the HPA has left since, and holding at it would
+// scale the fleet. ok is false where info names no target (a ScaledJob).
+func (t *Targets) Replicas(ctx context.Context, namespace string, info Info) (replicas int, ok bool, err error) {
+	if info.Target == nil {
+		return 0, false, nil
 	}
-	sel, err := labels.Parse(selector)
+	scale, err := t.readScale(ctx, namespace, *info.Target)
 	if err != nil {
-		return Info{}, fmt.Errorf("%w: %s %s/%s selector %q: %w", ErrTarget, kind, namespace, target, selector, err)
+		return 0, false, err
 	}
-	info.Selector = sel
-	return info, nil
+	n, found, err := unstructured.NestedInt64(scale.Object, "spec", "replicas")
+	if err != nil {
+		return 0, false, fmt.Errorf("the /scale of %s %s/%s: spec.replicas: %w", info.Target.Kind, namespace, info.Target.Name, err)
+	}
+	if !found {
+		return 0, true, nil // omitted: zero
+	}
+	return int(n), true, nil
 }
 
 func isNoKind(err error) bool { return meta.IsNoMatchError(err) }

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -113,6 +114,31 @@ func TestResolveAndList(t *testing.T) {
 	if info.Selector.String() != "app=llama" || info.MaxReplicas != 6 {
 		t.Fatalf("llama: %+v", info)
 	}
+	// The HPA's count, read fresh on every evaluation: the HPA scales the target through /scale
+	// while the resolved target stays cached, and the next read says so.
+	if n, ok, err := tg.Replicas(ctx, ns, info); err != nil || !ok || n != 0 {
+		t.Fatalf("llama's replicas: %d, %v, %v; want 0", n, ok, err)
+	}
+	scale := &autoscalingv1.Scale{}
+	if err := c.SubResource("scale").Get(ctx, dep, scale); err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = 3
+	if err := c.SubResource("scale").Update(ctx, dep, client.WithSubResourceBody(scale)); err != nil {
+		t.Fatal(err)
+	}
+	if cached, err := tg.Resolve(ctx, ns, "llama", noSel); err != nil {
+		t.Fatal(err)
+	} else if n, ok, err := tg.Replicas(ctx, ns, cached); err != nil || !ok || n != 3 {
+		t.Fatalf("llama's replicas after the HPA scaled it: %d, %v, %v; want 3", n, ok, err)
+	}
+	if err := c.SubResource("scale").Get(ctx, dep, scale); err != nil {
+		t.Fatal(err)
+	}
+	scale.Spec.Replicas = 0
+	if err := c.SubResource("scale").Update(ctx, dep, client.WithSubResourceBody(scale)); err != nil {
+		t.Fatal(err)
+	}
 	pods, err := tg.List(ctx, ns, info.Selector)
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +162,8 @@ func TestResolveAndList(t *testing.T) {
 	}
 	if info, err := tg.Resolve(ctx, ns, "a-scaledjob", withSel); err != nil || info.Selector.String() != "app=mistral" {
 		t.Fatalf("no ScaledObject but a podSelector (a ScaledJob) is fine: %+v, %v", info, err)
+	} else if n, ok, err := tg.Replicas(ctx, ns, info); err != nil || ok {
+		t.Fatalf("a ScaledJob has no target to read replicas of: %d, %v, %v; want none", n, ok, err)
 	}
 	for name, want := range map[string]string{
 		"orphan":      "not found",
