@@ -45,6 +45,7 @@ type Engine struct {
 	series series
 	owns   owns
 	models models
+	specs  specs
 	// seatsWarned are the ScaledObjects told once that their warmSeats are ignored.
 	seatsWarned sync.Map
 }
@@ -177,7 +178,18 @@ func (e *evalError) Unwrap() error { return e.err }
 // bad metadata, an unresolvable target, no fresh data or a failing source — never a silent
 // zero.
 func (e *Engine) Evaluate(ctx context.Context, namespace, name string, metadata map[string]string) (Evaluation, error) {
-	ev, err := e.evaluate(ctx, namespace, name, metadata)
+	return e.evaluateFor(ctx, namespace, name, metadata, true)
+}
+
+// EvaluateActivity is Evaluate for a caller that only asks whether the ScaledObject is active
+// (IsActive, StreamIsActive): the scale target's replicas are not read again for it (see
+// specs.replicas).
+func (e *Engine) EvaluateActivity(ctx context.Context, namespace, name string, metadata map[string]string) (Evaluation, error) {
+	return e.evaluateFor(ctx, namespace, name, metadata, false)
+}
+
+func (e *Engine) evaluateFor(ctx context.Context, namespace, name string, metadata map[string]string, fresh bool) (Evaluation, error) {
+	ev, err := e.evaluate(ctx, namespace, name, metadata, fresh)
 	now := e.clock().Now()
 	e.series.touch(namespace, name, now)
 	if err != nil {
@@ -190,7 +202,7 @@ func (e *Engine) Evaluate(ctx context.Context, namespace, name string, metadata 
 	return ev, nil
 }
 
-func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata map[string]string) (Evaluation, error) {
+func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata map[string]string, fresh bool) (Evaluation, error) {
 	t, err := scaler.ParseTrigger(metadata)
 	if err != nil {
 		return Evaluation{}, &evalError{reasonInvalid, err}
@@ -238,14 +250,8 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 			return ev, &evalError{reasonSource, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)}
 		}
 	}
-	// The count a held decision keeps is the HPA's: read now, or the live replicas where it
-	// cannot be (the decision then holds at them, as before the read).
-	switch spec, ok, err := e.Resolver.Replicas(ctx, namespace, info); {
-	case err != nil:
-		log.FromContext(ctx).Error(err, "reading the scale target's replicas failed; a held decision keeps the live replicas", "namespace", namespace, "scaledObject", name)
-	case ok:
-		ev.Observation.Spec, ev.Observation.HasSpec = spec, true
-	}
+	// The count a held decision keeps is the HPA's (the live replicas where it cannot be read).
+	ev.Observation.Spec, ev.Observation.HasSpec = e.specs.replicas(ctx, e.Resolver, namespace, name, info, fresh, e.clock().Now())
 	ev.Observation.FollowReplicas = e.owns.floor(namespace, t, e.clock().Now())
 	if t.SLO.TTFT > 0 {
 		ev.Observation.Model = e.models.learn(namespace, name, ev.Observation, t.SLO, e.clock().Now())
@@ -287,6 +293,7 @@ func firstErr(rs []pods.Result) error {
 func (e *Engine) ExpireSeries(d time.Duration) {
 	e.series.expire(e.clock().Now().Add(-d))
 	e.models.expire(e.clock().Now().Add(-d))
+	e.specs.expire(e.clock().Now().Add(-d))
 	e.seatsWarned.Clear() // said again once a period, for the ScaledObjects still there
 }
 

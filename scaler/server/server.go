@@ -64,7 +64,7 @@ func (s *Server) IsActive(ctx context.Context, ref *pb.ScaledObjectRef) (*pb.IsA
 	if err != nil {
 		return nil, err
 	}
-	ev, err := s.Engine.Evaluate(ctx, ns, name, md)
+	ev, err := s.Engine.EvaluateActivity(ctx, ns, name, md)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -97,7 +97,7 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream grpc.ServerStrea
 	ctx := stream.Context()
 	var last *bool
 	for {
-		ev, err := s.Engine.Evaluate(ctx, ns, name, md)
+		ev, err := s.Engine.EvaluateActivity(ctx, ns, name, md)
 		if err == nil {
 			seatsWhenIdle(s.Engine, ns, name, ev)
 		}

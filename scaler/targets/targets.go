@@ -41,8 +41,9 @@ type Info struct {
 	// PollingInterval is the ScaledObject's pollingInterval (KEDA's default 30 s; 0 when
 	// unknown): the cadence the scaler reads the replicas at in the background.
 	PollingInterval time.Duration
-	// Target is the ScaledObject's scaleTargetRef (nil when there is no ScaledObject: a
-	// ScaledJob with podSelector): where Replicas reads the count the HPA moves from.
+	// Target is the ScaledObject's scaleTargetRef, whose /scale gave the selector (nil with the
+	// trigger's podSelector, and for a ScaledJob): where Replicas reads the count the HPA moves
+	// from.
 	Target *TargetRef
 }
 
@@ -142,10 +143,9 @@ func (t *Targets) read(ctx context.Context, namespace, name string, needSelector
 	if target.Kind == "" {
 		target.Kind = "Deployment"
 	}
-	if target.Name != "" {
-		info.Target = &target
-	}
 	if !needSelector {
+		// The trigger's podSelector is the replicas: the target's /scale is not read (berth's
+		// RBAC may not cover its kind), and held decisions keep the live replicas.
 		return info, nil
 	}
 	if target.Name == "" {
@@ -163,7 +163,7 @@ func (t *Targets) read(ctx context.Context, namespace, name string, needSelector
 	if err != nil {
 		return Info{}, fmt.Errorf("%w: %s %s/%s selector %q: %w", ErrTarget, target.Kind, namespace, target.Name, selector, err)
 	}
-	info.Selector = sel
+	info.Selector, info.Target = sel, &target
 	return info, nil
 }
 

@@ -253,9 +253,15 @@ func (r *Reconciler) sweep(ctx context.Context, cy *cycle) time.Duration {
 		return wait
 	}
 	err := errors.Join(cy.volumeErr, cy.draErr, r.sweepSeats(ctx, cy), r.sweepReservations(ctx, cy), r.sweepBarriers(ctx, cy), r.sweepKeys(ctx, cy))
-	if err == nil || lostRace(err) {
+	switch {
+	case err == nil:
 		r.recovered(sweepsKey)
 		return 0
+	case lostRace(err):
+		// A node changed since the cycle read it (berth's mark is removed only from the node as
+		// read): judged again on the fresh node in a moment, not whenever the next event comes.
+		r.recovered(sweepsKey)
+		return retryAfterRace
 	}
 	wait, _ := r.fail(sweepsKey, err, cy.now)
 	admissionErrors.WithLabelValues("", "").Inc()

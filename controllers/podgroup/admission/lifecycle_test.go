@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -455,5 +456,46 @@ func TestPlanJoins(t *testing.T) {
 				t.Errorf("waiting (-want +got):\n%s", d)
 			}
 		})
+	}
+}
+
+// TestAttemptOfAGangShortOfMembersEndsAtItsTimeout: a gang's members go while its capacity
+// request runs (a Job suspended). The request runs on until its timeout — a member recreated
+// a moment later finds it — and is then withdrawn, its seats with it: it ran on for as long as
+// the gang waited, the seats holding the nodes launched for them.
+func TestAttemptOfAGangShortOfMembersEndsAtItsTimeout(t *testing.T) {
+	ctx := context.Background()
+	pg := builders.PodGroup("g", "ml").MinMember(2).ProvisioningTimeout(60).Obj()
+	pg.UID = "uid-g"
+	r, clk, c := clockHarness(t, pg)
+	pg.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &metav1.Time{Time: clk.Now()}}
+	if err := c.Status().Update(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	seat := builders.Pod("g-seat", "berth-system").Label(berthv1alpha1.SeatOfLabel, "uid-g").Obj()
+	if err := c.Create(ctx, seat); err != nil {
+		t.Fatal(err)
+	}
+	look := func() (time.Duration, error) {
+		return r.attemptShortOfMembers(ctx, &cycle{now: clk.Now(), snap: scheduling.NewSnapshot(nil, nil, nil)}, gangView{group: read(t, c, pg), seats: []*corev1.Pod{seat}})
+	}
+	clk.Step(20 * time.Second)
+	if wait, err := look(); err != nil || wait != 40*time.Second {
+		t.Fatalf("within the timeout: %v, %v; want to look again in the 40 s left", wait, err)
+	}
+	if !read(t, c, pg).Status.Provisioning.Active() {
+		t.Fatal("the request ended within its timeout")
+	}
+	clk.Step(40 * time.Second)
+	if _, err := look(); err != nil {
+		t.Fatal(err)
+	}
+	got := read(t, c, pg)
+	cond := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
+	if got.Status.Provisioning.Active() || got.Status.Provisioning.RetryAt == nil || cond == nil || cond.Reason != berthv1alpha1.ReasonProvisioningFailed {
+		t.Errorf("at the timeout: provisioning %+v, condition %+v; want the request withdrawn", got.Status.Provisioning, cond)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(seat), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the withdrawn request's seat: %v, want it deleted", err)
 	}
 }

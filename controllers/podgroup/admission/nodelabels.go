@@ -138,7 +138,10 @@ func reserveKey(g *berthv1alpha1.PodGroup) string {
 // and marks them karpenter.sh/do-not-disrupt (unless the node carries that annotation already,
 // set by someone else): an empty spare node the gang counts on is a consolidation candidate,
 // and Karpenter deleting it while the seats' nodes boot made the gang ask for a second batch.
-// It reports whether it wrote a label the cycle did not see yet.
+// The mark is written only on the node as the cycle saw it (its resourceVersion): a
+// do-not-disrupt written since by someone else is theirs, and is never taken over — a node
+// that changed answers Conflict, and the gang decides again on the fresh node a moment later
+// (a lost race). It reports whether it wrote a label the cycle did not see yet.
 func (r *Reconciler) reserve(ctx context.Context, cy *cycle, g *berthv1alpha1.PodGroup, nodes []string) (bool, error) {
 	key := reserveKey(g)
 	wrote := false
@@ -148,19 +151,21 @@ func (r *Reconciler) reserve(ctx context.Context, cy *cycle, g *berthv1alpha1.Po
 			cy.reservedNow = map[string]bool{}
 		}
 		cy.reservedNow[name] = true
-		labelled, marked := false, false
-		if ns, ok := cy.snap.Node(name); ok {
+		ns, seen := cy.snap.Node(name)
+		labelled, marked := false, !seen
+		if seen {
 			_, labelled = ns.Node.Labels[key]
 			_, marked = ns.Node.Annotations[karpv1.DoNotDisruptAnnotationKey]
 		}
 		if labelled && marked {
 			continue
 		}
-		var annotations map[string]any
+		rv, annotations := "", map[string]any(nil)
 		if !marked {
+			rv = ns.Node.ResourceVersion
 			annotations = map[string]any{karpv1.DoNotDisruptAnnotationKey: "true", berthv1alpha1.ProtectedByAnnotation: berthv1alpha1.ProtectedByBerth}
 		}
-		if err := r.patchNode(ctx, name, map[string]any{key: "true"}, annotations); err != nil {
+		if err := r.patchNode(ctx, name, rv, map[string]any{key: "true"}, annotations); err != nil {
 			errs = append(errs, fmt.Errorf("reserving node %s for gang %s/%s: %w", name, g.Namespace, g.Name, err))
 			continue
 		}
@@ -170,11 +175,17 @@ func (r *Reconciler) reserve(ctx context.Context, cy *cycle, g *berthv1alpha1.Po
 }
 
 // sweepReservations removes reservation labels of gangs whose capacity request ended (admitted,
-// withdrawn, timed out) or that are gone, and berth's do-not-disrupt mark with the last of them.
+// withdrawn, timed out) or that are gone, and berth's do-not-disrupt mark once no gang's
+// attempt counts on the node. The mark is removed only from the node as the cycle saw it (its
+// resourceVersion): a node that changed since (another gang's label written a moment ago) is
+// judged again by the next cycle.
 func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
-	live := func(uid types.UID) bool {
+	live := func(uid types.UID) (bool, bool) {
 		g := cy.groupByUID(uid)
-		return g != nil && reservationLive(g, cy.now)
+		if g == nil {
+			return false, false
+		}
+		return reservationLive(g, cy.now), g.Status.Provisioning.Active()
 	}
 	var errs []error
 	for _, n := range cy.nodes {
@@ -187,10 +198,12 @@ func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
 			labels[k] = nil
 		}
 		var annotations map[string]any
+		rv := ""
 		if sw.unprotect {
 			annotations = map[string]any{karpv1.DoNotDisruptAnnotationKey: nil, berthv1alpha1.ProtectedByAnnotation: nil}
+			rv = n.ResourceVersion
 		}
-		if err := r.patchNode(ctx, n.Name, labels, annotations); err != nil {
+		if err := r.patchNode(ctx, n.Name, rv, labels, annotations); err != nil {
 			errs = append(errs, fmt.Errorf("sweeping reservations off node %s: %w", n.Name, err))
 		}
 	}
@@ -205,21 +218,26 @@ type reservationSweep struct {
 }
 
 // decideReservationSweep decides (pure) what comes off node n: the reservation labels whose gang
-// is not live, and berth's do-not-disrupt mark once no live reservation is left — unless a gang
-// reserved the node in this cycle (reservedNow), which n as the cycle began does not show. A
-// mark berth did not make (no scheduling.berth.dev/do-not-disrupt-by: berth) is never removed.
-func decideReservationSweep(n *corev1.Node, live func(types.UID) bool, reservedNow bool) reservationSweep {
+// is not live (live's first result), and berth's do-not-disrupt mark unless a gang whose
+// capacity request runs (live's second result) holds a label there or a gang reserved the node
+// in this cycle (reservedNow), which n as the cycle began does not show. A reservation label
+// outlives its attempt while the gang is about to start the next one, or waits without one (for
+// members, a gang of another scheduler); the mark does not — an empty GPU node marked for a gang
+// that stopped asking for capacity stayed out of consolidation for as long as the gang waited.
+// A mark berth did not make (no scheduling.berth.dev/do-not-disrupt-by: berth) is never removed.
+func decideReservationSweep(n *corev1.Node, live func(types.UID) (label, mark bool), reservedNow bool) reservationSweep {
 	var sw reservationSweep
 	held := reservedNow
 	for k := range n.Labels {
 		uid, ok := strings.CutPrefix(k, berthv1alpha1.ReservationLabelPrefix)
-		switch {
-		case !ok:
-		case live(types.UID(uid)):
-			held = true
-		default:
+		if !ok {
+			continue
+		}
+		label, mark := live(types.UID(uid))
+		if !label {
 			sw.drop = append(sw.drop, k)
 		}
+		held = held || (label && mark)
 	}
 	slices.Sort(sw.drop)
 	sw.unprotect = !held && n.Annotations[berthv1alpha1.ProtectedByAnnotation] == berthv1alpha1.ProtectedByBerth

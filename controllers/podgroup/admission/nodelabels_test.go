@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -19,11 +20,12 @@ import (
 	"github.com/berth-dev/berth/test/builders"
 )
 
-// TestDecideReservationSweep: dead reservations go; berth's do-not-disrupt mark goes with the
-// last live one, never while one is live or the node was reserved in this cycle, and never when
-// berth did not make it.
+// TestDecideReservationSweep: dead reservations go; berth's do-not-disrupt mark goes once no
+// gang whose attempt runs holds the node, never while one does or the node was reserved in this
+// cycle, and never when berth did not make it.
 func TestDecideReservationSweep(t *testing.T) {
 	const live, dead = berthv1alpha1.ReservationLabelPrefix + "uid-live", berthv1alpha1.ReservationLabelPrefix + "uid-dead"
+	const waiting = berthv1alpha1.ReservationLabelPrefix + "uid-waiting"
 	marked := func(b *builders.NodeBuilder) *builders.NodeBuilder {
 		return b.Annotation(karpv1.DoNotDisruptAnnotationKey, "true").Annotation(berthv1alpha1.ProtectedByAnnotation, berthv1alpha1.ProtectedByBerth)
 	}
@@ -42,12 +44,19 @@ func TestDecideReservationSweep(t *testing.T) {
 			want: reservationSweep{unprotect: true}},
 		{name: "reserved again in this cycle: the mark stays", node: marked(builders.Node("n").Label(dead, "true")).Obj(), reservedNow: true,
 			want: reservationSweep{drop: []string{dead}}},
+		// Waiting for its members (or another scheduler's gate), its attempt over: the label
+		// stays for the next attempt, the mark does not keep the node from consolidation.
+		{name: "a gang whose attempt is not running keeps its label, not the mark",
+			node: marked(builders.Node("n").Label(waiting, "true")).Obj(),
+			want: reservationSweep{unprotect: true}},
 		{name: "someone else's do-not-disrupt is never removed",
 			node: builders.Node("n").Label(dead, "true").Annotation(karpv1.DoNotDisruptAnnotationKey, "true").Obj(),
 			want: reservationSweep{drop: []string{dead}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := decideReservationSweep(tc.node, func(uid types.UID) bool { return uid == "uid-live" }, tc.reservedNow)
+			got := decideReservationSweep(tc.node, func(uid types.UID) (bool, bool) {
+				return uid == "uid-live" || uid == "uid-waiting", uid == "uid-live"
+			}, tc.reservedNow)
 			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(reservationSweep{})); diff != "" {
 				t.Errorf("sweep (-want +got):\n%s", diff)
 			}
@@ -68,18 +77,40 @@ func TestReservedNodesAreKeptFromConsolidation(t *testing.T) {
 	g := builders.PodGroup("train", "ml").MinMember(3).Obj()
 	g.UID = "uid-train"
 	g.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &metav1.Time{Time: time.Now()}}
-	nodes := []*corev1.Node{spare, users}
-	cy := &cycle{now: time.Now(), nodes: nodes, groups: []*berthv1alpha1.PodGroup{g}, snap: scheduling.NewSnapshot(nodes, nil, nil)}
-	wrote, err := r.reserve(ctx, cy, g, []string{"spare", "users"})
-	if err != nil || !wrote {
-		t.Fatalf("reserve: wrote %v, err %v; want a label written", wrote, err)
-	}
 	get := func(name string) *corev1.Node {
 		var n corev1.Node
 		if err := c.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
 			t.Fatal(err)
 		}
 		return &n
+	}
+	// A node whose do-not-disrupt someone set after the cycle read it.
+	late := builders.Node("late").GPU(8).Obj()
+	if err := c.Create(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	seen := get("late")
+	changed := seen.DeepCopy()
+	changed.Annotations = map[string]string{karpv1.DoNotDisruptAnnotationKey: "false"}
+	if err := c.Update(ctx, changed); err != nil {
+		t.Fatal(err)
+	}
+	nodes := []*corev1.Node{get("spare"), get("users"), seen}
+	cy := &cycle{now: time.Now(), nodes: nodes, groups: []*berthv1alpha1.PodGroup{g}, snap: scheduling.NewSnapshot(nodes, nil, nil)}
+	wrote, err := r.reserve(ctx, cy, g, []string{"spare", "users", "late"})
+	if !wrote || !lostRace(err) || !apierrors.IsConflict(err) {
+		t.Fatalf("reserve: wrote %v, err %v; want labels written and a lost race on the node that changed", wrote, err)
+	}
+	if n := get("late"); n.Annotations[karpv1.DoNotDisruptAnnotationKey] != "false" || n.Annotations[berthv1alpha1.ProtectedByAnnotation] != "" {
+		t.Errorf("a node whose do-not-disrupt was set after the cycle read it: annotations %v; want theirs untouched", n.Annotations)
+	}
+	// The gang decides again on the fresh node: labelled, their annotation left as it is.
+	again := &cycle{now: time.Now(), snap: scheduling.NewSnapshot([]*corev1.Node{get("late")}, nil, nil)}
+	if _, err := r.reserve(ctx, again, g, []string{"late"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := get("late"); n.Labels[reserveKey(g)] != "true" || n.Annotations[karpv1.DoNotDisruptAnnotationKey] != "false" || n.Annotations[berthv1alpha1.ProtectedByAnnotation] != "" {
+		t.Errorf("reserved again: labels %v, annotations %v; want the reservation label and their annotation untouched", n.Labels, n.Annotations)
 	}
 	if a := get("spare").Annotations; a[karpv1.DoNotDisruptAnnotationKey] != "true" || a[berthv1alpha1.ProtectedByAnnotation] != berthv1alpha1.ProtectedByBerth {
 		t.Errorf("reserved spare node's annotations %v: want do-not-disrupt set by berth", a)

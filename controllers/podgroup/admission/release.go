@@ -234,16 +234,20 @@ func (r *Reconciler) setNodeLabel(ctx context.Context, node, key string, present
 	if present {
 		value = "true"
 	}
-	if err := r.patchNode(ctx, node, map[string]any{key: value}, nil); err != nil {
+	if err := r.patchNode(ctx, node, "", map[string]any{key: value}, nil); err != nil {
 		return fmt.Errorf("setting label %s: %w", key, err)
 	}
 	return nil
 }
 
 // patchNode merge-patches node's labels and annotations (a nil value removes the key; a nil
-// map leaves that field alone). A node that is gone needs nothing.
-func (r *Reconciler) patchNode(ctx context.Context, node string, labels, annotations map[string]any) error {
+// map leaves that field alone), only on the node at resourceVersion rv when rv is set (a node
+// changed since answers Conflict). A node that is gone needs nothing.
+func (r *Reconciler) patchNode(ctx context.Context, node, rv string, labels, annotations map[string]any) error {
 	meta := map[string]any{}
+	if rv != "" {
+		meta["resourceVersion"] = rv
+	}
 	if labels != nil {
 		meta["labels"] = labels
 	}

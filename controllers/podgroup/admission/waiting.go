@@ -165,11 +165,14 @@ func (r *Reconciler) admitWhole(ctx context.Context, cy *cycle, gv gangView, gen
 		return 0, err
 	}
 	if len(gen.fresh) < need {
-		err := r.actMembersWait(ctx, cy, g, decideMembersWait(g.Status, gen, len(gv.members), need))
-		if byJobs {
-			return jobRecheck, err
+		if err := r.actMembersWait(ctx, cy, g, decideMembersWait(g.Status, gen, len(gv.members), need)); err != nil {
+			return 0, err
 		}
-		return 0, err
+		wait, err := r.attemptShortOfMembers(ctx, cy, gv)
+		if byJobs {
+			wait = minPositive(wait, jobRecheck)
+		}
+		return wait, err
 	}
 	gang := scheduling.Gang{Members: gen.fresh}
 	if g.Spec.Topology != nil {
@@ -403,6 +406,24 @@ func (r *Reconciler) actMembersWait(ctx context.Context, cy *cycle, g *berthv1al
 		}
 	}
 	return r.setScheduled(ctx, cy, g, metav1.ConditionFalse, w.reason, w.message)
+}
+
+// attemptShortOfMembers ends, at its timeout, the capacity request of a gang that fell short of
+// members while it ran (a Job Kueue suspended, members deleted): only a gang that fits or needs
+// capacity looks at its request, so it ran on for as long as the gang waited, its seats holding
+// the nodes Karpenter launched for them (and the nodes it counted on kept from consolidation).
+// Within the timeout it runs on — members recreated a moment later (a Job replacing a pod) find
+// it — and the gang is looked at again when it runs out.
+func (r *Reconciler) attemptShortOfMembers(ctx context.Context, cy *cycle, gv gangView) (time.Duration, error) {
+	p, timeout := gv.group.Status.Provisioning, provisioningTimeoutOf(gv.group)
+	switch step, _ := decideAttempt(r.clock.Now(), p, timeout); step {
+	case attemptWithdraw:
+		_, err := r.withdraw(ctx, cy, gv, "the gang is short of members")
+		return 0, err
+	case attemptKeep:
+		return max(time.Second, timeout-r.clock.Since(p.StartedAt.Time)), nil
+	}
+	return 0, nil
 }
 
 // otherGates names the other schedulers' gates that hold pods.

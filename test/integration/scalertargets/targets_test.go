@@ -165,6 +165,13 @@ func TestResolveAndList(t *testing.T) {
 	} else if n, ok, err := tg.Replicas(ctx, ns, info); err != nil || ok {
 		t.Fatalf("a ScaledJob has no target to read replicas of: %d, %v, %v; want none", n, ok, err)
 	}
+	// A trigger's podSelector is the replicas: the target's /scale is not read for it (berth's
+	// RBAC covers the /scale of a few kinds only).
+	if info, err := (&targets.Targets{Pods: c, API: c}).Resolve(ctx, ns, "weird", withSel); err != nil {
+		t.Fatalf("podSelector on a ScaledObject whose target's kind is not served: %v", err)
+	} else if n, ok, err := tg.Replicas(ctx, ns, info); err != nil || ok {
+		t.Fatalf("podSelector: replicas %d, %v, %v read; want none", n, ok, err)
+	}
 	for name, want := range map[string]string{
 		"orphan":      "not found",
 		"weird":       "Thing",
