@@ -66,6 +66,10 @@ const (
 	ReasonProvisioned = "Provisioned"
 	// ReasonProvisioningFailed: the last request was not Ready within its timeout.
 	ReasonProvisioningFailed = "ProvisioningFailed"
+	// ReasonProvisioningWithdrawn: the last request was withdrawn at its timeout because the
+	// gang fell short of members while it ran (a Job suspended, members deleted); the next
+	// starts, without a backoff, once the members are back and do not fit.
+	ReasonProvisioningWithdrawn = "ProvisioningWithdrawn"
 )
 
 // Reasons of the DisruptionTarget condition berth sets on a member pod before it deletes it, so a

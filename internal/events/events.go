@@ -65,6 +65,9 @@ const (
 	ReasonGangStepFailed = "GangStepFailed"
 	// ReasonCapacityNotProvisioned: a capacity request timed out; its seats were withdrawn.
 	ReasonCapacityNotProvisioned = "CapacityNotProvisioned"
+	// ReasonCapacityWithdrawn: a gang short of members had its capacity request withdrawn at
+	// the request's timeout; its seats went.
+	ReasonCapacityWithdrawn = "CapacityWithdrawn"
 	// ReasonCapacityNotRequested: berth cannot order capacity as seats — a device claim of a
 	// native gang's members cannot be carried by a seat, or the API server refused a
 	// ProvisioningRequest's seats (a quota, a webhook); the note says which and why.

@@ -41,7 +41,11 @@ type staticResolver struct {
 }
 
 func (r *staticResolver) Resolve(context.Context, string, string, *scaler.Trigger) (targets.Info, error) {
-	return targets.Info{Selector: labels.Everything(), MaxReplicas: 10}, r.err
+	info := targets.Info{Selector: labels.Everything(), MaxReplicas: 10}
+	if r.hasSpec {
+		info.Target = &targets.TargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "llama"}
+	}
+	return info, r.err
 }
 
 func (r *staticResolver) List(context.Context, string, labels.Selector) ([]scaler.Pod, error) {

@@ -28,8 +28,9 @@ type specs struct {
 }
 
 type specRead struct {
-	n  int
-	at time.Time
+	target targets.TargetRef
+	n      int
+	at     time.Time
 }
 
 // replicas is the scale target's spec.replicas for an evaluation of a ScaledObject resolved to
@@ -39,10 +40,14 @@ type specRead struct {
 // replica count. ok is false with no read (a ScaledJob, a podSelector trigger, a failed read:
 // the decision then holds at the live replicas).
 func (s *specs) replicas(ctx context.Context, r Resolver, namespace, name string, info targets.Info, fresh bool, now time.Time) (int, bool) {
+	if info.Target == nil {
+		return 0, false
+	}
 	k := [2]string{namespace, name}
 	s.mu.Lock()
 	last, have := s.m[k]
 	s.mu.Unlock()
+	have = have && last.target == *info.Target // a ScaledObject retargeted reads its new target
 	if have && (!fresh || now.Sub(last.at) < specShared) {
 		return last.n, true
 	}
@@ -70,7 +75,7 @@ func (s *specs) replicas(ctx context.Context, r Resolver, namespace, name string
 		return 0, false
 	}
 	delete(s.warned, k)
-	s.m[k] = specRead{n: n, at: now}
+	s.m[k] = specRead{target: *info.Target, n: n, at: now}
 	return n, true
 }
 
@@ -83,4 +88,5 @@ func (s *specs) expire(before time.Time) {
 			delete(s.m, k)
 		}
 	}
+	clear(s.warned) // said again once a period, for the ScaledObjects still failing
 }

@@ -42,7 +42,7 @@ func TestSpecReads(t *testing.T) {
 	r := &countingResolver{n: 4}
 	var s specs
 	read := func(fresh bool, at time.Duration) (int, bool) {
-		return s.replicas(ctx, r, "inference", "llama", targets.Info{}, fresh, t0.Add(at))
+		return s.replicas(ctx, r, "inference", "llama", targets.Info{Target: &targets.TargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "llama"}}, fresh, t0.Add(at))
 	}
 	if n, ok := read(false, 0); ok {
 		t.Fatalf("an activity evaluation before any read: %d, want none (no read)", n)
@@ -72,5 +72,15 @@ func TestSpecReads(t *testing.T) {
 	r.err = nil
 	if n, ok := read(true, 45*time.Second); !ok || n != 6 {
 		t.Fatalf("after the API recovered: %d, %v; want 6", n, ok)
+	}
+	// A trigger with podSelector (no target resolved) never reads, nor gets another's count.
+	reads := r.reads
+	if n, ok := s.replicas(ctx, r, "inference", "llama", targets.Info{}, true, t0.Add(45*time.Second)); ok || r.reads != reads {
+		t.Fatalf("no target: %d, %v after %d more reads; want none", n, ok, r.reads-reads)
+	}
+	// Retargeted: the last read was of another target.
+	other := targets.Info{Target: &targets.TargetRef{APIVersion: "apps/v1", Kind: "Deployment", Name: "llama-v2"}}
+	if n, ok := s.replicas(ctx, r, "inference", "llama", other, false, t0.Add(46*time.Second)); ok {
+		t.Fatalf("activity after a retarget answered the old target's %d", n)
 	}
 }

@@ -109,7 +109,9 @@ func (t *Targets) Resolve(ctx context.Context, namespace, name string, tr *scale
 	}
 	info := c.info
 	if tr.PodSelector != nil {
-		info.Selector = tr.PodSelector
+		// The trigger's pods, whatever another trigger of the ScaledObject resolved: its /scale
+		// is not read for it.
+		info.Selector, info.Target = tr.PodSelector, nil
 	}
 	return info, nil
 }

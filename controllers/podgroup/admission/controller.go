@@ -259,9 +259,10 @@ func (r *Reconciler) sweep(ctx context.Context, cy *cycle) time.Duration {
 		return 0
 	case lostRace(err):
 		// A node changed since the cycle read it (berth's mark is removed only from the node as
-		// read): judged again on the fresh node in a moment, not whenever the next event comes.
+		// read): judged again on the fresh node a second later, not whenever the next event
+		// comes (and not at once: a node that changes every moment would spin the cycle).
 		r.recovered(sweepsKey)
-		return retryAfterRace
+		return time.Second
 	}
 	wait, _ := r.fail(sweepsKey, err, cy.now)
 	admissionErrors.WithLabelValues("", "").Inc()

@@ -461,8 +461,8 @@ func TestPlanJoins(t *testing.T) {
 
 // TestAttemptOfAGangShortOfMembersEndsAtItsTimeout: a gang's members go while its capacity
 // request runs (a Job suspended). The request runs on until its timeout — a member recreated
-// a moment later finds it — and is then withdrawn, its seats with it: it ran on for as long as
-// the gang waited, the seats holding the nodes launched for them.
+// a moment later finds it — and is then withdrawn, its seats with it, without a backoff: it ran
+// on for as long as the gang waited, the seats holding the nodes launched for them.
 func TestAttemptOfAGangShortOfMembersEndsAtItsTimeout(t *testing.T) {
 	ctx := context.Background()
 	pg := builders.PodGroup("g", "ml").MinMember(2).ProvisioningTimeout(60).Obj()
@@ -492,8 +492,12 @@ func TestAttemptOfAGangShortOfMembersEndsAtItsTimeout(t *testing.T) {
 	}
 	got := read(t, c, pg)
 	cond := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
-	if got.Status.Provisioning.Active() || got.Status.Provisioning.RetryAt == nil || cond == nil || cond.Reason != berthv1alpha1.ReasonProvisioningFailed {
-		t.Errorf("at the timeout: provisioning %+v, condition %+v; want the request withdrawn", got.Status.Provisioning, cond)
+	// Withdrawn, not failed: no backoff — the next request starts once the members are back.
+	if got.Status.Provisioning.Active() || got.Status.Provisioning.RetryAt != nil || cond == nil || cond.Reason != berthv1alpha1.ReasonProvisioningWithdrawn {
+		t.Errorf("at the timeout: provisioning %+v, condition %+v; want the request withdrawn, no backoff", got.Status.Provisioning, cond)
+	}
+	if step, _ := decideAttempt(clk.Now(), got.Status.Provisioning, time.Minute); step != attemptStart {
+		t.Errorf("the next request's step: %v, want a start at once", step)
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(seat), &corev1.Pod{}); !apierrors.IsNotFound(err) {
 		t.Errorf("the withdrawn request's seat: %v, want it deleted", err)

@@ -35,7 +35,7 @@ var (
 	// cycleDuration is how long one admission cycle takes.
 	provisioningAttempts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "provisioning_attempts_total",
-		Help: "Capacity requests for gangs that did not fit existing nodes, by the gang's namespace, the NodePool it asks of (spec.nodePool, empty for any) and result (started, provisioned, timeout).",
+		Help: "Capacity requests for gangs that did not fit existing nodes, by the gang's namespace, the NodePool it asks of (spec.nodePool, empty for any) and result (started, provisioned, timeout, withdrawn: the gang fell short of members while it ran).",
 	}, []string{bmetrics.LabelNamespace, bmetrics.LabelNodePool, bmetrics.LabelResult})
 	provisioningDuration = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "provisioning_duration_seconds",
@@ -103,6 +103,7 @@ const (
 	ProvisioningStarted     = "started"
 	ProvisioningProvisioned = "provisioned"
 	ProvisioningTimeout     = "timeout"
+	ProvisioningWithdrawn   = "withdrawn"
 )
 
 // PlacementResults and ProvisioningResults are every value of the two counters' result label

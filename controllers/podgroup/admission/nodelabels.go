@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -139,12 +140,12 @@ func reserveKey(g *berthv1alpha1.PodGroup) string {
 // set by someone else): an empty spare node the gang counts on is a consolidation candidate,
 // and Karpenter deleting it while the seats' nodes boot made the gang ask for a second batch.
 // The mark is written only on the node as the cycle saw it (its resourceVersion): a
-// do-not-disrupt written since by someone else is theirs, and is never taken over — a node
-// that changed answers Conflict, and the gang decides again on the fresh node a moment later
-// (a lost race). It reports whether it wrote a label the cycle did not see yet.
-func (r *Reconciler) reserve(ctx context.Context, cy *cycle, g *berthv1alpha1.PodGroup, nodes []string) (bool, error) {
+// do-not-disrupt written since by someone else is theirs, and is never taken over. A node that
+// changed since is labelled alone, and remark asks the caller to look again within a second,
+// when the mark is written on the node as it is then. wrote reports whether it wrote a label
+// the cycle did not see yet.
+func (r *Reconciler) reserve(ctx context.Context, cy *cycle, g *berthv1alpha1.PodGroup, nodes []string) (wrote, remark bool, err error) {
 	key := reserveKey(g)
-	wrote := false
 	var errs []error
 	for _, name := range nodes {
 		if cy.reservedNow == nil {
@@ -160,25 +161,36 @@ func (r *Reconciler) reserve(ctx context.Context, cy *cycle, g *berthv1alpha1.Po
 		if labelled && marked {
 			continue
 		}
-		rv, annotations := "", map[string]any(nil)
 		if !marked {
-			rv = ns.Node.ResourceVersion
-			annotations = map[string]any{karpv1.DoNotDisruptAnnotationKey: "true", berthv1alpha1.ProtectedByAnnotation: berthv1alpha1.ProtectedByBerth}
+			err := r.patchNode(ctx, name, ns.Node.ResourceVersion, map[string]any{key: "true"}, map[string]any{
+				karpv1.DoNotDisruptAnnotationKey: "true", berthv1alpha1.ProtectedByAnnotation: berthv1alpha1.ProtectedByBerth})
+			if err == nil {
+				wrote = wrote || !labelled
+				continue
+			}
+			if !apierrors.IsConflict(err) {
+				errs = append(errs, fmt.Errorf("reserving node %s for gang %s/%s: %w", name, g.Namespace, g.Name, err))
+				continue
+			}
+			remark = true
 		}
-		if err := r.patchNode(ctx, name, rv, map[string]any{key: "true"}, annotations); err != nil {
+		if labelled {
+			continue
+		}
+		if err := r.patchNode(ctx, name, "", map[string]any{key: "true"}, nil); err != nil {
 			errs = append(errs, fmt.Errorf("reserving node %s for gang %s/%s: %w", name, g.Namespace, g.Name, err))
 			continue
 		}
-		wrote = wrote || !labelled
+		wrote = true
 	}
-	return wrote, errors.Join(errs...)
+	return wrote, remark, errors.Join(errs...)
 }
 
 // sweepReservations removes reservation labels of gangs whose capacity request ended (admitted,
 // withdrawn, timed out) or that are gone, and berth's do-not-disrupt mark once no gang's
 // attempt counts on the node. The mark is removed only from the node as the cycle saw it (its
-// resourceVersion): a node that changed since (another gang's label written a moment ago) is
-// judged again by the next cycle.
+// resourceVersion): a node that changed since (another gang's label written a moment ago)
+// answers Conflict, and is judged again a second later (sweep).
 func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
 	live := func(uid types.UID) (bool, bool) {
 		g := cy.groupByUID(uid)
@@ -193,18 +205,22 @@ func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
 		if len(sw.drop) == 0 && !sw.unprotect {
 			continue
 		}
-		labels := map[string]any{}
-		for _, k := range sw.drop {
-			labels[k] = nil
-		}
-		var annotations map[string]any
-		rv := ""
 		if sw.unprotect {
-			annotations = map[string]any{karpv1.DoNotDisruptAnnotationKey: nil, berthv1alpha1.ProtectedByAnnotation: nil}
-			rv = n.ResourceVersion
+			// First, on the node as read: a label written since (another gang reserving it)
+			// answers Conflict, and the node is judged again.
+			if err := r.patchNode(ctx, n.Name, n.ResourceVersion, nil, map[string]any{
+				karpv1.DoNotDisruptAnnotationKey: nil, berthv1alpha1.ProtectedByAnnotation: nil}); err != nil {
+				errs = append(errs, fmt.Errorf("taking berth's do-not-disrupt off node %s: %w", n.Name, err))
+			}
 		}
-		if err := r.patchNode(ctx, n.Name, rv, labels, annotations); err != nil {
-			errs = append(errs, fmt.Errorf("sweeping reservations off node %s: %w", n.Name, err))
+		if len(sw.drop) > 0 {
+			labels := map[string]any{}
+			for _, k := range sw.drop {
+				labels[k] = nil
+			}
+			if err := r.patchNode(ctx, n.Name, "", labels, nil); err != nil {
+				errs = append(errs, fmt.Errorf("sweeping reservations off node %s: %w", n.Name, err))
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -236,7 +236,8 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	if !ok {
 		return 0, nil
 	}
-	if _, err := r.reserve(ctx, cy, g, sf.Nodes); err != nil {
+	_, remark, err := r.reserve(ctx, cy, g, sf.Nodes)
+	if err != nil {
 		return 0, err
 	}
 	// The attempt keeps its seats: room that frees while they wait (a seat bound elsewhere, a
@@ -279,6 +280,9 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	if err := r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, nil); err != nil {
 		return 0, err
 	}
+	if remark {
+		return time.Second, nil // a reserved node changed as it was marked: mark it again soon
+	}
 	return max(time.Second, timeout-r.clock.Since(p.StartedAt.Time)), nil
 }
 
@@ -306,7 +310,8 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 	if len(sf.Missing) == 0 {
 		return 5 * time.Second, nil // capacity for every member is booting; look again soon
 	}
-	switch wrote, err := r.reserve(ctx, cy, g, sf.Nodes); {
+	wrote, remark, err := r.reserve(ctx, cy, g, sf.Nodes)
+	switch {
 	case err != nil:
 		return 0, err
 	case wrote:
@@ -328,6 +333,9 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 	}
 	r.recorder.Normal(g, events.ReasonCapacityRequested, msg)
 	log.FromContext(ctx).Info("requested capacity for gang", "podgroup", client.ObjectKeyFromObject(g), "seats", len(sf.Missing), "attempt", attempt)
+	if remark {
+		return time.Second, nil // a reserved node changed as it was marked: mark it again soon
+	}
 	return provisioningTimeoutOf(g), nil
 }
 

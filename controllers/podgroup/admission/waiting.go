@@ -418,12 +418,36 @@ func (r *Reconciler) attemptShortOfMembers(ctx context.Context, cy *cycle, gv ga
 	p, timeout := gv.group.Status.Provisioning, provisioningTimeoutOf(gv.group)
 	switch step, _ := decideAttempt(r.clock.Now(), p, timeout); step {
 	case attemptWithdraw:
-		_, err := r.withdraw(ctx, cy, gv, "the gang is short of members")
-		return 0, err
+		return 0, r.abandonAttempt(ctx, cy, gv)
 	case attemptKeep:
 		return max(time.Second, timeout-r.clock.Since(p.StartedAt.Time)), nil
 	}
 	return 0, nil
+}
+
+// abandonAttempt withdraws the capacity request of a gang short of members (attemptShortOfMembers):
+// the NodeClaims launched for its seats that no pod uses go, then the seats. It is not a failure
+// to provision: no backoff — the next request starts once the members are back and do not fit.
+func (r *Reconciler) abandonAttempt(ctx context.Context, cy *cycle, gv gangView) error {
+	g, p := gv.group, gv.group.Status.Provisioning
+	reclaimed, err := seatpkg.Reclaim(ctx, r.client, r.apiReader, gv.seats, "podgroup")
+	if err != nil {
+		log.FromContext(ctx).Error(err, "reclaiming the NodeClaims of an attempt withdrawn for want of members", "podgroup", client.ObjectKeyFromObject(g))
+	}
+	if err := r.deleteSeats(ctx, gv.seats); err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("attempt %d withdrawn at its timeout (%s): the gang fell short of members while it ran; its %d seat(s) and %d unused NodeClaim(s) went; the next attempt starts once the members are back and do not fit",
+		p.Attempt, provisioningTimeoutOf(g), len(gv.seats), len(reclaimed))
+	next := p.DeepCopy()
+	next.FinishedAt = &metav1.Time{Time: r.clock.Now()}
+	next.LastFailure = msg
+	if err := r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioningWithdrawn, msg, next); err != nil {
+		return err
+	}
+	provisioningAttempts.WithLabelValues(g.Namespace, g.Spec.NodePool, ProvisioningWithdrawn).Inc()
+	r.recorder.Normal(g, events.ReasonCapacityWithdrawn, msg)
+	return nil
 }
 
 // otherGates names the other schedulers' gates that hold pods.
