@@ -110,7 +110,7 @@ const (
 // (the alert tests check the rules' label values against them).
 var (
 	PlacementResults    = []string{ResultAdmitted, ResultNoFit, ResultUnsupported, ResultTimeout}
-	ProvisioningResults = []string{ProvisioningStarted, ProvisioningProvisioned, ProvisioningTimeout}
+	ProvisioningResults = []string{ProvisioningStarted, ProvisioningProvisioned, ProvisioningTimeout, ProvisioningWithdrawn}
 )
 
 // lastCreated is when the newest of the members was created.
