@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -355,4 +356,23 @@ func clearPool(t *testing.T, pool string) {
 		left, err := nodeClaims(ctx, pool)
 		return len(left) == 0, fmt.Sprintf("%d NodeClaims left", len(left)), err
 	})
+}
+
+// testPool creates, for the test, a NodePool named name of instance family family, weighted
+// above the rig's pools so the test's pods get its nodes: the rig's first GPU pool with those
+// changes and edit's. It is deleted when the test ends.
+func testPool(t *testing.T, name, family string, edit func(*karpv1.NodePool)) *karpv1.NodePool {
+	t.Helper()
+	pool := rig.DevNodePools()[0].DeepCopy()
+	pool.Name = name
+	pool.ResourceVersion = ""
+	pool.Spec.Template.Spec.Requirements[0].Values = []string{family}
+	pool.Spec.Weight = ptr.To[int32](100)
+	edit(pool)
+	c := rigtest.Current().Client
+	if err := c.Create(context.Background(), pool); err != nil {
+		t.Fatalf("creating NodePool %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), pool) })
+	return pool
 }

@@ -14,13 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/controllers/podgroup/admission"
-	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -258,18 +256,11 @@ func TestSeatsOnlyForMissingMembers(t *testing.T) {
 func TestNodePoolLimitTooSmall(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
-	pool := rig.DevNodePools()[0].DeepCopy()
-	pool.Name = "gpu-tiny"
-	pool.ResourceVersion = ""
-	pool.Spec.Template.Spec.Requirements[0].Values = []string{"g5"}
-	pool.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("2")}
-	pool.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("5s")
-	pool.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "100%"}}
-	pool.Spec.Weight = ptr.To[int32](100)
-	if err := c.Create(ctx, pool); err != nil {
-		t.Fatalf("creating NodePool: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), pool) })
+	testPool(t, "gpu-tiny", "g5", func(pool *karpv1.NodePool) {
+		pool.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("2")}
+		pool.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("5s")
+		pool.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "100%"}}
+	})
 
 	ns := namespace(t, "limits")
 	pg := builders.PodGroup("big", ns).MinMember(4).NodePool("gpu-tiny").ProvisioningTimeout(15).ScheduleTimeout(0).Obj()

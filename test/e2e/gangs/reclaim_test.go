@@ -12,12 +12,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
-	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/test/builders"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -31,18 +29,11 @@ import (
 func TestIncompleteBatchIsNotBilledPastTheTimeout(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
-	pool := rig.DevNodePools()[0].DeepCopy()
-	pool.Name = "gpu-partial"
-	pool.ResourceVersion = ""
-	pool.Spec.Template.Spec.Requirements[0].Values = []string{"g5"}
-	pool.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("16")}
-	// Consolidation alone would take these empty nodes only after 2 minutes.
-	pool.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("120s")
-	pool.Spec.Weight = ptr.To[int32](100)
-	if err := c.Create(ctx, pool); err != nil {
-		t.Fatalf("creating NodePool: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), pool) })
+	pool := testPool(t, "gpu-partial", "g5", func(pool *karpv1.NodePool) {
+		pool.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("16")}
+		// Consolidation alone would take these empty nodes only after 2 minutes.
+		pool.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("120s")
+	})
 	const window = 30 * time.Second
 	gone := func(ctx context.Context) (int, error) {
 		claims, err := nodeClaims(ctx, pool.Name)
@@ -146,17 +137,10 @@ func TestIncompleteBatchIsNotBilledPastTheTimeout(t *testing.T) {
 func TestScheduleTimeoutReclaimsTheBatch(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
-	pool := rig.DevNodePools()[0].DeepCopy()
-	pool.Name = "gpu-partial-schedule"
-	pool.ResourceVersion = ""
-	pool.Spec.Template.Spec.Requirements[0].Values = []string{"g5"}
-	pool.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("16")}
-	pool.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("120s")
-	pool.Spec.Weight = ptr.To[int32](100)
-	if err := c.Create(ctx, pool); err != nil {
-		t.Fatalf("creating NodePool: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), pool) })
+	pool := testPool(t, "gpu-partial-schedule", "g5", func(pool *karpv1.NodePool) {
+		pool.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("16")}
+		pool.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("120s")
+	})
 	live := func(ctx context.Context) (int, error) {
 		claims, err := nodeClaims(ctx, pool.Name)
 		n := 0
@@ -221,18 +205,11 @@ func TestScheduleTimeoutReclaimsTheBatch(t *testing.T) {
 func TestReservedSpareNodeIsNotConsolidated(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
-	pool := rig.DevNodePools()[0].DeepCopy()
-	pool.Name = "gpu-spare"
-	pool.ResourceVersion = ""
-	pool.Spec.Template.Spec.Requirements[0].Values = []string{"g5"}
-	pool.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("8")}
-	pool.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("10s")
-	pool.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "100%"}}
-	pool.Spec.Weight = ptr.To[int32](100)
-	if err := c.Create(ctx, pool); err != nil {
-		t.Fatalf("creating NodePool: %v", err)
-	}
-	t.Cleanup(func() { _ = c.Delete(context.Background(), pool) })
+	pool := testPool(t, "gpu-spare", "g5", func(pool *karpv1.NodePool) {
+		pool.Spec.Limits = karpv1.Limits{berthv1alpha1.GPUResource: resource.MustParse("8")}
+		pool.Spec.Disruption.ConsolidateAfter = karpv1.MustParseNillableDuration("10s")
+		pool.Spec.Disruption.Budgets = []karpv1.Budget{{Nodes: "100%"}}
+	})
 	ns := namespace(t, "spare")
 	filler := builders.Pod("filler", ns).GPU(8).NodeSelector(awsv1.LabelInstanceFamily, "g5").
 		NodeSelector(karpv1.NodePoolLabelKey, pool.Name).Tolerate(berthv1alpha1.GPUResource, "", corev1.TaintEffectNoSchedule).Obj()
