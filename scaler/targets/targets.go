@@ -67,7 +67,15 @@ type Targets struct {
 	Clock clock.PassiveClock
 
 	mu    sync.Mutex
-	infos map[client.ObjectKey]cachedInfo
+	infos map[infoKey]cachedInfo
+}
+
+// infoKey names a cached resolution: a ScaledObject read with or without its target's /scale
+// selector. A trigger with podSelector reads none, and another trigger of the same
+// ScaledObject without one must not reuse that (it would list no pods).
+type infoKey struct {
+	client.ObjectKey
+	withSelector bool
 }
 
 type cachedInfo struct {
@@ -85,19 +93,19 @@ func (t *Targets) Resolve(ctx context.Context, namespace, name string, tr *scale
 	if ttl <= 0 {
 		ttl = 30 * time.Second
 	}
-	key := client.ObjectKey{Namespace: namespace, Name: name}
+	key := infoKey{client.ObjectKey{Namespace: namespace, Name: name}, tr.PodSelector == nil}
 	t.mu.Lock()
 	c, ok := t.infos[key]
 	t.mu.Unlock()
 	if !ok || clk.Since(c.at) > ttl {
-		info, err := t.read(ctx, namespace, name, tr.PodSelector == nil)
+		info, err := t.read(ctx, namespace, name, key.withSelector)
 		if err != nil {
 			return Info{}, err
 		}
 		c = cachedInfo{at: clk.Now(), info: info}
 		t.mu.Lock()
 		if t.infos == nil {
-			t.infos = map[client.ObjectKey]cachedInfo{}
+			t.infos = map[infoKey]cachedInfo{}
 		}
 		t.infos[key] = c
 		for k, old := range t.infos { // forget ScaledObjects KEDA stopped asking about

@@ -28,6 +28,10 @@ type Seat struct {
 	// Dead is whether it failed or finished (a kubelet rejected or evicted it): it holds no
 	// node and nothing deletes it but the keeper.
 	Dead bool
+	// DoNotDisrupt is whether it carries karpenter.sh/do-not-disrupt, as seats made before
+	// warm seats were disruptable did: replaced like a seat of another template, so that it
+	// does not keep its node from drift and expiry for as long as it lives.
+	DoNotDisrupt bool
 }
 
 // Plan is what the keeper does for one fleet: create that many seats, delete those.
@@ -38,14 +42,16 @@ type Plan struct {
 
 // Decide is the plan that brings seats to want seats of template — at least want, deleting
 // none but stale ones, when atLeast (the scaler holds its decision). Seats of another template
-// go (they pull another image), and dead ones (they hold no node: replaced); of those of template, pending ones go before bound ones and
+// go (they pull another image), and dead ones (they hold no node: replaced) and do-not-disrupt
+// ones (replaced by disruptable ones: the new seat takes the node the old one leaves, its image
+// there); of those of template, pending ones go before bound ones and
 // the newest before the oldest, so the seats whose nodes are up stay. Seats being deleted are
 // not in seats: a seat preempted by a replica is created again at once.
 func Decide(want int, atLeast bool, template string, seats []Seat) Plan {
 	var p Plan
 	var current []Seat
 	for _, s := range seats {
-		if s.Template != template || s.Dead {
+		if s.Template != template || s.Dead || s.DoNotDisrupt {
 			p.Delete = append(p.Delete, s)
 			continue
 		}

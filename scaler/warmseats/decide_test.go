@@ -38,6 +38,9 @@ func TestDecide(t *testing.T) {
 		{name: "held: a dead seat is still replaced", want: 1, atLeast: true,
 			seats: []Seat{{Name: "d", UID: "d-uid", Template: "t", Dead: true}},
 			plan:  Plan{Create: 1, Delete: []Seat{{Name: "d", UID: "d-uid", Template: "t", Dead: true}}}},
+		{name: "a do-not-disrupt seat (an older berth's) is replaced, even held", want: 2, atLeast: true,
+			seats: []Seat{seat("a", "t", "n1", 5), {Name: "p", UID: "p-uid", Template: "t", Node: "n2", Ready: true, DoNotDisrupt: true}},
+			plan:  Plan{Create: 1, Delete: []Seat{{Name: "p", UID: "p-uid", Template: "t", Node: "n2", Ready: true, DoNotDisrupt: true}}}},
 		{name: "held: a stale seat is still replaced", want: 1, atLeast: true,
 			seats: []Seat{seat("a", "old", "n1", 5)}, plan: Plan{Create: 1, Delete: []Seat{seat("a", "old", "n1", 5)}}},
 	}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/scaler"
@@ -232,7 +233,8 @@ func (k *Keeper) listSeats(ctx context.Context) (map[Key][]Seat, error) {
 		key := Key{p.Namespace, so}
 		out[key] = append(out[key], Seat{Name: p.Name, UID: string(p.UID), Template: p.Labels[berthv1alpha1.WarmSeatTemplateLabel],
 			Node: p.Spec.NodeName, Ready: podReady(p), Created: p.CreationTimestamp.Time,
-			Dead: p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded})
+			Dead:         p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded,
+			DoNotDisrupt: p.Annotations[karpv1.DoNotDisruptAnnotationKey] == "true"})
 	}
 	return out, nil
 }

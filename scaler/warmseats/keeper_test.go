@@ -17,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/scaler/targets"
@@ -52,6 +53,9 @@ func TestSeatPod(t *testing.T) {
 		}
 		if p.Labels["app"] != "" || p.Labels[berthv1alpha1.WarmSeatForLabel] != "llama" || p.Labels[berthv1alpha1.ComponentLabel] != berthv1alpha1.WarmSeatComponent {
 			t.Errorf("%s: labels %v: berth's only, never the fleet's (its ReplicaSet would count the seat)", pull, p.Labels)
+		}
+		if _, ok := p.Annotations[karpv1.DoNotDisruptAnnotationKey]; ok {
+			t.Errorf("%s: annotations %v: a warm seat must not keep its node from Karpenter's drift and expiry", pull, p.Annotations)
 		}
 		if p.Spec.PriorityClassName != berthv1alpha1.SeatPriorityClassName || p.Spec.Containers[0].Image != "pause:3.10" {
 			t.Errorf("%s: priority %q, image %q", pull, p.Spec.PriorityClassName, p.Spec.Containers[0].Image)
@@ -248,6 +252,32 @@ func TestKeeperReplacesADeadSeat(t *testing.T) {
 	left := seats(t, c)
 	if len(left) != 1 || left[0].Name == dead.Name || left[0].Status.Phase == corev1.PodFailed {
 		t.Errorf("seats %v, want one new seat in place of the dead %s", len(left), dead.Name)
+	}
+}
+
+// TestKeeperReplacesAnOlderBerthsSeat: a seat an older berth made do-not-disrupt kept its node
+// from Karpenter's drift and expiry for as long as it lived; after an upgrade it is replaced by a
+// disruptable one (which takes the node it leaves), not kept for ever.
+func TestKeeperReplacesAnOlderBerthsSeat(t *testing.T) {
+	ctx := context.Background()
+	k, c, clk := newKeeper(t, fleet(), scaledObject("1"))
+	tmpl := fleet().Spec.Template
+	old, err := SeatPod("inference", "llama", &tmpl, k.PauseImage, k.Pull) // of the template the keeper makes: only the annotation differs
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Name = "llama-warm-old"
+	old.Annotations[karpv1.DoNotDisruptAnnotationKey] = "true"
+	if err := c.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	k.Wants.Set(Key{"inference", "llama"}, 1, true, clk.Now()) // held: only stale seats go
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	left := seats(t, c)
+	if len(left) != 1 || left[0].Name == old.Name || left[0].Annotations[karpv1.DoNotDisruptAnnotationKey] != "" {
+		t.Errorf("seats %+v, want one disruptable seat in place of %s", left, old.Name)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/seat"
@@ -45,14 +46,21 @@ func Images(spec *corev1.PodSpec) []string {
 
 // SeatPod is the warm seat of ScaledObject so (in namespace ns) for replicas of template:
 // seat.Pod's shape of one replica (its requests, host ports, node selector, tolerations, the
-// seat PriorityClass, do-not-disrupt) plus the template's required node affinity, runtime
-// class, service account and image pull secrets (so the seat pulls what a replica would, as a
-// replica would), and its images pulled as pull says, under berth's labels only — never the
-// template's, which would make the workload's controller count the seat as a replica. The
-// seat's name is generated; the template label holds TemplateHash of the result.
+// seat PriorityClass) plus the template's required node affinity, runtime class, service
+// account and image pull secrets (so the seat pulls what a replica would, as a replica would),
+// and its images pulled as pull says, under berth's labels only — never the template's, which
+// would make the workload's controller count the seat as a replica. The seat's name is
+// generated; the template label holds TemplateHash of the result.
+//
+// Unlike a gang's seat, a warm seat is not do-not-disrupt: it holds headroom, not a batch a
+// gang waits for, and a seat that lived as long as its fleet would keep its node from
+// Karpenter's drift and expiry (an AMI update) for good. Karpenter moves it like any pod —
+// onto the replacement node drift launched, or onto free room consolidation found — and the
+// keeper creates it again there.
 func SeatPod(ns, so string, template *corev1.PodTemplateSpec, pauseImage string, pull Pull) (*corev1.Pod, error) {
 	replica := &corev1.Pod{Spec: *template.Spec.DeepCopy()}
 	p := seat.Pod(replica, ns, "", pauseImage)
+	delete(p.Annotations, karpv1.DoNotDisruptAnnotationKey)
 	p.GenerateName = seatNamePrefix(so)
 	p.Labels[berthv1alpha1.ComponentLabel] = berthv1alpha1.WarmSeatComponent
 	p.Labels[berthv1alpha1.WarmSeatForLabel] = so

@@ -160,6 +160,15 @@ func TestResolveAndList(t *testing.T) {
 	if info, err := tg.Resolve(ctx, ns, "llama", withSel); err != nil || info.Selector.String() != "app=mistral" {
 		t.Fatalf("podSelector overrides: %+v, %v", info, err)
 	}
+	// Two triggers on one ScaledObject, the first with podSelector: the second still resolves
+	// the target's own selector, not the first's resolution (which read none and listed no pods).
+	fresh := &targets.Targets{Pods: c, API: c}
+	if info, err := fresh.Resolve(ctx, ns, "llama", withSel); err != nil || info.Selector.String() != "app=mistral" {
+		t.Fatalf("podSelector first: %+v, %v", info, err)
+	}
+	if info, err := fresh.Resolve(ctx, ns, "llama", noSel); err != nil || info.Selector == nil || info.Selector.String() != "app=llama" || info.Target == nil {
+		t.Fatalf("the trigger without podSelector after one with it: %+v, %v; want the target's selector app=llama", info, err)
+	}
 	if info, err := tg.Resolve(ctx, ns, "a-scaledjob", withSel); err != nil || info.Selector.String() != "app=mistral" {
 		t.Fatalf("no ScaledObject but a podSelector (a ScaledJob) is fine: %+v, %v", info, err)
 	} else if n, ok, err := tg.Replicas(ctx, ns, info); err != nil || ok {
