@@ -251,6 +251,12 @@ type ProvisioningStatus struct {
 	// RetryAt is when a failed attempt will be retried.
 	// +optional
 	RetryAt *metav1.Time `json:"retryAt,omitempty"`
+	// Failures counts the attempts in a row whose capacity was not Ready within the provisioning
+	// timeout: it sizes the backoff before the next attempt. An attempt that gets its capacity
+	// sets it to zero; one withdrawn for another reason (the gang fell short of members, its
+	// schedule timeout passed) leaves it as it was.
+	// +optional
+	Failures int32 `json:"failures,omitempty"`
 	// LastFailure says why the last failed attempt failed.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024

@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -464,42 +465,68 @@ func TestPlanJoins(t *testing.T) {
 // a moment later finds it — and is then withdrawn, its seats with it, without a backoff: it ran
 // on for as long as the gang waited, the seats holding the nodes launched for them.
 func TestAttemptOfAGangShortOfMembersEndsAtItsTimeout(t *testing.T) {
-	ctx := context.Background()
-	pg := builders.PodGroup("g", "ml").MinMember(2).ProvisioningTimeout(60).Obj()
-	pg.UID = "uid-g"
-	r, clk, c := clockHarness(t, pg)
-	pg.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: 1, StartedAt: &metav1.Time{Time: clk.Now()}}
-	if err := c.Status().Update(ctx, pg); err != nil {
-		t.Fatal(err)
-	}
-	seat := builders.Pod("g-seat", "berth-system").Label(berthv1alpha1.SeatOfLabel, "uid-g").Obj()
-	if err := c.Create(ctx, seat); err != nil {
-		t.Fatal(err)
-	}
-	look := func() (time.Duration, error) {
-		return r.attemptShortOfMembers(ctx, &cycle{now: clk.Now(), snap: scheduling.NewSnapshot(nil, nil, nil)}, gangView{group: read(t, c, pg), seats: []*corev1.Pod{seat}})
-	}
-	clk.Step(20 * time.Second)
-	if wait, err := look(); err != nil || wait != 40*time.Second {
-		t.Fatalf("within the timeout: %v, %v; want to look again in the 40 s left", wait, err)
-	}
-	if !read(t, c, pg).Status.Provisioning.Active() {
-		t.Fatal("the request ended within its timeout")
-	}
-	clk.Step(40 * time.Second)
-	if _, err := look(); err != nil {
-		t.Fatal(err)
-	}
-	got := read(t, c, pg)
-	cond := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
-	// Withdrawn, not failed: no backoff — the next request starts once the members are back.
-	if got.Status.Provisioning.Active() || got.Status.Provisioning.RetryAt != nil || cond == nil || cond.Reason != berthv1alpha1.ReasonProvisioningWithdrawn {
-		t.Errorf("at the timeout: provisioning %+v, condition %+v; want the request withdrawn, no backoff", got.Status.Provisioning, cond)
-	}
-	if step, _ := decideAttempt(clk.Now(), got.Status.Provisioning, time.Minute); step != attemptStart {
-		t.Errorf("the next request's step: %v, want a start at once", step)
-	}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(seat), &corev1.Pod{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the withdrawn request's seat: %v, want it deleted", err)
+	for _, tc := range []struct {
+		name       string
+		seatOn     string // the seat's node ("": unbound)
+		nodes      []*corev1.Node
+		wantReason string
+		wantRetry  bool // a failure: backed off, counted in a row
+	}{
+		// Its capacity came: withdrawn, not failed — no backoff, the next request starts once the
+		// members are back.
+		{"its seat on a Ready node", "n1", []*corev1.Node{builders.Node("n1").GPU(8).Obj()}, berthv1alpha1.ReasonProvisioningWithdrawn, false},
+		// Its capacity did not come either (a NodePool limit): a failure, whatever the members did.
+		{"its seat got no node", "", nil, berthv1alpha1.ReasonProvisioningFailed, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			pg := builders.PodGroup("g", "ml").MinMember(2).ProvisioningTimeout(60).Obj()
+			pg.UID = "uid-g"
+			r, clk, c := clockHarness(t, pg)
+			pg.Status.Provisioning = &berthv1alpha1.ProvisioningStatus{Attempt: 3, Seats: 1, StartedAt: &metav1.Time{Time: clk.Now()}}
+			if err := c.Status().Update(ctx, pg); err != nil {
+				t.Fatal(err)
+			}
+			seat := builders.Pod("g-seat", "berth-system").Label(berthv1alpha1.SeatOfLabel, "uid-g").Obj()
+			seat.Spec.NodeName = tc.seatOn
+			if err := c.Create(ctx, seat); err != nil {
+				t.Fatal(err)
+			}
+			look := func() (time.Duration, error) {
+				cy := &cycle{now: clk.Now(), snap: scheduling.NewSnapshot(tc.nodes, nil, nil)}
+				return r.attemptShortOfMembers(ctx, cy, gangView{group: read(t, c, pg), seats: []*corev1.Pod{seat}})
+			}
+			clk.Step(20 * time.Second)
+			if wait, err := look(); err != nil || wait != 40*time.Second {
+				t.Fatalf("within the timeout: %v, %v; want to look again in the 40 s left", wait, err)
+			}
+			if !read(t, c, pg).Status.Provisioning.Active() {
+				t.Fatal("the request ended within its timeout")
+			}
+			clk.Step(40 * time.Second)
+			wait, err := look()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := read(t, c, pg)
+			p := got.Status.Provisioning
+			cond := meta.FindStatusCondition(got.Status.Conditions, berthv1alpha1.ConditionCapacityProvisioned)
+			if p.Active() || cond == nil || cond.Reason != tc.wantReason {
+				t.Fatalf("at the timeout: provisioning %+v, condition %+v; want the request ended with reason %s", p, cond, tc.wantReason)
+			}
+			step, _ := decideAttempt(clk.Now(), p, time.Minute)
+			if tc.wantRetry {
+				// The first failure in a row, though the third attempt: the shortest backoff.
+				if p.RetryAt == nil || p.Failures != 1 || wait != provisioningBackoffBase || step != attemptBackOff ||
+					!strings.Contains(p.LastFailure, "1 of 1 seats got no node") || !strings.Contains(p.LastFailure, "fallen short of members") {
+					t.Errorf("a failed request: %+v, requeued after %v, next step %v; want 1 failure, backed off %v, the seat's trouble and the members said", p, wait, step, provisioningBackoffBase)
+				}
+			} else if p.RetryAt != nil || p.Failures != 0 || step != attemptStart {
+				t.Errorf("a withdrawn request: %+v, next step %v; want no backoff, no failure, a start at once", p, step)
+			}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(seat), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+				t.Errorf("the ended request's seat: %v, want it deleted", err)
+			}
+		})
 	}
 }

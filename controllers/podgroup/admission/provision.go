@@ -40,7 +40,7 @@ const DefaultSeatImage = seatpkg.DefaultImage
 // DefaultSeatNamespace is where seat pods live when ProvisioningOptions.SeatNamespace is empty.
 const DefaultSeatNamespace = seatpkg.DefaultNamespace
 
-// Retry backoff after a failed provisioning attempt: base doubling per attempt, capped.
+// Retry backoff after a failed provisioning attempt: base doubling per failure in a row, capped.
 const (
 	provisioningBackoffBase = 30 * time.Second
 	provisioningBackoffMax  = 10 * time.Minute
@@ -167,10 +167,11 @@ func provisioningTimeoutOf(g *berthv1alpha1.PodGroup) time.Duration {
 	return time.Duration(s) * time.Second
 }
 
-// provisioningBackoff is the wait before attempt+1 after attempt failed.
-func provisioningBackoff(attempt int32) time.Duration {
+// provisioningBackoff is the wait before the next attempt after failures attempts in a row
+// failed (ProvisioningStatus.Failures, this one included).
+func provisioningBackoff(failures int32) time.Duration {
 	d := provisioningBackoffBase
-	for i := int32(1); i < attempt && d < provisioningBackoffMax; i++ {
+	for i := int32(1); i < failures && d < provisioningBackoffMax; i++ {
 		d *= 2
 	}
 	return min(d, provisioningBackoffMax)
@@ -185,7 +186,7 @@ func provisioningBackoff(attempt int32) time.Duration {
 func (r *Reconciler) provision(ctx context.Context, cy *cycle, gv gangView, gang scheduling.Gang, placeReason string) (time.Duration, error) {
 	switch step, wait := decideAttempt(r.clock.Now(), gv.group.Status.Provisioning, provisioningTimeoutOf(gv.group)); step {
 	case attemptWithdraw:
-		return r.withdraw(ctx, cy, gv, placeReason)
+		return r.withdraw(ctx, cy, gv, placeReason, "")
 	case attemptKeep:
 		return r.keepAttempt(ctx, cy, gv, gang, placeReason)
 	case attemptBackOff:
@@ -268,15 +269,7 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 	if err := r.ensureSeats(ctx, gv, p.Attempt, seatsFrom, want, cy.dynamic); err != nil {
 		return 0, err
 	}
-	onReady := 0
-	for _, s := range gv.seats {
-		if s.Spec.NodeName != "" {
-			if n, ok := cy.snap.Node(s.Spec.NodeName); ok && n.Unavailable == "" {
-				onReady++
-			}
-		}
-	}
-	msg := fmt.Sprintf("attempt %d: %d of %d seats on Ready nodes (%s); waiting up to %s", p.Attempt, onReady, want, placeReason, timeout)
+	msg := fmt.Sprintf("attempt %d: %d of %d seats on Ready nodes (%s); waiting up to %s", p.Attempt, seatsOnReady(cy, gv.seats), want, placeReason, timeout)
 	if err := r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, nil); err != nil {
 		return 0, err
 	}
@@ -284,6 +277,19 @@ func (r *Reconciler) keepAttempt(ctx context.Context, cy *cycle, gv gangView, ga
 		return time.Second, nil // a reserved node changed as it was marked: mark it again soon
 	}
 	return max(time.Second, timeout-r.clock.Since(p.StartedAt.Time)), nil
+}
+
+// seatsOnReady counts the seats bound to nodes the cycle's snapshot has Ready and available.
+func seatsOnReady(cy *cycle, seats []*corev1.Pod) int {
+	n := 0
+	for _, s := range seats {
+		if s.Spec.NodeName != "" {
+			if node, ok := cy.snap.Node(s.Spec.NodeName); ok && node.Unavailable == "" {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // startAttempt asks for the capacity the gang lacks counting what is already booting: it
@@ -345,7 +351,7 @@ func nextAttempt(p *berthv1alpha1.ProvisioningStatus, seats int, now time.Time, 
 	start := metav1.NewTime(now)
 	next := &berthv1alpha1.ProvisioningStatus{Attempt: 1, Seats: int32(seats), StartedAt: &start}
 	if p != nil {
-		next.Attempt, next.LastFailure = p.Attempt+1, p.LastFailure
+		next.Attempt, next.Failures, next.LastFailure = p.Attempt+1, p.Failures, p.LastFailure
 	}
 	return next, fmt.Sprintf("attempt %d: requested capacity for %d member(s) with no place (%s)", next.Attempt, seats, placeReason)
 }
@@ -353,10 +359,10 @@ func nextAttempt(p *berthv1alpha1.ProvisioningStatus, seats int, now time.Time, 
 // failedAttempt is the status of attempt p withdrawn at now because its capacity was not Ready
 // within timeout (why), the CapacityProvisioned message, and the backoff before the next.
 func failedAttempt(p *berthv1alpha1.ProvisioningStatus, now time.Time, timeout time.Duration, why string) (*berthv1alpha1.ProvisioningStatus, string, time.Duration) {
-	backoff := provisioningBackoff(p.Attempt)
+	backoff := provisioningBackoff(p.Failures + 1)
 	finished, retry := metav1.NewTime(now), metav1.NewTime(now.Add(backoff))
 	next := p.DeepCopy()
-	next.FinishedAt, next.RetryAt = &finished, &retry
+	next.FinishedAt, next.RetryAt, next.Failures = &finished, &retry, p.Failures+1
 	next.LastFailure = truncate(fmt.Sprintf("capacity for %d member(s) was not Ready within %s: %s", p.Seats, timeout, why), 1024)
 	return next, fmt.Sprintf("attempt %d failed: %s; seats withdrawn, retrying in %s", p.Attempt, next.LastFailure, backoff), backoff
 }
@@ -364,10 +370,13 @@ func failedAttempt(p *berthv1alpha1.ProvisioningStatus, now time.Time, timeout t
 // withdraw ends a provisioning attempt that ran out of time: the NodeClaims launched for its
 // seats that no pod uses are deleted (an incomplete batch is not billed past the timeout), every
 // seat goes, the gang returns to Pending with the reason, and the next attempt waits for the
-// backoff.
-func (r *Reconciler) withdraw(ctx context.Context, cy *cycle, gv gangView, placeReason string) (time.Duration, error) {
+// backoff. note, when not empty, is added to the reason.
+func (r *Reconciler) withdraw(ctx context.Context, cy *cycle, gv gangView, placeReason, note string) (time.Duration, error) {
 	g, p, timeout := gv.group, gv.group.Status.Provisioning, provisioningTimeoutOf(gv.group)
 	why := r.seatTrouble(ctx, gv.seats, placeReason)
+	if note != "" {
+		why += "; " + note
+	}
 	// The nodes that did come up for the seats would stay empty, billed, until consolidation:
 	// they go now, before the seats (which say which they are).
 	reclaimed, err := seatpkg.Reclaim(ctx, r.client, r.apiReader, gv.seats, "podgroup")
@@ -489,7 +498,7 @@ func finishProvisioning(st *berthv1alpha1.PodGroupStatus, g *berthv1alpha1.PodGr
 		return
 	}
 	p = p.DeepCopy()
-	p.FinishedAt = &now
+	p.FinishedAt, p.Failures = &now, 0
 	provisioningAttempts.WithLabelValues(g.Namespace, g.Spec.NodePool, ProvisioningProvisioned).Inc()
 	provisioningDuration.Observe(now.Sub(p.StartedAt.Time).Seconds())
 	p.RetryAt = nil

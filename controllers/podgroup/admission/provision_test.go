@@ -224,8 +224,24 @@ func TestAttemptStatuses(t *testing.T) {
 	if second.Attempt != 2 || second.Seats != 2 || second.LastFailure != failed.LastFailure || second.RetryAt != nil || !second.Active() {
 		t.Errorf("second attempt: %+v; want attempt 2 keeping the last failure", second)
 	}
-	if _, _, b := failedAttempt(&berthv1alpha1.ProvisioningStatus{Attempt: 9, Seats: 1, StartedAt: &metav1.Time{Time: now}}, now, time.Minute, ""); b != provisioningBackoffMax {
-		t.Errorf("the 9th attempt's backoff = %v, want the cap %v", b, provisioningBackoffMax)
+	if second.Failures != 1 {
+		t.Errorf("second attempt: %d failures in a row, want the first's 1 carried", second.Failures)
+	}
+	if f, _, b := failedAttempt(second, now.Add(time.Hour+10*time.Minute), 10*time.Minute, ""); b != 2*provisioningBackoffBase || f.Failures != 2 {
+		t.Errorf("second failure in a row: backoff %v, %d failures; want %v, 2", b, f.Failures, 2*provisioningBackoffBase)
+	}
+	if _, _, b := failedAttempt(&berthv1alpha1.ProvisioningStatus{Attempt: 9, Failures: 8, Seats: 1, StartedAt: &metav1.Time{Time: now}}, now, time.Minute, ""); b != provisioningBackoffMax {
+		t.Errorf("the 9th failure in a row: backoff %v, want the cap %v", b, provisioningBackoffMax)
+	}
+	// The backoff counts failures, not attempts: attempts that got their capacity, or were
+	// withdrawn because the gang fell short of members, do not lengthen the next failure's wait.
+	if _, _, b := failedAttempt(&berthv1alpha1.ProvisioningStatus{Attempt: 9, Seats: 1, StartedAt: &metav1.Time{Time: now}}, now, time.Minute, ""); b != provisioningBackoffBase {
+		t.Errorf("the 9th attempt, the first to fail: backoff %v, want %v", b, provisioningBackoffBase)
+	}
+	st := &berthv1alpha1.PodGroupStatus{Provisioning: &berthv1alpha1.ProvisioningStatus{Attempt: 4, Failures: 3, Seats: 1, StartedAt: &metav1.Time{Time: now}}}
+	finishProvisioning(st, &berthv1alpha1.PodGroup{}, metav1.NewTime(now.Add(time.Minute)), nil)
+	if st.Provisioning.Failures != 0 || st.Provisioning.Active() {
+		t.Errorf("an attempt that got its capacity: %+v; want it finished with no failures in a row", st.Provisioning)
 	}
 }
 

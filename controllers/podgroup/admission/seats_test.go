@@ -234,9 +234,9 @@ func TestSeatPod(t *testing.T) {
 }
 
 func TestProvisioningBackoff(t *testing.T) {
-	for attempt, want := range map[int32]time.Duration{1: 30 * time.Second, 2: time.Minute, 3: 2 * time.Minute, 6: 10 * time.Minute, 40: 10 * time.Minute} {
-		if got := provisioningBackoff(attempt); got != want {
-			t.Errorf("backoff after attempt %d = %s, want %s", attempt, got, want)
+	for failures, want := range map[int32]time.Duration{1: 30 * time.Second, 2: time.Minute, 3: 2 * time.Minute, 6: 10 * time.Minute, 40: 10 * time.Minute} {
+		if got := provisioningBackoff(failures); got != want {
+			t.Errorf("backoff after %d failures in a row = %s, want %s", failures, got, want)
 		}
 	}
 }
