@@ -40,6 +40,10 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "evaluation_errors_total",
 		Help: "Evaluations of a ScaledObject that returned an error to KEDA instead of a value, by reason (invalid_metadata, target, no_fresh_data, source).",
 	}, []string{labelNamespace, labelScaledObject, labelReason})
+	targetReadErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "target_read_errors_total",
+		Help: "Reads of a ScaledObject's scale target's spec.replicas (its /scale) that failed: held decisions then keep the live replicas, which in a rollout count its surge pods (RBAC for the target's kind's /scale, a slow API server).",
+	}, []string{labelNamespace, labelScaledObject})
 	signalValue = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "signal_value",
 		Help: "A ScaledObject's raw signal at its last evaluation: total waiting requests (queue), total running plus waiting requests (concurrency), total KV-cache usage over ready replicas (kv_cache), prompt plus generated tokens per second over ready replicas (tokens), p95 time to first token in seconds (ttft), p95 inter-token latency in seconds (itl), preemptions per minute per replica (preemptions), estimated prompt tokens waiting (queued_prompt_tokens), KV-cache tokens in use (kv_tokens), mean KV-cache usage (kv_saturation), the followed ScaledObject's count times followRatio (follow), the replicas the forecast demand needs at the learned capacity (slo).",
@@ -120,7 +124,7 @@ var (
 
 // Collectors returns the scaler's metrics for registration.
 func Collectors() []prometheus.Collector {
-	return []prometheus.Collector{requestDuration, scrapeDuration, scrapeErrors, evaluationErrors, signalValue, signalTarget,
+	return []prometheus.Collector{requestDuration, scrapeDuration, scrapeErrors, evaluationErrors, targetReadErrors, signalValue, signalTarget,
 		desiredReplicas, currentReplicas, readyReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active, held, heldSeconds,
 		startupTimeout, stalledReplicas, replicaCapacity, unattainableRatio, demandForecast, demandHeadroom, headroomReplicas}
 }
@@ -187,6 +191,7 @@ func (s *series) expire(before time.Time) {
 			v.DeletePartialMatch(match)
 		}
 		evaluationErrors.DeletePartialMatch(match)
+		targetReadErrors.DeletePartialMatch(match)
 	}
 }
 

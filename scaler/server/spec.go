@@ -65,6 +65,7 @@ func (s *specs) replicas(ctx context.Context, r Resolver, namespace, name string
 	switch {
 	case err != nil:
 		delete(s.m, k)
+		targetReadErrors.WithLabelValues(namespace, name).Inc()
 		if !s.warned[k] {
 			s.warned[k] = true
 			log.FromContext(ctx).Error(err, "reading the scale target's spec.replicas failed; held decisions keep the live replicas until a read succeeds (said once)", "namespace", namespace, "scaledObject", name)

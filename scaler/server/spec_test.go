@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/berth-dev/berth/scaler"
@@ -63,8 +64,12 @@ func TestSpecReads(t *testing.T) {
 		t.Fatalf("the next sync: %d, %v after %d reads; want 6, read again", n, ok, r.reads)
 	}
 	r.err = errors.New("etcdserver: request timed out")
+	failedBefore := testutil.ToFloat64(targetReadErrors.WithLabelValues("inference", "llama"))
 	if n, ok := read(true, 30*time.Second); ok {
 		t.Fatalf("a failed read answered %d: a held decision must not keep a count the HPA may have left", n)
+	}
+	if got := testutil.ToFloat64(targetReadErrors.WithLabelValues("inference", "llama")) - failedBefore; got != 1 {
+		t.Errorf("berth_scaler_target_read_errors_total rose by %v, want 1", got)
 	}
 	if n, ok := read(false, 31*time.Second); ok {
 		t.Fatalf("activity after a failed read answered %d, want none", n)

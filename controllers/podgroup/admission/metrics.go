@@ -62,6 +62,10 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "seats_created_total",
 		Help: "Seat pods created to hold capacity for gang members.",
 	})
+	markedNodes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "do_not_disrupt_nodes",
+		Help: "Nodes carrying berth's karpenter.sh/do-not-disrupt mark (scheduling.berth.dev/do-not-disrupt-by: berth), as the last admission cycle read them: nodes a gang's running capacity request counts on, kept from Karpenter's consolidation and drift until the attempt ends. Marks left with no gang provisioning (berth uninstalled mid-attempt) are removed as runbooks/emergency.md §4 says.",
+	})
 	fenced = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "podgroup", Name: "fenced_total",
 		Help: "Promises and releases this replica did not make because it no longer held the leader Lease for long enough (see LeaseFence).",
@@ -195,7 +199,7 @@ func partiallyRunningGang(g *berthv1alpha1.PodGroup, members []*corev1.Pod, now 
 // Collectors are the package's metrics, as registered with controller-runtime's registry
 // (docs/metrics.md is generated from them).
 func Collectors() []prometheus.Collector {
-	out := []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, lastCycle, admissionErrors, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning, generations, strandedMembers, fenced}
+	out := []prometheus.Collector{placements, admissionLatency, gangs, cycleDuration, lastCycle, admissionErrors, provisioningAttempts, provisioningDuration, seatsCreated, oldestWaiting, partiallyRunning, generations, strandedMembers, fenced, markedNodes}
 	for _, s := range perGang {
 		out = append(out, s.vec)
 	}

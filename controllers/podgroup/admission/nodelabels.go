@@ -200,7 +200,11 @@ func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
 		return reservationLive(g, cy.now), g.Status.Provisioning.Active()
 	}
 	var errs []error
+	marked := 0
 	for _, n := range cy.nodes {
+		if n.Annotations[berthv1alpha1.ProtectedByAnnotation] == berthv1alpha1.ProtectedByBerth {
+			marked++
+		}
 		sw := decideReservationSweep(n, live, cy.reservedNow[n.Name])
 		if len(sw.drop) == 0 && !sw.unprotect {
 			continue
@@ -223,6 +227,7 @@ func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
 			}
 		}
 	}
+	markedNodes.Set(float64(marked))
 	return errors.Join(errs...)
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -130,6 +131,16 @@ func TestReservedNodesAreKeptFromConsolidation(t *testing.T) {
 	next := &cycle{now: time.Now(), nodes: []*corev1.Node{get("spare"), get("users")}, groups: []*berthv1alpha1.PodGroup{g}}
 	if err := r.sweepReservations(ctx, next); err != nil {
 		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(markedNodes); got != 1 {
+		t.Errorf("berth_podgroup_do_not_disrupt_nodes = %v as the cycle read the nodes, want 1 (spare)", got)
+	}
+	after := &cycle{now: time.Now(), nodes: []*corev1.Node{get("spare"), get("users")}, groups: []*berthv1alpha1.PodGroup{g}}
+	if err := r.sweepReservations(ctx, after); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(markedNodes); got != 0 {
+		t.Errorf("berth_podgroup_do_not_disrupt_nodes = %v once the mark is off, want 0 (someone else's mark is not berth's)", got)
 	}
 	for _, name := range []string{"spare", "users"} {
 		n := get(name)
