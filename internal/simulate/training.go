@@ -174,6 +174,7 @@ type tjob struct {
 	firstRun     time.Duration
 	done         bool
 	attempt      int
+	failures     int // attempts in a row withdrawn at the provisioning timeout (the backoff's)
 	attemptStart time.Duration
 	retryAt      time.Duration
 	reserved     []*tnode

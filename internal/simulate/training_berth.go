@@ -9,15 +9,15 @@ import (
 )
 
 // Berth's retry backoff after a withdrawn attempt (controllers/podgroup/admission): 30 s,
-// doubling per attempt, at most 10 minutes.
+// doubling per failure in a row, at most 10 minutes.
 const (
 	berthBackoffBase = 30 * time.Second
 	berthBackoffMax  = 10 * time.Minute
 )
 
-func berthBackoff(attempt int) time.Duration {
+func berthBackoff(failures int) time.Duration {
 	d := berthBackoffBase
-	for i := 1; i < attempt && d < berthBackoffMax; i++ {
+	for i := 1; i < failures && d < berthBackoffMax; i++ {
 		d *= 2
 	}
 	return min(d, berthBackoffMax)
@@ -83,6 +83,9 @@ func (s *trainSim) admitBerth() {
 		gang := scheduling.Gang{Members: members}
 		snap := s.snapshot(j, false)
 		if r := scheduling.Place(snap, gang); r.Fits() {
+			if isSet(j.attemptStart) {
+				j.failures = 0 // the attempt got its capacity
+			}
 			s.deleteSeats(j)
 			j.reserved = nil
 			byName := map[string]*tnode{}
@@ -148,7 +151,8 @@ func (s *trainSim) withdraw(j *tjob) {
 		return ours[n] && len(n.pods) == 0 && len(n.nominated) == 0
 	})
 	j.reserved = nil
-	j.retryAt = s.now + berthBackoff(j.attempt)
+	j.failures++
+	j.retryAt = s.now + berthBackoff(j.failures)
 	j.attemptStart = noTime
 }
 
