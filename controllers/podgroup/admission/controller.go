@@ -115,6 +115,9 @@ type Reconciler struct {
 	// selections are which devices each DeviceClass selects, by slice and class version, kept
 	// across cycles (scheduling.SelectionCache).
 	selections *scheduling.SelectionCache
+	// draWatch triggers cycles on dynamic resources' changes once a cycle reads them (nil
+	// without a manager).
+	draWatch *dynamicWatch
 }
 
 // New builds the admission controller.
@@ -159,6 +162,7 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 		return fmt.Errorf("setting up the admission stores: %w", err)
 	}
 	r.reader = stores
+	r.draWatch = &dynamicWatch{informers: mgr.GetCache(), fire: t.fire}
 	toCycle := handler.EnqueueRequestsFromMapFunc(func(context.Context, client.Object) []reconcile.Request {
 		return []reconcile.Request{cycleKey}
 	})

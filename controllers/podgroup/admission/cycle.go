@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
+	"sigs.k8s.io/controller-runtime/pkg/log"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
@@ -162,6 +163,11 @@ func (r *Reconciler) newCycle(ctx context.Context) (*cycle, error) {
 	cy.snap = scheduling.NewSnapshotWithRequests(cy.nodes, cy.onNodes, cy.unavailable, cy.requests, cy.layout)
 	cy.snap.SetVolumes(cy.volumes)
 	cy.draErr = cy.setDynamicResources(ctx, r.client, r.selections, cy.snap)
+	if cy.dynamic != nil && r.draWatch != nil {
+		if err := r.draWatch.start(ctx); err != nil {
+			log.FromContext(ctx).Error(err, "gangs waiting for devices are looked at again at each resync only, until a cycle sets the watch up")
+		}
+	}
 	cy.holdUnboundSeats()
 	return cy, nil
 }

@@ -1,0 +1,104 @@
+package dra_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
+
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
+	"github.com/berth-dev/berth/internal/rig"
+	"github.com/berth-dev/berth/test/builders"
+	"github.com/berth-dev/berth/test/rigtest"
+)
+
+// TestDRAGangAdmittedWhenItsDevicesAreFreed: a gang of 2 waits, on a cluster without gang
+// provisioning (DRA on a fixed pool), for the L4s a pod holds on the node its members are
+// pinned to. The pod is deleted; its claim's devices are freed after the pod is gone, which no
+// pod, node or PodGroup event says. berth runs with a 10-minute resync: the gang is admitted
+// within seconds, on the ResourceClaim's own events — before berth watched them, it waited for
+// the resync.
+func TestDRAGangAdmittedWhenItsDevicesAreFreed(t *testing.T) {
+	ctx := context.Background()
+	args := slices.Clone(berth.Args)
+	restart := func(extra ...string) {
+		t.Helper()
+		if err := berth.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		berth.Args = append(slices.Clone(args), extra...)
+		if err := berth.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restart("--gang-provisioning=false", "--admission-resync=10m")
+	t.Cleanup(func() { restart() })
+
+	c := rigtest.Current().Client
+	ns := rigtest.Namespace(t, "drafreed")
+	const l4 = `device.attributes["gpu.nvidia.com"].productName.lowerAscii().contains("l4")`
+	all, one := builders.ClaimTemplate("eight-l4", ns, 8, l4), builders.ClaimTemplate("one-l4", ns, 1, l4)
+	for _, obj := range []client.Object{all, one} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pool := rig.GPUNodePoolName("l4")
+	blocker := builders.Pod("blocker", ns).Ungated().Request(corev1.ResourceCPU, "1").
+		Tolerate("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).NodeSelector(karpv1.NodePoolLabelKey, pool).
+		NodeSelector(corev1.LabelInstanceTypeStable, "g6.48xlarge").ClaimFromTemplate("gpus", all.Name).Obj()
+	if err := c.Create(ctx, blocker); err != nil {
+		t.Fatal(err)
+	}
+	rigtest.Eventually(t, 2*time.Minute, time.Second, "the blocker running on all 8 L4s of its node", func(ctx context.Context) (bool, string, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(blocker), blocker)
+		return blocker.Status.Phase == corev1.PodRunning, fmt.Sprintf("phase %s on %q", blocker.Status.Phase, blocker.Spec.NodeName), err
+	})
+	node := blocker.Spec.NodeName
+	pg := builders.PodGroup("ddp", ns).MinMember(2).Obj()
+	if err := c.Create(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		m := builders.Pod(fmt.Sprintf("ddp-%d", i), ns).Member(pg.Name).Request(corev1.ResourceCPU, "1").
+			Tolerate("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).NodeSelector(corev1.LabelHostname, node).
+			ClaimFromTemplate("gpu", one.Name).Obj()
+		if err := c.Create(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rigtest.Eventually(t, time.Minute, 200*time.Millisecond, "the gang waiting for devices", func(ctx context.Context) (bool, string, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(pg), pg)
+		cond := meta.FindStatusCondition(pg.Status.Conditions, berthv1alpha1.ConditionScheduled)
+		if cond == nil {
+			return false, "no Scheduled condition", err
+		}
+		return cond.Status == metav1.ConditionFalse && cond.Reason == berthv1alpha1.ReasonUnschedulable, cond.Reason + ": " + cond.Message, err
+	})
+	time.Sleep(2 * time.Second) // the cycles the gang's own changes asked for are over
+	if err := c.Delete(ctx, blocker, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	rigtest.Eventually(t, time.Minute, 200*time.Millisecond, "the gang admitted once the blocker's devices are freed", func(ctx context.Context) (bool, string, error) {
+		var ms corev1.PodList
+		if err := c.List(ctx, &ms, client.InNamespace(ns), client.MatchingLabels{berthv1alpha1.PodGroupLabel: pg.Name}); err != nil {
+			return false, "", err
+		}
+		bound := 0
+		for _, m := range ms.Items {
+			if m.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		return bound == 2, fmt.Sprintf("%d of 2 members bound", bound), nil
+	})
+	t.Logf("gang bound %.1f s after the blocker was deleted (resync 10 min)", time.Since(deleted).Seconds())
+}
