@@ -42,7 +42,7 @@ var (
 	}, []string{labelNamespace, labelScaledObject, labelReason})
 	targetReadErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "target_read_errors_total",
-		Help: "Reads of a ScaledObject's scale target's spec.replicas (its /scale) that failed: held decisions then keep the live replicas, which in a rollout count its surge pods (RBAC for the target's kind's /scale, a slow API server).",
+		Help: "Reads of a ScaledObject's scale target's spec.replicas (its /scale, read for each round of metrics the HPA asks for) that failed or took longer than 2 s: held decisions then keep the live replicas, which in a rollout count its surge pods. The target was resolved through the same /scale: an API server slow or failing, the target deleted, or RBAC changed since.",
 	}, []string{labelNamespace, labelScaledObject})
 	signalValue = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "signal_value",

@@ -29,39 +29,40 @@ type Seat struct {
 	// node and nothing deletes it but the keeper.
 	Dead bool
 	// DoNotDisrupt is whether it carries karpenter.sh/do-not-disrupt, as seats made before
-	// warm seats were disruptable did: replaced like a seat of another template, so that it
+	// warm seats were disruptable did: the annotation is taken off (Plan.Unprotect), so that it
 	// does not keep its node from drift and expiry for as long as it lives.
 	DoNotDisrupt bool
 }
 
-// Plan is what the keeper does for one fleet: create that many seats, delete those.
+// Plan is what the keeper does for one fleet: create that many seats, delete those, and take
+// karpenter.sh/do-not-disrupt off those it keeps that carry it (Unprotect).
 type Plan struct {
-	Create int
-	Delete []Seat
+	Create    int
+	Delete    []Seat
+	Unprotect []Seat
 }
 
 // Decide is the plan that brings seats to want seats of template — at least want, deleting
 // none but stale ones, when atLeast (the scaler holds its decision). Seats of another template
-// go (they pull another image), and dead ones (they hold no node: replaced) and do-not-disrupt
-// ones (replaced by disruptable ones: the new seat takes the node the old one leaves, its image
-// there); of those of template, pending ones go before bound ones and
-// the newest before the oldest, so the seats whose nodes are up stay. Seats being deleted are
-// not in seats: a seat preempted by a replica is created again at once.
+// go (they pull another image), and dead ones (they hold no node: replaced); of those of
+// template, pending ones go before bound ones and the newest before the oldest, so the seats
+// whose nodes are up stay. Seats being deleted are not in seats: a seat preempted by a replica is
+// created again at once. Seats kept that carry do-not-disrupt (an older berth made them so) are
+// unprotected in place: replacing them launched a node for each new seat while the old one
+// terminated.
 func Decide(want int, atLeast bool, template string, seats []Seat) Plan {
 	var p Plan
 	var current []Seat
 	for _, s := range seats {
-		if s.Template != template || s.Dead || s.DoNotDisrupt {
+		if s.Template != template || s.Dead {
 			p.Delete = append(p.Delete, s)
 			continue
 		}
 		current = append(current, s)
 	}
-	if len(current) < want {
-		p.Create = want - len(current)
-		return p
-	}
-	if atLeast {
+	if len(current) < want || atLeast {
+		p.Create = max(0, want-len(current))
+		p.Unprotect = protected(current)
 		return p
 	}
 	// Keep the bound ones, oldest first; delete from the end.
@@ -78,5 +79,17 @@ func Decide(want int, atLeast bool, template string, seats []Seat) Plan {
 		return cmp.Compare(a.Name, b.Name)
 	})
 	p.Delete = append(p.Delete, current[want:]...)
+	p.Unprotect = protected(current[:want])
 	return p
+}
+
+// protected are the seats that carry karpenter.sh/do-not-disrupt.
+func protected(seats []Seat) []Seat {
+	var out []Seat
+	for _, s := range seats {
+		if s.DoNotDisrupt {
+			out = append(out, s)
+		}
+	}
+	return out
 }

@@ -183,7 +183,29 @@ func (k *Keeper) keep(ctx context.Context, key Key, w Want, fresh bool, seats []
 	for range plan.Create {
 		errs = append(errs, k.create(ctx, key, pod))
 	}
+	for _, s := range plan.Unprotect {
+		errs = append(errs, k.unprotect(ctx, key, s))
+	}
 	return errors.Join(errs...)
+}
+
+// unprotect takes karpenter.sh/do-not-disrupt off a seat (made so by an older berth), in place:
+// the seat keeps its node, which Karpenter's drift and expiry may then replace. The patch names
+// the seat's UID, so a pod made since under its name is not touched.
+func (k *Keeper) unprotect(ctx context.Context, key Key, s Seat) error {
+	p := &corev1.Pod{}
+	p.Namespace, p.Name = key.Namespace, s.Name
+	patch := fmt.Sprintf(`{"metadata":{"uid":%q,"annotations":{%q:null}}}`, s.UID, karpv1.DoNotDisruptAnnotationKey)
+	err := k.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(patch)))
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		err = nil // gone, or another pod of that name
+	}
+	count(key, "unprotect", err)
+	if err != nil {
+		return fmt.Errorf("taking do-not-disrupt off warm seat %s: %w", s.Name, err)
+	}
+	k.Log.V(1).Info("took do-not-disrupt off a warm seat", "namespace", key.Namespace, "scaledObject", key.Name, "pod", s.Name)
+	return nil
 }
 
 func (k *Keeper) create(ctx context.Context, key Key, pod *corev1.Pod) error {

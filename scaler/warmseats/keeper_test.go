@@ -255,10 +255,10 @@ func TestKeeperReplacesADeadSeat(t *testing.T) {
 	}
 }
 
-// TestKeeperReplacesAnOlderBerthsSeat: a seat an older berth made do-not-disrupt kept its node
-// from Karpenter's drift and expiry for as long as it lived; after an upgrade it is replaced by a
-// disruptable one (which takes the node it leaves), not kept for ever.
-func TestKeeperReplacesAnOlderBerthsSeat(t *testing.T) {
+// TestKeeperUnprotectsAnOlderBerthsSeat: a seat an older berth made do-not-disrupt kept its node
+// from Karpenter's drift and expiry for as long as it lived; after an upgrade the annotation is
+// taken off in place — the same seat on the same node, no second node launched for a new one.
+func TestKeeperUnprotectsAnOlderBerthsSeat(t *testing.T) {
 	ctx := context.Background()
 	k, c, clk := newKeeper(t, fleet(), scaledObject("1"))
 	tmpl := fleet().Spec.Template
@@ -276,8 +276,11 @@ func TestKeeperReplacesAnOlderBerthsSeat(t *testing.T) {
 		t.Fatal(err)
 	}
 	left := seats(t, c)
-	if len(left) != 1 || left[0].Name == old.Name || left[0].Annotations[karpv1.DoNotDisruptAnnotationKey] != "" {
-		t.Errorf("seats %+v, want one disruptable seat in place of %s", left, old.Name)
+	if len(left) != 1 || left[0].Name != old.Name {
+		t.Fatalf("%d seats, want %s kept", len(left), old.Name)
+	}
+	if _, ok := left[0].Annotations[karpv1.DoNotDisruptAnnotationKey]; ok {
+		t.Errorf("seat %s annotations %v: do-not-disrupt still there", old.Name, left[0].Annotations)
 	}
 }
 

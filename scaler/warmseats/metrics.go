@@ -26,11 +26,11 @@ const (
 var (
 	seatsGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "warm_seats",
-		Help: "A ScaledObject's warm seats: wanted (what the scaler's last evaluation asked for), pending (created, no node or image yet), ready (a node up with the serving image pulled), stale (of an older pod template, or do-not-disrupt as an older berth made them: being replaced), refused (what its trigger's warmSeats asks for that the keeper will not keep: a LeaderWorkerSet target, a target without a pod template or not there; the policy then holds that headroom as serving replicas).",
+		Help: "A ScaledObject's warm seats: wanted (what the scaler's last evaluation asked for), pending (created, no node or image yet), ready (a node up with the serving image pulled), stale (of an older pod template, being replaced), refused (what its trigger's warmSeats asks for that the keeper will not keep: a LeaderWorkerSet target, a target without a pod template or not there; the policy then holds that headroom as serving replicas).",
 	}, []string{labelNamespace, labelScaledObject, labelState})
 	operations = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "warm_seat_operations_total",
-		Help: "Warm seats the keeper created and deleted, by operation (create, delete) and result (ok, error).",
+		Help: "Warm seats the keeper created, deleted and unprotected, by operation (create, delete, unprotect: karpenter.sh/do-not-disrupt taken off a seat an older berth made) and result (ok, error).",
 	}, []string{labelNamespace, labelScaledObject, labelOperation, labelResult})
 
 	seen   = map[Key]bool{}
@@ -45,7 +45,7 @@ func record(key Key, want int, seats []Seat, template string, refused int) {
 	n := map[string]int{stateWanted: want, stateRefused: refused}
 	for _, s := range seats {
 		switch {
-		case s.Template != template || s.DoNotDisrupt:
+		case s.Template != template:
 			n[stateStale]++
 		case s.Ready:
 			n[stateReady]++

@@ -467,6 +467,7 @@ func TestPlanJoins(t *testing.T) {
 func TestAttemptOfAGangShortOfMembersEndsAtItsTimeout(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
+		noSeat     bool   // its seat is gone (preempted, or a withdrawal whose status write failed)
 		seatOn     string // the seat's node ("": unbound)
 		nodes      []*corev1.Node
 		wantReason string
@@ -474,9 +475,11 @@ func TestAttemptOfAGangShortOfMembersEndsAtItsTimeout(t *testing.T) {
 	}{
 		// Its capacity came: withdrawn, not failed — no backoff, the next request starts once the
 		// members are back.
-		{"its seat on a Ready node", "n1", []*corev1.Node{builders.Node("n1").GPU(8).Obj()}, berthv1alpha1.ReasonProvisioningWithdrawn, false},
+		{"its seat on a Ready node", false, "n1", []*corev1.Node{builders.Node("n1").GPU(8).Obj()}, berthv1alpha1.ReasonProvisioningWithdrawn, false},
 		// Its capacity did not come either (a NodePool limit): a failure, whatever the members did.
-		{"its seat got no node", "", nil, berthv1alpha1.ReasonProvisioningFailed, true},
+		{"its seat got no node", false, "", nil, berthv1alpha1.ReasonProvisioningFailed, true},
+		// No seat left to judge: no sign the capacity failed.
+		{"its seat is gone", true, "", nil, berthv1alpha1.ReasonProvisioningWithdrawn, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -492,9 +495,13 @@ func TestAttemptOfAGangShortOfMembersEndsAtItsTimeout(t *testing.T) {
 			if err := c.Create(ctx, seat); err != nil {
 				t.Fatal(err)
 			}
+			seats := []*corev1.Pod{seat}
+			if tc.noSeat {
+				seats = nil
+			}
 			look := func() (time.Duration, error) {
 				cy := &cycle{now: clk.Now(), snap: scheduling.NewSnapshot(tc.nodes, nil, nil)}
-				return r.attemptShortOfMembers(ctx, cy, gangView{group: read(t, c, pg), seats: []*corev1.Pod{seat}})
+				return r.attemptShortOfMembers(ctx, cy, gangView{group: read(t, c, pg), seats: seats})
 			}
 			clk.Step(20 * time.Second)
 			if wait, err := look(); err != nil || wait != 40*time.Second {
@@ -524,7 +531,7 @@ func TestAttemptOfAGangShortOfMembersEndsAtItsTimeout(t *testing.T) {
 			} else if p.RetryAt != nil || p.Failures != 0 || step != attemptStart {
 				t.Errorf("a withdrawn request: %+v, next step %v; want no backoff, no failure, a start at once", p, step)
 			}
-			if err := c.Get(ctx, client.ObjectKeyFromObject(seat), &corev1.Pod{}); !apierrors.IsNotFound(err) {
+			if err := c.Get(ctx, client.ObjectKeyFromObject(seat), &corev1.Pod{}); !tc.noSeat && !apierrors.IsNotFound(err) {
 				t.Errorf("the ended request's seat: %v, want it deleted", err)
 			}
 		})

@@ -491,10 +491,16 @@ func (r *Reconciler) setProvisioned(ctx context.Context, cy *cycle, g *berthv1al
 }
 
 // finishProvisioning marks an attempt that ended with the gang admitted as a success, in the
-// status about to be written at admission.
+// status about to be written at admission. A gang admitted with no attempt running (room freed
+// during its backoff) ends its run of failures too: they are failures in a row.
 func finishProvisioning(st *berthv1alpha1.PodGroupStatus, g *berthv1alpha1.PodGroup, now metav1.Time, nodeClaims []string) {
 	p := st.Provisioning
 	if !p.Active() {
+		if p != nil && p.Failures != 0 {
+			p = p.DeepCopy()
+			p.Failures = 0
+			st.Provisioning = p
+		}
 		return
 	}
 	p = p.DeepCopy()

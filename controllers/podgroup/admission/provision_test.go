@@ -243,6 +243,14 @@ func TestAttemptStatuses(t *testing.T) {
 	if st.Provisioning.Failures != 0 || st.Provisioning.Active() {
 		t.Errorf("an attempt that got its capacity: %+v; want it finished with no failures in a row", st.Provisioning)
 	}
+	// Admitted during its backoff (room freed elsewhere): the run of failures ends as well.
+	retry := metav1.NewTime(now.Add(5 * time.Minute))
+	backingOff := &berthv1alpha1.ProvisioningStatus{Attempt: 4, Failures: 3, Seats: 1, StartedAt: &metav1.Time{Time: now}, FinishedAt: &metav1.Time{Time: now}, RetryAt: &retry}
+	st = &berthv1alpha1.PodGroupStatus{Provisioning: backingOff}
+	finishProvisioning(st, &berthv1alpha1.PodGroup{}, metav1.NewTime(now.Add(time.Minute)), nil)
+	if st.Provisioning.Failures != 0 || backingOff.Failures != 3 {
+		t.Errorf("admitted while backing off: %+v (the status read: %+v); want no failures in a row, the read status untouched", st.Provisioning, backingOff)
+	}
 }
 
 // TestAttemptGrowsWhenItsRoomIsTaken: a running attempt holds one seat, counting on a free node

@@ -413,15 +413,18 @@ func (r *Reconciler) actMembersWait(ctx context.Context, cy *cycle, g *berthv1al
 // capacity looks at its request, so it ran on for as long as the gang waited, its seats holding
 // the nodes Karpenter launched for them (and the nodes it counted on kept from consolidation).
 // Within the timeout it runs on — members recreated a moment later (a Job replacing a pod) find
-// it — and the gang is looked at again when it runs out. A request whose seats were not all on
-// Ready nodes by then failed to provision as well, whatever its members did (a NodePool limit, no
-// instance type): it is withdrawn as a failure, with its backoff and Karpenter's reason, not as a
-// withdrawal that hides it.
+// it — and the gang is looked at again when it runs out. A request whose seats (those there
+// are) were not all on Ready nodes by then failed to provision as well, whatever its members did
+// (a NodePool limit, no instance type): it is withdrawn as a failure, with its backoff and
+// Karpenter's reason, not as a withdrawal that hides it.
 func (r *Reconciler) attemptShortOfMembers(ctx context.Context, cy *cycle, gv gangView) (time.Duration, error) {
 	p, timeout := gv.group.Status.Provisioning, provisioningTimeoutOf(gv.group)
 	switch step, _ := decideAttempt(r.clock.Now(), p, timeout); step {
 	case attemptWithdraw:
-		if seatsOnReady(cy, gv.seats) < int(p.Seats) {
+		// Judged on the seats there are: a seat preempted meanwhile (nothing recreates it while
+		// the gang is short), or all of them gone by a withdrawal whose status write failed, is
+		// no sign the capacity failed.
+		if len(gv.seats) > 0 && seatsOnReady(cy, gv.seats) < len(gv.seats) {
 			return r.withdraw(ctx, cy, gv, "not all of their nodes are Ready", "the gang had also fallen short of members while the request ran")
 		}
 		return 0, r.abandonAttempt(ctx, cy, gv)
