@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/scaler"
@@ -58,7 +59,7 @@ func unschedulable(p *corev1.Pod) bool {
 }
 
 // SlimPod is the pod cache's transform: it keeps only what the scaler reads (labels, a
-// LeaderWorkerSet's group size and leader annotations, phase,
+// LeaderWorkerSet's group size and leader annotations, karpenter.sh/do-not-disrupt, phase,
 // IP, creation time, the Ready and PodScheduled conditions, node name, why containers wait and
 // when running ones started), so a cache of every pod in a large cluster stays small.
 func SlimPod(obj any) (any, error) {
@@ -68,7 +69,9 @@ func SlimPod(obj any) (any, error) {
 	}
 	slim := &corev1.Pod{}
 	slim.Name, slim.Namespace, slim.Labels = p.Name, p.Namespace, p.Labels
-	for _, k := range []string{berthv1alpha1.LWSSizeAnnotation, berthv1alpha1.LWSLeaderNameAnnotation} {
+	// The LWS annotations say a group's size and leader; do-not-disrupt, that a warm seat was
+	// made by an older berth (the keeper takes it off).
+	for _, k := range []string{berthv1alpha1.LWSSizeAnnotation, berthv1alpha1.LWSLeaderNameAnnotation, karpv1.DoNotDisruptAnnotationKey} {
 		if v, ok := p.Annotations[k]; ok {
 			if slim.Annotations == nil {
 				slim.Annotations = map[string]string{}

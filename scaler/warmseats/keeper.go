@@ -197,8 +197,8 @@ func (k *Keeper) unprotect(ctx context.Context, key Key, s Seat) error {
 	p.Namespace, p.Name = key.Namespace, s.Name
 	patch := fmt.Sprintf(`{"metadata":{"uid":%q,"annotations":{%q:null}}}`, s.UID, karpv1.DoNotDisruptAnnotationKey)
 	err := k.Client.Patch(ctx, p, client.RawPatch(types.MergePatchType, []byte(patch)))
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		err = nil // gone, or another pod of that name
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsInvalid(err) {
+		err = nil // gone, or another pod of that name (its UID is not the patch's: 422 Invalid)
 	}
 	count(key, "unprotect", err)
 	if err != nil {

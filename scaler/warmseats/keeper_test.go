@@ -261,6 +261,7 @@ func TestKeeperReplacesADeadSeat(t *testing.T) {
 func TestKeeperUnprotectsAnOlderBerthsSeat(t *testing.T) {
 	ctx := context.Background()
 	k, c, clk := newKeeper(t, fleet(), scaledObject("1"))
+	k.Pods = slimReader{c} // as berth scaler reads pods: through the cache's transform
 	tmpl := fleet().Spec.Template
 	old, err := SeatPod("inference", "llama", &tmpl, k.PauseImage, k.Pull) // of the template the keeper makes: only the annotation differs
 	if err != nil {
@@ -307,4 +308,25 @@ func TestKeeperRefusesANameNoLabelHolds(t *testing.T) {
 	if len(list.Items) != 0 {
 		t.Errorf("%d pods created, want none", len(list.Items))
 	}
+}
+
+// slimReader lists pods as berth scaler's pod cache holds them (targets.SlimPod).
+type slimReader struct{ client.Reader }
+
+func (r slimReader) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := r.Reader.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	pods, ok := list.(*corev1.PodList)
+	if !ok {
+		return nil
+	}
+	for i := range pods.Items {
+		slim, err := targets.SlimPod(&pods.Items[i])
+		if err != nil {
+			return err
+		}
+		pods.Items[i] = *slim.(*corev1.Pod)
+	}
+	return nil
 }

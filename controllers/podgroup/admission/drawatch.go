@@ -16,45 +16,49 @@ import (
 // member fit, which no pod, node or PodGroup event says: a ResourceSlice published, changed or
 // removed (a new node's driver publishes its devices after the node is Ready), a ResourceClaim
 // created or deleted, or its allocation made or released (a finished pod's devices are freed
-// after its pod is gone). Without it such a gang waited for the next resync (30 s). It is set up
-// by the first cycle that reads dynamic resources, so a cluster that does not use DRA never
-// watches them; a setup that failed is tried again by the next such cycle.
+// after its pod is gone), a DeviceClass created, changed or deleted. Without it such a gang
+// waited for the next resync (30 s). It is set up by the first cycle that reads dynamic
+// resources, so a cluster that does not use DRA never watches them; a kind whose setup failed
+// is tried again by the next such cycle.
 type dynamicWatch struct {
 	informers cache.Informers
 	fire      func()
 
 	mu      sync.Mutex
-	watched bool
+	watched map[string]bool // by kind
 }
 
-// start registers the handlers once.
+// start registers each kind's handler once.
 func (w *dynamicWatch) start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.watched {
-		return nil
+	if w.watched == nil {
+		w.watched = map[string]bool{}
 	}
 	var errs []error
 	for _, reg := range []struct {
+		kind    string
 		obj     client.Object
 		handler toolscache.ResourceEventHandler
 	}{
-		{&resourceapi.ResourceSlice{}, changeHandler(sliceChanged, w.fire)},
-		{&resourceapi.ResourceClaim{}, changeHandler(claimChanged, w.fire)},
+		{"ResourceSlice", &resourceapi.ResourceSlice{}, changeHandler(generationChanged[*resourceapi.ResourceSlice], w.fire)},
+		{"ResourceClaim", &resourceapi.ResourceClaim{}, changeHandler(claimChanged, w.fire)},
+		{"DeviceClass", &resourceapi.DeviceClass{}, changeHandler(generationChanged[*resourceapi.DeviceClass], w.fire)},
 	} {
+		if w.watched[reg.kind] {
+			continue
+		}
 		inf, err := w.informers.GetInformer(ctx, reg.obj)
 		if err == nil {
 			_, err = inf.AddEventHandler(reg.handler)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("watching %T for admission cycles: %w", reg.obj, err))
+			errs = append(errs, fmt.Errorf("watching %ss for admission cycles: %w", reg.kind, err))
+			continue
 		}
+		w.watched[reg.kind] = true
 	}
-	if err := errors.Join(errs...); err != nil {
-		return err // a handler registered twice on a retry only fires twice: cycles coalesce
-	}
-	w.watched = true
-	return nil
+	return errors.Join(errs...)
 }
 
 // changeHandler fires on every add and delete of a T, and on the updates changed says matter.
@@ -72,9 +76,10 @@ func changeHandler[T client.Object](changed func(old, cur T) bool, fire func()) 
 	}
 }
 
-// sliceChanged: a ResourceSlice's devices or pool changed (its spec; the generation says so).
-func sliceChanged(old, cur *resourceapi.ResourceSlice) bool {
-	return old.Generation != cur.Generation
+// generationChanged: an object's spec changed (a ResourceSlice's devices or pool, a DeviceClass's
+// selectors); its generation says so.
+func generationChanged[T client.Object](old, cur T) bool {
+	return old.GetGeneration() != cur.GetGeneration()
 }
 
 // claimChanged: a ResourceClaim was allocated (devices taken) or its allocation released

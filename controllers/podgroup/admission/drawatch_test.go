@@ -10,8 +10,8 @@ import (
 )
 
 // TestDynamicWatchFiresOnWhatCanLetAMemberFit: once started, the watch asks for a cycle when a
-// ResourceSlice comes, changes its devices or goes, and when a ResourceClaim comes, goes, or is
-// allocated or released — a finished pod's devices are freed after its pod is gone, and no other
+// ResourceSlice comes, changes its devices or goes, when a DeviceClass comes or changes, and when
+// a ResourceClaim comes, goes, or is allocated or released — a finished pod's devices are freed after its pod is gone, and no other
 // event said so (a gang waiting for them waited for the resync). Status-only noise does not.
 func TestDynamicWatchFiresOnWhatCanLetAMemberFit(t *testing.T) {
 	ctx := context.Background()
@@ -26,6 +26,13 @@ func TestDynamicWatchFiresOnWhatCanLetAMemberFit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	classes, err := informers.FakeInformerFor(ctx, &resourceapi.DeviceClass{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	class := &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com", Generation: 1}}
+	classV2 := class.DeepCopy()
+	classV2.Generation = 2
 	slice := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "node-1-gpu", Generation: 1}}
 	slices.Add(slice) // before start: nothing listens
 	if fired != 0 {
@@ -60,6 +67,8 @@ func TestDynamicWatchFiresOnWhatCanLetAMemberFit(t *testing.T) {
 		{"the claim reserved for its pod", func() { claims.Update(allocated, reserved) }, 0},
 		{"its devices released", func() { claims.Update(reserved, released) }, 1},
 		{"the claim deleted", func() { claims.Delete(released) }, 1},
+		{"a DeviceClass created", func() { classes.Add(class) }, 1},
+		{"its selectors changed", func() { classes.Update(class, classV2) }, 1},
 	} {
 		before := fired
 		step.do()

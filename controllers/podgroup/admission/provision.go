@@ -386,16 +386,16 @@ func (r *Reconciler) withdraw(ctx context.Context, cy *cycle, gv gangView, place
 	if len(reclaimed) > 0 {
 		why = fmt.Sprintf("the %d NodeClaim(s) launched for it that no pod uses were deleted (%s); %s", len(reclaimed), strings.Join(reclaimed, ", "), why)
 	}
-	if err := r.deleteSeats(ctx, gv.seats); err != nil {
-		return 0, err
-	}
+	// The verdict is written before the seats go: a write that fails leaves the seats for the
+	// next cycle to judge again (judged without them, the attempt read as one whose seats were
+	// preempted); seats a failed delete leaves, the sweep removes (the attempt has ended).
 	next, msg, backoff := failedAttempt(p, r.clock.Now(), timeout, why)
 	if err := r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioningFailed, msg, next); err != nil {
 		return 0, err
 	}
 	provisioningAttempts.WithLabelValues(g.Namespace, g.Spec.NodePool, ProvisioningTimeout).Inc()
 	r.recorder.Warning(g, events.ReasonCapacityNotProvisioned, msg)
-	return backoff, nil
+	return backoff, r.deleteSeats(ctx, gv.seats)
 }
 
 // seatTrouble explains why seats are not on Ready nodes: Karpenter's latest word on an
@@ -496,9 +496,9 @@ func (r *Reconciler) setProvisioned(ctx context.Context, cy *cycle, g *berthv1al
 func finishProvisioning(st *berthv1alpha1.PodGroupStatus, g *berthv1alpha1.PodGroup, now metav1.Time, nodeClaims []string) {
 	p := st.Provisioning
 	if !p.Active() {
-		if p != nil && p.Failures != 0 {
+		if p != nil && (p.Failures != 0 || p.RetryAt != nil) {
 			p = p.DeepCopy()
-			p.Failures = 0
+			p.Failures, p.RetryAt = 0, nil // no backoff left for a gang that needs capacity again
 			st.Provisioning = p
 		}
 		return

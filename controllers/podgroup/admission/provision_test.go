@@ -248,7 +248,7 @@ func TestAttemptStatuses(t *testing.T) {
 	backingOff := &berthv1alpha1.ProvisioningStatus{Attempt: 4, Failures: 3, Seats: 1, StartedAt: &metav1.Time{Time: now}, FinishedAt: &metav1.Time{Time: now}, RetryAt: &retry}
 	st = &berthv1alpha1.PodGroupStatus{Provisioning: backingOff}
 	finishProvisioning(st, &berthv1alpha1.PodGroup{}, metav1.NewTime(now.Add(time.Minute)), nil)
-	if st.Provisioning.Failures != 0 || backingOff.Failures != 3 {
+	if st.Provisioning.Failures != 0 || st.Provisioning.RetryAt != nil || backingOff.Failures != 3 {
 		t.Errorf("admitted while backing off: %+v (the status read: %+v); want no failures in a row, the read status untouched", st.Provisioning, backingOff)
 	}
 }

@@ -422,8 +422,8 @@ func (r *Reconciler) attemptShortOfMembers(ctx context.Context, cy *cycle, gv ga
 	switch step, _ := decideAttempt(r.clock.Now(), p, timeout); step {
 	case attemptWithdraw:
 		// Judged on the seats there are: a seat preempted meanwhile (nothing recreates it while
-		// the gang is short), or all of them gone by a withdrawal whose status write failed, is
-		// no sign the capacity failed.
+		// the gang is short) is no sign the capacity failed. (The seats go only after the
+		// verdict is written, so a write that failed leaves them here to judge.)
 		if len(gv.seats) > 0 && seatsOnReady(cy, gv.seats) < len(gv.seats) {
 			return r.withdraw(ctx, cy, gv, "not all of their nodes are Ready", "the gang had also fallen short of members while the request ran")
 		}
@@ -443,9 +443,8 @@ func (r *Reconciler) abandonAttempt(ctx context.Context, cy *cycle, gv gangView)
 	if err != nil {
 		log.FromContext(ctx).Error(err, "reclaiming the NodeClaims of an attempt withdrawn for want of members", "podgroup", client.ObjectKeyFromObject(g))
 	}
-	if err := r.deleteSeats(ctx, gv.seats); err != nil {
-		return err
-	}
+	// The verdict first, then the seats (as withdraw): a write that fails leaves them to be
+	// judged again; seats a failed delete leaves, the sweep removes.
 	msg := fmt.Sprintf("attempt %d withdrawn at its timeout (%s): the gang fell short of members while it ran; its %d seat(s) and %d unused NodeClaim(s) went; the next attempt starts once the members are back and do not fit",
 		p.Attempt, provisioningTimeoutOf(g), len(gv.seats), len(reclaimed))
 	next := p.DeepCopy()
@@ -456,7 +455,7 @@ func (r *Reconciler) abandonAttempt(ctx context.Context, cy *cycle, gv gangView)
 	}
 	provisioningAttempts.WithLabelValues(g.Namespace, g.Spec.NodePool, ProvisioningWithdrawn).Inc()
 	r.recorder.Normal(g, events.ReasonCapacityWithdrawn, msg)
-	return nil
+	return r.deleteSeats(ctx, gv.seats)
 }
 
 // otherGates names the other schedulers' gates that hold pods.

@@ -38,8 +38,8 @@ func TestDRAGangAdmittedWhenItsDevicesAreFreed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	t.Cleanup(func() { restart() }) // first: the rest of the package needs berth as it was
 	restart("--gang-provisioning=false", "--admission-resync=10m")
-	t.Cleanup(func() { restart() })
 
 	c := rigtest.Current().Client
 	ns := rigtest.Namespace(t, "drafreed")
@@ -87,7 +87,9 @@ func TestDRAGangAdmittedWhenItsDevicesAreFreed(t *testing.T) {
 		t.Fatal(err)
 	}
 	deleted := time.Now()
-	rigtest.Eventually(t, time.Minute, 200*time.Millisecond, "the gang admitted once the blocker's devices are freed", func(ctx context.Context) (bool, string, error) {
+	// Well within a minute: a condition message that changed is written again after a minute,
+	// and that write's cycle would admit the gang without the watch.
+	rigtest.Eventually(t, 20*time.Second, 200*time.Millisecond, "the gang admitted once the blocker's devices are freed", func(ctx context.Context) (bool, string, error) {
 		var ms corev1.PodList
 		if err := c.List(ctx, &ms, client.InNamespace(ns), client.MatchingLabels{berthv1alpha1.PodGroupLabel: pg.Name}); err != nil {
 			return false, "", err
