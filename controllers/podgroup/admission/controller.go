@@ -200,6 +200,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	recordPhases(cy.groups)
 	r.reportOrphans(cy)
 	recordGangHealth(cy.groups, cy.members, cy.now)
+	recordMarkedNodes(cy.nodes)
 	recordGangSeries(gangStates(cy.groups, cy.members, cy.seats), cy.onNodes, cy.nodes, cy.now)
 	next := r.opts.Resync
 	soonest := func(wait time.Duration) {

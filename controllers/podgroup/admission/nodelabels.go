@@ -200,11 +200,7 @@ func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
 		return reservationLive(g, cy.now), g.Status.Provisioning.Active()
 	}
 	var errs []error
-	marked := 0
 	for _, n := range cy.nodes {
-		if n.Annotations[berthv1alpha1.ProtectedByAnnotation] == berthv1alpha1.ProtectedByBerth {
-			marked++
-		}
 		sw := decideReservationSweep(n, live, cy.reservedNow[n.Name])
 		if len(sw.drop) == 0 && !sw.unprotect {
 			continue
@@ -227,7 +223,6 @@ func (r *Reconciler) sweepReservations(ctx context.Context, cy *cycle) error {
 			}
 		}
 	}
-	markedNodes.Set(float64(marked))
 	return errors.Join(errs...)
 }
 
@@ -299,4 +294,16 @@ func (cy *cycle) barrierNodes(key string) []string {
 		}
 	}
 	return cy.barriers[key]
+}
+
+// recordMarkedNodes exports how many of nodes carry berth's do-not-disrupt mark (every cycle,
+// whether or not its sweeps run).
+func recordMarkedNodes(nodes []*corev1.Node) {
+	marked := 0
+	for _, n := range nodes {
+		if n.Annotations[berthv1alpha1.ProtectedByAnnotation] == berthv1alpha1.ProtectedByBerth {
+			marked++
+		}
+	}
+	markedNodes.Set(float64(marked))
 }
