@@ -8,8 +8,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	karpv1 "sigs.k8s.io/karpenter/pkg/apis/v1"
 
@@ -21,7 +24,7 @@ import (
 
 // TestDRAGangAdmittedWhenItsDevicesAreFreed: a gang of 2 waits, on a cluster without gang
 // provisioning (DRA on a fixed pool), for the L4s a pod holds on the node its members are
-// pinned to. The pod is deleted; its claim's devices are freed after the pod is gone, which no
+// pinned to (by a label). The pod is deleted; its claim's devices are freed after the pod is gone, which no
 // pod, node or PodGroup event says. berth runs with a 10-minute resync: the gang is admitted
 // within seconds, on the ResourceClaim's own events — before berth watched them, it waited for
 // the resync.
@@ -61,14 +64,27 @@ func TestDRAGangAdmittedWhenItsDevicesAreFreed(t *testing.T) {
 		err := c.Get(ctx, client.ObjectKeyFromObject(blocker), blocker)
 		return blocker.Status.Phase == corev1.PodRunning, fmt.Sprintf("phase %s on %q", blocker.Status.Phase, blocker.Spec.NodeName), err
 	})
+	// The members are pinned to the blocker's node by a label of the test's own, and the node is
+	// kept from consolidation while the test runs (empty for a moment, Karpenter removed it and
+	// the devices with it).
 	node := blocker.Spec.NodeName
+	pin := "test.berth.dev/" + ns
+	mark := func(v any) {
+		t.Helper()
+		patch := fmt.Sprintf(`{"metadata":{"labels":{%q:%s},"annotations":{%q:%s}}}`, pin, v, karpv1.DoNotDisruptAnnotationKey, v)
+		if err := c.Patch(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	mark(`"true"`)
+	t.Cleanup(func() { mark("null") })
 	pg := builders.PodGroup("ddp", ns).MinMember(2).Obj()
 	if err := c.Create(ctx, pg); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
 		m := builders.Pod(fmt.Sprintf("ddp-%d", i), ns).Member(pg.Name).Request(corev1.ResourceCPU, "1").
-			Tolerate("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).NodeSelector(corev1.LabelHostname, node).
+			Tolerate("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).NodeSelector(pin, "true").
 			ClaimFromTemplate("gpu", one.Name).Obj()
 		if err := c.Create(ctx, m); err != nil {
 			t.Fatal(err)
@@ -100,7 +116,23 @@ func TestDRAGangAdmittedWhenItsDevicesAreFreed(t *testing.T) {
 				bound++
 			}
 		}
-		return bound == 2, fmt.Sprintf("%d of 2 members bound", bound), nil
+		// What the gang waits for, and the claims in the namespace, said when it times out.
+		var claims resourcev1.ResourceClaimList
+		if err := c.List(ctx, &claims, client.InNamespace(ns)); err != nil {
+			return false, "", err
+		}
+		var cs []string
+		for _, cl := range claims.Items {
+			cs = append(cs, fmt.Sprintf("%s allocated=%v deleting=%v", cl.Name, cl.Status.Allocation != nil, cl.DeletionTimestamp != nil))
+		}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
+			return false, "", err
+		}
+		why := ""
+		if cond := meta.FindStatusCondition(pg.Status.Conditions, berthv1alpha1.ConditionScheduled); cond != nil {
+			why = cond.Reason + ": " + cond.Message
+		}
+		return bound == 2, fmt.Sprintf("%d of 2 members bound; %s; claims %v", bound, why, cs), nil
 	})
 	t.Logf("gang bound %.1f s after the blocker was deleted (resync 10 min)", time.Since(deleted).Seconds())
 }
