@@ -31,6 +31,15 @@ func TestLoadScalesWholeGroups(t *testing.T) {
 	c := rigtest.Current().Client
 	const name, size = "llm", 2
 	rigtest.LogEventsOnFailure(t, serving, rig.BerthNamespace, metav1.NamespaceDefault)
+	// The first group must meet an empty pool (the batch check below counts on it): the nodes
+	// a test run before this one left (-shuffle) go to consolidation first.
+	rigtest.Eventually(t, 5*time.Minute, 2*time.Second, "the H100 pool empty before the first group", func(ctx context.Context) (bool, string, error) {
+		var ncs karpv1.NodeClaimList
+		if err := c.List(ctx, &ncs, client.MatchingLabels{karpv1.NodePoolLabelKey: rig.GPUNodePoolName("h100")}); err != nil {
+			return false, "", err
+		}
+		return len(ncs.Items) == 0, fmt.Sprintf("%d H100 NodeClaims", len(ncs.Items)), nil
+	})
 	rel := rigtest.WatchReleases(t, serving)
 	seats := watchSeats(t, c)
 	lws := leaderWorkerSet(serving, name, 1, size, 10*time.Second, 40*time.Second)
