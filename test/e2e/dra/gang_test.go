@@ -186,16 +186,7 @@ func TestDRASevenOfEight(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The blocker takes one L4 of a g6.48xlarge (8 L4s): 7 left there.
-	blocker := builders.Pod("blocker", ns).Ungated().Request(corev1.ResourceCPU, "1").
-		Tolerate("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).NodeSelector(karpv1.NodePoolLabelKey, pool).
-		NodeSelector(corev1.LabelInstanceTypeStable, "g6.48xlarge").ClaimFromTemplate("gpu", one.Name).Obj()
-	if err := c.Create(ctx, blocker); err != nil {
-		t.Fatal(err)
-	}
-	rigtest.Eventually(t, 2*time.Minute, time.Second, "the blocker running", func(ctx context.Context) (bool, string, error) {
-		err := c.Get(ctx, client.ObjectKeyFromObject(blocker), blocker)
-		return blocker.Status.Phase == corev1.PodRunning, fmt.Sprintf("phase %s on %q", blocker.Status.Phase, blocker.Spec.NodeName), err
-	})
+	blocker := runBlocker(t, ns, one.Name)
 	pg := builders.PodGroup("ddp", ns).MinMember(n).Obj()
 	if err := c.Create(ctx, pg); err != nil {
 		t.Fatal(err)
@@ -252,4 +243,22 @@ func seatsOf(ctx context.Context, pg *berthv1alpha1.PodGroup) (seats, templates 
 		return 0, 0, err
 	}
 	return seats, len(ts.Items), nil
+}
+
+// runBlocker runs pod "blocker" in ns on a g6.48xlarge (8 L4s) of the rig's L4 pool, claiming
+// devices from template, and returns it once it runs.
+func runBlocker(t *testing.T, ns, template string) *corev1.Pod {
+	t.Helper()
+	c := rigtest.Current().Client
+	blocker := builders.Pod("blocker", ns).Ungated().Request(corev1.ResourceCPU, "1").
+		Tolerate("nvidia.com/gpu", "true", corev1.TaintEffectNoSchedule).NodeSelector(karpv1.NodePoolLabelKey, rig.GPUNodePoolName("l4")).
+		NodeSelector(corev1.LabelInstanceTypeStable, "g6.48xlarge").ClaimFromTemplate("gpu", template).Obj()
+	if err := c.Create(context.Background(), blocker); err != nil {
+		t.Fatal(err)
+	}
+	rigtest.Eventually(t, 2*time.Minute, time.Second, "the blocker running", func(ctx context.Context) (bool, string, error) {
+		err := c.Get(ctx, client.ObjectKeyFromObject(blocker), blocker)
+		return blocker.Status.Phase == corev1.PodRunning, fmt.Sprintf("phase %s on %q", blocker.Status.Phase, blocker.Spec.NodeName), err
+	})
+	return blocker
 }
