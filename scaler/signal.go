@@ -339,6 +339,10 @@ type Observation struct {
 type Pod struct {
 	// Name is the pod's name; IP its pod IP ("" before the pod has one).
 	Name, IP string
+	// UID is the pod's UID ("" when unknown). What the scaler remembers of a replica's metrics
+	// endpoint is the pod's, not its IP's: a pod that gets a deleted pod's IP starts with no
+	// memory, never with the deleted pod's pages.
+	UID string
 	// Ready is the pod's Ready condition.
 	Ready bool
 	// Created is when the pod was created: how long a pod that is not ready has been starting.

@@ -84,6 +84,11 @@ type Scraper struct {
 // endpoint is one metrics URL's memory: the pages within the TTFT window (newest last), the
 // last attempt and its error, and the scrape in flight, if any.
 type endpoint struct {
+	// owner is the UID of the pod the memory is of ("" when unknown). Pod IPs are reused (at
+	// once on some networks; the AWS VPC CNI after a 30 s cool-down): asked about another pod
+	// on the same URL, the endpoint starts afresh, so a replica that exports nothing never
+	// counts as sampled on what the IP's previous pod said within MaxAge.
+	owner string
 	pages []Reading
 	// first is when its first page was taken (pages are trimmed to the window; this is not).
 	first       time.Time
@@ -313,7 +318,7 @@ func (s *Scraper) Observe(ctx context.Context, t *scaler.Trigger, pods []scaler.
 // replica returns one pod's result, scraping it unless a recent outcome can be reused.
 func (s *Scraper) replica(ctx context.Context, t *scaler.Trigger, p scaler.Pod, every time.Duration) Result {
 	url := endpointURL(t, p)
-	pages, err := s.pages(ctx, url, every)
+	pages, err := s.pages(ctx, url, p.UID, every)
 	res := Result{Pod: p.Name, Err: err}
 	if len(pages) == 0 {
 		return res
@@ -510,23 +515,33 @@ func (s *Scraper) inMemory(t *scaler.Trigger, p scaler.Pod) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	ep := s.eps[endpointURL(t, p)]
-	return s.background && ep != nil && !ep.lastAttempt.IsZero()
+	return s.background && ep != nil && !ep.lastAttempt.IsZero() && !ep.ownedByAnother(p.UID)
 }
 
 func endpointURL(t *scaler.Trigger, p scaler.Pod) string {
 	return "http://" + net.JoinHostPort(p.IP, strconv.Itoa(t.MetricsPort)) + t.MetricsPath
 }
 
-// pages returns an endpoint's pages within the window. In the background it answers from
-// memory once the endpoint has been attempted; otherwise it scrapes first unless the last
-// attempt is within FreshFor. Concurrent callers share one scrape.
-func (s *Scraper) pages(ctx context.Context, url string, every time.Duration) ([]Reading, error) {
+// ownedByAnother reports whether the endpoint's memory is of a pod other than uid (both known).
+func (ep *endpoint) ownedByAnother(uid string) bool {
+	return uid != "" && ep.owner != "" && ep.owner != uid
+}
+
+// pages returns the pages within the window of the endpoint at url as pod owner serves it. In
+// the background it answers from memory once the endpoint has been attempted; otherwise it
+// scrapes first unless the last attempt is within FreshFor. Concurrent callers share one
+// scrape. Memory of another pod on url is dropped first: a scrape in flight for it finishes
+// into the dropped memory.
+func (s *Scraper) pages(ctx context.Context, url, owner string, every time.Duration) ([]Reading, error) {
 	for {
 		s.mu.Lock()
 		ep := s.eps[url]
-		if ep == nil {
+		if ep == nil || ep.ownedByAnother(owner) {
 			ep = &endpoint{}
 			s.eps[url] = ep
+		}
+		if owner != "" {
+			ep.owner = owner
 		}
 		now := s.opts.Clock.Now()
 		if every <= 0 {

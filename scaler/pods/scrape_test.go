@@ -155,6 +155,47 @@ func TestFaults(t *testing.T) {
 	}
 }
 
+// TestAReusedIPStartsAfresh: a pod that gets the IP of a pod deleted moments before (kwok at
+// once, the VPC CNI after its cool-down) and exports nothing counts as not sampled — partial
+// data, no scale-down — not as sampled on the deleted pod's last page for MaxAge; the IP's own
+// pod keeps its last page through a failed scrape as before.
+func TestAReusedIPStartsAfresh(t *testing.T) {
+	for _, background := range []bool{false, true} {
+		t.Run(fmt.Sprintf("background=%v", background), func(t *testing.T) {
+			reps, tr, pods := fleet(t, 1)
+			reps[0].Set(page(8, 4, 0.5))
+			clk := clocktesting.NewFakeClock(time.Now())
+			s := New(Options{Clock: clk, MaxAge: 45 * time.Second})
+			if background {
+				s.background = true // answered from memory, as with Run's loop going
+			}
+			old := pods[0]
+			old.UID = "old"
+			if o, _ := s.Observe(context.Background(), tr, []scaler.Pod{old}, 0); o.Sampled != 1 || o.Waiting != 8 {
+				t.Fatalf("the IP's first pod: %+v", o)
+			}
+			// The pod is deleted; another takes its IP and serves no metrics.
+			reps[0].Set(func(w http.ResponseWriter, _ *http.Request) { http.NotFound(w, nil) })
+			clk.Step(3 * time.Second)
+			reused := old
+			reused.Name, reused.UID = "new", "new"
+			o, res := s.Observe(context.Background(), tr, []scaler.Pod{reused}, 0)
+			if o.Ready != 1 || o.Sampled != 0 || res[0].Fresh || res[0].Err == nil {
+				t.Fatalf("the new pod on a reused IP: observation %+v, result %+v; want it unsampled with the scrape's error", o, res[0])
+			}
+			if _, err := scaler.DefaultPolicy.Decide(o, tr); !errors.Is(err, scaler.ErrNoFreshData) {
+				t.Fatalf("Decide err = %v, want ErrNoFreshData (never the deleted pod's queue)", err)
+			}
+			// The new pod starts exporting: its own page counts.
+			reps[0].Set(page(1, 1, 0.1))
+			clk.Step(3 * time.Second)
+			if o, _ := s.Observe(context.Background(), tr, []scaler.Pod{reused}, 0); !background && (o.Sampled != 1 || o.Waiting != 1) {
+				t.Fatalf("the new pod's own page: %+v", o)
+			}
+		})
+	}
+}
+
 func TestTTFTWindow(t *testing.T) {
 	reps, qtr, pods := fleet(t, 1)
 	tr, err := scaler.ParseTrigger(map[string]string{"targetQueueDepth": "4", "targetTTFTSeconds": "0.5", "role": "prefill", "metricsPort": strconv.Itoa(qtr.MetricsPort)})

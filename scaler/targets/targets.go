@@ -261,7 +261,7 @@ func live(p *corev1.Pod) bool {
 
 // replica is what the scaler reads of one pod.
 func (t *Targets) replica(p *corev1.Pod) scaler.Pod {
-	sp := scaler.Pod{Name: p.Name, IP: p.Status.PodIP, Ready: ready(p), Created: p.CreationTimestamp.Time, ReadyAt: readyAt(p), StartedAt: startedAt(p)}
+	sp := scaler.Pod{Name: p.Name, UID: string(p.UID), IP: p.Status.PodIP, Ready: ready(p), Created: p.CreationTimestamp.Time, ReadyAt: readyAt(p), StartedAt: startedAt(p)}
 	if !sp.Ready {
 		sp.Stuck = Stuck(p, t.Capacity)
 	}

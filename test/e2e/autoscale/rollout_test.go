@@ -25,7 +25,9 @@ import (
 // no scale-down). The hold keeps the HPA's 2 — the
 // Deployment's spec.replicas, read for each evaluation. Held at the live replicas (2 and the
 // surge pod), the HPA wrote 3, the rollout surged again on that, and the fleet crept up a
-// replica a step.
+// replica a step. Run after another test's fleet shrank, the new revision's pods take the
+// deleted replicas' IPs (kwok reuses them at once): the scaler's memory of an endpoint is its
+// pod's, so they count as unread, not as sampled on the deleted pods' last pages.
 func TestRolloutDoesNotCreep(t *testing.T) {
 	ctx := context.Background()
 	r := rigtest.Current()
