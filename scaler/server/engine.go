@@ -268,8 +268,9 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 }
 
 // WantSeats tells the warm seat keeper what the evaluation ev of a ScaledObject asks for:
-// its trigger's warmSeats split of the SLO signal's headroom, or none.
-func (e *Engine) WantSeats(namespace, name string, ev Evaluation) {
+// its trigger's warmSeats split of the SLO signal's headroom, or none. The want is the KEDA
+// connection's that the call in ctx came over, and goes when that connection ends.
+func (e *Engine) WantSeats(ctx context.Context, namespace, name string, ev Evaluation) {
 	if e.Seats == nil || ev.Trigger == nil {
 		return
 	}
@@ -277,7 +278,7 @@ func (e *Engine) WantSeats(namespace, name string, ev Evaluation) {
 	if ev.Trigger.WarmSeats > 0 || ev.SeatsIgnored != "" {
 		seats, held = ev.Decision.WarmSeats, ev.Decision.SeatsHeld
 	}
-	e.Seats.Set(warmseats.Key{Namespace: namespace, Name: name}, seats, held, e.clock().Now())
+	e.Seats.SetFrom(connFrom(ctx), warmseats.Key{Namespace: namespace, Name: name}, seats, held, e.clock().Now())
 }
 
 func firstErr(rs []pods.Result) error {

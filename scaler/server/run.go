@@ -17,14 +17,22 @@ import (
 )
 
 // NewGRPCServer builds the gRPC server: the ExternalScaler service, the standard health
-// service (SERVING), request-latency metrics, and TLS when tlsConfig is set.
+// service (SERVING), request-latency metrics, TLS when tlsConfig is set, and — with a warm
+// seat keeper — the end of each KEDA connection told to it.
 func NewGRPCServer(s *Server, tlsConfig *tls.Config) (*grpc.Server, *health.Server) {
 	opts := []grpc.ServerOption{
 		grpc.UnaryInterceptor(unaryMetrics),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// A peer gone without closing (its node lost, a network partition) is noticed within
+		// about 40 s, not gRPC's default two hours: its connection ends, and with it the warm
+		// seats it asked for (conns).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	}
 	if tlsConfig != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
+	}
+	if s.Engine != nil && s.Engine.Seats != nil {
+		opts = append(opts, grpc.StatsHandler(&conns{wants: s.Engine.Seats}))
 	}
 	gs := grpc.NewServer(opts...)
 	pb.RegisterExternalScalerServer(gs, s)

@@ -68,7 +68,7 @@ func (s *Server) IsActive(ctx context.Context, ref *pb.ScaledObjectRef) (*pb.IsA
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	seatsWhenIdle(s.Engine, ns, name, ev)
+	seatsWhenIdle(ctx, s.Engine, ns, name, ev)
 	return &pb.IsActiveResponse{Result: ev.Decision.Active}, nil
 }
 
@@ -99,7 +99,7 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream grpc.ServerStrea
 	for {
 		ev, err := s.Engine.EvaluateActivity(ctx, ns, name, md)
 		if err == nil {
-			seatsWhenIdle(s.Engine, ns, name, ev)
+			seatsWhenIdle(ctx, s.Engine, ns, name, ev)
 		}
 		if err == nil && (last == nil || *last != ev.Decision.Active) {
 			if err := stream.Send(&pb.IsActiveResponse{Result: ev.Decision.Active}); err != nil {
@@ -122,9 +122,9 @@ func (s *Server) StreamIsActive(ref *pb.ScaledObjectRef, stream grpc.ServerStrea
 // HPA's GetMetrics sets them (the answer that sets the replicas sets the seats); an inactive one
 // KEDA has scaled to zero, where nothing calls GetMetrics — without this its last want went
 // stale and its seats held their nodes for as long as the ScaledObject lived.
-func seatsWhenIdle(e *Engine, ns, name string, ev Evaluation) {
+func seatsWhenIdle(ctx context.Context, e *Engine, ns, name string, ev Evaluation) {
 	if !ev.Decision.Active {
-		e.WantSeats(ns, name, ev)
+		e.WantSeats(ctx, ns, name, ev)
 	}
 }
 
@@ -166,7 +166,7 @@ func (s *Server) GetMetrics(ctx context.Context, req *pb.GetMetricsRequest) (*pb
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	s.Engine.WantSeats(ns, name, ev) // the answer that sets the replicas sets the seats
+	s.Engine.WantSeats(ctx, ns, name, ev) // the answer that sets the replicas sets the seats
 	sd, ok := ev.Decision.Signal(sig)
 	if !ok {
 		return nil, status.Error(codes.InvalidArgument, fmt.Sprintf("metric %q is not one this trigger scales on (role %s, targets set: %v)", req.GetMetricName(), ev.Trigger.Role, ev.Trigger.Signals()))

@@ -73,10 +73,17 @@ func start(t *testing.T, n int, tlsCfg *tls.Config, dial ...grpc.DialOption) *ha
 // startWith is start with the pods source's options given.
 func startWith(t *testing.T, n int, po pods.Options, tlsCfg *tls.Config, dial ...grpc.DialOption) *harness {
 	t.Helper()
+	return startEngine(t, n, po, func(*Engine) {}, tlsCfg, dial...)
+}
+
+// startEngine is startWith with the engine set up by setup before it serves.
+func startEngine(t *testing.T, n int, po pods.Options, setup func(*Engine), tlsCfg *tls.Config, dial ...grpc.DialOption) *harness {
+	t.Helper()
 	reps, port, podList := scalertest.Fleet(t, n)
 	res := &staticResolver{pods: podList}
 	eng := &Engine{Resolver: res, Pods: pods.New(po),
 		Prometheus: promsource.New(promsource.Options{}), Policy: scaler.DefaultPolicy}
+	setup(eng)
 	gs, hs := NewGRPCServer(&Server{Engine: eng, StreamInterval: 20 * time.Millisecond}, tlsCfg)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -167,6 +167,47 @@ func TestKeeper(t *testing.T) {
 
 // TestKeeperAfterRestart: a keeper that has just started deletes nothing it has no want for
 // yet (the evaluations come within seconds).
+// TestKeeperLeavesAFleetWhoseConnectionEnded: two scaler replicas, and KEDA's operator moved
+// from this one to the other (its connection here ended). The other replica's keeper made the 3
+// seats its evaluations ask for; this one's last want (1, a minute old: within WantTTL) goes
+// with the connection, so it leaves them alone instead of deleting two every look while the
+// other creates them again. A want set over another connection stays.
+func TestKeeperLeavesAFleetWhoseConnectionEnded(t *testing.T) {
+	ctx := context.Background()
+	k, c, clk := newKeeper(t, fleet(), scaledObject("3"))
+	key := Key{"inference", "llama"}
+	k.Wants.SetFrom("keda#1", key, 3, false, clk.Now())
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	k.Wants.SetFrom("keda#1", key, 1, false, clk.Now()) // this replica's last evaluation
+	clk.Step(time.Minute)
+	if gone := k.Wants.Disconnected("keda#1"); len(gone) != 1 || gone[0] != key {
+		t.Fatalf("Disconnected = %v, want [%v]", gone, key)
+	}
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(seats(t, c)); n != 3 {
+		t.Fatalf("%d seats after the connection that asked for 1 ended, want the 3 there are left alone", n)
+	}
+	// KEDA asks this replica again, over a new connection: its want counts, and outlives the
+	// end of a connection that no longer speaks for the fleet.
+	k.Wants.SetFrom("keda#2", key, 1, false, clk.Now())
+	if gone := k.Wants.Disconnected("keda#1"); len(gone) != 0 {
+		t.Fatalf("an old connection's end took %v", gone)
+	}
+	if gone := k.Wants.Disconnected(""); len(gone) != 0 {
+		t.Fatalf("an unnamed connection's end took %v", gone)
+	}
+	if err := k.Reconcile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(seats(t, c)); n != 1 {
+		t.Fatalf("%d seats, want the 1 the new connection's evaluation asks for", n)
+	}
+}
+
 func TestKeeperAfterRestart(t *testing.T) {
 	k, c, _ := newKeeper(t, fleet())
 	tmpl := fleet().Spec.Template

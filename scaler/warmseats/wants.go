@@ -14,6 +14,9 @@ type Want struct {
 	Seats   int
 	AtLeast bool
 	At      time.Time
+	// Source is the connection of the KEDA client whose call set it ("" when unknown): when
+	// that connection ends, the want goes with it (Disconnected).
+	Source string
 }
 
 // Wants is what the scaler's evaluations ask of the keeper, per ScaledObject. The engine sets
@@ -52,6 +55,11 @@ func (w *Wants) Refused(k Key) string {
 // Set records that the latest evaluation of k at now asked for seats — or, held, for at least
 // seats and whatever more there is (then the last exact count asked for stands, if higher).
 func (w *Wants) Set(k Key, seats int, held bool, now time.Time) {
+	w.SetFrom("", k, seats, held, now)
+}
+
+// SetFrom is Set for an evaluation a call over the KEDA connection source asked for.
+func (w *Wants) SetFrom(source string, k Key, seats int, held bool, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.m == nil {
@@ -62,7 +70,29 @@ func (w *Wants) Set(k Key, seats int, held bool, now time.Time) {
 		// evaluations long, and the seats replicas take in it come back.
 		seats = max(seats, old.Seats)
 	}
-	w.m[k] = Want{Seats: seats, AtLeast: held, At: now}
+	w.m[k] = Want{Seats: seats, AtLeast: held, At: now, Source: source}
+}
+
+// Disconnected forgets the wants last set over the connection source, which ended, and returns
+// their ScaledObjects. KEDA's operator asks one scaler replica over one connection; when it
+// asks another (it restarted, or a new leader took over), its old connection ends. The replica
+// it left then leaves those fleets alone at once — their wants are another replica's now —
+// instead of keeping its last wants against the new replica's until they age out (WantTTL),
+// one keeper creating the seats the other deletes.
+func (w *Wants) Disconnected(source string) []Key {
+	if source == "" {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var gone []Key
+	for k, v := range w.m {
+		if v.Source == source {
+			delete(w.m, k)
+			gone = append(gone, k)
+		}
+	}
+	return gone
 }
 
 // Fresh returns the wants set at or after since, and forgets the others.
