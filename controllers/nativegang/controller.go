@@ -133,21 +133,26 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 			r.mu.Lock()
 			delete(r.notRequested, req.NamespacedName)
 			r.mu.Unlock()
-			return reconcile.Result{}, r.removeSeats(ctx, req.NamespacedName)
+			return reconcile.Result{}, r.removeSeats(ctx, req.NamespacedName, "")
 		}
 		return reconcile.Result{}, fmt.Errorf("reading PodGroup %s: %w", req.NamespacedName, err)
 	}
+	// A PodGroup deleted and created again under its name before this controller saw it gone
+	// (a restart, a leader change, a queue that caught up late) left the seats of the one
+	// before: nothing else deletes them, and they hold nodes (do-not-disrupt), keep Karpenter
+	// launching and count in the ledger as promised room.
+	stale := r.removeSeats(ctx, req.NamespacedName, pg.UID)
 	if pg.Spec.SchedulingPolicy.Gang == nil {
-		return reconcile.Result{}, nil
+		return reconcile.Result{}, stale
 	}
 	s, members, seats, err := r.observe(ctx, &pg)
 	if err != nil {
-		return reconcile.Result{}, err
+		return reconcile.Result{}, errors.Join(stale, err)
 	}
 	var claims claimPlan
 	if pending := pendingOf(s, members); usesClaims(pending) {
 		if claims, err = r.planClaims(ctx, &pg, pending); err != nil {
-			return reconcile.Result{}, err
+			return reconcile.Result{}, errors.Join(stale, err)
 		}
 		s.claimsBlocked = claims.blocked
 	}
@@ -157,12 +162,12 @@ func (r *Reconciler) Reconcile(ctx context.Context, req reconcile.Request) (reco
 		// written a moment ago (the seats' deletion can arrive first), so read them live.
 		var live schedulingv1beta1.PodGroup
 		if err := r.apiReader.Get(ctx, req.NamespacedName, &live); err != nil {
-			return reconcile.Result{}, fmt.Errorf("reading PodGroup %s: %w", req.NamespacedName, client.IgnoreNotFound(err))
+			return reconcile.Result{}, errors.Join(stale, fmt.Errorf("reading PodGroup %s: %w", req.NamespacedName, client.IgnoreNotFound(err)))
 		}
 		readAnnotations(&s, &live)
 		p = decide(s)
 	}
-	return reconcile.Result{RequeueAfter: p.requeue}, r.act(ctx, &pg, p, members, seats, claims)
+	return reconcile.Result{RequeueAfter: p.requeue}, errors.Join(stale, r.act(ctx, &pg, p, members, seats, claims))
 }
 
 // pendingOf are the gang's pending members, in the order seats are ordered for them.
@@ -426,15 +431,17 @@ func (r *Reconciler) deleteSeats(ctx context.Context, seats []*corev1.Pod) error
 	return errors.Join(errs...)
 }
 
-// removeSeats deletes the seats of a PodGroup that no longer exists.
-func (r *Reconciler) removeSeats(ctx context.Context, key types.NamespacedName) error {
+// removeSeats deletes the seats made for PodGroups named key other than the one with UID keep
+// (all of them when keep is empty: the PodGroup no longer exists).
+func (r *Reconciler) removeSeats(ctx context.Context, key types.NamespacedName, keep types.UID) error {
 	var list corev1.PodList
 	if err := r.client.List(ctx, &list, client.InNamespace(r.opts.SeatNamespace), client.HasLabels{berthv1alpha1.SeatForNativeGroupLabel}); err != nil {
 		return fmt.Errorf("listing native gangs' seats: %w", err)
 	}
 	var seats []*corev1.Pod
 	for i := range list.Items {
-		if k, ok := groupOf(&list.Items[i]); ok && k == key {
+		st := &list.Items[i]
+		if k, ok := groupOf(st); ok && k == key && st.DeletionTimestamp == nil && (keep == "" || st.Labels[berthv1alpha1.SeatForNativeGroupLabel] != string(keep)) {
 			seats = append(seats, &list.Items[i])
 		}
 	}

@@ -2,9 +2,11 @@ package nativegang
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -16,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
@@ -100,5 +103,40 @@ func TestHandOverHoldsTheRoom(t *testing.T) {
 	}
 	if held := book.Promised(nil, nil); len(held) != 0 {
 		t.Errorf("still held once the gang is placed: %v", held)
+	}
+}
+
+// TestSeatsOfAPodGroupMadeAgainGo: a PodGroup deleted and created again under its name before
+// the controller saw it gone left the seats of the one before — nothing else deletes them. The
+// next reconcile of the name deletes them and keeps the current PodGroup's.
+func TestSeatsOfAPodGroupMadeAgainGo(t *testing.T) {
+	ctx := context.Background()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "train", Name: "ddp", UID: "new-uid"}}
+	seat := func(name, uid, group string) *corev1.Pod {
+		p := builders.Pod(name, "berth-system").Label(berthv1alpha1.SeatForNativeGroupLabel, uid).GPU(8).Node("n1").Obj()
+		p.Annotations = map[string]string{berthv1alpha1.SeatForNativeGroupAnnotation: group}
+		return p
+	}
+	old, current, other := seat("ddp-old-uid-0", "old-uid", "train/ddp"), seat("ddp-new-uid-0", "new-uid", "train/ddp"), seat("llm-o-0", "other-uid", "train/llm")
+	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pg, old, current, other).Build()
+	r := New(c, c, clocktesting.NewFakePassiveClock(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)), events.NewRecorder(kevents.NewFakeRecorder(10)), Options{})
+	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pg)}); err != nil {
+		t.Fatal(err)
+	}
+	var left corev1.PodList
+	if err := c.List(ctx, &left); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range left.Items {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	if d := cmp.Diff([]string{"ddp-new-uid-0", "llm-o-0"}, names); d != "" {
+		t.Errorf("seats left (-want +got):\n%s", d)
 	}
 }
