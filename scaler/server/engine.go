@@ -51,10 +51,12 @@ type Engine struct {
 }
 
 // models keeps each ScaledObject's FleetModel between evaluations: what its SLO signal has
-// learned of the fleet.
+// learned of the fleet. A model is of a ScaledObject's name and fleet (fleetOf): one deleted
+// and created again, pointed at other replicas or given another objective starts a new one,
+// and the old one expires with the evaluations that stopped asking for it.
 type models struct {
 	mu sync.Mutex
-	m  map[[2]string]*modelAt
+	m  map[[3]string]*modelAt
 }
 
 type modelAt struct {
@@ -64,14 +66,32 @@ type modelAt struct {
 	learned, window time.Time
 }
 
-// learn folds o into the ScaledObject's model and returns a copy for Decide.
-func (m *models) learn(ns, name string, o scaler.Observation, slo scaler.SLO, now time.Time) *scaler.FleetModel {
+// fleetOf names the fleet a ScaledObject's model is of: the ScaledObject itself (its UID), the
+// replicas it reads (its scale target and their selector, the model served) and the objective
+// their capacity is measured at. What one replica carries at the SLO, its start-up and the
+// demand's history belong to that fleet: a ScaledObject deleted and created again under its
+// name, pointed at another Deployment (new GPUs, another model) or given another objective
+// learns again — it never sizes on what the replicas before it carried. Two triggers of one
+// ScaledObject on different replicas (a prefill and a decode pool) learn apart.
+func fleetOf(info targets.Info, t *scaler.Trigger) string {
+	target, selector := "", ""
+	if info.Target != nil {
+		target = info.Target.APIVersion + "/" + info.Target.Kind + "/" + info.Target.Name
+	}
+	if info.Selector != nil {
+		selector = info.Selector.String()
+	}
+	return fmt.Sprintf("%s|%s|%s|%s|%g|%g|%g", info.UID, target, selector, t.Model, t.SLO.TTFT, t.SLO.ITL, t.SLO.Attainment)
+}
+
+// learn folds o into the model of the ScaledObject's fleet and returns a copy for Decide.
+func (m *models) learn(ns, name, fleet string, o scaler.Observation, slo scaler.SLO, now time.Time) *scaler.FleetModel {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.m == nil {
-		m.m = map[[2]string]*modelAt{}
+		m.m = map[[3]string]*modelAt{}
 	}
-	k := [2]string{ns, name}
+	k := [3]string{ns, name, fleet}
 	ma := m.m[k]
 	if ma == nil {
 		ma = &modelAt{}
@@ -254,7 +274,7 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 	ev.Observation.Spec, ev.Observation.HasSpec = e.specs.replicas(ctx, e.Resolver, namespace, name, info, fresh, e.clock().Now())
 	ev.Observation.FollowReplicas = e.owns.floor(namespace, t, e.clock().Now())
 	if t.SLO.TTFT > 0 {
-		ev.Observation.Model = e.models.learn(namespace, name, ev.Observation, t.SLO, e.clock().Now())
+		ev.Observation.Model = e.models.learn(namespace, name, fleetOf(info, t), ev.Observation, t.SLO, e.clock().Now())
 	}
 	ev.Decision, err = e.Policy.Decide(ev.Observation, t)
 	if err != nil {

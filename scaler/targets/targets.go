@@ -33,6 +33,9 @@ var ErrTarget = errors.New("scale target")
 
 // Info is what berth knows about a ScaledObject's target.
 type Info struct {
+	// UID is the ScaledObject's UID ("" when it was not read: a ScaledJob with podSelector):
+	// one deleted and created again under its name is another fleet to learn.
+	UID string
 	// Selector selects the target's pods.
 	Selector labels.Selector
 	// MaxReplicas is the ScaledObject's maxReplicaCount (0 when unknown, e.g. with podSelector
@@ -138,7 +141,7 @@ func (t *Targets) read(ctx context.Context, namespace, name string, needSelector
 		}
 		return Info{}, fmt.Errorf("reading ScaledObject %s/%s: %w", namespace, name, err)
 	}
-	info := Info{MaxReplicas: 100, PollingInterval: 30 * time.Second} // KEDA's defaults
+	info := Info{UID: string(so.GetUID()), MaxReplicas: 100, PollingInterval: 30 * time.Second} // KEDA's defaults
 	if n, found, _ := unstructured.NestedInt64(so.Object, "spec", "maxReplicaCount"); found {
 		info.MaxReplicas = int(n)
 	}
