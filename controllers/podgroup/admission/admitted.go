@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -130,7 +131,7 @@ func decideAdmitted(gv gangView, gen generation, nodeExists func(string) bool) a
 		}
 		return p
 	}
-	p := admittedPlan{nodeOf: assignedNodes(gen.assigned)}
+	p := admittedPlan{nodeOf: assignedNodes(gen.assigned, gen.live)}
 	for _, m := range gen.live {
 		if gateIndex(m) < 0 || heldByOthers(m) {
 			continue
@@ -179,11 +180,20 @@ func decideRestart(gen generation) *restartPlan {
 	return &restartPlan{doomed: doomed, lost: lost}
 }
 
-// assignedNodes maps each assigned member to its node.
-func assignedNodes(assigned []berthv1alpha1.MemberAssignment) map[string]string {
+// assignedNodes maps each live assigned member (one of live) to its node, by name. An
+// assignment whose pod is gone is left out: a pod created again under its name (a
+// StatefulSet's, a training operator's) is another pod, not placed yet — were it taken for the
+// assigned one, a release would seem under way and no waiting member would be made the key.
+func assignedNodes(assigned []berthv1alpha1.MemberAssignment, live []*corev1.Pod) map[string]string {
+	uidOf := make(map[string]types.UID, len(live))
+	for _, m := range live {
+		uidOf[m.Name] = m.UID
+	}
 	nodeOf := make(map[string]string, len(assigned))
 	for _, a := range assigned {
-		nodeOf[a.Pod] = a.Node
+		if uid, ok := uidOf[a.Pod]; ok && (a.UID == "" || a.UID == uid) {
+			nodeOf[a.Pod] = a.Node
+		}
 	}
 	return nodeOf
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -288,6 +289,34 @@ func TestDecideKey(t *testing.T) {
 				t.Errorf("keys %v, want %v", got, tt.wantKeys)
 			}
 		})
+	}
+}
+
+// TestAPodMadeAgainIsNotItsNamesAssignment: a released key member that never bound is deleted
+// and created again under its name, gated (a StatefulSet's, a training operator's). The new pod
+// is not the assigned one: no release is under way on its account, and a member released and
+// waiting is made the key — taken for the assigned pod, it held the waiting members (and their
+// GPUs) until the new pod was placed, for good where nothing could place it.
+func TestAPodMadeAgainIsNotItsNamesAssignment(t *testing.T) {
+	g := keyGang()
+	waiting := released(0, "n0", false).Obj()
+	waiting.UID = "uid-0"
+	again := keyMember(1, false).Obj()
+	again.UID = "uid-1-again"
+	assigned := []berthv1alpha1.MemberAssignment{{Pod: "g-00", UID: "uid-0", Node: "n0"}, {Pod: "g-01", UID: "uid-1", Node: "n1"}}
+	pods := []*corev1.Pod{waiting, again}
+	gen := classify(pods, assigned)
+	nodeOf := assignedNodes(gen.assigned, gen.live)
+	if d := cmp.Diff(map[string]string{"g-00": "n0"}, nodeOf); d != "" {
+		t.Fatalf("assigned nodes (-want +got):\n%s", d)
+	}
+	if p := decideKey(g, pods, nodeOf); p.on == nil || p.on.Name != "g-00" {
+		t.Fatalf("key plan %+v: want the waiting member g-00 made the key", p)
+	}
+	// The pod of an assignment recorded without a UID (an older berth) is matched by name.
+	legacy := []berthv1alpha1.MemberAssignment{{Pod: "g-00", Node: "n0"}}
+	if d := cmp.Diff(map[string]string{"g-00": "n0"}, assignedNodes(legacy, []*corev1.Pod{waiting})); d != "" {
+		t.Errorf("assigned nodes without UIDs (-want +got):\n%s", d)
 	}
 }
 
