@@ -214,6 +214,7 @@ func (r *Reconciler) observe(ctx context.Context, pr *autoscalingv1.Provisioning
 		}
 	}
 	o.ready = func(n string) bool { return ready[n] }
+	o.held = r.opts.Ledger.Held(pr.UID)
 	var groups berthv1alpha1.PodGroupList
 	if err := r.client.List(ctx, &groups, client.UnsafeDisableDeepCopy); err != nil {
 		return o, fmt.Errorf("listing PodGroups: %w", err)
@@ -347,6 +348,14 @@ func (r *Reconciler) act(ctx context.Context, pr *autoscalingv1.ProvisioningRequ
 		// refusing seats left the request Accepted and nothing else for its whole week).
 		errs = append(errs, refused...)
 		p.event(corev1.EventTypeWarning, events.ReasonCapacityNotRequested, fmt.Sprintf("%d of %d seat(s) could not be created, retrying: %v", len(refused), len(p.create), refused[0]))
+	}
+	if p.setHold {
+		// Before the seats go: no cycle may see their room free before their pods bind.
+		if len(p.hold) > 0 {
+			r.opts.Ledger.Hold(pr.UID, p.hold, p.holdUntil)
+		} else {
+			r.opts.Ledger.Release(pr.UID)
+		}
 	}
 	for _, s := range p.remove {
 		switch err := r.client.Delete(ctx, s, client.Preconditions{UID: &s.UID}); {

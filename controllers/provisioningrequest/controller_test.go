@@ -22,8 +22,10 @@ import (
 
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
+	"github.com/berth-dev/berth/internal/ledger"
 	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/internal/seat"
+	"github.com/berth-dev/berth/scheduling"
 	"github.com/berth-dev/berth/test/builders"
 )
 
@@ -233,5 +235,42 @@ func TestDeletedRequestReclaimsItsBatch(t *testing.T) {
 	}
 	if len(claims.Items) != 0 || len(seats.Items) != 0 {
 		t.Errorf("%d NodeClaims and %d seats left of a deleted request, want none", len(claims.Items), len(seats.Items))
+	}
+}
+
+// TestSeatsGiveWayWithTheirRoomHeld: the room a seat gives way to an arrived pod is held in the
+// shared ledger before the seat is deleted — no admission cycle or other request sees it free
+// before the pod binds — and let go when the plan says so.
+func TestSeatsGiveWayWithTheirRoomHeld(t *testing.T) {
+	ctx := context.Background()
+	book := ledger.New(clocktesting.NewFakePassiveClock(t0))
+	s0 := builders.Pod("s0", "berth-system").GPU(8).Node("n1").Obj()
+	s0.UID = "uid-s0"
+	heldAtDelete := -1
+	c := fake.NewClientBuilder().WithObjects(s0).WithInterceptorFuncs(interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, o client.Object, opts ...client.DeleteOption) error {
+			heldAtDelete = len(book.Promised(nil, nil))
+			return c.Delete(ctx, o, opts...)
+		},
+	}).Build()
+	r := New(c, c, clocktesting.NewFakePassiveClock(t0), events.NewRecorder(kevents.NewFakeRecorder(10)), Options{Ledger: book})
+	pr := request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp)
+	c0 := consumer("c0", "")
+	c0.UID = s0.UID
+	hold := []scheduling.PodOnNode{{Pod: c0, Node: "n1"}}
+	if err := r.act(ctx, pr, plan{attempts: -1, remove: []*corev1.Pod{s0}, setHold: true, hold: hold, holdUntil: t0.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	if heldAtDelete != 1 {
+		t.Fatalf("promised rooms when the seat was deleted: %d, want its room held (1)", heldAtDelete)
+	}
+	if got := book.Held(pr.UID); len(got) != 1 || got[0].Node != "n1" {
+		t.Fatalf("held after the seat went: %v", got)
+	}
+	if err := r.act(ctx, pr, plan{attempts: -1, setHold: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := book.Promised(nil, nil); len(got) != 0 {
+		t.Errorf("still held after the hold was let go: %v", got)
 	}
 }

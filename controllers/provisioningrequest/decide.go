@@ -77,6 +77,8 @@ type observation struct {
 	fit scheduling.Result
 	// ready reports whether a node is Ready (and known).
 	ready func(node string) bool
+	// held is the room the ledger holds for the request's consuming pods (heldRoom).
+	held []scheduling.PodOnNode
 }
 
 // plan is what Reconcile does for a decision.
@@ -97,7 +99,17 @@ type plan struct {
 	requeue time.Duration
 	// event is a Normal or Warning Event on the request, when reason is set.
 	eventType, eventReason, eventNote string
+	// setHold: the room held in the ledger for the consuming pods becomes hold, until
+	// holdUntil (none when hold is empty). Set before the seats in remove go.
+	setHold   bool
+	hold      []scheduling.PodOnNode
+	holdUntil time.Time
 }
+
+// consumerBindWait is how long the room a seat gave way to a consuming pod is held for it
+// after the request was last looked at: kube-scheduler binds an arrived pod in seconds; one
+// that has not bound in that long does not fit there for some other reason.
+const consumerBindWait = 2 * time.Minute
 
 // seatSpec is a seat to create: the pod it stands for, its index among the request's pods
 // (which names it) and, for a seat on existing capacity, its node (pinned there; Karpenter does
@@ -119,10 +131,14 @@ func (p *plan) event(typ, reason, note string) {
 	p.eventType, p.eventReason, p.eventNote = typ, reason, note
 }
 
-// decide is the request's next step. Dead seats go whatever it is.
+// decide is the request's next step. Dead seats go whatever it is; room held for consuming
+// pods is let go once no booking keeps it (booked holds it).
 func decide(o observation, t timing) plan {
 	p := next(o, t)
 	p.remove = append(p.remove, o.dead...)
+	if !p.setHold && len(o.held) > 0 {
+		p.setHold = true
+	}
 	return p
 }
 
@@ -181,14 +197,62 @@ func booked(o observation, t timing, prov *metav1.Condition, p *plan) {
 	}
 	// Seats still held: one per pod that has neither arrived nor bound.
 	keep := max(0, total-bound-arrived)
+	if len(o.seats) > keep {
+		p.remove = releaseOrder(o.seats)[:len(o.seats)-keep]
+	}
+	p.setHold, p.hold, p.holdUntil = true, heldRoom(o, p.remove), o.now.Add(consumerBindWait)
+	if end.Before(p.holdUntil) {
+		p.holdUntil = end
+	}
 	switch {
 	case len(o.seats) > keep:
-		p.remove = releaseOrder(o.seats)[:len(o.seats)-keep]
 	case len(o.seats) < keep:
 		p.event(corev1.EventTypeWarning, events.ReasonBookedCapacityLost, fmt.Sprintf(
 			"%d seat(s) holding booked room went away (preempted, or their node is gone) before their pods arrived; those pods are scheduled like any other", keep-len(o.seats)))
 	}
 	p.requeue = end.Sub(o.now)
+}
+
+// heldRoom is the room to hold for the consuming pods kube-scheduler is about to place: the
+// room of each seat on a node that gives way now (removed) or gave way before (o.held), for
+// one arrived pod no gate holds — until it binds. Without the hold, between a seat's deletion
+// and its pod's binding, gang admission or another request could promise the room (a PodGroup
+// gang released there first took the GPUs a Kueue workload was admitted on). A pod berth's gang
+// gate holds gets none: its gang's admission places it, and a hold would keep it from the room.
+// Each hold is a copy of its pod under the seat's UID: the seat is gone from the cache, the pod
+// is not, and the ledger counts a held pod only while the cache does not show it.
+func heldRoom(o observation, removed []*corev1.Pod) []scheduling.PodOnNode {
+	waiting := map[string]*corev1.Pod{}
+	var order []string
+	for _, c := range o.consuming {
+		if consumerArrived(c) && len(c.Spec.SchedulingGates) == 0 {
+			waiting[c.Name] = c
+			order = append(order, c.Name)
+		}
+	}
+	slices.Sort(order)
+	var out []scheduling.PodOnNode
+	covered := map[string]bool{}
+	for _, h := range o.held {
+		if waiting[h.Pod.Name] != nil && !covered[h.Pod.Name] {
+			out = append(out, h)
+			covered[h.Pod.Name] = true
+		}
+	}
+	for _, s := range removed {
+		if s.Spec.NodeName == "" {
+			continue // an unbound seat held no room
+		}
+		i := slices.IndexFunc(order, func(name string) bool { return !covered[name] })
+		if i < 0 {
+			break
+		}
+		c := waiting[order[i]].DeepCopy()
+		c.UID = s.UID
+		covered[c.Name] = true
+		out = append(out, scheduling.PodOnNode{Pod: c, Node: s.Spec.NodeName})
+	}
+	return out
 }
 
 // anyArrived reports whether a consuming pod waits to be scheduled (consumerArrived).

@@ -2,9 +2,11 @@ package provisioningrequest
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	autoscalingv1 "k8s.io/autoscaler/cluster-autoscaler/apis/provisioningrequest/autoscaling.x-k8s.io/v1"
@@ -207,6 +209,73 @@ func TestDecide(t *testing.T) {
 				t.Errorf("event %q, want %q", p.eventReason, tc.wantEvent)
 			}
 		})
+	}
+}
+
+// TestBookedHoldsTheRoomUntilItsPodBinds: a seat on a node that gives way to an arrived pod no
+// gate holds leaves its room held for that pod (a copy under the seat's UID, on the seat's
+// node) until the pod binds; the hold is carried across looks, let go once the pod is bound
+// and when the booking ends. A pod berth's gang gate holds gets none (its gang's admission
+// places it), nor does one that arrived for an unbound seat (no room to hold).
+func TestBookedHoldsTheRoomUntilItsPodBinds(t *testing.T) {
+	provisioned := condAt(autoscalingv1.Provisioned, metav1.ConditionTrue, ReasonCapacityIsProvisioned, t0.Add(time.Minute))
+	pr := request(autoscalingv1.ProvisioningClassBestEffortAtomicScaleUp, accepted, provisioned)
+	tm := timing{booking: DefaultBookingTime, expiration: DefaultExpiration, provisioning: DefaultProvisioningTimeout}
+	seats := []*corev1.Pod{seatAt("s0", t0, "n1", false), seatAt("s1", t0, "n2", false)}
+	seats[0].UID, seats[1].UID = "uid-s0", "uid-s1"
+	now := t0.Add(2 * time.Minute)
+	held := func(p plan) []string {
+		var out []string
+		for _, h := range p.hold {
+			out = append(out, fmt.Sprintf("%s@%s/%s", h.Pod.Name, h.Node, h.Pod.UID))
+		}
+		return out
+	}
+
+	// c0 arrives: s0 gives way, its room held for c0.
+	o := observation{pr: pr, now: now, pods: gpuPods(2), seats: seats, consuming: []*corev1.Pod{consumer("c0", "")}, ready: allReady}
+	p := decide(o, tm)
+	if d := cmp.Diff([]string{"c0@n1/uid-s0"}, held(p)); d != "" || !p.setHold || len(p.remove) != 1 || !p.holdUntil.Equal(now.Add(consumerBindWait)) {
+		t.Fatalf("c0 arrived: hold (-want +got):\n%s set %v until %s, removed %d", d, p.setHold, p.holdUntil, len(p.remove))
+	}
+	if p.hold[0].Pod == o.consuming[0] {
+		t.Error("the hold shares the cache's pod")
+	}
+	// The next look: s0 gone, c0 still waiting: the hold stays; c1 arrives and s1 gives way.
+	o.seats, o.held = seats[1:], p.hold
+	o.consuming = []*corev1.Pod{consumer("c0", ""), consumer("c1", "")}
+	p = decide(o, tm)
+	if d := cmp.Diff([]string{"c0@n1/uid-s0", "c1@n2/uid-s1"}, held(p)); d != "" {
+		t.Fatalf("c1 arrived (-want +got):\n%s", d)
+	}
+	// c0 binds: its hold goes, c1's stays.
+	o.seats, o.held = nil, p.hold
+	o.consuming = []*corev1.Pod{consumer("c0", "n1"), consumer("c1", "")}
+	p = decide(o, tm)
+	if d := cmp.Diff([]string{"c1@n2/uid-s1"}, held(p)); d != "" || !p.setHold {
+		t.Fatalf("c0 bound (-want +got):\n%s", d)
+	}
+	// Both bound: the booking is consumed and the hold let go.
+	o.held = p.hold
+	o.consuming = []*corev1.Pod{consumer("c0", "n1"), consumer("c1", "n2")}
+	if p = decide(o, tm); !p.setHold || len(p.hold) != 0 {
+		t.Fatalf("booking consumed: set %v hold %v, want the hold let go", p.setHold, held(p))
+	}
+	// The booking time passes with c1 still waiting: let go too.
+	o.now, o.consuming = t0.Add(11*time.Minute), []*corev1.Pod{consumer("c0", "n1"), consumer("c1", "")}
+	if p = decide(o, tm); !p.setHold || len(p.hold) != 0 {
+		t.Fatalf("booking expired: set %v hold %v, want the hold let go", p.setHold, held(p))
+	}
+	// A pod berth's gang gate holds, and a pod that arrived for an unbound seat: no hold.
+	unbound := seatAt("s2", t0, "", false)
+	o = observation{pr: pr, now: now, pods: gpuPods(2), seats: []*corev1.Pod{seats[0], unbound}, ready: allReady,
+		consuming: []*corev1.Pod{consumer("g0", "", berthv1alpha1.SchedulingGate)}}
+	if p = decide(o, tm); len(p.hold) != 0 || len(p.remove) != 1 {
+		t.Fatalf("berth-gated pod: hold %v, removed %d; want no hold, one seat given way", held(p), len(p.remove))
+	}
+	o.consuming = []*corev1.Pod{consumer("c0", "")}
+	if p = decide(o, tm); len(p.hold) != 0 || p.remove[0].Name != "s2" {
+		t.Fatalf("the unbound seat gave way: hold %v; want none", held(p))
 	}
 }
 

@@ -2,8 +2,9 @@
 // bound to a node; pods berth pinned to a node that have not bound yet (released gang members,
 // seats of gangs and of ProvisioningRequests); gang members an admission promised a node
 // (PodGroup status.assignments); and what this process wrote that the informer cache does not
-// show yet (assignments, and seats it created pinned to a node); and the room a native gang's
-// seats gave way to its members, until kube-scheduler places them (Hold). Gang admission and
+// show yet (assignments, and seats it created pinned to a node); and the room seats gave way to
+// the pods they stood for — a native gang's members, a ProvisioningRequest's consuming pods —
+// until kube-scheduler places them (Hold). Gang admission and
 // ProvisioningRequests decide under the ledger's one lock, each on the ledger's view and each
 // recording its promise before it lets go; the native-gang controller decides no placement
 // (kube-scheduler places native gangs) but holds the room its seats leave: no two of them
@@ -11,6 +12,7 @@
 package ledger
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -137,7 +139,8 @@ func (l *Ledger) ForgetPod(uid types.UID) {
 // Hold keeps room on nodes for pods kube-scheduler is about to place there, for owner, until the
 // given time: a native gang's seats that give way to its members once Karpenter launched every
 // node (kube-scheduler's gang cycle places the members into the room the seats held, and
-// without the hold admission could promise that room to a PodGroup gang first). Each held pod
+// without the hold admission could promise that room to a PodGroup gang first), and a booked
+// ProvisioningRequest's seats that give way to its consuming pods one by one. Each held pod
 // (a seat) counts on its node while it is not in the cache — while it is, it counts as itself —
 // until the owner releases it (Release) or the time passes. A later Hold of one owner replaces
 // the earlier.
@@ -148,6 +151,18 @@ func (l *Ledger) Hold(owner types.UID, pods []scheduling.PodOnNode, until time.T
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.holds[owner] = hold{pods: pods, until: until}
+}
+
+// Held returns what owner holds now (nil when nothing, or its time passed): the pods are the
+// ledger's, not to be modified.
+func (l *Ledger) Held(owner types.UID) []scheduling.PodOnNode {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h, ok := l.holds[owner]
+	if !ok || !l.clock.Now().Before(h.until) {
+		return nil
+	}
+	return slices.Clone(h.pods)
 }
 
 // Release drops what owner holds (its members are placed, or its attempt ended).
