@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"google.golang.org/grpc/stats"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/berth-dev/berth/scaler/warmseats"
@@ -18,6 +19,7 @@ import (
 type conns struct {
 	next  atomic.Uint64
 	wants *warmseats.Wants
+	clock clock.PassiveClock
 }
 
 // connKey is the context key of a connection's name.
@@ -44,7 +46,7 @@ func (c *conns) HandleConn(ctx context.Context, s stats.ConnStats) {
 	if _, ended := s.(*stats.ConnEnd); !ended {
 		return
 	}
-	if gone := c.wants.Disconnected(connFrom(ctx)); len(gone) > 0 {
+	if gone := c.wants.Disconnected(connFrom(ctx), c.clock.Now()); len(gone) > 0 {
 		log.Log.WithName("warm-seats").Info("KEDA's connection ended: leaving the warm seats of its ScaledObjects alone until KEDA asks this replica again",
 			"connection", connFrom(ctx), "scaledObjects", len(gone))
 	}

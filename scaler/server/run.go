@@ -32,7 +32,7 @@ func NewGRPCServer(s *Server, tlsConfig *tls.Config) (*grpc.Server, *health.Serv
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tlsConfig)))
 	}
 	if s.Engine != nil && s.Engine.Seats != nil {
-		opts = append(opts, grpc.StatsHandler(&conns{wants: s.Engine.Seats}))
+		opts = append(opts, grpc.StatsHandler(&conns{wants: s.Engine.Seats, clock: s.Engine.clock()}))
 	}
 	gs := grpc.NewServer(opts...)
 	pb.RegisterExternalScalerServer(gs, s)

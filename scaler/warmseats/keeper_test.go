@@ -165,8 +165,6 @@ func TestKeeper(t *testing.T) {
 	}
 }
 
-// TestKeeperAfterRestart: a keeper that has just started deletes nothing it has no want for
-// yet (the evaluations come within seconds).
 // TestKeeperLeavesAFleetWhoseConnectionEnded: two scaler replicas, and KEDA's operator moved
 // from this one to the other (its connection here ended). The other replica's keeper made the 3
 // seats its evaluations ask for; this one's last want (1, a minute old: within WantTTL) goes
@@ -175,6 +173,7 @@ func TestKeeper(t *testing.T) {
 func TestKeeperLeavesAFleetWhoseConnectionEnded(t *testing.T) {
 	ctx := context.Background()
 	k, c, clk := newKeeper(t, fleet(), scaledObject("3"))
+	k.started = clk.Now().Add(-time.Hour) // long running: not the after-a-start grace
 	key := Key{"inference", "llama"}
 	k.Wants.SetFrom("keda#1", key, 3, false, clk.Now())
 	if err := k.Reconcile(ctx); err != nil {
@@ -182,7 +181,7 @@ func TestKeeperLeavesAFleetWhoseConnectionEnded(t *testing.T) {
 	}
 	k.Wants.SetFrom("keda#1", key, 1, false, clk.Now()) // this replica's last evaluation
 	clk.Step(time.Minute)
-	if gone := k.Wants.Disconnected("keda#1"); len(gone) != 1 || gone[0] != key {
+	if gone := k.Wants.Disconnected("keda#1", clk.Now()); len(gone) != 1 || gone[0] != key {
 		t.Fatalf("Disconnected = %v, want [%v]", gone, key)
 	}
 	if err := k.Reconcile(ctx); err != nil {
@@ -194,11 +193,16 @@ func TestKeeperLeavesAFleetWhoseConnectionEnded(t *testing.T) {
 	// KEDA asks this replica again, over a new connection: its want counts, and outlives the
 	// end of a connection that no longer speaks for the fleet.
 	k.Wants.SetFrom("keda#2", key, 1, false, clk.Now())
-	if gone := k.Wants.Disconnected("keda#1"); len(gone) != 0 {
+	if gone := k.Wants.Disconnected("keda#1", clk.Now()); len(gone) != 0 {
 		t.Fatalf("an old connection's end took %v", gone)
 	}
-	if gone := k.Wants.Disconnected(""); len(gone) != 0 {
+	if gone := k.Wants.Disconnected("", clk.Now()); len(gone) != 0 {
 		t.Fatalf("an unnamed connection's end took %v", gone)
+	}
+	// A call on the ended connection that returns after its end sets nothing.
+	k.Wants.SetFrom("keda#1", key, 5, false, clk.Now())
+	if w := k.Wants.Fresh(clk.Now().Add(-time.Second))[key]; w.Seats != 1 || w.Source != "keda#2" {
+		t.Fatalf("want after a late call on the ended connection: %+v, want keda#2's 1", w)
 	}
 	if err := k.Reconcile(ctx); err != nil {
 		t.Fatal(err)
@@ -208,6 +212,8 @@ func TestKeeperLeavesAFleetWhoseConnectionEnded(t *testing.T) {
 	}
 }
 
+// TestKeeperAfterRestart: a keeper that has just started deletes nothing it has no want for
+// yet (the evaluations come within seconds).
 func TestKeeperAfterRestart(t *testing.T) {
 	k, c, _ := newKeeper(t, fleet())
 	tmpl := fleet().Spec.Template

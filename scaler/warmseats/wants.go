@@ -28,7 +28,13 @@ type Wants struct {
 	// refused says why the keeper keeps no seats for a ScaledObject that asks for them (a
 	// LeaderWorkerSet target, a target without a pod template, a target that is not there).
 	refused map[Key]string
+	// ended are the connections that ended, and when: a call still running on one when it
+	// ended sets no want after it (gRPC tells of the end before the connection's calls return).
+	ended map[string]time.Time
 }
+
+// endedFor is how long an ended connection is remembered: far longer than a call runs.
+const endedFor = 2 * time.Minute
 
 // Refuse records that the keeper keeps no seats for k, and why ("" withdraws it): the policy
 // then holds none of k's headroom as seats (Engine).
@@ -62,6 +68,9 @@ func (w *Wants) Set(k Key, seats int, held bool, now time.Time) {
 func (w *Wants) SetFrom(source string, k Key, seats int, held bool, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if _, gone := w.ended[source]; gone && source != "" {
+		return // the call outlived its connection: KEDA asks elsewhere now
+	}
 	if w.m == nil {
 		w.m = map[Key]Want{}
 	}
@@ -73,18 +82,28 @@ func (w *Wants) SetFrom(source string, k Key, seats int, held bool, now time.Tim
 	w.m[k] = Want{Seats: seats, AtLeast: held, At: now, Source: source}
 }
 
-// Disconnected forgets the wants last set over the connection source, which ended, and returns
+// Disconnected forgets the wants last set over the connection source, which ended at now, and returns
 // their ScaledObjects. KEDA's operator asks one scaler replica over one connection; when it
 // asks another (it restarted, or a new leader took over), its old connection ends. The replica
 // it left then leaves those fleets alone at once — their wants are another replica's now —
 // instead of keeping its last wants against the new replica's until they age out (WantTTL),
-// one keeper creating the seats the other deletes.
-func (w *Wants) Disconnected(source string) []Key {
+// one keeper creating the seats the other deletes. A call on it that is still running sets
+// no want when it returns.
+func (w *Wants) Disconnected(source string, now time.Time) []Key {
 	if source == "" {
 		return nil
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.ended == nil {
+		w.ended = map[string]time.Time{}
+	}
+	for s, at := range w.ended {
+		if now.Sub(at) > endedFor {
+			delete(w.ended, s)
+		}
+	}
+	w.ended[source] = now
 	var gone []Key
 	for k, v := range w.m {
 		if v.Source == source {
