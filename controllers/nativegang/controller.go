@@ -443,6 +443,8 @@ func (r *Reconciler) removeSeats(ctx context.Context, key types.NamespacedName, 
 		st := &list.Items[i]
 		if k, ok := groupOf(st); ok && k == key && st.DeletionTimestamp == nil && (keep == "" || st.Labels[berthv1alpha1.SeatForNativeGroupLabel] != string(keep)) {
 			seats = append(seats, &list.Items[i])
+			// Room held for the old PodGroup's members goes with it.
+			r.opts.Ledger.Release(types.UID(st.Labels[berthv1alpha1.SeatForNativeGroupLabel]))
 		}
 	}
 	return r.deleteSeats(ctx, seats)

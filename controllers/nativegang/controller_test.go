@@ -23,6 +23,7 @@ import (
 	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/events"
 	"github.com/berth-dev/berth/internal/ledger"
+	"github.com/berth-dev/berth/scheduling"
 	"github.com/berth-dev/berth/test/builders"
 )
 
@@ -123,9 +124,16 @@ func TestSeatsOfAPodGroupMadeAgainGo(t *testing.T) {
 	}
 	old, current, other := seat("ddp-old-uid-0", "old-uid", "train/ddp"), seat("ddp-new-uid-0", "new-uid", "train/ddp"), seat("llm-o-0", "other-uid", "train/llm")
 	c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(pg, old, current, other).Build()
-	r := New(c, c, clocktesting.NewFakePassiveClock(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)), events.NewRecorder(kevents.NewFakeRecorder(10)), Options{})
+	clk := clocktesting.NewFakePassiveClock(time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC))
+	book := ledger.New(clk)
+	// The old PodGroup was handing its room over: that hold goes with it.
+	book.Hold("old-uid", []scheduling.PodOnNode{{Pod: old, Node: "n1"}}, clk.Now().Add(10*time.Minute))
+	r := New(c, c, clk, events.NewRecorder(kevents.NewFakeRecorder(10)), Options{Ledger: book})
 	if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(pg)}); err != nil {
 		t.Fatal(err)
+	}
+	if held := book.Held("old-uid"); held != nil {
+		t.Errorf("the old PodGroup's hold outlived its seats: %v", held)
 	}
 	var left corev1.PodList
 	if err := c.List(ctx, &left); err != nil {

@@ -417,6 +417,10 @@ func (r *Reconciler) sweep(ctx context.Context, key types.NamespacedName, curren
 	if len(gone) == 0 {
 		return nil
 	}
+	for _, s := range gone {
+		// Room held for the old request's consuming pods goes with it.
+		r.opts.Ledger.Release(types.UID(s.Labels[berthv1alpha1.SeatForProvisioningRequestLabel]))
+	}
 	// The nodes launched for them that no pod uses go first (a request deleted mid-attempt —
 	// Kueue retrying, a workload deleted — left them empty and billed until consolidation).
 	_, err := seat.Reclaim(ctx, r.client, r.apiReader, gone, "provisioningrequest")

@@ -88,9 +88,15 @@ func TestRecreatedRequestSweepsTheSeatsOfTheOneBefore(t *testing.T) {
 				seatOf("old-0", "team-a/job-a-prov-1", "uid-old"), seatOf("old-1", "team-a/job-a-prov-1", "uid-old"),
 				seatOf("current-0", "team-a/job-a-prov-1", "uid-pr"), seatOf("other-0", "team-a/job-b-prov-1", "uid-b")).
 				WithIndex(&corev1.Event{}, "involvedObject.uid", func(o client.Object) []string { return []string{string(o.(*corev1.Event).InvolvedObject.UID)} }).Build()
-			r := New(c, c, clocktesting.NewFakePassiveClock(t0), events.NewRecorder(kevents.NewFakeRecorder(10)), Options{})
+			book := ledger.New(clocktesting.NewFakePassiveClock(t0))
+			// The old request held room for a consuming pod: that hold goes with it.
+			book.Hold("uid-old", []scheduling.PodOnNode{{Pod: consumer("c0", ""), Node: "n1"}}, t0.Add(time.Minute))
+			r := New(c, c, clocktesting.NewFakePassiveClock(t0), events.NewRecorder(kevents.NewFakeRecorder(10)), Options{Ledger: book})
 			if _, err := r.Reconcile(ctx, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "team-a", Name: "job-a-prov-1"}}); err != nil {
 				t.Fatalf("reconcile: %v", err)
+			}
+			if held := book.Held("uid-old"); held != nil {
+				t.Errorf("the old request's hold outlived its seats: %v", held)
 			}
 			var left corev1.PodList
 			if err := c.List(ctx, &left, client.InNamespace(seat.DefaultNamespace)); err != nil {

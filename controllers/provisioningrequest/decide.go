@@ -215,17 +215,18 @@ func booked(o observation, t timing, prov *metav1.Condition, p *plan) {
 
 // heldRoom is the room to hold for the consuming pods kube-scheduler is about to place: the
 // room of each seat on a node that gives way now (removed) or gave way before (o.held), for
-// one arrived pod no gate holds — until it binds. Without the hold, between a seat's deletion
-// and its pod's binding, gang admission or another request could promise the room (a PodGroup
-// gang released there first took the GPUs a Kueue workload was admitted on). A pod berth's gang
-// gate holds gets none: its gang's admission places it, and a hold would keep it from the room.
-// Each hold is a copy of its pod under the seat's UID: the seat is gone from the cache, the pod
-// is not, and the ledger counts a held pod only while the cache does not show it.
+// one arrived pod — until it binds. Without the hold, between a seat's deletion and its pod's
+// binding, gang admission or another request could promise the room (a PodGroup gang released
+// there first took the GPUs a Kueue workload was admitted on). A berth gang's member gets
+// none, gated or released (pinned): its gang's admission places it, counting the seats as the
+// gang's own room, and the ledger counts a released member on its node already. Each hold is a
+// copy of its pod under the seat's UID: the ledger counts it while the cache shows neither the
+// seat nor the pod bound.
 func heldRoom(o observation, removed []*corev1.Pod) []scheduling.PodOnNode {
 	waiting := map[string]*corev1.Pod{}
 	var order []string
 	for _, c := range o.consuming {
-		if consumerArrived(c) && len(c.Spec.SchedulingGates) == 0 {
+		if consumerArrived(c) && !gangMember(c) {
 			waiting[c.Name] = c
 			order = append(order, c.Name)
 		}
@@ -253,6 +254,13 @@ func heldRoom(o observation, removed []*corev1.Pod) []scheduling.PodOnNode {
 		out = append(out, scheduling.PodOnNode{Pod: c, Node: s.Spec.NodeName})
 	}
 	return out
+}
+
+// gangMember reports whether p is a berth gang's member: held by berth's gate, released by
+// gang admission (pinned to a node), or labelled with its PodGroup.
+func gangMember(p *corev1.Pod) bool {
+	return slices.ContainsFunc(p.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool { return g.Name == berthv1alpha1.SchedulingGate }) ||
+		p.Annotations[berthv1alpha1.PinnedNodeAnnotation] != "" || p.Labels[berthv1alpha1.PodGroupLabel] != ""
 }
 
 // anyArrived reports whether a consuming pod waits to be scheduled (consumerArrived).

@@ -266,14 +266,20 @@ func TestBookedHoldsTheRoomUntilItsPodBinds(t *testing.T) {
 	if p = decide(o, tm); !p.setHold || len(p.hold) != 0 {
 		t.Fatalf("booking expired: set %v hold %v, want the hold let go", p.setHold, held(p))
 	}
-	// A pod berth's gang gate holds, and a pod that arrived for an unbound seat: no hold.
+	// A berth gang's member, gated or released by admission (pinned): no hold — its gang's
+	// admission places it, and the ledger counts a released member already.
+	pinned := consumer("g1", "")
+	pinned.Annotations[berthv1alpha1.PinnedNodeAnnotation] = "n1"
+	for _, m := range []*corev1.Pod{consumer("g0", "", berthv1alpha1.SchedulingGate), pinned} {
+		o = observation{pr: pr, now: now, pods: gpuPods(2), seats: seats, ready: allReady, consuming: []*corev1.Pod{m}}
+		if p = decide(o, tm); len(p.hold) != 0 || len(p.remove) != 1 {
+			t.Fatalf("gang member %s: hold %v, removed %d; want no hold, one seat given way", m.Name, held(p), len(p.remove))
+		}
+	}
+	// A pod that arrived for an unbound seat: no room to hold.
 	unbound := seatAt("s2", t0, "", false)
 	o = observation{pr: pr, now: now, pods: gpuPods(2), seats: []*corev1.Pod{seats[0], unbound}, ready: allReady,
-		consuming: []*corev1.Pod{consumer("g0", "", berthv1alpha1.SchedulingGate)}}
-	if p = decide(o, tm); len(p.hold) != 0 || len(p.remove) != 1 {
-		t.Fatalf("berth-gated pod: hold %v, removed %d; want no hold, one seat given way", held(p), len(p.remove))
-	}
-	o.consuming = []*corev1.Pod{consumer("c0", "")}
+		consuming: []*corev1.Pod{consumer("c0", "")}}
 	if p = decide(o, tm); len(p.hold) != 0 || p.remove[0].Name != "s2" {
 		t.Fatalf("the unbound seat gave way: hold %v; want none", held(p))
 	}

@@ -142,8 +142,10 @@ func (l *Ledger) ForgetPod(uid types.UID) {
 // without the hold admission could promise that room to a PodGroup gang first), and a booked
 // ProvisioningRequest's seats that give way to its consuming pods one by one. Each held pod
 // (a seat) counts on its node while it is not in the cache — while it is, it counts as itself —
-// until the owner releases it (Release) or the time passes. A later Hold of one owner replaces
-// the earlier.
+// and the pod it stands for (the held pod's namespace and name: a copy of the member or
+// consuming pod under the seat's UID) is not bound — once it is, it counts as itself — until
+// the owner releases it (Release) or the time passes. A later Hold of one owner replaces the
+// earlier.
 func (l *Ledger) Hold(owner types.UID, pods []scheduling.PodOnNode, until time.Time) {
 	if len(pods) == 0 {
 		return
@@ -228,20 +230,28 @@ func (l *Ledger) AppendPromised(dst []scheduling.PodOnNode, pods []*corev1.Pod, 
 	// (a set of every pod per cycle was garbage on every cycle of a large cluster).
 	l.mu.Lock()
 	var seen map[types.UID]bool
+	// boundAs: the pods a hold stands for (by namespace/name) that the cache shows bound.
+	var boundAs map[types.NamespacedName]bool
 	if len(l.pods)+len(l.holds) > 0 {
 		wanted := make(map[types.UID]bool, len(l.pods))
 		for uid := range l.pods {
 			wanted[uid] = true
 		}
+		standsFor := map[types.NamespacedName]bool{}
 		for _, h := range l.holds {
 			for _, pn := range h.pods {
 				wanted[pn.Pod.UID] = true
+				standsFor[types.NamespacedName{Namespace: pn.Pod.Namespace, Name: pn.Pod.Name}] = true
 			}
 		}
 		seen = make(map[types.UID]bool, len(wanted))
+		boundAs = map[types.NamespacedName]bool{}
 		for _, p := range pods {
 			if wanted[p.UID] {
 				seen[p.UID] = true
+			}
+			if p.Spec.NodeName != "" && len(standsFor) > 0 && standsFor[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] {
+				boundAs[types.NamespacedName{Namespace: p.Namespace, Name: p.Name}] = true
 			}
 		}
 	}
@@ -270,7 +280,7 @@ func (l *Ledger) AppendPromised(dst []scheduling.PodOnNode, pods []*corev1.Pod, 
 			continue
 		}
 		for _, pn := range h.pods {
-			if !seen[pn.Pod.UID] {
+			if !seen[pn.Pod.UID] && !boundAs[types.NamespacedName{Namespace: pn.Pod.Namespace, Name: pn.Pod.Name}] {
 				out = append(out, pn)
 			}
 		}

@@ -167,4 +167,21 @@ func TestHeldRoomCounts(t *testing.T) {
 	if len(l.holds) != 0 {
 		t.Errorf("CatchUp kept an expired hold: %v", l.holds)
 	}
+	// A hold that stands for a pod (a copy of it under the seat's UID) stops counting once that
+	// pod is bound: it counts as itself then, once.
+	pod := builders.Pod("c0", "team-a").GPU(8).Obj()
+	pod.UID = "c0-uid"
+	standIn := pod.DeepCopy()
+	standIn.UID = seat.UID
+	l.Hold("pr-uid", []scheduling.PodOnNode{{Pod: standIn, Node: "n1"}}, t0.Add(2*time.Minute))
+	if diff := cmp.Diff(map[string]int{"c0@n1": 1}, counts(l, []*corev1.Pod{pod}, nil)); diff != "" {
+		t.Errorf("the pod waits, its room held (-want +got):\n%s", diff)
+	}
+	bound := builders.PodFrom(pod).Node("n1").Obj()
+	if diff := cmp.Diff(map[string]int{"c0@n1": 1}, counts(l, []*corev1.Pod{bound}, nil)); diff != "" {
+		t.Errorf("the pod bound: counted as itself, once (-want +got):\n%s", diff)
+	}
+	if got := l.Held("pr-uid"); len(got) != 1 {
+		t.Errorf("Held = %v, want the hold until released", got)
+	}
 }
