@@ -7,8 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1beta1 "k8s.io/api/scheduling/v1beta1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	kevents "k8s.io/client-go/tools/events"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -74,10 +72,7 @@ func TestPlanClaims(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			scheme := runtime.NewScheme()
-			if err := clientgoscheme.AddToScheme(scheme); err != nil {
-				t.Fatal(err)
-			}
+			scheme := testScheme(t)
 			objs := append([]client.Object{builders.ClaimTemplate("one", "ml", 1, ""), builders.ClaimTemplate("two", "ml", 2, "")}, tc.objs...)
 			c := fake.NewClientBuilder().WithScheme(scheme).WithObjects(objs...).Build()
 			r := New(c, c, nil, nil, Options{})

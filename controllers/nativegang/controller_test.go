@@ -62,10 +62,7 @@ func TestSeatPod(t *testing.T) {
 // cycle sees it free — and given back once the gang is placed.
 func TestHandOverHoldsTheRoom(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := testScheme(t)
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "train", Name: "ddp", UID: "ng-uid"}}
 	seats := []*corev1.Pod{
 		builders.Pod("ddp-ng-uid-0", "berth-system").Label(berthv1alpha1.SeatForNativeGroupLabel, "ng-uid").GPU(8).Node("n1").Obj(),
@@ -112,10 +109,7 @@ func TestHandOverHoldsTheRoom(t *testing.T) {
 // next reconcile of the name deletes them and keeps the current PodGroup's.
 func TestSeatsOfAPodGroupMadeAgainGo(t *testing.T) {
 	ctx := context.Background()
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
+	scheme := testScheme(t)
 	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: "train", Name: "ddp", UID: "new-uid"}}
 	seat := func(name, uid, group string) *corev1.Pod {
 		p := builders.Pod(name, "berth-system").Label(berthv1alpha1.SeatForNativeGroupLabel, uid).GPU(8).Node("n1").Obj()
@@ -147,4 +141,14 @@ func TestSeatsOfAPodGroupMadeAgainGo(t *testing.T) {
 	if d := cmp.Diff([]string{"ddp-new-uid-0", "llm-o-0"}, names); d != "" {
 		t.Errorf("seats left (-want +got):\n%s", d)
 	}
+}
+
+// testScheme is the client-go scheme the fake clients of these tests use.
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
