@@ -85,8 +85,8 @@ math: docs/scaler.md.`,
 	return cmd
 }
 
-// newScalerEngine builds the scaler's engine: a slim pod cache, the API client for ScaledObjects
-// and /scale, Karpenter's pod events, and the background reads of the replicas (started here,
+// newScalerEngine builds the scaler's engine: a slim pod cache, a watch on ScaledObjects, the
+// API client for /scale, Karpenter's pod events, and the background reads of the replicas (started here,
 // until ctx ends).
 func newScalerEngine(ctx context.Context, cfg *rest.Config, f scalerFlags) (*server.Engine, error) {
 	scheme := runtime.NewScheme()
@@ -128,8 +128,13 @@ func newScalerEngine(ctx context.Context, cfg *rest.Config, f scalerFlags) (*ser
 	if err != nil {
 		return nil, fmt.Errorf("--prometheus-ca-file: %w", err)
 	}
+	// ScaledObjects from a watch: a retarget (blue to green) is resolved as soon as it is made.
+	resolver := &targets.Targets{Pods: podCache, API: api, Capacity: verdicts}
+	if resolver.ScaledObjects, err = targets.WatchScaledObjects(ctx, podCache, 30*time.Second); err != nil {
+		ctrl.Log.WithName("scaler").Error(err, "ScaledObjects are read through the API and each kept for 30s: a retarget is seen up to 30s late")
+	}
 	eng := &server.Engine{
-		Resolver:   &targets.Targets{Pods: podCache, API: api, Capacity: verdicts},
+		Resolver:   resolver,
 		Pods:       pods.New(pods.Options{Timeout: f.scrapeTimeout, FreshFor: f.freshFor, MaxAge: f.maxSampleAge, TTFTWindow: f.ttftWindow, Observe: observe(scaler.SourcePods)}),
 		Prometheus: promsource.New(promsource.Options{RootCAs: rootCAs, Timeout: f.scrapeTimeout, FreshFor: f.freshFor, MaxAge: f.maxSampleAge, TTFTWindow: f.ttftWindow, Observe: observe(scaler.SourcePrometheus)}),
 		Policy:     scaler.Policy{ScaleDownHeadroom: f.headroom},

@@ -1,6 +1,6 @@
 // Package targets finds the replicas of a ScaledObject through the Kubernetes API: the pod
 // selector comes from the trigger's podSelector or else from the scale target's /scale
-// subresource (what the HPA itself uses), and pods come from an informer cache.
+// subresource (what the HPA itself uses), and pods and ScaledObjects come from informer caches.
 package targets
 
 import (
@@ -17,7 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-dev/berth/scaler"
@@ -59,88 +61,129 @@ type TargetRef struct {
 type Targets struct {
 	// Pods reads pods, normally from an informer cache.
 	Pods client.Reader
-	// API reads ScaledObjects and /scale subresources (uncached; results are kept for TTL).
+	// API reads /scale subresources (uncached; a target's selector is kept for TTL) and, where
+	// ScaledObjects is nil, ScaledObjects (then kept for TTL too).
 	API client.Client
+	// ScaledObjects, when set, reads ScaledObjects on every resolution, normally from an
+	// informer cache: a ScaledObject pointed at another target (blue to green) or given another
+	// maxReplicaCount is resolved anew as soon as the watch brings it. Without it a
+	// ScaledObject read through API is reused for TTL, and a retarget is seen up to TTL late.
+	ScaledObjects client.Reader
 	// Capacity, when set, tells whether Karpenter said it cannot launch a node for an
 	// unschedulable pod; without it an unschedulable pod counts as starting until the
 	// trigger's startup timeout.
 	Capacity CapacityVerdicts
-	// TTL is how long a resolved selector is reused (default 30s).
+	// TTL is how long a target's /scale selector is reused, and a ScaledObject read through
+	// API (default 30s).
 	TTL   time.Duration
 	Clock clock.PassiveClock
 
-	mu    sync.Mutex
-	infos map[infoKey]cachedInfo
+	mu        sync.Mutex
+	objects   map[client.ObjectKey]cachedObject
+	selectors map[targetKey]cachedSelector
 }
 
-// infoKey names a cached resolution: a ScaledObject read with or without its target's /scale
-// selector. A trigger with podSelector reads none, and another trigger of the same
-// ScaledObject without one must not reuse that (it would list no pods).
-type infoKey struct {
-	client.ObjectKey
-	withSelector bool
+// targetKey names a scale target in a namespace.
+type targetKey struct {
+	namespace string
+	TargetRef
 }
 
-type cachedInfo struct {
-	at   time.Time
-	info Info
+type cachedObject struct {
+	at  time.Time
+	obj *unstructured.Unstructured
+}
+
+type cachedSelector struct {
+	at  time.Time
+	sel labels.Selector
 }
 
 // Resolve returns the target's selector (the trigger's podSelector, if set) and limits.
 func (t *Targets) Resolve(ctx context.Context, namespace, name string, tr *scaler.Trigger) (Info, error) {
-	clk := t.Clock
-	if clk == nil {
-		clk = clock.RealClock{}
-	}
-	ttl := t.TTL
-	if ttl <= 0 {
-		ttl = 30 * time.Second
-	}
-	key := infoKey{client.ObjectKey{Namespace: namespace, Name: name}, tr.PodSelector == nil}
-	t.mu.Lock()
-	c, ok := t.infos[key]
-	t.mu.Unlock()
-	if !ok || clk.Since(c.at) > ttl {
-		info, err := t.read(ctx, namespace, name, key.withSelector)
-		if err != nil {
-			return Info{}, err
-		}
-		c = cachedInfo{at: clk.Now(), info: info}
-		t.mu.Lock()
-		if t.infos == nil {
-			t.infos = map[infoKey]cachedInfo{}
-		}
-		t.infos[key] = c
-		for k, old := range t.infos { // forget ScaledObjects KEDA stopped asking about
-			if c.at.Sub(old.at) > 10*ttl {
-				delete(t.infos, k)
-			}
-		}
-		t.mu.Unlock()
-	}
-	info := c.info
-	if tr.PodSelector != nil {
-		// The trigger's pods, whatever another trigger of the ScaledObject resolved: its /scale
-		// is not read for it.
-		info.Selector, info.Target = tr.PodSelector, nil
-	}
-	return info, nil
-}
-
-// read fetches the ScaledObject and, when needSelector, its target's /scale selector.
-func (t *Targets) read(ctx context.Context, namespace, name string, needSelector bool) (Info, error) {
-	so := &unstructured.Unstructured{}
-	so.SetGroupVersionKind(ScaledObjectGVK)
-	err := t.API.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, so)
+	needSelector := tr.PodSelector == nil
+	so, err := t.scaledObject(ctx, namespace, name)
 	if err != nil {
 		if !needSelector && (apierrors.IsNotFound(err) || isNoKind(err)) {
-			return Info{}, nil // a ScaledJob, or KEDA's API absent: podSelector is enough
+			// A ScaledJob, or KEDA's API absent: podSelector is enough.
+			return Info{Selector: tr.PodSelector}, nil
 		}
 		if apierrors.IsNotFound(err) {
 			return Info{}, fmt.Errorf("%w: ScaledObject %s/%s not found (a ScaledJob needs podSelector in the trigger metadata): %w", ErrTarget, namespace, name, err)
 		}
 		return Info{}, fmt.Errorf("reading ScaledObject %s/%s: %w", namespace, name, err)
 	}
+	info, target := parseScaledObject(so)
+	if !needSelector {
+		// The trigger's podSelector is the replicas: the target's /scale is not read (berth's
+		// RBAC may not cover its kind), and held decisions keep the live replicas.
+		info.Selector = tr.PodSelector
+		return info, nil
+	}
+	if target.Name == "" {
+		return Info{}, fmt.Errorf("%w: ScaledObject %s/%s has no spec.scaleTargetRef.name", ErrTarget, namespace, name)
+	}
+	sel, err := t.selector(ctx, namespace, target)
+	if err != nil {
+		return Info{}, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)
+	}
+	info.Selector, info.Target = sel, &target
+	return info, nil
+}
+
+func (t *Targets) clock() clock.PassiveClock {
+	if t.Clock == nil {
+		return clock.RealClock{}
+	}
+	return t.Clock
+}
+
+func (t *Targets) ttl() time.Duration {
+	if t.TTL <= 0 {
+		return 30 * time.Second
+	}
+	return t.TTL
+}
+
+// scaledObject reads a ScaledObject: from ScaledObjects each time, or from API at most once a
+// TTL. Errors are not kept: the next resolution reads again.
+func (t *Targets) scaledObject(ctx context.Context, namespace, name string) (*unstructured.Unstructured, error) {
+	key := client.ObjectKey{Namespace: namespace, Name: name}
+	so := &unstructured.Unstructured{}
+	so.SetGroupVersionKind(ScaledObjectGVK)
+	if t.ScaledObjects != nil {
+		if err := t.ScaledObjects.Get(ctx, key, so); err != nil {
+			return nil, err
+		}
+		return so, nil
+	}
+	now := t.clock().Now()
+	t.mu.Lock()
+	c, ok := t.objects[key]
+	t.mu.Unlock()
+	if ok && now.Sub(c.at) <= t.ttl() {
+		return c.obj, nil
+	}
+	if err := t.API.Get(ctx, key, so); err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.objects == nil {
+		t.objects = map[client.ObjectKey]cachedObject{}
+	}
+	t.objects[key] = cachedObject{at: now, obj: so}
+	for k, old := range t.objects { // forget ScaledObjects KEDA stopped asking about
+		if now.Sub(old.at) > 10*t.ttl() {
+			delete(t.objects, k)
+		}
+	}
+	return so, nil
+}
+
+// parseScaledObject reads the limits and the scale target of a ScaledObject, with KEDA's
+// defaults for what it omits.
+func parseScaledObject(so *unstructured.Unstructured) (Info, TargetRef) {
 	info := Info{UID: string(so.GetUID()), MaxReplicas: 100, PollingInterval: 30 * time.Second} // KEDA's defaults
 	if n, found, _ := unstructured.NestedInt64(so.Object, "spec", "maxReplicaCount"); found {
 		info.MaxReplicas = int(n)
@@ -156,28 +199,45 @@ func (t *Targets) read(ctx context.Context, namespace, name string, needSelector
 	if target.Kind == "" {
 		target.Kind = "Deployment"
 	}
-	if !needSelector {
-		// The trigger's podSelector is the replicas: the target's /scale is not read (berth's
-		// RBAC may not cover its kind), and held decisions keep the live replicas.
-		return info, nil
-	}
-	if target.Name == "" {
-		return Info{}, fmt.Errorf("%w: ScaledObject %s/%s has no spec.scaleTargetRef.name", ErrTarget, namespace, name)
+	return info, target
+}
+
+// selector is the pod selector target's /scale reports, read at most once a TTL per target (a
+// Deployment's or StatefulSet's selector cannot change; one deleted and created again with
+// another is seen up to TTL late).
+func (t *Targets) selector(ctx context.Context, namespace string, target TargetRef) (labels.Selector, error) {
+	key := targetKey{namespace, target}
+	now := t.clock().Now()
+	t.mu.Lock()
+	c, ok := t.selectors[key]
+	t.mu.Unlock()
+	if ok && now.Sub(c.at) <= t.ttl() {
+		return c.sel, nil
 	}
 	scale, err := t.readScale(ctx, namespace, target)
 	if err != nil {
-		return Info{}, fmt.Errorf("ScaledObject %s/%s: %w", namespace, name, err)
+		return nil, err
 	}
 	selector, _, _ := unstructured.NestedString(scale.Object, "status", "selector")
 	if selector == "" {
-		return Info{}, fmt.Errorf("%w: %s %s/%s reports no selector in /scale; set podSelector in the trigger metadata", ErrTarget, target.Kind, namespace, target.Name)
+		return nil, fmt.Errorf("%w: %s %s/%s reports no selector in /scale; set podSelector in the trigger metadata", ErrTarget, target.Kind, namespace, target.Name)
 	}
 	sel, err := labels.Parse(selector)
 	if err != nil {
-		return Info{}, fmt.Errorf("%w: %s %s/%s selector %q: %w", ErrTarget, target.Kind, namespace, target.Name, selector, err)
+		return nil, fmt.Errorf("%w: %s %s/%s selector %q: %w", ErrTarget, target.Kind, namespace, target.Name, selector, err)
 	}
-	info.Selector, info.Target = sel, &target
-	return info, nil
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.selectors == nil {
+		t.selectors = map[targetKey]cachedSelector{}
+	}
+	t.selectors[key] = cachedSelector{at: now, sel: sel}
+	for k, old := range t.selectors {
+		if now.Sub(old.at) > 10*t.ttl() {
+			delete(t.selectors, k)
+		}
+	}
+	return sel, nil
 }
 
 // readScale reads the /scale subresource of target in namespace.
@@ -269,4 +329,25 @@ func (t *Targets) replica(p *corev1.Pod) scaler.Pod {
 		sp.Stuck = Stuck(p, t.Capacity)
 	}
 	return sp
+}
+
+// WatchScaledObjects starts c's informer on ScaledObjects and waits up to timeout for it to
+// list them: c then serves Targets.ScaledObjects. Where it cannot (KEDA's CRD not served, no
+// list or watch permission), the informer is removed again and the error says why; the caller
+// reads ScaledObjects through the API instead.
+func WatchScaledObjects(ctx context.Context, c cache.Cache, timeout time.Duration) (client.Reader, error) {
+	so := &unstructured.Unstructured{}
+	so.SetGroupVersionKind(ScaledObjectGVK)
+	inf, err := c.GetInformer(ctx, so, cache.BlockUntilSynced(false))
+	if err != nil {
+		return nil, fmt.Errorf("watching ScaledObjects: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if !toolscache.WaitForCacheSync(wctx.Done(), inf.HasSynced) {
+		return nil, errors.Join(
+			fmt.Errorf("the ScaledObjects' informer did not sync within %s (may berth's scaler list and watch keda.sh scaledobjects?)", timeout),
+			c.RemoveInformer(context.WithoutCancel(ctx), so))
+	}
+	return c, nil
 }

@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -200,6 +201,16 @@ func ComponentToken(ctx context.Context, r *rig.Rig, component string) (string, 
 // ComponentClient is a client acting as berth's component (ComponentKubeconfig), for tests
 // that run a component's code in the test process.
 func ComponentClient(ctx context.Context, r *rig.Rig, component string) (client.Client, error) {
+	cfg, err := ComponentConfig(ctx, r, component)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cfg, client.Options{Scheme: r.Client.Scheme()})
+}
+
+// ComponentConfig is the REST config of ComponentKubeconfig, for tests that build a
+// component's informer caches in the test process.
+func ComponentConfig(ctx context.Context, r *rig.Rig, component string) (*rest.Config, error) {
 	path, err := ComponentKubeconfig(ctx, r, component)
 	if err != nil {
 		return nil, err
@@ -208,5 +219,5 @@ func ComponentClient(ctx context.Context, r *rig.Rig, component string) (client.
 	if err != nil {
 		return nil, fmt.Errorf("loading %s: %w", path, err)
 	}
-	return client.New(cfg, client.Options{Scheme: r.Client.Scheme()})
+	return cfg, nil
 }

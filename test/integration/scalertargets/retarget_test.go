@@ -1,0 +1,121 @@
+package scalertargets_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	clocktesting "k8s.io/utils/clock/testing"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/berth-dev/berth/scaler"
+	"github.com/berth-dev/berth/scaler/targets"
+	"github.com/berth-dev/berth/test/rigtest"
+)
+
+// componentCache is an informer cache acting as berth's component, as the scaler builds its
+// own: the ScaledObjects' watch runs with exactly the component's shipped RBAC.
+func componentCache(t *testing.T, component string) cache.Cache {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cfg, err := rigtest.ComponentConfig(ctx, rigtest.Current(), component)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Start(ctx) }()
+	return c
+}
+
+// TestARetargetIsResolvedAtOnce: a ScaledObject pointed from one Deployment to another (blue to
+// green) is resolved to the new one's pods at the next evaluation once the scaler watches
+// ScaledObjects — with the scaler's own RBAC — where a ScaledObject read through the API is
+// kept for the TTL. Without the watch (a ClusterRole without list and watch), the scaler's
+// start says why, and nothing is left running.
+func TestARetargetIsResolvedAtOnce(t *testing.T) {
+	ctx := context.Background()
+	c := rigtest.Current().Client
+	for _, color := range []string{"blue", "green"} {
+		sel := map[string]string{"app": "shop", "color": color}
+		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "shop-" + color, Namespace: ns},
+			Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](0), Selector: &metav1.LabelSelector{MatchLabels: sel}, Template: podTemplate(sel)}}
+		if err := c.Create(ctx, dep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	so := scaledObject("shop", map[string]any{"name": "shop-blue"}, 8)
+	if err := c.Create(ctx, so); err != nil {
+		t.Fatal(err)
+	}
+
+	watched, err := targets.WatchScaledObjects(ctx, componentCache(t, "scaler"), 30*time.Second)
+	if err != nil {
+		t.Fatalf("watching ScaledObjects as berth's scaler (config/rbac/scaler.yaml): %v", err)
+	}
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	hour := time.Hour // nothing is read again for the TTL in this test
+	watching := &targets.Targets{Pods: c, API: c, ScaledObjects: watched, TTL: hour, Clock: clk}
+	polling := &targets.Targets{Pods: c, API: c, TTL: hour, Clock: clk}
+	noSel := &scaler.Trigger{}
+	for name, tg := range map[string]*targets.Targets{"watching": watching, "polling": polling} {
+		if info, err := tg.Resolve(ctx, ns, "shop", noSel); err != nil || info.Selector.String() != "app=shop,color=blue" || info.MaxReplicas != 8 {
+			t.Fatalf("%s, before the retarget: %+v, %v; want blue's selector and 8 replicas at most", name, info, err)
+		}
+	}
+
+	if err := c.Get(ctx, client.ObjectKeyFromObject(so), so); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(so.Object, "shop-green", "spec", "scaleTargetRef", "name"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedField(so.Object, int64(12), "spec", "maxReplicaCount"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Update(ctx, so); err != nil {
+		t.Fatal(err)
+	}
+	var info targets.Info
+	deadline := time.Now().Add(10 * time.Second) // the watch's delivery, not a TTL
+	for {
+		if info, err = watching.Resolve(ctx, ns, "shop", noSel); err != nil {
+			t.Fatal(err)
+		}
+		if info.Selector.String() == "app=shop,color=green" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if info.Selector.String() != "app=shop,color=green" || info.MaxReplicas != 12 || info.Target == nil || info.Target.Name != "shop-green" {
+		t.Fatalf("watching, after the retarget: %+v (target %+v); want green's selector, target and 12 replicas at most", info, info.Target)
+	}
+	// Read through the API, the ScaledObject is kept for the TTL, then read again.
+	if info, _ := polling.Resolve(ctx, ns, "shop", noSel); info.Selector.String() != "app=shop,color=blue" {
+		t.Fatalf("polling within its TTL: %v; want blue's (kept)", info.Selector)
+	}
+	clk.SetTime(clk.Now().Add(hour + time.Second))
+	if info, err := polling.Resolve(ctx, ns, "shop", noSel); err != nil || info.Selector.String() != "app=shop,color=green" {
+		t.Fatalf("polling past its TTL: %+v, %v; want green's", info, err)
+	}
+
+	// The agent may not list ScaledObjects: the watch does not sync, and it says what is missing.
+	if _, err := targets.WatchScaledObjects(ctx, componentCache(t, "agent"), 3*time.Second); err == nil || !strings.Contains(err.Error(), "list and watch") {
+		t.Fatalf("watching ScaledObjects without the RBAC: %v; want an error naming list and watch", err)
+	}
+}
