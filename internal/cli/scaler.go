@@ -130,8 +130,8 @@ func newScalerEngine(ctx context.Context, cfg *rest.Config, f scalerFlags) (*ser
 	}
 	// ScaledObjects from a watch: a retarget (blue to green) is resolved as soon as it is made.
 	resolver := &targets.Targets{Pods: podCache, API: api, Capacity: verdicts}
-	if resolver.ScaledObjects, err = targets.WatchScaledObjects(ctx, podCache, 30*time.Second); err != nil {
-		ctrl.Log.WithName("scaler").Error(err, "ScaledObjects are read through the API and each kept for 30s: a retarget is seen up to 30s late")
+	if resolver.ScaledObjects, err = targets.WatchScaledObjects(ctx, cfg, f.namespace, api, 10*time.Second); err != nil {
+		ctrl.Log.WithName("scaler").Error(err, "ScaledObjects are read through the API and each kept for 30s: a retarget is seen up to 30s late (a restart watches them once the scaler may, or once KEDA's CRD is installed)")
 	}
 	eng := &server.Engine{
 		Resolver:   resolver,
@@ -144,7 +144,7 @@ func newScalerEngine(ctx context.Context, cfg *rest.Config, f scalerFlags) (*ser
 	go eng.Pods.Run(ctx, 100*time.Millisecond)
 	if f.warmSeats {
 		eng.Seats = &warmseats.Wants{}
-		keeper := &warmseats.Keeper{Client: api, Pods: podCache, API: api, Wants: eng.Seats, PauseImage: f.warmSeatImage,
+		keeper := &warmseats.Keeper{Client: api, Pods: podCache, API: api, ScaledObjects: resolver.ScaledObjects, Wants: eng.Seats, PauseImage: f.warmSeatImage,
 			Pull: warmseats.Pull(f.warmSeatPull), Log: ctrl.Log.WithName("warm-seats")}
 		go keeper.Run(ctx)
 	}

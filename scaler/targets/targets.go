@@ -16,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -92,6 +94,7 @@ type targetKey struct {
 type cachedObject struct {
 	at  time.Time
 	obj *unstructured.Unstructured
+	err error // not found, or KEDA's API not served (obj nil)
 }
 
 type cachedSelector struct {
@@ -102,7 +105,7 @@ type cachedSelector struct {
 // Resolve returns the target's selector (the trigger's podSelector, if set) and limits.
 func (t *Targets) Resolve(ctx context.Context, namespace, name string, tr *scaler.Trigger) (Info, error) {
 	needSelector := tr.PodSelector == nil
-	so, err := t.scaledObject(ctx, namespace, name)
+	so, err := t.scaledObject(ctx, namespace, name, needSelector)
 	if err != nil {
 		if !needSelector && (apierrors.IsNotFound(err) || isNoKind(err)) {
 			// A ScaledJob, or KEDA's API absent: podSelector is enough.
@@ -146,13 +149,25 @@ func (t *Targets) ttl() time.Duration {
 }
 
 // scaledObject reads a ScaledObject: from ScaledObjects each time, or from API at most once a
-// TTL. Errors are not kept: the next resolution reads again.
-func (t *Targets) scaledObject(ctx context.Context, namespace, name string) (*unstructured.Unstructured, error) {
+// TTL. Errors are not kept, but for one a trigger with podSelector may go on without (not
+// found, KEDA's API not served: a ScaledJob), which would otherwise be read on every
+// evaluation.
+func (t *Targets) scaledObject(ctx context.Context, namespace, name string, needSelector bool) (*unstructured.Unstructured, error) {
 	key := client.ObjectKey{Namespace: namespace, Name: name}
-	so := &unstructured.Unstructured{}
-	so.SetGroupVersionKind(ScaledObjectGVK)
+	newSO := func() *unstructured.Unstructured {
+		so := &unstructured.Unstructured{}
+		so.SetGroupVersionKind(ScaledObjectGVK)
+		return so
+	}
 	if t.ScaledObjects != nil {
-		if err := t.ScaledObjects.Get(ctx, key, so); err != nil {
+		so := newSO()
+		err := t.ScaledObjects.Get(ctx, key, so)
+		if apierrors.IsNotFound(err) && needSelector {
+			// KEDA created it a moment ago, and the watch has not brought it yet.
+			so = newSO()
+			err = t.API.Get(ctx, key, so)
+		}
+		if err != nil {
 			return nil, err
 		}
 		return so, nil
@@ -161,24 +176,29 @@ func (t *Targets) scaledObject(ctx context.Context, namespace, name string) (*un
 	t.mu.Lock()
 	c, ok := t.objects[key]
 	t.mu.Unlock()
-	if ok && now.Sub(c.at) <= t.ttl() {
-		return c.obj, nil
+	if ok && now.Sub(c.at) <= t.ttl() && (c.err == nil || !needSelector) {
+		return c.obj, c.err
 	}
-	if err := t.API.Get(ctx, key, so); err != nil {
-		return nil, err
+	so := newSO()
+	err := t.API.Get(ctx, key, so)
+	if err != nil {
+		if !apierrors.IsNotFound(err) && !isNoKind(err) {
+			return nil, err
+		}
+		so = nil
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.objects == nil {
 		t.objects = map[client.ObjectKey]cachedObject{}
 	}
-	t.objects[key] = cachedObject{at: now, obj: so}
+	t.objects[key] = cachedObject{at: now, obj: so, err: err}
 	for k, old := range t.objects { // forget ScaledObjects KEDA stopped asking about
 		if now.Sub(old.at) > 10*t.ttl() {
 			delete(t.objects, k)
 		}
 	}
-	return so, nil
+	return so, err
 }
 
 // parseScaledObject reads the limits and the scale target of a ScaledObject, with KEDA's
@@ -331,23 +351,61 @@ func (t *Targets) replica(p *corev1.Pod) scaler.Pod {
 	return sp
 }
 
-// WatchScaledObjects starts c's informer on ScaledObjects and waits up to timeout for it to
-// list them: c then serves Targets.ScaledObjects. Where it cannot (KEDA's CRD not served, no
-// list or watch permission), the informer is removed again and the error says why; the caller
-// reads ScaledObjects through the API instead.
-func WatchScaledObjects(ctx context.Context, c cache.Cache, timeout time.Duration) (client.Reader, error) {
+// ScaledObjectList is KEDA's ScaledObjectList, read as unstructured.
+var ScaledObjectList = schema.GroupVersionKind{Group: "keda.sh", Version: "v1alpha1", Kind: "ScaledObjectList"}
+
+// SlimScaledObject is a cache transform that drops what the scaler never reads of a
+// ScaledObject (managedFields, the last-applied annotation, status), so a cache of every
+// ScaledObject stays small.
+func SlimScaledObject(obj any) (any, error) {
+	so, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	so.SetManagedFields(nil)
+	unstructured.RemoveNestedField(so.Object, "status")
+	if a := so.GetAnnotations(); a != nil {
+		delete(a, "kubectl.kubernetes.io/last-applied-configuration")
+		so.SetAnnotations(a)
+	}
+	return so, nil
+}
+
+// WatchScaledObjects starts a watch on ScaledObjects (in namespace, "" for all) with the
+// rights of cfg and waits up to timeout for it to list them: the cache it returns serves
+// Targets.ScaledObjects until ctx ends. Where it cannot — KEDA's CRD not served, or api may not
+// list ScaledObjects (checked first, so a scaler under an older ClusterRole is not held at its
+// start), or the watch did not sync — nothing is left running and the error says why; the
+// caller reads ScaledObjects through the API instead.
+func WatchScaledObjects(ctx context.Context, cfg *rest.Config, namespace string, api client.Reader, timeout time.Duration) (client.Reader, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(ScaledObjectList)
+	if err := api.List(ctx, list, client.InNamespace(namespace), client.Limit(1)); err != nil {
+		return nil, fmt.Errorf("listing ScaledObjects (may berth's scaler list and watch keda.sh scaledobjects?): %w", err)
+	}
 	so := &unstructured.Unstructured{}
 	so.SetGroupVersionKind(ScaledObjectGVK)
-	inf, err := c.GetInformer(ctx, so, cache.BlockUntilSynced(false))
+	opts := cache.Options{Scheme: runtime.NewScheme(), ByObject: map[client.Object]cache.ByObject{so: {Transform: SlimScaledObject}}}
+	if namespace != "" {
+		opts.DefaultNamespaces = map[string]cache.Config{namespace: {}}
+	}
+	c, err := cache.New(cfg, opts)
 	if err != nil {
+		return nil, fmt.Errorf("creating the ScaledObjects' cache: %w", err)
+	}
+	cctx, stop := context.WithCancel(ctx)
+	inf, err := c.GetInformer(cctx, so, cache.BlockUntilSynced(false))
+	if err != nil {
+		stop()
 		return nil, fmt.Errorf("watching ScaledObjects: %w", err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, timeout)
+	go func() { _ = c.Start(cctx) }()
+	wctx, cancel := context.WithTimeout(cctx, timeout)
 	defer cancel()
 	if !toolscache.WaitForCacheSync(wctx.Done(), inf.HasSynced) {
-		return nil, errors.Join(
-			fmt.Errorf("the ScaledObjects' informer did not sync within %s (may berth's scaler list and watch keda.sh scaledobjects?)", timeout),
-			c.RemoveInformer(context.WithoutCancel(ctx), so))
+		stop()
+		return nil, fmt.Errorf("the ScaledObjects' watch did not sync within %s (may berth's scaler list and watch keda.sh scaledobjects?)", timeout)
 	}
+	context.AfterFunc(ctx, stop)
 	return c, nil
 }

@@ -45,7 +45,11 @@ type Keeper struct {
 	Client client.Writer
 	Pods   client.Reader
 	API    client.Reader
-	Wants  *Wants
+	// ScaledObjects, when set, reads a ScaledObject on every pass (normally the scaler's watch,
+	// targets.WatchScaledObjects): one retargeted or whose triggers changed is read again at
+	// once, not after templateTTL.
+	ScaledObjects client.Reader
+	Wants         *Wants
 	// PauseImage is the seats' own container; Pull how they pull the serving images.
 	PauseImage string
 	Pull       Pull
@@ -61,6 +65,7 @@ type Keeper struct {
 
 type cachedTemplate struct {
 	at       time.Time
+	spec     string // the ScaledObject's UID and generation, when read from ScaledObjects
 	template *corev1.PodTemplateSpec
 	gone     bool // the ScaledObject is not there, or asks for no seats
 	refused  *refusal
@@ -270,19 +275,34 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// template is the pod template of the ScaledObject's scale target (reused for templateTTL);
-// gone when the ScaledObject is not there or none of its triggers asks for warm seats.
+// template is the pod template of the ScaledObject's scale target (reused for templateTTL,
+// while the ScaledObject's spec is the same); gone when the ScaledObject is not there or none
+// of its triggers asks for warm seats.
 func (k *Keeper) template(ctx context.Context, key Key, now time.Time) (*corev1.PodTemplateSpec, bool, error) {
+	var so *unstructured.Unstructured
+	spec := ""
+	if k.ScaledObjects != nil {
+		so = &unstructured.Unstructured{}
+		so.SetGroupVersionKind(targets.ScaledObjectGVK)
+		switch err := k.ScaledObjects.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, so); {
+		case apierrors.IsNotFound(err):
+			so = nil // gone, or created a moment ago: read through the API
+		case err != nil:
+			return nil, false, fmt.Errorf("reading the ScaledObject: %w", err)
+		default:
+			spec = fmt.Sprintf("%s/%d", so.GetUID(), so.GetGeneration())
+		}
+	}
 	k.mu.Lock()
 	c, ok := k.templates[key]
 	k.mu.Unlock()
-	if ok && now.Sub(c.at) < templateTTL {
+	if ok && now.Sub(c.at) < templateTTL && c.spec == spec {
 		if c.refused != nil {
 			return nil, true, c.refused
 		}
 		return c.template, c.gone, nil
 	}
-	tmpl, gone, err := k.readTemplate(ctx, key)
+	tmpl, gone, err := k.readTemplate(ctx, key, so)
 	var refused *refusal
 	if err != nil && !errors.As(err, &refused) {
 		return nil, false, err
@@ -291,7 +311,7 @@ func (k *Keeper) template(ctx context.Context, key Key, now time.Time) (*corev1.
 	if k.templates == nil {
 		k.templates = map[Key]cachedTemplate{}
 	}
-	k.templates[key] = cachedTemplate{at: now, template: tmpl, gone: gone, refused: refused}
+	k.templates[key] = cachedTemplate{at: now, spec: spec, template: tmpl, gone: gone, refused: refused}
 	for other, old := range k.templates {
 		if now.Sub(old.at) > 10*templateTTL {
 			delete(k.templates, other)
@@ -304,14 +324,18 @@ func (k *Keeper) template(ctx context.Context, key Key, now time.Time) (*corev1.
 	return tmpl, gone, nil
 }
 
-func (k *Keeper) readTemplate(ctx context.Context, key Key) (*corev1.PodTemplateSpec, bool, error) {
-	so := &unstructured.Unstructured{}
-	so.SetGroupVersionKind(targets.ScaledObjectGVK)
-	if err := k.API.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, so); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil, true, nil
+// readTemplate reads the pod template of the ScaledObject so's scale target (so read through
+// the API where nil).
+func (k *Keeper) readTemplate(ctx context.Context, key Key, so *unstructured.Unstructured) (*corev1.PodTemplateSpec, bool, error) {
+	if so == nil {
+		so = &unstructured.Unstructured{}
+		so.SetGroupVersionKind(targets.ScaledObjectGVK)
+		if err := k.API.Get(ctx, client.ObjectKey{Namespace: key.Namespace, Name: key.Name}, so); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil, true, nil
+			}
+			return nil, false, fmt.Errorf("reading the ScaledObject: %w", err)
 		}
-		return nil, false, fmt.Errorf("reading the ScaledObject: %w", err)
 	}
 	asked := asksForSeats(so)
 	if asked == 0 {

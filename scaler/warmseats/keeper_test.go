@@ -2,6 +2,7 @@ package warmseats
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -376,4 +377,60 @@ func (r slimReader) List(ctx context.Context, list client.ObjectList, opts ...cl
 		pods.Items[i] = *slim.(*corev1.Pod)
 	}
 	return nil
+}
+
+// TestKeeperFollowsARetargetAtOnce: with the scaler's watch on ScaledObjects, a ScaledObject
+// pointed at another Deployment (blue to green, a new serving image) has seats of the new one's
+// template at the next pass, not after the template cache's TTL; without the watch, after it.
+func TestKeeperFollowsARetargetAtOnce(t *testing.T) {
+	for _, watched := range []bool{true, false} {
+		ctx := context.Background()
+		green := fleet()
+		green.Name = "llama-green"
+		green.Spec.Template.Spec.Containers[0].Image = "registry.example/vllm:v0.12.0"
+		k, c, clk := newKeeper(t, fleet(), green, scaledObject("2"))
+		if watched {
+			k.ScaledObjects = c
+		}
+		key := Key{"inference", "llama"}
+		images := func() []string {
+			var out []string
+			for _, p := range seats(t, c) {
+				out = append(out, p.Spec.Volumes[0].Image.Reference)
+			}
+			slices.Sort(out)
+			return out
+		}
+		k.Wants.Set(key, 2, false, clk.Now())
+		if err := k.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := images(); !slices.Equal(got, []string{"registry.example/vllm:v0.11.0", "registry.example/vllm:v0.11.0"}) {
+			t.Fatalf("watched %v: seats pull %v before the retarget, want blue's image twice", watched, got)
+		}
+		so := &unstructured.Unstructured{}
+		so.SetGroupVersionKind(targets.ScaledObjectGVK)
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "inference", Name: "llama"}, so); err != nil {
+			t.Fatal(err)
+		}
+		if err := unstructured.SetNestedField(so.Object, "llama-green", "spec", "scaleTargetRef", "name"); err != nil {
+			t.Fatal(err)
+		}
+		so.SetGeneration(so.GetGeneration() + 1) // the API server's, on a spec change
+		if err := c.Update(ctx, so); err != nil {
+			t.Fatal(err)
+		}
+		clk.Step(DefaultInterval)
+		k.Wants.Set(key, 2, false, clk.Now())
+		if err := k.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want := "registry.example/vllm:v0.12.0"
+		if !watched {
+			want = "registry.example/vllm:v0.11.0" // the template is kept for templateTTL
+		}
+		if got := images(); !slices.Equal(got, []string{want, want}) {
+			t.Fatalf("watched %v: seats pull %v the pass after the retarget, want %s twice", watched, got, want)
+		}
+	}
 }

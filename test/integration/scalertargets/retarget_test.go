@@ -7,13 +7,11 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/berth-dev/berth/scaler"
@@ -21,33 +19,30 @@ import (
 	"github.com/berth-dev/berth/test/rigtest"
 )
 
-// componentCache is an informer cache acting as berth's component, as the scaler builds its
-// own: the ScaledObjects' watch runs with exactly the component's shipped RBAC.
-func componentCache(t *testing.T, component string) cache.Cache {
+// componentWatch is WatchScaledObjects acting as berth's component, as the scaler runs it: with
+// exactly the component's shipped RBAC.
+func componentWatch(t *testing.T, component string, timeout time.Duration) (client.Reader, error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	cfg, err := rigtest.ComponentConfig(ctx, rigtest.Current(), component)
+	r := rigtest.Current()
+	cfg, err := rigtest.ComponentConfig(ctx, r, component)
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := cache.New(cfg, cache.Options{Scheme: scheme})
+	api, err := rigtest.ComponentClient(ctx, r, component)
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = c.Start(ctx) }()
-	return c
+	return targets.WatchScaledObjects(ctx, cfg, "", api, timeout)
 }
 
 // TestARetargetIsResolvedAtOnce: a ScaledObject pointed from one Deployment to another (blue to
 // green) is resolved to the new one's pods at the next evaluation once the scaler watches
 // ScaledObjects — with the scaler's own RBAC — where a ScaledObject read through the API is
-// kept for the TTL. Without the watch (a ClusterRole without list and watch), the scaler's
-// start says why, and nothing is left running.
+// kept for the TTL. Without the rights to watch them (an older ClusterRole) the scaler's start
+// is not held, and it says why. A ScaledObject created a moment ago is resolved though the
+// watch has not brought it yet.
 func TestARetargetIsResolvedAtOnce(t *testing.T) {
 	ctx := context.Background()
 	c := rigtest.Current().Client
@@ -64,7 +59,7 @@ func TestARetargetIsResolvedAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	watched, err := targets.WatchScaledObjects(ctx, componentCache(t, "scaler"), 30*time.Second)
+	watched, err := componentWatch(t, "scaler", 30*time.Second)
 	if err != nil {
 		t.Fatalf("watching ScaledObjects as berth's scaler (config/rbac/scaler.yaml): %v", err)
 	}
@@ -105,17 +100,29 @@ func TestARetargetIsResolvedAtOnce(t *testing.T) {
 	if info.Selector.String() != "app=shop,color=green" || info.MaxReplicas != 12 || info.Target == nil || info.Target.Name != "shop-green" {
 		t.Fatalf("watching, after the retarget: %+v (target %+v); want green's selector, target and 12 replicas at most", info, info.Target)
 	}
+	// One KEDA created a moment ago is resolved, whether the watch has brought it or not.
+	if err := c.Create(ctx, scaledObject("shop-new", map[string]any{"name": "shop-blue"}, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := watching.Resolve(ctx, ns, "shop-new", noSel); err != nil || info.Selector.String() != "app=shop,color=blue" {
+		t.Fatalf("a ScaledObject just created: %+v, %v; want blue's selector", info, err)
+	}
 	// Read through the API, the ScaledObject is kept for the TTL, then read again.
-	if info, _ := polling.Resolve(ctx, ns, "shop", noSel); info.Selector.String() != "app=shop,color=blue" {
-		t.Fatalf("polling within its TTL: %v; want blue's (kept)", info.Selector)
+	if info, err := polling.Resolve(ctx, ns, "shop", noSel); err != nil || info.Selector.String() != "app=shop,color=blue" {
+		t.Fatalf("polling within its TTL: %+v, %v; want blue's (kept)", info, err)
 	}
 	clk.SetTime(clk.Now().Add(hour + time.Second))
 	if info, err := polling.Resolve(ctx, ns, "shop", noSel); err != nil || info.Selector.String() != "app=shop,color=green" {
 		t.Fatalf("polling past its TTL: %+v, %v; want green's", info, err)
 	}
 
-	// The agent may not list ScaledObjects: the watch does not sync, and it says what is missing.
-	if _, err := targets.WatchScaledObjects(ctx, componentCache(t, "agent"), 3*time.Second); err == nil || !strings.Contains(err.Error(), "list and watch") {
-		t.Fatalf("watching ScaledObjects without the RBAC: %v; want an error naming list and watch", err)
+	// The agent may not list ScaledObjects: the scaler's start is not held for the watch's
+	// timeout, and the error says what is missing.
+	began := time.Now()
+	if _, err := componentWatch(t, "agent", time.Minute); err == nil || !strings.Contains(err.Error(), "list and watch") || !apierrors.IsForbidden(err) {
+		t.Fatalf("watching ScaledObjects without the RBAC: %v; want Forbidden, naming list and watch", err)
+	}
+	if waited := time.Since(began); waited > 20*time.Second {
+		t.Fatalf("watching ScaledObjects without the RBAC took %s: a start held that long fails its liveness probe", waited)
 	}
 }
