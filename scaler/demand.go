@@ -2,6 +2,7 @@ package scaler
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"time"
 )
@@ -17,6 +18,33 @@ type demandStats struct {
 	// from (minHeadroomSamples): the headroom is 1 then, and the fleet is shrunk no further
 	// than it keeps (Forecast.Keep).
 	learning bool
+	// base is the newest baseline they were computed with: the level the latest deviations
+	// were judged against (horizonPair.level).
+	base float64
+}
+
+// levelShift is how far the baseline may move before the statistics are computed again
+// (before statsEvery): a headroom judged before a step up was absorbed into the baseline
+// multiplies the new baseline with the step itself, for up to a minute — enough for the HPA to
+// take the fleet to its maximum and hold it there for its scale-down window.
+const levelShift = 0.1
+
+// stepUp is how far above its forecast the level the demand stayed at must be for a rise to be
+// judged a step to that level rather than a burst over the forecast: at twice it the demand
+// doubled within a horizon and stayed for a baseline window, which no trend's lag explains (a
+// median over baselineWindow trails a trend by half of it; a day that climbs twentyfold in 90
+// minutes lags 1.3×). Rises below it stay in the burst headroom, as the forecast's lag on a
+// climb that the headroom covers.
+const stepUp = 2.0
+
+// levelMoved reports whether the newest baseline is levelShift or more away from the one the
+// statistics were computed with.
+func (m *FleetModel) levelMoved() bool {
+	if len(m.demand) == 0 || m.stats.at.IsZero() {
+		return false
+	}
+	b := m.demand[len(m.demand)-1].base
+	return math.Abs(b-m.stats.base) > levelShift*max(m.stats.base, 1e-9)
 }
 
 // statsEvery is how often the demand's statistics are computed again (each is a pass over a
@@ -50,6 +78,9 @@ func (m *FleetModel) computeStats(h time.Duration, slo SLO, now time.Time) deman
 	pairs := m.pairs(h)
 	st := demandStats{at: now, horizon: h, quantile: slo.HeadroomQuantile, maxHeadroom: slo.MaxHeadroom,
 		persistence: persistence(pairs, h), headroom: 1}
+	if len(m.demand) > 0 {
+		st.base = m.demand[len(m.demand)-1].base
+	}
 	if slo.HeadroomQuantile > 0 {
 		st.headroom, st.learning = headroom(pairs, h, slo)
 	}
@@ -216,6 +247,10 @@ func (f Forecast) Keep(carry float64, current int) int {
 type horizonPair struct {
 	p    demandPoint
 	then float64
+	// level is the baseline that came after then: the median of the baselineWindow that begins
+	// there (the newest baseline where that window has not passed yet). A burst ends within it
+	// and leaves it where the demand was before; a step up stays and raises it.
+	level float64
 }
 
 // pairTolerance is how much earlier than one horizon after a point the point compared with it
@@ -226,7 +261,7 @@ const pairTolerance = 30 * time.Second
 // horizon h has passed, with what came in it.
 func (m *FleetModel) pairs(h time.Duration) []horizonPair {
 	out := make([]horizonPair, 0, len(m.demand))
-	end := 0
+	end, later := 0, 0
 	for i, p := range m.demand {
 		if m.demand[len(m.demand)-1].at.Sub(p.at) < h {
 			break
@@ -238,7 +273,11 @@ func (m *FleetModel) pairs(h time.Duration) []horizonPair {
 		if m.demand[end].at.Sub(p.at) < h-pairTolerance || !p.mature() {
 			continue // no point a horizon later (the history has a gap), or no forecast yet
 		}
-		hp := horizonPair{p: p, then: m.demand[end].rate}
+		later = max(later, end)
+		for later+1 < len(m.demand) && m.demand[later].at.Sub(m.demand[end].at) < baselineWindow {
+			later++
+		}
+		hp := horizonPair{p: p, then: m.demand[end].rate, level: m.demand[later].base}
 		out = append(out, hp)
 	}
 	return out
@@ -269,8 +308,10 @@ func persistence(pairs []horizonPair, h time.Duration) float64 {
 // headroom is the burst headroom the fleet's own history asks for: the smallest multiple of
 // the baseline forecast that covered slo.HeadroomQuantile of the requests — each point's demand
 // against the baseline forecast for it one horizon earlier (Forecast.Baseline: the trend kept,
-// no deviation, so a burst under way is not the base of another), weighted by that demand (a
-// burst's requests count as many times as they came) — between 1 and slo.MaxHeadroom. The
+// no deviation, so a burst under way is not the base of another), or against the level the
+// demand then stayed at where that is stepUp times the forecast or more (a step up is a new
+// level, not a burst to cover again above it), weighted by that demand (a burst's requests
+// count as many times as they came) — between 1 and slo.MaxHeadroom. The
 // noise of a smooth demand asks for little; bursts that no forecast sees coming ask for their
 // height. learning is true (and the headroom 1) while fewer than minHeadroomSamples points can
 // be judged.
@@ -279,7 +320,13 @@ func headroom(pairs []horizonPair, h time.Duration, slo SLO) (r float64, learnin
 	var ratios []ratio
 	total := 0.0
 	for _, hp := range pairs {
-		if e := hp.p.predict(h, 0); e > 0 && hp.then > 0 {
+		// A step up the forecast did not see is a new level to follow (the demand now and its
+		// trend size the fleet for it), not a burst to hold cover for on top of it.
+		e := hp.p.predict(h, 0)
+		if hp.level >= stepUp*e {
+			e = hp.level
+		}
+		if e > 0 && hp.then > 0 {
 			ratios = append(ratios, ratio{hp.then / e, hp.then})
 			total += hp.then
 		}

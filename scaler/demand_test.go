@@ -149,3 +149,43 @@ func TestForecastTrendNoFurtherThanFitted(t *testing.T) {
 		t.Errorf("expected %v, want %v: the first minute's slope %v/s followed for 45 s, not %v", f.Expected, want, last.slope, slo.ColdStart)
 	}
 }
+
+// TestAStepIsANewLevelNotABurst: demand that steps up and stays is a new level for the baseline
+// to follow, not a burst to hold cover for on top of it: judged against the forecast before it,
+// a 3× step taught a headroom of 3, and the fleet was sized for three times its new level (a
+// step of the Azure hour, held-out, took the fleet to its maximum for a quarter of an hour). A
+// burst of the same height that ends is still cover to hold; a rise of less than stepUp is the
+// trend's lag, which the headroom covers as before.
+func TestAStepIsANewLevelNotABurst(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	slo := SLO{TTFT: 2, ColdStart: 2 * time.Minute, HeadroomQuantile: 0.99, MaxHeadroom: 3}
+	for _, tc := range []struct {
+		name          string
+		rate          func(minute float64) float64
+		lo, hi        float64 // the headroom learned
+		wantLevelMove bool
+	}{
+		{"a 3× step that stays", func(m float64) float64 { return map[bool]float64{true: 3, false: 9}[m < 30] }, 1, 1.05, true},
+		{"a 2× step that stays", func(m float64) float64 { return map[bool]float64{true: 3, false: 6}[m < 30] }, 1, 1.05, true},
+		{"a 3× burst of two minutes", func(m float64) float64 { return map[bool]float64{true: 9, false: 3}[m >= 30 && m < 32] }, 2.9, 3, false},
+		{"a 1.5× step that stays: the baseline's lag, covered", func(m float64) float64 { return map[bool]float64{true: 3, false: 4.5}[m < 30] }, 1.4, 1.5, true},
+	} {
+		m := FleetModel{}
+		var statsBefore demandStats
+		for i := range 240 { // an hour, every 15 s; the change at minute 30
+			at := start.Add(time.Duration(i) * 15 * time.Second)
+			m.record(at, tc.rate(float64(i)/4))
+			if i == 119 {
+				statsBefore = m.computeStats(m.horizon(slo), slo, at)
+			}
+		}
+		f := m.forecast(tc.rate(59.75), slo)
+		if f.Headroom < tc.lo || f.Headroom > tc.hi {
+			t.Errorf("%s: headroom %v, want %v–%v (rate %v on a baseline %v)", tc.name, f.Headroom, tc.lo, tc.hi, f.Rate(), f.Baseline)
+		}
+		m.stats = statsBefore
+		if got := m.levelMoved(); got != tc.wantLevelMove {
+			t.Errorf("%s: statistics of before the change judged to need computing again: %v, want %v (the baseline moved from %v to %v)", tc.name, got, tc.wantLevelMove, statsBefore.base, m.demand[len(m.demand)-1].base)
+		}
+	}
+}

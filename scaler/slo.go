@@ -340,7 +340,7 @@ func (m *FleetModel) Learn(o Observation, slo SLO, now time.Time) {
 		m.record(now, rate)
 	}
 	st := m.stats
-	if h := m.horizon(slo); now.Sub(st.at) >= statsEvery || st.horizon != h || st.quantile != slo.HeadroomQuantile || st.maxHeadroom != slo.MaxHeadroom {
+	if h := m.horizon(slo); now.Sub(st.at) >= statsEvery || st.horizon != h || st.quantile != slo.HeadroomQuantile || st.maxHeadroom != slo.MaxHeadroom || m.levelMoved() {
 		m.stats = m.computeStats(h, slo, now)
 	}
 }
