@@ -34,17 +34,24 @@ const levelShift = 0.1
 // doubled within a horizon and stayed for a baseline window, which no trend's lag explains (a
 // median over baselineWindow trails a trend by half of it; a day that climbs twentyfold in 90
 // minutes lags 1.3×). Rises below it stay in the burst headroom, as the forecast's lag on a
-// climb that the headroom covers.
+// climb that the headroom covers — a step of less than twice that stays is still learned as
+// headroom over its new level. The level of the newest baseline window's points is the newest
+// baseline: a burst still under way after half a window counts against itself until it ends.
 const stepUp = 2.0
 
-// levelMoved reports whether the newest baseline is levelShift or more away from the one the
-// statistics were computed with.
+// minLevelMove is the least move of the baseline, in requests per second, that levelMoved
+// counts: a request a minute. A sparse fleet's median flips between nothing and a request in a
+// while, which asks for no new statistics.
+const minLevelMove = 1.0 / 60
+
+// levelMoved reports whether the newest baseline is more than levelShift (and minLevelMove)
+// away from the one the statistics were computed with.
 func (m *FleetModel) levelMoved() bool {
 	if len(m.demand) == 0 || m.stats.at.IsZero() {
 		return false
 	}
-	b := m.demand[len(m.demand)-1].base
-	return math.Abs(b-m.stats.base) > levelShift*max(m.stats.base, 1e-9)
+	d := math.Abs(m.demand[len(m.demand)-1].base - m.stats.base)
+	return d > levelShift*m.stats.base && d > minLevelMove
 }
 
 // statsEvery is how often the demand's statistics are computed again (each is a pass over a
@@ -274,7 +281,8 @@ func (m *FleetModel) pairs(h time.Duration) []horizonPair {
 			continue // no point a horizon later (the history has a gap), or no forecast yet
 		}
 		later = max(later, end)
-		for later+1 < len(m.demand) && m.demand[later].at.Sub(m.demand[end].at) < baselineWindow {
+		for later+1 < len(m.demand) && m.demand[later].at.Sub(m.demand[end].at) < baselineWindow &&
+			m.demand[later+1].since.Equal(m.demand[end].since) { // not across a gap in the history
 			later++
 		}
 		hp := horizonPair{p: p, then: m.demand[end].rate, level: m.demand[later].base}

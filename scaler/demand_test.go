@@ -189,3 +189,60 @@ func TestAStepIsANewLevelNotABurst(t *testing.T) {
 		}
 	}
 }
+
+// TestLearnJudgesAStepOnceTheBaselineHasIt: the statistics are computed once a minute, but
+// again as soon as the baseline moves by a tenth. A headroom a minute old, judged before a 3×
+// step reached the baseline, multiplied the new baseline by the step's own height until the
+// next minute — long enough for the HPA (up at once) to take the fleet to its maximum.
+func TestLearnJudgesAStepOnceTheBaselineHasIt(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	slo := SLO{TTFT: 2, ColdStart: 2 * time.Minute, HeadroomQuantile: 0.99, MaxHeadroom: 3}
+	windows := make([]ReplicaWindow, 4)
+	for i := range windows {
+		windows[i] = window(30, 30, 30, 0)
+	}
+	m := &FleetModel{}
+	judged := false
+	for i := range 240 { // an hour at 15 s; 3 requests/s, then 9 from minute 40
+		rate := 3.0
+		if i >= 160 {
+			rate = 9
+		}
+		o := Observation{Ready: 4, Sampled: 4, Arrivals: rate, ArrivalsSampled: 4, Windows: windows,
+			TTFTP95: math.NaN(), ITLP95: math.NaN(), PreemptionsPerMinute: math.NaN(), FollowReplicas: math.NaN()}
+		m.Learn(o, slo, start.Add(time.Duration(i)*15*time.Second))
+		if base := m.demand[len(m.demand)-1].base; base >= 6 {
+			judged = true
+			if f := m.forecast(rate, slo); f.Headroom > 1.5 {
+				t.Fatalf("minute %.2f, the baseline at the step's level (%v): headroom %v, want the step judged as the new level (statistics of %s)",
+					float64(i)/4, base, f.Headroom, m.stats.at.Format(time.TimeOnly))
+			}
+		}
+	}
+	if !judged {
+		t.Fatal("the baseline never reached the step's level")
+	}
+}
+
+// TestALevelIsOfItsOwnStretchOfHistory: the level a burst is judged against is taken within its
+// stretch of history, not across a gap (the scaler restarted, the replicas joined): a burst
+// shortly before a gap, after which the demand came back higher, is still a burst.
+func TestALevelIsOfItsOwnStretchOfHistory(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	slo := SLO{TTFT: 2, ColdStart: 2 * time.Minute, HeadroomQuantile: 0.99, MaxHeadroom: 3}
+	m := FleetModel{}
+	for i := range 150 { // 37.5 minutes at 3 requests/s with a 9 requests/s burst at minutes 30–32
+		rate := 3.0
+		if i >= 120 && i < 128 {
+			rate = 9
+		}
+		m.record(start.Add(time.Duration(i)*15*time.Second), rate)
+	}
+	for i := range 80 { // a gap of 20 minutes, then 20 minutes at 9 requests/s
+		m.record(start.Add(time.Hour+time.Duration(i)*15*time.Second), 9)
+	}
+	pairs := m.pairs(m.horizon(slo))
+	if h, _ := headroom(pairs, m.horizon(slo), slo); h < 2.9 {
+		t.Errorf("a burst before a gap after which the demand came back at its height: headroom %v, want 3 (the burst judged within its own stretch)", h)
+	}
+}

@@ -365,7 +365,7 @@ func SlimScaledObject(obj any) (any, error) {
 	so.SetManagedFields(nil)
 	unstructured.RemoveNestedField(so.Object, "status")
 	if a := so.GetAnnotations(); a != nil {
-		delete(a, "kubectl.kubernetes.io/last-applied-configuration")
+		delete(a, corev1.LastAppliedConfigAnnotation)
 		so.SetAnnotations(a)
 	}
 	return so, nil
@@ -380,7 +380,9 @@ func SlimScaledObject(obj any) (any, error) {
 func WatchScaledObjects(ctx context.Context, cfg *rest.Config, namespace string, api client.Reader, timeout time.Duration) (client.Reader, error) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(ScaledObjectList)
-	if err := api.List(ctx, list, client.InNamespace(namespace), client.Limit(1)); err != nil {
+	lctx, lcancel := context.WithTimeout(ctx, timeout)
+	defer lcancel()
+	if err := api.List(lctx, list, client.InNamespace(namespace), client.Limit(1)); err != nil {
 		return nil, fmt.Errorf("listing ScaledObjects (may berth's scaler list and watch keda.sh scaledobjects?): %w", err)
 	}
 	so := &unstructured.Unstructured{}
