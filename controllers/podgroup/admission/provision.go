@@ -79,23 +79,23 @@ func standingFor(gv gangView) []*corev1.Pod {
 
 // awaitedSeats are the seats of the ProvisioningRequests the gang's members consume that hold
 // room on no node of the booting snapshot: Karpenter is launching nodes for them that have not
-// registered yet. Counted nowhere, they left the members they stand for missing, and the gang
-// asked Karpenter for a second batch beside the request's.
+// registered yet, or kube-scheduler bound them to a node berth's cache has not brought yet (it
+// binds a seat the moment its node registers, and the pods' watch and the nodes' are apart).
+// Counted nowhere, they left the members they stand for missing, and the gang asked Karpenter
+// for a second batch beside the request's. A seat bound to a node that is gone stands in too
+// until the pod garbage collector removes it: the wait is the request's, bounded by its
+// timeout.
 func awaitedSeats(booting *scheduling.Snapshot, gv gangView) []*corev1.Pod {
 	if len(gv.booked) == 0 {
 		return nil
 	}
-	waiting := unbound(gv.booked)
-	if len(waiting) == 0 {
-		return nil
-	}
 	held := map[*corev1.Pod]bool{}
-	for _, s := range booting.Holding(waiting) {
+	for _, s := range booting.Holding(gv.booked) {
 		held[s] = true
 	}
 	var out []*corev1.Pod
-	for _, s := range waiting {
-		if !held[s] {
+	for _, s := range gv.booked {
+		if !held[s] && s.Status.Phase != corev1.PodSucceeded && s.Status.Phase != corev1.PodFailed {
 			out = append(out, s)
 		}
 	}
