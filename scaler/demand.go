@@ -14,6 +14,12 @@ type demandStats struct {
 	horizon               time.Duration
 	quantile, maxHeadroom float64
 	persistence, headroom float64
+	// falling is the burst headroom judged on the points whose baseline was falling alone
+	// (demandPoint.falling), 0 while they are fewer than minFallingPairs: the headroom a
+	// forecast on a fall asks for. headroom judges every point, climbs included, where the
+	// baseline trails the demand — a trend's lag the headroom learns to cover, which a fall,
+	// whose lagging baseline is above the demand, does not need.
+	falling float64
 	// learning is true while the history holds too few points to learn the burst headroom
 	// from (minHeadroomSamples): the headroom is 1 then, and the fleet is shrunk no further
 	// than it keeps (Forecast.Keep).
@@ -90,6 +96,15 @@ func (m *FleetModel) computeStats(h time.Duration, slo SLO, now time.Time) deman
 	}
 	if slo.HeadroomQuantile > 0 {
 		st.headroom, st.learning = headroom(pairs, h, slo)
+		var falls []horizonPair
+		for _, hp := range pairs {
+			if hp.p.falling(h) {
+				falls = append(falls, hp)
+			}
+		}
+		if r, learning := headroom(falls, h, slo); !st.learning && !learning && len(falls) >= minFallingPairs {
+			st.falling = r
+		}
 	}
 	return st
 }
@@ -205,6 +220,23 @@ func (p demandPoint) predict(h time.Duration, rho float64) float64 {
 	return max(0, p.base+rho*(p.rate-p.base)+max(0, p.slope)*min(h, p.fitted).Seconds())
 }
 
+// fallShare is how much of itself the baseline must lose over one horizon for a point to be
+// judged falling: a twentieth. A noisy flat stretch's median slope flips sign from one
+// evaluation to the next, and a fall judged on any negative slope took the falls' headroom
+// where a burst met a flat minute (the mirrored Azure hour: 44 misses for 22, and as many at
+// a hundredth); at a fiftieth nothing on the panel lost, and a twentieth keeps a margin from
+// that edge (docs/economics.md).
+const fallShare = 0.05
+
+// minFallingPairs is the fewest falling points a headroom of their own is learned from: 15
+// minutes of evaluations every 15 s.
+const minFallingPairs = 60
+
+// falling reports whether p's baseline falls by more than fallShare of itself over h.
+func (p demandPoint) falling(h time.Duration) bool {
+	return p.slope*h.Seconds() < -fallShare*p.base
+}
+
 // minHeadroomSamples is the fewest past points whose next horizon is known that a persistence
 // or a burst headroom is learned from.
 const minHeadroomSamples = 10
@@ -225,6 +257,9 @@ func (m *FleetModel) forecast(rate float64, slo SLO) Forecast {
 		st = m.computeStats(h, slo, last.at)
 	}
 	f.Base, f.Persistence, f.Headroom, f.Learning = last.base, st.persistence, st.headroom, st.learning
+	if st.falling > 0 && last.falling(h) {
+		f.Headroom = st.falling
+	}
 	f.Expected, f.Baseline = last.predict(h, f.Persistence), last.predict(h, 0)
 	f.covered = slo.HeadroomQuantile > 0 && !f.Learning
 	if f.Learning {

@@ -246,3 +246,56 @@ func TestALevelIsOfItsOwnStretchOfHistory(t *testing.T) {
 		t.Errorf("a burst before a gap after which the demand came back at its height: headroom %v, want 3 (the burst judged within its own stretch)", h)
 	}
 }
+
+// TestAFallAsksForTheFallsHeadroom: four hours of a demand that climbs from 4 to 16 requests/s
+// over 20 minutes, stays 20, falls back over 20 and stays 20. On the climbs the baseline (a
+// 10-minute median) trails the demand, and the headroom judged on every point learns that lag;
+// on a fall the baseline is above the demand already, and the forecast asks for the headroom
+// the falls' own history asked for — less. On a climb the headroom is the whole history's, as
+// before; a flat, noisy history has no falls to learn from.
+func TestAFallAsksForTheFallsHeadroom(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	slo := SLO{TTFT: 2, ColdStart: 3 * time.Minute, HeadroomQuantile: 0.99, MaxHeadroom: 3}
+	at := func(i int) float64 { // every 15 s: 80 points up, 80 high, 80 down, 80 low
+		switch j := i % 320; {
+		case j < 80:
+			return 4 + 12*float64(j)/80
+		case j < 160:
+			return 16
+		case j < 240:
+			return 16 - 12*float64(j-160)/80
+		}
+		return 4
+	}
+	history := func(n int) *FleetModel {
+		m := &FleetModel{}
+		for i := range n {
+			m.record(start.Add(time.Duration(i)*15*time.Second), at(i))
+		}
+		return m
+	}
+	const climb, fall = 960 + 40, 960 + 200 // the fourth cycle's mid-climb and mid-fall
+	up := history(climb+1).forecast(at(climb), slo)
+	falling := history(fall + 1)
+	down := falling.forecast(at(fall), slo)
+	all := falling.computeStats(slo.ColdStart, slo, start)
+	if all.headroom <= 1.05 {
+		t.Fatalf("the whole history's headroom is %v: the climbs' lag should ask for more than 1.05", all.headroom)
+	}
+	if all.falling == 0 || all.falling >= all.headroom {
+		t.Errorf("the falls' headroom is %v against the whole history's %v: want it learned, and lower", all.falling, all.headroom)
+	}
+	if down.Headroom != all.falling {
+		t.Errorf("on a fall the forecast's headroom is %v, want the falls' %v (the whole history's is %v)", down.Headroom, all.falling, all.headroom)
+	}
+	if up.Headroom <= 1.05 || up.Headroom == all.falling {
+		t.Errorf("on a climb the forecast's headroom is %v, want the whole history's (more than 1.05), not the falls' %v", up.Headroom, all.falling)
+	}
+	flat := &FleetModel{}
+	for i := range 720 {
+		flat.record(start.Add(time.Duration(i)*15*time.Second), 8+float64(i%3)) // noise, no trend
+	}
+	if st := flat.computeStats(slo.ColdStart, slo, start); st.falling != 0 {
+		t.Errorf("a flat, noisy history: falls' headroom %v, want none learned (no point falls by a twentieth)", st.falling)
+	}
+}
