@@ -14,13 +14,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -374,8 +377,8 @@ func SlimScaledObject(obj any) (any, error) {
 // WatchScaledObjects starts a watch on ScaledObjects (in namespace, "" for all) with the
 // rights of cfg and waits up to timeout for it to list them: the cache it returns serves
 // Targets.ScaledObjects until ctx ends. Where it cannot — KEDA's CRD not served, or api may not
-// list ScaledObjects (checked first, so a scaler under an older ClusterRole is not held at its
-// start), or the watch did not sync — nothing is left running and the error says why; the
+// list and watch ScaledObjects (checked first, so a scaler under an older ClusterRole is not
+// held at its start), or the watch did not sync — nothing is left running and the error says why; the
 // caller reads ScaledObjects through the API instead.
 func WatchScaledObjects(ctx context.Context, cfg *rest.Config, namespace string, api client.Reader, timeout time.Duration) (client.Reader, error) {
 	list := &unstructured.UnstructuredList{}
@@ -384,6 +387,9 @@ func WatchScaledObjects(ctx context.Context, cfg *rest.Config, namespace string,
 	defer lcancel()
 	if err := api.List(lctx, list, client.InNamespace(namespace), client.Limit(1)); err != nil {
 		return nil, fmt.Errorf("listing ScaledObjects (may berth's scaler list and watch keda.sh scaledobjects?): %w", err)
+	}
+	if err := checkWatch(lctx, cfg, namespace, list.GetResourceVersion()); err != nil {
+		return nil, err
 	}
 	so := &unstructured.Unstructured{}
 	so.SetGroupVersionKind(ScaledObjectGVK)
@@ -410,4 +416,22 @@ func WatchScaledObjects(ctx context.Context, cfg *rest.Config, namespace string,
 	}
 	context.AfterFunc(ctx, stop)
 	return c, nil
+}
+
+// checkWatch opens a watch on ScaledObjects (in namespace, "" for all) from resourceVersion and
+// closes it. A role that may list ScaledObjects but not watch them syncs an informer from its
+// list, and the informer then never hears of a change: refused here, the scaler reads through
+// the API instead of serving a list that stays as it was at its start.
+func checkWatch(ctx context.Context, cfg *rest.Config, namespace, resourceVersion string) error {
+	dc, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("a client to watch ScaledObjects: %w", err)
+	}
+	gvr := ScaledObjectGVK.GroupVersion().WithResource("scaledobjects")
+	w, err := dc.Resource(gvr).Namespace(namespace).Watch(ctx, metav1.ListOptions{ResourceVersion: resourceVersion, TimeoutSeconds: ptr.To[int64](1)})
+	if err != nil {
+		return fmt.Errorf("watching ScaledObjects (may berth's scaler list and watch keda.sh scaledobjects?): %w", err)
+	}
+	w.Stop()
+	return nil
 }

@@ -2,14 +2,17 @@ package scalertargets_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -124,5 +127,49 @@ func TestARetargetIsResolvedAtOnce(t *testing.T) {
 	}
 	if waited := time.Since(began); waited > 20*time.Second {
 		t.Fatalf("watching ScaledObjects without the RBAC took %s: a start held that long fails its liveness probe", waited)
+	}
+}
+
+// TestAListOnlyRoleIsRefusedTheWatch: a ClusterRole that may list ScaledObjects but not watch
+// them (written by hand, or a verb dropped from the chart's) passes a check of the list alone,
+// and an informer syncs from that list and then never hears of a change: the scaler would
+// resolve every ScaledObject as it was at its start, for good. The watch is refused at once,
+// saying so, and the scaler reads through the API.
+func TestAListOnlyRoleIsRefusedTheWatch(t *testing.T) {
+	ctx := context.Background()
+	r := rigtest.Current()
+	const user = "scaledobjects-list-only"
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{targets.ScaledObjectGVK.Group}, Resources: []string{"scaledobjects"}, Verbs: []string{"get", "list"}}}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}}}
+	for _, o := range []client.Object{role, binding} {
+		if err := r.Client.Create(ctx, o); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.Client.Delete(context.Background(), o) })
+	}
+	cfg := rest.CopyConfig(r.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	api, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rigtest.Eventually(t, 30*time.Second, 100*time.Millisecond, "the role lets the user list ScaledObjects", func(ctx context.Context) (bool, string, error) {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(targets.ScaledObjectList)
+		err := api.List(ctx, list)
+		return err == nil, fmt.Sprint(err), nil
+	})
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	began := time.Now()
+	_, err = targets.WatchScaledObjects(wctx, cfg, "", api, time.Minute)
+	if err == nil || !strings.Contains(err.Error(), "watching ScaledObjects") || !apierrors.IsForbidden(err) {
+		t.Fatalf("watching ScaledObjects with a role that may list but not watch them: %v; want Forbidden, from the watch", err)
+	}
+	if waited := time.Since(began); waited > 20*time.Second {
+		t.Fatalf("refusing the watch took %s: a start held that long fails its liveness probe", waited)
 	}
 }
