@@ -15,8 +15,9 @@ type demandStats struct {
 	quantile, maxHeadroom float64
 	persistence, headroom float64
 	// falling is the burst headroom judged on the points whose baseline was falling alone
-	// (demandPoint.falling), 0 while they are fewer than minFallingPairs: the headroom a
-	// forecast on a fall asks for. headroom judges every point, climbs included, where the
+	// (demandPoint.falling): the headroom a forecast on a fall asks for; 0 (none of its own)
+	// while they are fewer than minFallingPairs, while the whole history's is still learning,
+	// and without a burst headroom. headroom judges every point, climbs included, where the
 	// baseline trails the demand — a trend's lag the headroom learns to cover, which a fall,
 	// whose lagging baseline is above the demand, does not need.
 	falling float64
@@ -223,9 +224,9 @@ func (p demandPoint) predict(h time.Duration, rho float64) float64 {
 // fallShare is how much of itself the baseline must lose over one horizon for a point to be
 // judged falling: a twentieth. A noisy flat stretch's median slope flips sign from one
 // evaluation to the next, and a fall judged on any negative slope took the falls' headroom
-// where a burst met a flat minute (the mirrored Azure hour: 44 misses for 22, and as many at
-// a hundredth); at a fiftieth nothing on the panel lost, and a twentieth keeps a margin from
-// that edge (docs/economics.md).
+// where a burst met a flat minute (the mirrored Azure hour: 44 misses where it had 23, and as
+// many at a hundredth); at a fiftieth nothing on the panel lost, and a twentieth keeps a
+// margin from that edge (docs/economics.md).
 const fallShare = 0.05
 
 // minFallingPairs is the fewest falling points a headroom of their own is learned from: 15
@@ -257,7 +258,7 @@ func (m *FleetModel) forecast(rate float64, slo SLO) Forecast {
 		st = m.computeStats(h, slo, last.at)
 	}
 	f.Base, f.Persistence, f.Headroom, f.Learning = last.base, st.persistence, st.headroom, st.learning
-	if st.falling > 0 && last.falling(h) {
+	if st.falling > 0 && last.mature() && last.falling(h) { // a slope across a gap is no fall
 		f.Headroom = st.falling
 	}
 	f.Expected, f.Baseline = last.predict(h, f.Persistence), last.predict(h, 0)

@@ -2,6 +2,7 @@ package scaler
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -275,7 +276,8 @@ func TestAFallAsksForTheFallsHeadroom(t *testing.T) {
 		return m
 	}
 	const climb, fall = 960 + 40, 960 + 200 // the fourth cycle's mid-climb and mid-fall
-	up := history(climb+1).forecast(at(climb), slo)
+	climbing := history(climb + 1)
+	up, upStats := climbing.forecast(at(climb), slo), climbing.computeStats(slo.ColdStart, slo, start)
 	falling := history(fall + 1)
 	down := falling.forecast(at(fall), slo)
 	all := falling.computeStats(slo.ColdStart, slo, start)
@@ -288,12 +290,21 @@ func TestAFallAsksForTheFallsHeadroom(t *testing.T) {
 	if down.Headroom != all.falling {
 		t.Errorf("on a fall the forecast's headroom is %v, want the falls' %v (the whole history's is %v)", down.Headroom, all.falling, all.headroom)
 	}
-	if up.Headroom <= 1.05 || up.Headroom == all.falling {
-		t.Errorf("on a climb the forecast's headroom is %v, want the whole history's (more than 1.05), not the falls' %v", up.Headroom, all.falling)
+	if upStats.falling == 0 || upStats.falling == upStats.headroom || up.Headroom != upStats.headroom {
+		t.Errorf("on a climb the forecast's headroom is %v, want the whole history's %v, not the falls' %v", up.Headroom, upStats.headroom, upStats.falling)
 	}
-	flat := &FleetModel{}
+	// Noise whose median wanders, no trend: its slope is negative half the time, never by a
+	// twentieth of the baseline over a cold start.
+	rng := rand.New(rand.NewPCG(7, 7))
+	flat, negative := &FleetModel{}, 0
 	for i := range 720 {
-		flat.record(start.Add(time.Duration(i)*15*time.Second), 8+float64(i%3)) // noise, no trend
+		flat.record(start.Add(time.Duration(i)*15*time.Second), 8+3*rng.Float64())
+		if flat.demand[i].slope < 0 {
+			negative++
+		}
+	}
+	if negative < minFallingPairs {
+		t.Fatalf("the noise's median fell on %d points: too few to tell a fall from a negative slope", negative)
 	}
 	if st := flat.computeStats(slo.ColdStart, slo, start); st.falling != 0 {
 		t.Errorf("a flat, noisy history: falls' headroom %v, want none learned (no point falls by a twentieth)", st.falling)

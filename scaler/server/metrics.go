@@ -78,7 +78,7 @@ var (
 	}, []string{labelNamespace, labelScaledObject})
 	demandHeadroom = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "demand_headroom_ratio",
-		Help: "The burst headroom the SLO signal holds, as a multiple of the baseline demand (the recent median and its trend): the smallest that covered headroomQuantile of the fleet's requests of the last day against their baseline forecast one cold start earlier (1: none).",
+		Help: "The burst headroom the SLO signal holds, as a multiple of the baseline demand (the recent median and its trend): the smallest that covered headroomQuantile of the fleet's requests of the last day against their baseline forecast one cold start earlier, or on a clear fall of the requests that came on falls (1: none).",
 	}, []string{labelNamespace, labelScaledObject})
 	headroomReplicas = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "headroom_replicas",

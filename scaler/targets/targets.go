@@ -420,8 +420,10 @@ func WatchScaledObjects(ctx context.Context, cfg *rest.Config, namespace string,
 
 // checkWatch opens a watch on ScaledObjects (in namespace, "" for all) from resourceVersion and
 // closes it. A role that may list ScaledObjects but not watch them syncs an informer from its
-// list, and the informer then never hears of a change: refused here, the scaler reads through
-// the API instead of serving a list that stays as it was at its start.
+// list; each refused watch is then logged and followed, after a backoff of up to 30 s, by
+// another list — a cache as stale as reading through the API, and louder. Refused here (the
+// watch Forbidden or Unauthorized), the scaler reads through the API and says why at its start.
+// Any other error (a timeout, a server busy) is left to the informer, which retries it.
 func checkWatch(ctx context.Context, cfg *rest.Config, namespace, resourceVersion string) error {
 	dc, err := dynamic.NewForConfig(cfg)
 	if err != nil {
@@ -429,8 +431,11 @@ func checkWatch(ctx context.Context, cfg *rest.Config, namespace, resourceVersio
 	}
 	gvr := ScaledObjectGVK.GroupVersion().WithResource("scaledobjects")
 	w, err := dc.Resource(gvr).Namespace(namespace).Watch(ctx, metav1.ListOptions{ResourceVersion: resourceVersion, TimeoutSeconds: ptr.To[int64](1)})
-	if err != nil {
+	switch {
+	case apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err):
 		return fmt.Errorf("watching ScaledObjects (may berth's scaler list and watch keda.sh scaledobjects?): %w", err)
+	case err != nil:
+		return nil
 	}
 	w.Stop()
 	return nil

@@ -309,7 +309,7 @@ func (r *Reconciler) startAttempt(ctx context.Context, cy *cycle, gv gangView, g
 	awaited := awaitedSeats(booting, gv)
 	sf, standIns := standInFor(sf, awaited)
 	if len(sf.Missing) == 0 && standIns > 0 {
-		msg := fmt.Sprintf("%d member(s) wait for the capacity of %s, which they consume: %d of its seat(s) are on no node yet (Karpenter is launching them); nothing more is asked for them (%s)",
+		msg := fmt.Sprintf("%d member(s) wait for the capacity of %s, which they consume: %d of its seat(s) hold room on no node berth sees yet (Karpenter is launching them, or they are bound to a node that has just registered); nothing more is asked for them (%s)",
 			standIns, requestNames(awaited), len(awaited), placeReason)
 		return 5 * time.Second, r.setProvisioned(ctx, cy, g, metav1.ConditionFalse, berthv1alpha1.ReasonProvisioning, msg, nil)
 	}

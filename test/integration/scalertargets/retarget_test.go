@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
@@ -132,13 +133,13 @@ func TestARetargetIsResolvedAtOnce(t *testing.T) {
 
 // TestAListOnlyRoleIsRefusedTheWatch: a ClusterRole that may list ScaledObjects but not watch
 // them (written by hand, or a verb dropped from the chart's) passes a check of the list alone,
-// and an informer syncs from that list and then never hears of a change: the scaler would
-// resolve every ScaledObject as it was at its start, for good. The watch is refused at once,
-// saying so, and the scaler reads through the API.
+// and an informer syncs from that list, then hears of a change only from its re-lists after
+// each refused watch (logged, every 30 s or so): a cache as stale as the API reads, and
+// louder. The watch is refused at once, saying so, and the scaler reads through the API.
 func TestAListOnlyRoleIsRefusedTheWatch(t *testing.T) {
 	ctx := context.Background()
 	r := rigtest.Current()
-	const user = "scaledobjects-list-only"
+	user := "scaledobjects-list-only-" + rand.String(5) // cluster-scoped: a name of its own
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{targets.ScaledObjectGVK.Group}, Resources: []string{"scaledobjects"}, Verbs: []string{"get", "list"}}}}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: user},
