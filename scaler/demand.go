@@ -97,14 +97,8 @@ func (m *FleetModel) computeStats(h time.Duration, slo SLO, now time.Time) deman
 	}
 	if slo.HeadroomQuantile > 0 {
 		st.headroom, st.learning = headroom(pairs, h, slo)
-		var falls []horizonPair
-		for _, hp := range pairs {
-			if hp.p.falling(h) {
-				falls = append(falls, hp)
-			}
-		}
-		if r, learning := headroom(falls, h, slo); !st.learning && !learning && len(falls) >= minFallingPairs {
-			st.falling = r
+		if !st.learning {
+			st.falling = fallsHeadroom(pairs, h, slo)
 		}
 	}
 	return st
@@ -232,6 +226,24 @@ const fallShare = 0.05
 // minFallingPairs is the fewest falling points a headroom of their own is learned from: 15
 // minutes of evaluations every 15 s.
 const minFallingPairs = 60
+
+// fallsHeadroom is the burst headroom of the falling points of pairs alone, 0 while they are
+// fewer than minFallingPairs.
+func fallsHeadroom(pairs []horizonPair, h time.Duration, slo SLO) float64 {
+	var falls []horizonPair
+	for _, hp := range pairs {
+		if hp.p.falling(h) {
+			falls = append(falls, hp)
+		}
+	}
+	if len(falls) < minFallingPairs {
+		return 0
+	}
+	if r, learning := headroom(falls, h, slo); !learning {
+		return r
+	}
+	return 0
+}
 
 // falling reports whether p's baseline falls by more than fallShare of itself over h.
 func (p demandPoint) falling(h time.Duration) bool {

@@ -378,8 +378,8 @@ func SlimScaledObject(obj any) (any, error) {
 // rights of cfg and waits up to timeout for it to list them: the cache it returns serves
 // Targets.ScaledObjects until ctx ends. Where it cannot — KEDA's CRD not served, or api may not
 // list and watch ScaledObjects (checked first, so a scaler under an older ClusterRole is not
-// held at its start), or the watch did not sync — nothing is left running and the error says why; the
-// caller reads ScaledObjects through the API instead.
+// held at its start), or the watch did not sync — nothing is left running and the error says
+// why; the caller reads ScaledObjects through the API instead.
 func WatchScaledObjects(ctx context.Context, cfg *rest.Config, namespace string, api client.Reader, timeout time.Duration) (client.Reader, error) {
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(ScaledObjectList)
