@@ -28,7 +28,7 @@ go run ./hack/gen-reference config/crd/bases/scheduling.berth.dev_podgroups.yaml
 # The Helm chart ships config/'s CRDs, RBAC rules, webhook, PriorityClass, alerts and dashboard.
 mkdir -p charts/berth/files/crds charts/berth/files/rbac
 cp config/crd/bases/*.yaml charts/berth/files/crds/
-cp config/rbac/role.yaml config/rbac/scaler.yaml config/rbac/scaler-warm-seats.yaml config/rbac/agent.yaml config/rbac/metrics-reader.yaml charts/berth/files/rbac/
+cp config/rbac/role.yaml config/rbac/scaler.yaml config/rbac/scaler-warm-seats.yaml config/rbac/scaler-models.yaml config/rbac/agent.yaml config/rbac/metrics-reader.yaml charts/berth/files/rbac/
 cp config/webhook/manifests.yaml charts/berth/files/pod-gate-webhook.yaml
 cp config/scheduling/priorityclass.yaml charts/berth/files/priorityclass.yaml
 cp config/prometheus/rules.yaml charts/berth/files/prometheus-rules.yaml

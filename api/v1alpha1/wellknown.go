@@ -88,6 +88,9 @@ const (
 	WarmSeatForLabel = "autoscaling.berth.dev/warm-seat-for"
 	// WarmSeatComponent is the ComponentLabel value of warm seats.
 	WarmSeatComponent = "warm-seat"
+	// FleetModelComponent is the ComponentLabel value of the ConfigMaps in the scaler's
+	// namespace that keep its fleet models across restarts (scaler/modelstore).
+	FleetModelComponent = "fleet-model"
 	// WarmSeatTemplateLabel on a warm seat is the hash of the seat's spec, made from the
 	// fleet's pod template: a seat of an older template (another image) is replaced.
 	WarmSeatTemplateLabel = "autoscaling.berth.dev/warm-seat-template"

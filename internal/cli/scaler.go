@@ -26,6 +26,7 @@ import (
 	bmetrics "github.com/berth-dev/berth/internal/metrics"
 	"github.com/berth-dev/berth/internal/seat"
 	"github.com/berth-dev/berth/scaler"
+	"github.com/berth-dev/berth/scaler/modelstore"
 	"github.com/berth-dev/berth/scaler/pods"
 	"github.com/berth-dev/berth/scaler/promsource"
 	"github.com/berth-dev/berth/scaler/server"
@@ -44,6 +45,7 @@ type scalerFlags struct {
 	warmSeats                                         bool
 	warmSeatPull, warmSeatImage                       string
 	prometheusCAFile                                  string
+	modelNamespace                                    string
 }
 
 func newScalerCommand() *cobra.Command {
@@ -81,6 +83,7 @@ math: docs/scaler.md.`,
 	fl.Float64Var(&f.headroom, "scale-down-headroom", scaler.DefaultPolicy.ScaleDownHeadroom, "fraction (0-1] of each target the remaining replicas may reach after a scale-down")
 	fl.BoolVar(&f.warmSeats, "warm-seats", false, "keep warm seats for ScaledObjects whose trigger sets warmSeats (needs RBAC to create and delete pods and to read Deployments and StatefulSets; docs/scaler.md#warm-seats)")
 	fl.StringVar(&f.warmSeatPull, "warm-seat-pull", string(warmseats.PullImageVolume), "how a warm seat pulls the serving images: image-volume (Kubernetes 1.35+, containerd 2.1+) or init-container (runs each image's /bin/sh -c true)")
+	fl.StringVar(&f.modelNamespace, "model-namespace", os.Getenv("POD_NAMESPACE"), "namespace whose ConfigMaps keep the fleet models across restarts and between the scaler's replicas (needs a Role there to get, list, create, update and delete ConfigMaps; docs/scaler.md#the-model-across-restarts); empty: kept in memory only (default $POD_NAMESPACE)")
 	fl.StringVar(&f.warmSeatImage, "warm-seat-image", seat.DefaultImage, "the warm seats' own container image (a pause image)")
 	return cmd
 }
@@ -139,6 +142,11 @@ func newScalerEngine(ctx context.Context, cfg *rest.Config, f scalerFlags) (*ser
 		Prometheus: promsource.New(promsource.Options{RootCAs: rootCAs, Timeout: f.scrapeTimeout, FreshFor: f.freshFor, MaxAge: f.maxSampleAge, TTFTWindow: f.ttftWindow, Observe: observe(scaler.SourcePrometheus)}),
 		Policy:     scaler.Policy{ScaleDownHeadroom: f.headroom},
 	}
+	if f.modelNamespace != "" {
+		eng.ModelStore = &modelstore.Store{Client: api, Namespace: f.modelNamespace}
+	} else {
+		ctrl.Log.WithName("scaler").Info("fleet models are kept in memory only: a restart learns every fleet again (set --model-namespace)")
+	}
 	// Replicas are read in the background at their ScaledObject's cadence; KEDA's calls are
 	// answered from memory.
 	go eng.Pods.Run(ctx, 100*time.Millisecond)
@@ -191,21 +199,49 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 			return err
 		}
 	}
-	go func() { // forget pods and ScaledObjects that went away
+	go func() { // forget pods and ScaledObjects that went away; write the models that learned
 		t := time.NewTicker(time.Minute)
 		defer t.Stop()
-		for {
+		for i := 0; ; i++ {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 				eng.Pods.Forget(10 * time.Minute)
 				eng.ExpireSeries(10 * time.Minute)
+				keepModels(ctx, eng, i%60 == 0)
 			}
 		}
 	}()
 	log.Info("serving KEDA's ExternalScaler", "address", lis.Addr().String(), "tls", f.tls.Enabled(), "mutualTLS", f.tls.ClientCAFile != "")
-	return server.Serve(ctx, gs, hs, lis, f.shutdownGrace)
+	err = server.Serve(ctx, gs, hs, lis, f.shutdownGrace)
+	// A clean stop writes every model that learned since its last write: the next scaler
+	// goes on from where this one stopped.
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if serr := eng.SaveModels(sctx, true); serr != nil {
+		log.Error(serr, "fleet models not written at the stop: the next scaler learns them again")
+	}
+	return err
+}
+
+// keepModels writes the fleet models that are due, and with collect deletes those nobody
+// wrote for server.KeepModelsFor (of ScaledObjects gone).
+func keepModels(ctx context.Context, eng *server.Engine, collect bool) {
+	log := ctrl.Log.WithName("scaler")
+	if err := eng.SaveModels(ctx, false); err != nil {
+		log.Error(err, "fleet models not written (written again at the next minute)")
+	}
+	store, ok := eng.ModelStore.(*modelstore.Store)
+	if !collect || !ok {
+		return
+	}
+	if n, err := store.Collect(ctx, server.KeepModelsFor); err != nil {
+		server.ModelStoreFailed("collect")
+		log.Error(err, "old fleet models not deleted")
+	} else if n > 0 {
+		log.Info("deleted fleet models nobody wrote for a while", "deleted", n, "after", server.KeepModelsFor)
+	}
 }
 
 // loadCAFile reads a PEM file of certificate authorities (nil for no file).

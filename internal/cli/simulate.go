@@ -39,6 +39,8 @@ type simulateFlags struct {
 	kedaThreshold, kubeAITarget             float64
 	warmSeats, minWarmSeats                 int
 	policies                                []string
+	scalerRestarts                          []time.Duration
+	scalerForgets                           bool
 }
 
 func newSimulateCommand() *cobra.Command {
@@ -113,6 +115,8 @@ The report (report.md and PNG plots) goes to --out; docs/economics.md explains t
 	fl.StringVar(&f.lengthsFrom, "lengths-from", "", "synthetic requests, --lengths trace: the trace whose rows the lengths come from, in --trace's format (default: the embedded Azure conversation trace)")
 	fl.Float64Var(&f.syntheticJobs.PerHour, "jobs-per-hour", f.syntheticJobs.PerHour, "synthetic jobs: mean arrivals per hour")
 	fl.IntVar(&f.limitGPUs, "limit-gpus", 64, "training NodePool's GPU limit")
+	fl.DurationSliceVar(&f.scalerRestarts, "scaler-restarts", nil, "berth's scaler restarts at these times of the request replay (an upgrade, a drained node), e.g. 8h,16h; with its models kept (--model-namespace, the chart's default) a restart changes nothing")
+	fl.BoolVar(&f.scalerForgets, "scaler-forgets", false, "with --scaler-restarts: each restart loses the fleet model (what the scaler runs without --model-namespace): the capacity and the demand's history are learned again")
 	fl.BoolVar(&f.noInference, "no-inference", false, "skip the request replay")
 	fl.BoolVar(&f.noTraining, "no-training", false, "skip the training-job replay")
 	fl.BoolVar(&f.noConsolidate, "no-consolidation", false, "skip the consolidation comparison (berth on H100 nodes with and without its guard)")
@@ -160,6 +164,15 @@ func simulateOptions(f simulateFlags) (simulate.Options, error) {
 	if f.kedaThreshold <= 0 || f.kubeAITarget <= 0 {
 		return o, fmt.Errorf("--keda-threshold %v and --kubeai-target %v: both must be positive", f.kedaThreshold, f.kubeAITarget)
 	}
+	for _, d := range f.scalerRestarts {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("--scaler-restarts %s: a restart's time must be positive", d))
+		}
+	}
+	if f.scalerForgets && len(f.scalerRestarts) == 0 {
+		errs = append(errs, errors.New("--scaler-forgets needs --scaler-restarts"))
+	}
+	o.ScalerRestarts, o.ScalerForgets = f.scalerRestarts, f.scalerForgets
 	if !f.noInference {
 		if f.trace != "" {
 			o.Requests, err = readTrace(f.trace)

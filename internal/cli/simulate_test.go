@@ -57,6 +57,8 @@ func TestSimulateCommandRejectsBadInput(t *testing.T) {
 		{[]string{"--burst-blind", "--trace", "/dev/null", "--no-training"}, "--burst-blind plans on the same day without its bursts"},
 		{[]string{"--burst-blind", "--burst-every", "0", "--duration", "10m", "--no-training"}, "--burst-blind needs a day with bursts"},
 		{[]string{"--burst-blind", "--oracle=false", "--duration", "10m", "--no-training"}, "--burst-blind needs --oracle"},
+		{[]string{"--scaler-forgets", "--duration", "10m", "--no-training"}, "--scaler-forgets needs --scaler-restarts"},
+		{[]string{"--scaler-restarts", "-1h", "--duration", "10m", "--no-training"}, "--scaler-restarts -1h0m0s: a restart's time must be positive"},
 	} {
 		cmd := newSimulateCommand()
 		cmd.SetArgs(append(tc.args, "--out", t.TempDir()))

@@ -96,14 +96,19 @@ type Berth struct {
 	SyncPeriod time.Duration
 	// TTFTWindow is the scraper's window for latencies and rates (one minute).
 	TTFTWindow time.Duration
+	// Forgets are the times, in order, the scaler restarts without a model store: its fleet
+	// model is lost and learned again.
+	Forgets []time.Duration
 
 	trigger *scaler.Trigger
 	policy  scaler.Policy
 	hpa     hpa
 	label   string
 
-	// model is what the scaler has learned of the fleet (its SLO signal's capacity model).
-	model scaler.FleetModel
+	// model is what the scaler has learned of the fleet (its SLO signal's capacity model);
+	// forgot how many of Forgets have passed.
+	model  scaler.FleetModel
+	forgot int
 	// seats is the warm seats the last decision asked for (the trigger's warmSeats:
 	// scaler.Decision.WarmSeats).
 	seats int
@@ -141,7 +146,11 @@ func (b *Berth) Name() string { return b.label }
 
 // Describe implements Autoscaler.
 func (b *Berth) Describe() string {
-	return fmt.Sprintf("berth's scaler (scaler.Policy.Decide) with trigger %v, through KEDA and the HPA every %s", b.Metadata, b.SyncPeriod)
+	d := fmt.Sprintf("berth's scaler (scaler.Policy.Decide) with trigger %v, through KEDA and the HPA every %s", b.Metadata, b.SyncPeriod)
+	if len(b.Forgets) > 0 {
+		d += fmt.Sprintf("; restarted without its fleet model at %v", b.Forgets)
+	}
+	return d
 }
 
 // Step implements Autoscaler: at each HPA sync, the replicas berth's values make the HPA
@@ -151,6 +160,12 @@ func (b *Berth) Step(now time.Duration, v View) (int, bool) {
 		return 0, false
 	}
 	o := b.observe(v)
+	if b.forgot < len(b.Forgets) && now >= b.Forgets[b.forgot] {
+		for b.forgot < len(b.Forgets) && now >= b.Forgets[b.forgot] {
+			b.forgot++
+		}
+		b.model = scaler.FleetModel{}
+	}
 	if b.trigger.SLO.TTFT > 0 {
 		b.model.Learn(o, b.trigger.SLO, epoch.Add(now))
 		o.Model = &b.model

@@ -51,6 +51,11 @@ type Options struct {
 	// under WhenEmptyOrUnderutilized, without the guard and with it, with ConsolidationTrigger.
 	ConsolidationFleet   *Fleet
 	ConsolidationTrigger map[string]string
+	// ScalerRestarts are the times berth's scaler restarts; with ScalerForgets each loses the
+	// fleet model (a scaler without a model store), else it goes on from it (the store gives
+	// back the model it wrote: scaler.FleetModel.UnmarshalBinary).
+	ScalerRestarts []time.Duration
+	ScalerForgets  bool
 	// Jobs is the training-job trace and JobSource where it came from; Cluster the pool it
 	// runs on. Empty: no training part.
 	Jobs      []Job
@@ -58,12 +63,24 @@ type Options struct {
 	Cluster   Cluster
 }
 
+// fleetBerth is berth's scaler on o's fleet, restarted as o says.
+func fleetBerth(o Options) (*Berth, error) {
+	berth, err := NewBerth(BerthName, o.Trigger, o.Behavior, o.SyncPeriod, o.Fleet.Min, o.Fleet.Max)
+	if err != nil {
+		return nil, err
+	}
+	if o.ScalerForgets {
+		berth.Forgets = slices.Sorted(slices.Values(o.ScalerRestarts))
+	}
+	return berth, nil
+}
+
 // Run runs every part of o and returns the report.
 func Run(o Options) (*Report, error) {
 	r := &Report{Requests: o.RequestSource, Fleet: o.Fleet, Jobs: o.JobSource, Cluster: o.Cluster, Policies: map[string]string{}}
 	var errs []error
 	if len(o.Requests) > 0 {
-		berth, err := NewBerth(BerthName, o.Trigger, o.Behavior, o.SyncPeriod, o.Fleet.Min, o.Fleet.Max)
+		berth, err := fleetBerth(o)
 		if err != nil {
 			return nil, err
 		}

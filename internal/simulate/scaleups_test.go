@@ -1,6 +1,7 @@
 package simulate
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -94,5 +95,28 @@ func TestRecentBase(t *testing.T) {
 	joined := reading{at: 52 * time.Second} // became ready 8 s ago, counters at zero
 	if got := recentBase(history[52:], joined, latest); got.at != joined.at {
 		t.Errorf("joined 8 s ago: from %s, want its ready time %s", got.at, joined.at)
+	}
+}
+
+// TestARestartWithoutAStoreForgetsTheModel: berth's scaler restarted without a model store
+// (Forgets) loses what it learned at each restart time, once, and keeps it between them.
+func TestARestartWithoutAStoreForgetsTheModel(t *testing.T) {
+	b, err := NewBerth(BerthName, SLOTrigger(DefaultSLO), BerthBehavior, 15*time.Second, 1, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Forgets = []time.Duration{time.Minute, 2 * time.Minute}
+	for _, step := range []struct {
+		at       time.Duration
+		capacity float64
+	}{{30 * time.Second, 0.5}, {time.Minute, 0}, {75 * time.Second, 0.5}, {2 * time.Minute, 0}, {10 * time.Minute, 0.5}} {
+		b.model.Capacity = 0.5
+		b.Step(step.at, View{})
+		if b.model.Capacity != step.capacity {
+			t.Errorf("at %s: capacity %v, want %v", step.at, b.model.Capacity, step.capacity)
+		}
+	}
+	if !strings.Contains(b.Describe(), "restarted without its fleet model at [1m0s 2m0s]") {
+		t.Errorf("Describe() = %q: the report does not say the scaler was restarted", b.Describe())
 	}
 }

@@ -38,6 +38,10 @@ type Engine struct {
 	Prometheus *promsource.Source
 	Policy     scaler.Policy
 	Clock      clock.PassiveClock
+	// ModelStore, when set, keeps the fleet models across restarts and between the scaler's
+	// replicas: read before a model this scaler has not fed lately learns, written by
+	// SaveModels.
+	ModelStore ModelStore
 	// Seats, when set, receives the warm seats each GetMetrics evaluation asks for
 	// (scaler.Decision.WarmSeats), for the warm seat keeper.
 	Seats *warmseats.Wants
@@ -64,6 +68,9 @@ type modelAt struct {
 	// learned is when the model was last fed; window the end of the newest window it learned
 	// from (KEDA asks IsActive and GetMetrics of the same windows, which count once).
 	learned, window time.Time
+	// born is when this scaler began it; loaded when the store was last read for it; saved
+	// when it was last written, as of the window savedWindow (ModelStore).
+	born, loaded, saved, savedWindow time.Time
 }
 
 // fleetOf names the fleet a ScaledObject's model is of: the ScaledObject itself (its UID), the
@@ -94,7 +101,7 @@ func (m *models) learn(ns, name, fleet string, o scaler.Observation, slo scaler.
 	k := [3]string{ns, name, fleet}
 	ma := m.m[k]
 	if ma == nil {
-		ma = &modelAt{}
+		ma = &modelAt{born: now}
 		m.m[k] = ma
 	}
 	if end := newestWindow(o); end.After(ma.window) {
@@ -274,6 +281,7 @@ func (e *Engine) evaluate(ctx context.Context, namespace, name string, metadata 
 	ev.Observation.Spec, ev.Observation.HasSpec = e.specs.replicas(ctx, e.Resolver, namespace, name, info, fresh, e.clock().Now())
 	ev.Observation.FollowReplicas = e.owns.floor(namespace, t, e.clock().Now())
 	if t.SLO.TTFT > 0 {
+		e.restoreModel(ctx, namespace, name, fleetOf(info, t), info.PollingInterval)
 		ev.Observation.Model = e.models.learn(namespace, name, fleetOf(info, t), ev.Observation, t.SLO, e.clock().Now())
 	}
 	ev.Decision, err = e.Policy.Decide(ev.Observation, t)

@@ -19,6 +19,8 @@ const (
 	labelSource       = "source"
 	labelReason       = "reason"
 	labelSignal       = "signal"
+	labelOperation    = "operation"
+	labelOutcome      = "outcome"
 )
 
 var (
@@ -44,6 +46,14 @@ var (
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "target_read_errors_total",
 		Help: "Reads of a ScaledObject's scale target's spec.replicas (its /scale, read for each round of metrics the HPA asks for) that failed or took longer than 2 s: held decisions then keep the live replicas, which in a rollout count its surge pods. The target was resolved through the same /scale: an API server slow or failing, the target deleted, or RBAC changed since.",
 	}, []string{labelNamespace, labelScaledObject})
+	modelStoreErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "model_store_errors_total",
+		Help: "Reads (load) and writes (save, collect) of the fleet models' ConfigMaps in the scaler's namespace that failed: a model not read is learned again after a restart (a first lesson, a quarter of an hour of history); one not written is lost with the scaler. Its log says which ScaledObject and why (RBAC, the API server).",
+	}, []string{labelOperation})
+	modelsRestored = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "models_restored_total",
+		Help: "Reads of a fleet model from the scaler's namespace when the scaler had none or had not fed its own for a while (a restart, KEDA back from another replica), by outcome: restored, none (no model kept), other_fleet (the ScaledObject was created again, retargeted or given another objective: learned again), older (the scaler's own was newer).",
+	}, []string{labelOutcome})
 	signalValue = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "signal_value",
 		Help: "A ScaledObject's raw signal at its last evaluation: total waiting requests (queue), total running plus waiting requests (concurrency), total KV-cache usage over ready replicas (kv_cache), prompt plus generated tokens per second over ready replicas (tokens), p95 time to first token in seconds (ttft), p95 inter-token latency in seconds (itl), preemptions per minute per replica (preemptions), estimated prompt tokens waiting (queued_prompt_tokens), KV-cache tokens in use (kv_tokens), mean KV-cache usage (kv_saturation), the followed ScaledObject's count times followRatio (follow), the replicas the forecast demand needs at the learned capacity (slo).",
@@ -126,7 +136,8 @@ var (
 func Collectors() []prometheus.Collector {
 	return []prometheus.Collector{requestDuration, scrapeDuration, scrapeErrors, evaluationErrors, targetReadErrors, signalValue, signalTarget,
 		desiredReplicas, currentReplicas, readyReplicas, maxReplicas, unsampledReplicas, sampleAge, lastSuccess, active, held, heldSeconds,
-		startupTimeout, stalledReplicas, replicaCapacity, unattainableRatio, demandForecast, demandHeadroom, headroomReplicas}
+		startupTimeout, stalledReplicas, replicaCapacity, unattainableRatio, demandForecast, demandHeadroom, headroomReplicas,
+		modelStoreErrors, modelsRestored}
 }
 
 // ObserveScrape records one scrape or query of source.

@@ -76,7 +76,7 @@ func TestDefaultRender(t *testing.T) {
 		"DaemonSet/berth-agent", "Deployment/berth-controller", "Deployment/berth-scaler",
 		"MutatingWebhookConfiguration/berth-pod-gate",
 		"PodDisruptionBudget/berth-controller", "PodDisruptionBudget/berth-scaler", "PriorityClass/berth-seat",
-		"Role/berth-controller", "RoleBinding/berth-controller",
+		"Role/berth-controller", "Role/berth-scaler-models", "RoleBinding/berth-controller", "RoleBinding/berth-scaler-models",
 		"Service/berth-scaler", "Service/berth-webhook",
 		"ServiceAccount/berth-agent", "ServiceAccount/berth-controller", "ServiceAccount/berth-scaler",
 	}
@@ -294,6 +294,7 @@ func TestChartFilesMatchConfig(t *testing.T) {
 		"files/rbac/role.yaml":                           "rbac/role.yaml",
 		"files/rbac/scaler.yaml":                         "rbac/scaler.yaml",
 		"files/rbac/scaler-warm-seats.yaml":              "rbac/scaler-warm-seats.yaml",
+		"files/rbac/scaler-models.yaml":                  "rbac/scaler-models.yaml",
 		"files/rbac/agent.yaml":                          "rbac/agent.yaml",
 		"files/rbac/metrics-reader.yaml":                 "rbac/metrics-reader.yaml",
 		"files/pod-gate-webhook.yaml":                    "webhook/manifests.yaml",
@@ -423,6 +424,47 @@ func TestWarmSeatsValues(t *testing.T) {
 	}
 	if _, err := render(t, map[string]any{"scaler": map[string]any{"warmSeats": map[string]any{"pull": "sideways"}}}); err == nil {
 		t.Error("scaler.warmSeats.pull sideways: want a schema error")
+	}
+}
+
+// TestKeepModelsValues: scaler.keepModels (the default) points the scaler at the release
+// namespace for its fleet models and binds its ServiceAccount to a Role there with exactly
+// config/rbac/scaler-models.yaml's rules; off, the scaler keeps them in memory and has no
+// ConfigMap access.
+func TestKeepModelsValues(t *testing.T) {
+	args := func(objs map[string]map[string]any) []string {
+		d := objs["Deployment/berth-scaler"]
+		spec := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+		return asStrings(spec["containers"].([]any)[0].(map[string]any)["args"])
+	}
+	var want map[string]any
+	data, err := os.ReadFile("../../config/rbac/scaler-models.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(data, &want); err != nil {
+		t.Fatal(err)
+	}
+	on, err := render(t, map[string]any{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(args(on), "--model-namespace=berth-system") {
+		t.Errorf("scaler args %v lack --model-namespace=berth-system", args(on))
+	}
+	role, binding := on["Role/berth-scaler-models"], on["RoleBinding/berth-scaler-models"]
+	if role == nil || toYAML(t, role["rules"]) != toYAML(t, want["rules"]) {
+		t.Errorf("the scaler's models Role:\n%s\nwant config/rbac/scaler-models.yaml's rules:\n%s", toYAML(t, role["rules"]), toYAML(t, want["rules"]))
+	}
+	if binding == nil || !strings.Contains(toYAML(t, binding["subjects"]), "name: berth-scaler") {
+		t.Errorf("the models RoleBinding binds %v, want the scaler's ServiceAccount", binding["subjects"])
+	}
+	off, err := render(t, map[string]any{"scaler": map[string]any{"keepModels": false}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(args(off), "--model-namespace=berth-system") || off["Role/berth-scaler-models"] != nil {
+		t.Errorf("keepModels false: args %v, Role %v; want neither", args(off), off["Role/berth-scaler-models"])
 	}
 }
 

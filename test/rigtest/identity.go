@@ -31,9 +31,9 @@ import (
 // admin kubeconfig — so a verb missing from the shipped RBAC fails a test instead of shipping.
 
 // rbacFiles are each component's RBAC files in config/rbac (the scaler with warm seats is bound
-// to both of its roles, as the chart binds them with scaler.warmSeats.enabled).
-var rbacFiles = map[string][]string{"controller": {"role.yaml"}, "scaler": {"scaler.yaml"}, "agent": {"agent.yaml"}, "metrics-reader": {"metrics-reader.yaml"},
-	"scaler-warm-seats": {"scaler.yaml", "scaler-warm-seats.yaml"}}
+// to its roles and the warm seats', as the chart binds them with scaler.warmSeats.enabled).
+var rbacFiles = map[string][]string{"controller": {"role.yaml"}, "scaler": {"scaler.yaml", "scaler-models.yaml"}, "agent": {"agent.yaml"}, "metrics-reader": {"metrics-reader.yaml"},
+	"scaler-warm-seats": {"scaler.yaml", "scaler-models.yaml", "scaler-warm-seats.yaml"}}
 
 var identities sync.Map // rig work dir + component → kubeconfig path
 

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/internal/vllmsim"
@@ -33,6 +34,18 @@ type Scaler struct {
 	GRPCAddress string
 	// MetricsURL serves its Prometheus metrics.
 	MetricsURL string
+
+	bin, health string
+	args        []string
+}
+
+// Restart stops the scaler as a rollout does (SIGTERM, up to grace to finish) and starts it
+// again with the same flags at the same addresses, waiting until it serves.
+func (s *Scaler) Restart(ctx context.Context, r *rig.Rig, grace time.Duration) error {
+	if err := r.StopComponent("berth-scaler", grace); err != nil {
+		return err
+	}
+	return r.StartComponent(ctx, "berth-scaler", s.bin, s.args, nil, s.health)
 }
 
 // StartScaler runs `berth scaler` on loopback with extra flags and waits until it serves.
@@ -51,8 +64,8 @@ func StartScaler(ctx context.Context, r *rig.Rig, bin string, flags ...string) (
 		// Secure metrics answer only authorized callers: the test waits for the endpoint.
 		s.MetricsURL, health = "https://127.0.0.1:"+strconv.Itoa(metricsPort)+"/metrics", ""
 	}
-	// As the chart runs it: its own ServiceAccount, exactly config/rbac/scaler.yaml (and
-	// scaler-warm-seats.yaml with --warm-seats).
+	// As the chart runs it: its own ServiceAccount, exactly config/rbac/scaler.yaml and
+	// scaler-models.yaml (and scaler-warm-seats.yaml with --warm-seats).
 	component := "scaler"
 	if slices.Contains(flags, "--warm-seats") {
 		component = "scaler-warm-seats"
@@ -66,6 +79,7 @@ func StartScaler(ctx context.Context, r *rig.Rig, bin string, flags ...string) (
 	if err := r.StartComponent(ctx, "berth-scaler", bin, args, nil, health); err != nil {
 		return nil, err
 	}
+	s.bin, s.args, s.health = bin, args, health
 	return s, nil
 }
 

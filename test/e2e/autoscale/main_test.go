@@ -32,7 +32,8 @@ const (
 
 func TestMain(m *testing.M) {
 	rigtest.Main(m, rig.Options{}, func(ctx context.Context, r *rig.Rig) error {
-		bin, s, err := rigtest.StartAutoscalingRig(ctx, r, rig.KwokOptions{NodeReadyDelay: 2 * time.Second}, instanceTypes, "--stream-interval=500ms")
+		bin, s, err := rigtest.StartAutoscalingRig(ctx, r, rig.KwokOptions{NodeReadyDelay: 2 * time.Second}, instanceTypes, "--stream-interval=500ms",
+			"--model-namespace="+rig.BerthNamespace)
 		if err != nil {
 			return err
 		}

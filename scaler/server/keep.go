@@ -1,0 +1,190 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/berth-dev/berth/scaler"
+	"github.com/berth-dev/berth/scaler/modelstore"
+)
+
+// ModelStore keeps the fleet models across the scaler's restarts and between its replicas;
+// *modelstore.Store is the real one.
+type ModelStore interface {
+	Load(ctx context.Context, namespace, name string) (modelstore.Snapshot, bool, error)
+	Save(ctx context.Context, namespace, name string, snap modelstore.Snapshot) error
+}
+
+// Timings of the models kept in a ModelStore.
+const (
+	// SaveEvery is how often a model that learned is written: what a scaler killed without a
+	// clean stop loses at most (a clean stop writes every model that learned since).
+	SaveEvery = 5 * time.Minute
+	// RewriteEvery is how often a model still evaluated is written even if it learned nothing
+	// (a fleet at zero overnight): a store collects what nobody wrote for longer
+	// (KeepModelsFor).
+	RewriteEvery = 6 * time.Hour
+	// KeepModelsFor is how long a model nobody writes is kept: its ScaledObject is gone, or
+	// the fleet has not been evaluated for that long.
+	KeepModelsFor = 72 * time.Hour
+	// reloadAfter is the least gap in a model's evaluations after which the store is read
+	// again before it learns (another replica may have served the fleet meanwhile); a longer
+	// polling interval stretches it to three of them.
+	reloadAfter = 2 * time.Minute
+	// loadTimeout bounds the read of a model in an evaluation.
+	loadTimeout = 2 * time.Second
+)
+
+// restoreModel reads the model of a ScaledObject's fleet from the store when this scaler has
+// none or has not fed its own for a while (a restart, or KEDA back from another replica), and
+// takes it if it is of the same fleet and newer than its own. A failed read is counted and
+// logged, and the model is learned here as before: a store is never a reason not to answer.
+func (e *Engine) restoreModel(ctx context.Context, namespace, name, fleet string, polling time.Duration) {
+	now := e.clock().Now()
+	if e.ModelStore == nil || !e.models.stale([3]string{namespace, name, fleet}, now, max(reloadAfter, 3*polling)) {
+		return
+	}
+	lctx, cancel := context.WithTimeout(ctx, loadTimeout)
+	defer cancel()
+	snap, ok, err := e.ModelStore.Load(lctx, namespace, name)
+	switch {
+	case err != nil:
+		modelStoreErrors.WithLabelValues("load").Inc()
+		log.FromContext(ctx).Error(err, "the fleet model is learned again", "namespace", namespace, "scaledObject", name)
+		return
+	case !ok:
+		modelsRestored.WithLabelValues("none").Inc()
+		return
+	case snap.Fleet != fleet:
+		// The ScaledObject was created again, retargeted or given another objective: what
+		// the replicas before carried is no lesson for these.
+		modelsRestored.WithLabelValues("other_fleet").Inc()
+		return
+	}
+	var m scaler.FleetModel
+	if err := m.UnmarshalBinary(snap.Model); err != nil {
+		modelStoreErrors.WithLabelValues("load").Inc()
+		log.FromContext(ctx).Error(err, "the fleet model is learned again", "namespace", namespace, "scaledObject", name)
+		return
+	}
+	if e.models.install([3]string{namespace, name, fleet}, m, snap.SavedAt, now) {
+		modelsRestored.WithLabelValues("restored").Inc()
+		log.FromContext(ctx).Info("fleet model restored", "namespace", namespace, "scaledObject", name, "savedAt", snap.SavedAt,
+			"capacity", m.Capacity, "coldStart", m.ColdStart)
+	} else {
+		modelsRestored.WithLabelValues("older").Inc()
+	}
+}
+
+// SaveModels writes the models this scaler feeds that learned since it last wrote them, at
+// most once per SaveEvery each (all of them when final: a clean stop), and those it feeds but
+// has not written for RewriteEvery. A model it no longer feeds (not evaluated for reloadAfter:
+// KEDA moved to another replica) is not written: the replica that feeds it does. Errors are joined; a model that failed is written
+// again at the next call.
+func (e *Engine) SaveModels(ctx context.Context, final bool) error {
+	if e.ModelStore == nil {
+		return nil
+	}
+	now := e.clock().Now()
+	due := e.models.due(now, final)
+	var errs []error
+	for _, d := range due {
+		data, err := d.model.MarshalBinary()
+		if err == nil {
+			err = e.ModelStore.Save(ctx, d.key[0], d.key[1], modelstore.Snapshot{Fleet: d.key[2], Model: data, SavedAt: now})
+		}
+		if err != nil {
+			modelStoreErrors.WithLabelValues("save").Inc()
+			errs = append(errs, fmt.Errorf("ScaledObject %s/%s: %w", d.key[0], d.key[1], err))
+			continue
+		}
+		e.models.saved(d.key, d.window, now)
+	}
+	return errors.Join(errs...)
+}
+
+// ModelStoreFailed counts a failed operation of the model store done outside the engine (a
+// collection of old models).
+func ModelStoreFailed(operation string) { modelStoreErrors.WithLabelValues(operation).Inc() }
+
+// stale reports whether the model of k is missing or has not been fed within gap, and no read
+// of the store for it was tried within gap (so a fleet without a stored model is not read on
+// every evaluation).
+func (m *models) stale(k [3]string, now time.Time, gap time.Duration) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.m == nil {
+		m.m = map[[3]string]*modelAt{}
+	}
+	ma := m.m[k]
+	if ma == nil {
+		ma = &modelAt{learned: now, born: now}
+		m.m[k] = ma
+	} else if now.Sub(ma.learned) <= gap || now.Sub(ma.loaded) <= gap {
+		return false
+	}
+	ma.loaded = now
+	return true
+}
+
+// install takes model for k, as saved at savedAt, if it is newer than the one there (its last
+// lesson later) or the one there was begun by the read that brought it (what an evaluation
+// beside the read learned meanwhile is seconds of lessons); the window it learned last is
+// forgotten (the next one is learned).
+func (m *models) install(k [3]string, model scaler.FleetModel, savedAt, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ma := m.m[k]
+	if ma == nil {
+		ma = &modelAt{learned: now, born: now, loaded: now}
+		m.m[k] = ma
+	}
+	begun := ma.born.Equal(ma.loaded) && !model.LastLesson().IsZero()
+	if !begun && !model.LastLesson().After(ma.model.LastLesson()) {
+		return false
+	}
+	ma.model, ma.window = model, time.Time{}
+	// Written already: not written back until it learns (or RewriteEvery).
+	ma.saved, ma.savedWindow = savedAt, time.Time{}
+	return true
+}
+
+// dueModel is a model to write: a copy, and the newest window it had learned.
+type dueModel struct {
+	key    [3]string
+	model  scaler.FleetModel
+	window time.Time
+}
+
+// due is the models to write now (SaveModels).
+func (m *models) due(now time.Time, final bool) []dueModel {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []dueModel
+	for k, ma := range m.m {
+		// Only a model this scaler still feeds: one KEDA left for another replica is that
+		// replica's to write, and written from here it would put older lessons over newer.
+		if now.Sub(ma.learned) > reloadAfter || ma.model.LastLesson().IsZero() {
+			continue
+		}
+		learned := ma.window.After(ma.savedWindow) && (final || now.Sub(ma.saved) >= SaveEvery)
+		if !learned && now.Sub(ma.saved) < RewriteEvery {
+			continue
+		}
+		out = append(out, dueModel{key: k, model: ma.model.Clone(), window: ma.window})
+	}
+	return out
+}
+
+// saved records that k's model was written at now, as of the window it had learned then.
+func (m *models) saved(k [3]string, window, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ma := m.m[k]; ma != nil {
+		ma.saved, ma.savedWindow = now, window
+	}
+}
