@@ -16,7 +16,9 @@ const snapshotVersion = 1
 // point's time and rate only — its baseline, slope and stretch are what record makes of them
 // and the points a baseline window before it, made again on the way back — but for the points
 // of the history's first baseline window, whose own windows reached into points already
-// dropped: those are kept whole. A day of 15-second points is about 100 KB of JSON.
+// dropped: those are kept whole. A day of 15-second points is about 200 KB of JSON; a history
+// of more than maxSnapshotPoints points (a fleet evaluated every few seconds) is thinned to
+// about that many.
 type modelSnapshot struct {
 	Version   int           `json:"version"`
 	Capacity  float64       `json:"capacity"`
@@ -74,14 +76,26 @@ func (m *FleetModel) MarshalBinary() ([]byte, error) {
 		Last: m.last, Inherited: m.inherited}
 	if len(m.demand) > 0 {
 		s.Start = m.demand[0].at
-		s.At, s.Rate = make([]int64, 0, len(m.demand)), make([]float64, 0, len(m.demand))
-		for _, p := range m.demand {
+		s.At, s.Rate = make([]int64, 0, min(len(m.demand), maxSnapshotPoints)), make([]float64, 0, min(len(m.demand), maxSnapshotPoints))
+		// Thinned to a point every span/maxSnapshotPoints at most, once the history holds a
+		// quarter more than that (a day at 15 s is never thinned): the baselines made again
+		// from them are medians of fewer points, the same level.
+		every := time.Duration(0)
+		if n := len(m.demand); n > maxSnapshotPoints+maxSnapshotPoints/4 {
+			every = m.demand[n-1].at.Sub(s.Start) / maxSnapshotPoints
+		}
+		var kept time.Time
+		for i, p := range m.demand {
 			off := int64(p.at.Sub(s.Start))
-			if p.at.Sub(s.Start) < baselineWindow {
+			switch {
+			case p.at.Sub(s.Start) < baselineWindow:
 				s.Head = append(s.Head, headPoint{At: off, Rate: p.rate, Base: p.base, Slope: p.slope, Fitted: int64(p.fitted), Since: int64(p.since.Sub(s.Start))})
+				kept = p.at
+				continue
+			case i < len(m.demand)-1 && p.at.Sub(kept) < every:
 				continue
 			}
-			s.At, s.Rate = append(s.At, off), append(s.Rate, p.rate)
+			s.At, s.Rate, kept = append(s.At, off), append(s.Rate, p.rate), p.at
 		}
 	}
 	st := m.stats
@@ -164,6 +178,10 @@ func (m *FleetModel) UnmarshalBinary(data []byte) error {
 // LastLesson is when the model last learned (zero: never): of two models of one fleet, the
 // later's is the one to keep.
 func (m *FleetModel) LastLesson() time.Time { return m.last }
+
+// maxSnapshotPoints is the most demand points a snapshot keeps: a day at KEDA's default 15 s
+// (a fleet evaluated more often is thinned to it), about 200 KB of JSON.
+const maxSnapshotPoints = 5760
 
 // maxSnapshotRate bounds a snapshot's demand: a million requests a second is no fleet's.
 const maxSnapshotRate = 1e6

@@ -125,3 +125,46 @@ func TestAnUnreadableSnapshotIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// TestASnapshotOfADenseHistoryIsThinned: a fleet evaluated every 2 s for a day holds 43,200
+// points; its snapshot keeps maxSnapshotPoints of them, read back it forecasts the same
+// demand and the same headroom within a few percent, and decides within a replica of the
+// model written.
+func TestASnapshotOfADenseHistoryIsThinned(t *testing.T) {
+	slo := trig(t, headroomTrigger).SLO
+	m := &FleetModel{Capacity: 0.6}
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for at := time.Duration(0); at < 24*time.Hour; at += 2 * time.Second {
+		rate := 10 + 5*math.Sin(at.Hours()/4)
+		if at%time.Hour < 2*time.Minute {
+			rate *= 2.5
+		}
+		m.record(start.Add(at), rate)
+	}
+	now := start.Add(24 * time.Hour)
+	m.stats = m.computeStats(m.horizon(slo), slo, now)
+	data, err := m.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back FleetModel
+	if err := back.UnmarshalBinary(data); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(back.demand); n > maxSnapshotPoints+1 || n < maxSnapshotPoints/2 {
+		t.Fatalf("%d points read back of %d, want about %d", n, len(m.demand), maxSnapshotPoints)
+	}
+	if len(data) > 256<<10 {
+		t.Errorf("the thinned snapshot is %d bytes", len(data))
+	}
+	back.stats = back.computeStats(back.horizon(slo), slo, now)
+	want, got := m.forecast(12, slo), back.forecast(12, slo)
+	for _, c := range []struct {
+		name      string
+		want, got float64
+	}{{"baseline", want.Base, got.Base}, {"forecast", want.Rate(), got.Rate()}, {"headroom", want.Headroom, got.Headroom}} {
+		if math.Abs(c.got-c.want) > 0.05*c.want {
+			t.Errorf("%s read back %v, written %v: more than 5 %% apart", c.name, c.got, c.want)
+		}
+	}
+}

@@ -184,7 +184,11 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 			return err
 		}
 	}
-	gs, hs := server.NewGRPCServer(&server.Server{Engine: eng, StreamInterval: f.streamInterval, Stopping: ctx.Done()}, tlsCfg)
+	// The server stops serving once the models are written (stopModels): a replica KEDA turns
+	// to while this one stops reads what it learned to the end.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	gs, hs := server.NewGRPCServer(&server.Server{Engine: eng, StreamInterval: f.streamInterval, Stopping: serveCtx.Done()}, tlsCfg)
 	lis, err := net.Listen("tcp", f.grpcAddress)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", f.grpcAddress, err)
@@ -202,6 +206,7 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 	go func() { // forget pods and ScaledObjects that went away; write the models that learned
 		t := time.NewTicker(time.Minute)
 		defer t.Stop()
+		var said saidOnce
 		for i := 0; ; i++ {
 			select {
 			case <-ctx.Done():
@@ -209,34 +214,44 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 			case <-t.C:
 				eng.Pods.Forget(10 * time.Minute)
 				eng.ExpireSeries(10 * time.Minute)
-				keepModels(ctx, eng, i%60 == 0)
+				keepModels(ctx, eng, i%60 == 0, &said)
 			}
 		}
 	}()
+	go stopModels(ctx, eng, stopServing)
 	log.Info("serving KEDA's ExternalScaler", "address", lis.Addr().String(), "tls", f.tls.Enabled(), "mutualTLS", f.tls.ClientCAFile != "")
-	err = server.Serve(ctx, gs, hs, lis, f.shutdownGrace)
-	// A clean stop writes every model that learned since its last write: the next scaler
-	// goes on from where this one stopped.
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return server.Serve(serveCtx, gs, hs, lis, f.shutdownGrace)
+}
+
+// finalSaveTimeout bounds the models' writes at a stop (the chart's grace period is 30 s, of
+// which the gRPC drain takes --shutdown-grace).
+const finalSaveTimeout = 10 * time.Second
+
+// stopModels waits for ctx to end (SIGTERM), writes every fleet model the scaler feeds while
+// it still answers KEDA — so the replica KEDA turns to next, or this
+// one started again, goes on from where it stopped — and then stops the server.
+func stopModels(ctx context.Context, eng *server.Engine, stopServing context.CancelFunc) {
+	defer stopServing()
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalSaveTimeout)
 	defer cancel()
-	if serr := eng.SaveModels(sctx, true); serr != nil {
-		log.Error(serr, "fleet models not written at the stop: the next scaler learns them again")
+	if err := eng.SaveModels(sctx, true); err != nil {
+		ctrl.Log.WithName("scaler").Error(err, "fleet models not written at the stop: the next scaler learns them again")
 	}
-	return err
 }
 
 // keepModels writes the fleet models that are due, and with collect deletes those nobody
 // wrote for server.KeepModelsFor (of ScaledObjects gone).
-func keepModels(ctx context.Context, eng *server.Engine, collect bool) {
+func keepModels(ctx context.Context, eng *server.Engine, collect bool, said *saidOnce) {
 	log := ctrl.Log.WithName("scaler")
-	if err := eng.SaveModels(ctx, false); err != nil {
-		log.Error(err, "fleet models not written (written again at the next minute)")
+	if err := eng.SaveModels(ctx, false); err != nil && ctx.Err() == nil && said.first(err, time.Now()) {
+		log.Error(err, "fleet models not written (tried again every minute; this error is logged again in an hour, or when it changes)")
 	}
 	store, ok := eng.ModelStore.(*modelstore.Store)
 	if !collect || !ok {
 		return
 	}
-	if n, err := store.Collect(ctx, server.KeepModelsFor); err != nil {
+	if n, err := store.Collect(ctx, server.KeepModelsFor); err != nil && ctx.Err() == nil {
 		server.ModelStoreFailed("collect")
 		log.Error(err, "old fleet models not deleted")
 	} else if n > 0 {
@@ -258,4 +273,20 @@ func loadCAFile(path string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("%s holds no PEM certificate", path)
 	}
 	return pool, nil
+}
+
+// saidOnce says whether an error is worth logging: the first, one that differs from the last
+// logged, or the same an hour later (a store refused every minute is one line an hour, its
+// metric counts every failure).
+type saidOnce struct {
+	msg string
+	at  time.Time
+}
+
+func (s *saidOnce) first(err error, now time.Time) bool {
+	if err.Error() == s.msg && now.Sub(s.at) < time.Hour {
+		return false
+	}
+	s.msg, s.at = err.Error(), now
+	return true
 }

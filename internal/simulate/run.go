@@ -52,8 +52,10 @@ type Options struct {
 	ConsolidationFleet   *Fleet
 	ConsolidationTrigger map[string]string
 	// ScalerRestarts are the times berth's scaler restarts; with ScalerForgets each loses the
-	// fleet model (a scaler without a model store), else it goes on from it (the store gives
-	// back the model it wrote: scaler.FleetModel.UnmarshalBinary).
+	// fleet model (a scaler without a model store). Without it a restart is not replayed at
+	// all: the store gives back the model the scaler wrote at its stop, and a model read back
+	// is the model (scaler's TestASnapshotIsTheModel), so the replay is that of a scaler never
+	// restarted.
 	ScalerRestarts []time.Duration
 	ScalerForgets  bool
 	// Jobs is the training-job trace and JobSource where it came from; Cluster the pool it

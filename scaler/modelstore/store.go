@@ -1,6 +1,6 @@
 // Package modelstore keeps the scaler's fleet models (scaler.FleetModel: what one replica
 // carries at the SLO, the start-up, a day of the demand's history and the burst headroom it
-// says) in ConfigMaps of the scaler's own namespace, one per ScaledObject, so that a scaler
+// says) in ConfigMaps of the scaler's own namespace, one per ScaledObject's fleet, so that a scaler
 // restarted by an upgrade or a drained node — or the replica KEDA turns to — goes on from what
 // the fleet taught instead of learning it again: a model learned again sizes from a first
 // lesson and a history a quarter of an hour long (docs/scaler.md#the-model-across-restarts).
@@ -29,13 +29,17 @@ import (
 // Keys of a model's ConfigMap.
 const (
 	// KeyScaledObject is the ScaledObject the model is of, namespace/name (the ConfigMap's
-	// name is a hash of it).
+	// name is a hash of it and the fleet).
 	KeyScaledObject = "scaledObject"
 	// KeyFleet is the fleet the model was learned on (its ScaledObject's UID, scale target,
-	// selector and objective): a model of another fleet under the same name is not taken.
+	// selector and objective): two triggers of one ScaledObject on different replicas are two
+	// fleets, two models.
 	KeyFleet = "fleet"
 	// KeySavedAt is when the model was written, RFC 3339.
 	KeySavedAt = "savedAt"
+	// KeyLastLesson is when the model last learned, RFC 3339 with nanoseconds: a model is
+	// never written over one that learned later (another scaler replica's).
+	KeyLastLesson = "lastLesson"
 	// KeyModel is the model, scaler.FleetModel.MarshalBinary gzipped.
 	KeyModel = "model.json.gz"
 )
@@ -47,14 +51,14 @@ const maxModelBytes = 8 << 20
 // ErrForeign is the error of a ConfigMap under a model's name that is not that model's.
 var ErrForeign = errors.New("not this ScaledObject's fleet model")
 
-// Snapshot is one ScaledObject's model as the store keeps it.
+// Snapshot is one fleet's model as the store keeps it.
 type Snapshot struct {
 	// Fleet is the fleet it was learned on (server's fleetOf).
 	Fleet string
 	// Model is scaler.FleetModel.MarshalBinary's.
 	Model []byte
-	// SavedAt is when it was written.
-	SavedAt time.Time
+	// SavedAt is when it was written; LastLesson when the model last learned.
+	SavedAt, LastLesson time.Time
 }
 
 // Store reads and writes the models in Namespace.
@@ -66,29 +70,33 @@ type Store struct {
 	Clock     clock.PassiveClock
 }
 
-// Name is the ConfigMap name of the model of ScaledObject namespace/name: a hash, since the
-// two together may be longer than a name holds.
-func Name(namespace, name string) string {
-	sum := sha256.Sum256([]byte(namespace + "/" + name))
+// Name is the ConfigMap name of the model of ScaledObject namespace/name's fleet: a hash,
+// since the three together may be longer than a name holds.
+func Name(namespace, name, fleet string) string {
+	sum := sha256.Sum256([]byte(namespace + "/" + name + "\x00" + fleet))
 	return "berth-fleet-model-" + hex.EncodeToString(sum[:10])
 }
 
-// Load reads the model of ScaledObject namespace/name (ok false: none kept).
-func (s *Store) Load(ctx context.Context, namespace, name string) (snap Snapshot, ok bool, err error) {
+// Load reads the model of ScaledObject namespace/name's fleet (ok false: none kept).
+func (s *Store) Load(ctx context.Context, namespace, name, fleet string) (snap Snapshot, ok bool, err error) {
 	var cm corev1.ConfigMap
-	key := client.ObjectKey{Namespace: s.Namespace, Name: Name(namespace, name)}
+	key := client.ObjectKey{Namespace: s.Namespace, Name: Name(namespace, name, fleet)}
 	if err := s.Client.Get(ctx, key, &cm); err != nil {
 		if apierrors.IsNotFound(err) {
 			return Snapshot{}, false, nil
 		}
 		return Snapshot{}, false, fmt.Errorf("reading the fleet model of %s/%s (ConfigMap %s): %w", namespace, name, key, err)
 	}
-	if got := cm.Data[KeyScaledObject]; got != namespace+"/"+name {
-		return Snapshot{}, false, fmt.Errorf("ConfigMap %s holds %q: %w %s/%s", key, got, ErrForeign, namespace, name)
+	if err := owned(&cm, namespace, name, fleet); err != nil {
+		return Snapshot{}, false, err
 	}
 	savedAt, err := time.Parse(time.RFC3339, cm.Data[KeySavedAt])
 	if err != nil {
 		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s: %w", key, KeySavedAt, err)
+	}
+	lastLesson, err := time.Parse(time.RFC3339Nano, cm.Data[KeyLastLesson])
+	if err != nil {
+		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s: %w", key, KeyLastLesson, err)
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(cm.BinaryData[KeyModel]))
 	if err != nil {
@@ -101,40 +109,65 @@ func (s *Store) Load(ctx context.Context, namespace, name string) (snap Snapshot
 	if len(data) > maxModelBytes {
 		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s unzips to more than %d bytes", key, KeyModel, maxModelBytes)
 	}
-	return Snapshot{Fleet: cm.Data[KeyFleet], Model: data, SavedAt: savedAt}, true, nil
+	return Snapshot{Fleet: fleet, Model: data, SavedAt: savedAt, LastLesson: lastLesson}, true, nil
 }
 
-// Save writes the model of ScaledObject namespace/name, creating its ConfigMap or replacing
-// what it held. A write that meets another (a conflict) fails: the caller writes again later.
-func (s *Store) Save(ctx context.Context, namespace, name string, snap Snapshot) error {
+// owned says whether cm is the model of ScaledObject namespace/name's fleet (ErrForeign if
+// not: a hash collision, an object made by hand).
+func owned(cm *corev1.ConfigMap, namespace, name, fleet string) error {
+	if so, f := cm.Data[KeyScaledObject], cm.Data[KeyFleet]; so != namespace+"/"+name || f != fleet {
+		return fmt.Errorf("ConfigMap %s/%s holds %q of fleet %q: %w %s/%s", cm.Namespace, cm.Name, so, f, ErrForeign, namespace, name)
+	}
+	return nil
+}
+
+// ErrTooLarge is the error of a model too large for a ConfigMap.
+var ErrTooLarge = errors.New("fleet model too large for a ConfigMap")
+
+// maxStoredBytes is the most a model may take in its ConfigMap, gzipped: below the API
+// server's 1 MiB for an object, with room for the rest.
+const maxStoredBytes = 900 << 10
+
+// Save writes the model of ScaledObject namespace/name's fleet (snap.Fleet), creating its
+// ConfigMap or replacing what it held — unless that learned later (written false, no error: a
+// scaler replica KEDA has just left never puts older lessons over the newer ones of the
+// replica it turned to). A write that meets another (a conflict) fails: the caller writes
+// again later.
+func (s *Store) Save(ctx context.Context, namespace, name string, snap Snapshot) (written bool, err error) {
 	var buf bytes.Buffer
 	zw := gzip.NewWriter(&buf)
 	if _, err := zw.Write(snap.Model); err != nil {
-		return fmt.Errorf("compressing the fleet model of %s/%s: %w", namespace, name, err)
+		return false, fmt.Errorf("compressing the fleet model of %s/%s: %w", namespace, name, err)
 	}
 	if err := zw.Close(); err != nil {
-		return fmt.Errorf("compressing the fleet model of %s/%s: %w", namespace, name, err)
+		return false, fmt.Errorf("compressing the fleet model of %s/%s: %w", namespace, name, err)
+	}
+	if buf.Len() > maxStoredBytes {
+		return false, fmt.Errorf("%s/%s: %d bytes gzipped, at most %d: %w", namespace, name, buf.Len(), maxStoredBytes, ErrTooLarge)
 	}
 	want := corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: Name(namespace, name), Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.Namespace, Name: Name(namespace, name, snap.Fleet), Labels: map[string]string{
 			berthv1alpha1.ManagedByLabel: berthv1alpha1.ManagedByBerth, berthv1alpha1.ComponentLabel: berthv1alpha1.FleetModelComponent}},
 		Data: map[string]string{KeyScaledObject: namespace + "/" + name, KeyFleet: snap.Fleet,
-			KeySavedAt: snap.SavedAt.UTC().Format(time.RFC3339)},
+			KeySavedAt: snap.SavedAt.UTC().Format(time.RFC3339), KeyLastLesson: snap.LastLesson.UTC().Format(time.RFC3339Nano)},
 		BinaryData: map[string][]byte{KeyModel: buf.Bytes()},
 	}
 	var cm corev1.ConfigMap
-	err := s.Client.Get(ctx, client.ObjectKeyFromObject(&want), &cm)
+	err = s.Client.Get(ctx, client.ObjectKeyFromObject(&want), &cm)
 	switch {
 	case apierrors.IsNotFound(err):
 		if err := s.Client.Create(ctx, &want); err != nil {
-			return fmt.Errorf("creating the fleet model of %s/%s: %w", namespace, name, err)
+			return false, fmt.Errorf("creating the fleet model of %s/%s: %w", namespace, name, err)
 		}
-		return nil
+		return true, nil
 	case err != nil:
-		return fmt.Errorf("reading the fleet model of %s/%s: %w", namespace, name, err)
+		return false, fmt.Errorf("reading the fleet model of %s/%s: %w", namespace, name, err)
 	}
-	if got := cm.Data[KeyScaledObject]; got != "" && got != namespace+"/"+name {
-		return fmt.Errorf("ConfigMap %s/%s holds %q: %w %s/%s", cm.Namespace, cm.Name, got, ErrForeign, namespace, name)
+	if err := owned(&cm, namespace, name, snap.Fleet); err != nil {
+		return false, err
+	}
+	if stored, perr := time.Parse(time.RFC3339Nano, cm.Data[KeyLastLesson]); perr == nil && stored.After(snap.LastLesson) {
+		return false, nil
 	}
 	if cm.Labels == nil {
 		cm.Labels = map[string]string{}
@@ -144,13 +177,14 @@ func (s *Store) Save(ctx context.Context, namespace, name string, snap Snapshot)
 	}
 	cm.Data, cm.BinaryData = want.Data, want.BinaryData
 	if err := s.Client.Update(ctx, &cm); err != nil {
-		return fmt.Errorf("writing the fleet model of %s/%s: %w", namespace, name, err)
+		return false, fmt.Errorf("writing the fleet model of %s/%s: %w", namespace, name, err)
 	}
-	return nil
+	return true, nil
 }
 
-// Collect deletes the models not written for longer than keep: of ScaledObjects gone (a
-// model still evaluated is written again at least every few hours, scaler/server). A model
+// Collect deletes the models not written for longer than keep: of ScaledObjects gone, or of
+// a fleet retargeted or given another objective (a model still evaluated is written again at
+// least every few hours, scaler/server). A model
 // whose time cannot be read is deleted too; errors are joined.
 func (s *Store) Collect(ctx context.Context, keep time.Duration) (deleted int, err error) {
 	var list corev1.ConfigMapList

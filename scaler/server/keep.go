@@ -15,8 +15,10 @@ import (
 // ModelStore keeps the fleet models across the scaler's restarts and between its replicas;
 // *modelstore.Store is the real one.
 type ModelStore interface {
-	Load(ctx context.Context, namespace, name string) (modelstore.Snapshot, bool, error)
-	Save(ctx context.Context, namespace, name string, snap modelstore.Snapshot) error
+	// Load reads the model of a ScaledObject's fleet (ok false: none kept).
+	Load(ctx context.Context, namespace, name, fleet string) (snap modelstore.Snapshot, ok bool, err error)
+	// Save writes it, unless the one kept learned later (written false).
+	Save(ctx context.Context, namespace, name string, snap modelstore.Snapshot) (written bool, err error)
 }
 
 // Timings of the models kept in a ModelStore.
@@ -32,8 +34,9 @@ const (
 	// the fleet has not been evaluated for that long.
 	KeepModelsFor = 72 * time.Hour
 	// reloadAfter is the least gap in a model's evaluations after which the store is read
-	// again before it learns (another replica may have served the fleet meanwhile); a longer
-	// polling interval stretches it to three of them.
+	// again before it learns (another replica may have served the fleet meanwhile), and after
+	// which this scaler no longer writes it (it feeds it no more); a longer polling interval
+	// stretches it to three of them.
 	reloadAfter = 2 * time.Minute
 	// loadTimeout bounds the read of a model in an evaluation.
 	loadTimeout = 2 * time.Second
@@ -50,19 +53,17 @@ func (e *Engine) restoreModel(ctx context.Context, namespace, name, fleet string
 	}
 	lctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
-	snap, ok, err := e.ModelStore.Load(lctx, namespace, name)
+	snap, ok, err := e.ModelStore.Load(lctx, namespace, name, fleet)
 	switch {
 	case err != nil:
 		modelStoreErrors.WithLabelValues("load").Inc()
 		log.FromContext(ctx).Error(err, "the fleet model is learned again", "namespace", namespace, "scaledObject", name)
 		return
 	case !ok:
+		// None kept: a new fleet, or a ScaledObject created again, retargeted or given
+		// another objective (another fleet: what the replicas before carried is no lesson for
+		// these).
 		modelsRestored.WithLabelValues("none").Inc()
-		return
-	case snap.Fleet != fleet:
-		// The ScaledObject was created again, retargeted or given another objective: what
-		// the replicas before carried is no lesson for these.
-		modelsRestored.WithLabelValues("other_fleet").Inc()
 		return
 	}
 	var m scaler.FleetModel
@@ -81,10 +82,10 @@ func (e *Engine) restoreModel(ctx context.Context, namespace, name, fleet string
 }
 
 // SaveModels writes the models this scaler feeds that learned since it last wrote them, at
-// most once per SaveEvery each (all of them when final: a clean stop), and those it feeds but
-// has not written for RewriteEvery. A model it no longer feeds (not evaluated for reloadAfter:
-// KEDA moved to another replica) is not written: the replica that feeds it does. Errors are joined; a model that failed is written
-// again at the next call.
+// most once per SaveEvery each, and those it feeds but has not written for RewriteEvery; when
+// final (a clean stop), every model it feeds. A model it no longer feeds (not evaluated for
+// reloadAfter: KEDA moved to another replica) is not written: the replica that feeds it does.
+// Errors are joined; a model that failed is written again at the next call.
 func (e *Engine) SaveModels(ctx context.Context, final bool) error {
 	if e.ModelStore == nil {
 		return nil
@@ -93,15 +94,24 @@ func (e *Engine) SaveModels(ctx context.Context, final bool) error {
 	due := e.models.due(now, final)
 	var errs []error
 	for _, d := range due {
+		if ctx.Err() != nil {
+			// Stopping: what is left is written by the stop's own call, or not at all.
+			errs = append(errs, fmt.Errorf("%d fleet models not written: %w", len(due), ctx.Err()))
+			break
+		}
 		data, err := d.model.MarshalBinary()
 		if err == nil {
-			err = e.ModelStore.Save(ctx, d.key[0], d.key[1], modelstore.Snapshot{Fleet: d.key[2], Model: data, SavedAt: now})
+			_, err = e.ModelStore.Save(ctx, d.key[0], d.key[1], modelstore.Snapshot{Fleet: d.key[2], Model: data, SavedAt: now, LastLesson: d.model.LastLesson()})
 		}
 		if err != nil {
-			modelStoreErrors.WithLabelValues("save").Inc()
+			if ctx.Err() == nil {
+				modelStoreErrors.WithLabelValues("save").Inc()
+			}
 			errs = append(errs, fmt.Errorf("ScaledObject %s/%s: %w", d.key[0], d.key[1], err))
 			continue
 		}
+		// Written, or not over a model that learned later: either way nothing to write
+		// until this one learns again.
 		e.models.saved(d.key, d.window, now)
 	}
 	return errors.Join(errs...)
@@ -122,9 +132,9 @@ func (m *models) stale(k [3]string, now time.Time, gap time.Duration) bool {
 	}
 	ma := m.m[k]
 	if ma == nil {
-		ma = &modelAt{learned: now, born: now}
+		ma = &modelAt{learned: now, born: now, gap: gap}
 		m.m[k] = ma
-	} else if now.Sub(ma.learned) <= gap || now.Sub(ma.loaded) <= gap {
+	} else if ma.gap = gap; now.Sub(ma.learned) <= gap || now.Sub(ma.loaded) <= gap {
 		return false
 	}
 	ma.loaded = now
@@ -167,12 +177,13 @@ func (m *models) due(now time.Time, final bool) []dueModel {
 	var out []dueModel
 	for k, ma := range m.m {
 		// Only a model this scaler still feeds: one KEDA left for another replica is that
-		// replica's to write, and written from here it would put older lessons over newer.
-		if now.Sub(ma.learned) > reloadAfter || ma.model.LastLesson().IsZero() {
+		// replica's to write, and written from here it would put older lessons over newer
+		// (the store refuses that too: Save).
+		if now.Sub(ma.learned) > max(reloadAfter, ma.gap) || ma.model.LastLesson().IsZero() {
 			continue
 		}
-		learned := ma.window.After(ma.savedWindow) && (final || now.Sub(ma.saved) >= SaveEvery)
-		if !learned && now.Sub(ma.saved) < RewriteEvery {
+		learned := ma.window.After(ma.savedWindow) && now.Sub(ma.saved) >= SaveEvery
+		if !final && !learned && now.Sub(ma.saved) < RewriteEvery {
 			continue
 		}
 		out = append(out, dueModel{key: k, model: ma.model.Clone(), window: ma.window})

@@ -21,36 +21,41 @@ import (
 	"github.com/berth-dev/berth/test/scalertest"
 )
 
-// memStore is a ModelStore in memory, counting its writes; err fails every call.
+// memStore is a ModelStore in memory, as modelstore.Store keeps models (one per fleet, never
+// written over one that learned later), counting its writes; err fails every call.
 type memStore struct {
 	mu     sync.Mutex
-	snaps  map[[2]string]modelstore.Snapshot
+	snaps  map[[3]string]modelstore.Snapshot
 	writes int
 	err    error
 }
 
-func (s *memStore) Load(_ context.Context, ns, name string) (modelstore.Snapshot, bool, error) {
+func (s *memStore) Load(_ context.Context, ns, name, fleet string) (modelstore.Snapshot, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
 		return modelstore.Snapshot{}, false, s.err
 	}
-	snap, ok := s.snaps[[2]string{ns, name}]
+	snap, ok := s.snaps[[3]string{ns, name, fleet}]
 	return snap, ok, nil
 }
 
-func (s *memStore) Save(_ context.Context, ns, name string, snap modelstore.Snapshot) error {
+func (s *memStore) Save(_ context.Context, ns, name string, snap modelstore.Snapshot) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.err != nil {
-		return s.err
+		return false, s.err
 	}
 	if s.snaps == nil {
-		s.snaps = map[[2]string]modelstore.Snapshot{}
+		s.snaps = map[[3]string]modelstore.Snapshot{}
 	}
-	s.snaps[[2]string{ns, name}] = snap
+	k := [3]string{ns, name, snap.Fleet}
+	if old, ok := s.snaps[k]; ok && old.LastLesson.After(snap.LastLesson) {
+		return false, nil
+	}
+	s.snaps[k] = snap
 	s.writes++
-	return nil
+	return true, nil
 }
 
 func counterValue(t *testing.T, c interface{ Write(*dto.Metric) error }) float64 {
@@ -127,9 +132,24 @@ func TestARestartedScalerGoesOnFromTheStoredModel(t *testing.T) {
 		t.Errorf("models_restored_total{outcome=restored} went from %v to %v, want one more", restored, got)
 	}
 
+	// Another objective under the same name is another fleet: it learns apart, and writing
+	// its model leaves the first one's as it was.
 	other := map[string]string{"ttftSLOSeconds": "3", "coldStartSeconds": "120", "metricsPort": strconv.Itoa(port)}
-	if c := capacity(newEngine(store), other); c != 0 {
+	second := newEngine(store)
+	if c := capacity(second, other); c != 0 {
 		t.Fatalf("another objective under the same name: capacity %v, want none (another fleet)", c)
+	}
+	clk.Step(time.Minute)
+	finished.Store(60)
+	late.Store(40)
+	if c := capacity(second, other); c != 0.375 {
+		t.Fatalf("the other fleet after a minute at the limit: capacity %v, want 0.375", c)
+	}
+	if err := second.SaveModels(ctx, true); err != nil || len(store.snaps) != 2 {
+		t.Fatalf("SaveModels = %v, %d models kept; want the two fleets' apart", err, len(store.snaps))
+	}
+	if c := capacity(newEngine(store), md); c != 0.375 {
+		t.Fatalf("the first fleet after the second's write: capacity %v, want its own 0.375", c)
 	}
 
 	failing := &memStore{err: errors.New("forbidden")}
@@ -186,8 +206,8 @@ func TestAModelIsReadOnceAfterAGap(t *testing.T) {
 }
 
 // TestOnlyAFedModelIsWritten: SaveModels writes a model that learned since its last write
-// once per SaveEvery, all of them at a clean stop, one fed but unchanged every RewriteEvery,
-// and never one this scaler no longer feeds (KEDA moved to another replica).
+// once per SaveEvery, every one it feeds at a clean stop, one fed but unchanged every
+// RewriteEvery, and never one this scaler no longer feeds (KEDA moved to another replica).
 func TestOnlyAFedModelIsWritten(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var m models
@@ -214,8 +234,8 @@ func TestOnlyAFedModelIsWritten(t *testing.T) {
 	if n := write(now.Add(time.Minute), true); n != 1 {
 		t.Fatalf("a clean stop: %d due, want the model that learned since", n)
 	}
-	if n := write(now.Add(time.Minute+time.Second), true); n != 0 {
-		t.Fatalf("a clean stop right after a write: %d due, want none (nothing learned since)", n)
+	if n := write(now.Add(time.Minute+time.Second), true); n != 1 {
+		t.Fatalf("a clean stop right after a write: %d due, want the model it feeds written again", n)
 	}
 	for at := now.Add(2 * time.Minute); at.Before(now.Add(RewriteEvery)); at = at.Add(time.Minute) {
 		m.learn(k[0], k[1], k[2], scaler.Observation{}, scaler.SLO{TTFT: 2}, at) // evaluated, no new window
@@ -223,7 +243,7 @@ func TestOnlyAFedModelIsWritten(t *testing.T) {
 			t.Fatalf("at %s: a fed model that learned nothing was written", at.Sub(now))
 		}
 	}
-	at := now.Add(time.Minute + RewriteEvery)
+	at := now.Add(time.Minute + time.Second + RewriteEvery) // the stop's write above
 	m.learn(k[0], k[1], k[2], scaler.Observation{}, scaler.SLO{TTFT: 2}, at)
 	if n := write(at, false); n != 1 {
 		t.Fatalf("a fed model not written for RewriteEvery: %d due, want 1", n)

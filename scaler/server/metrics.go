@@ -52,7 +52,7 @@ var (
 	}, []string{labelOperation})
 	modelsRestored = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "models_restored_total",
-		Help: "Reads of a fleet model from the scaler's namespace when the scaler had none or had not fed its own for a while (a restart, KEDA back from another replica), by outcome: restored, none (no model kept), other_fleet (the ScaledObject was created again, retargeted or given another objective: learned again), older (the scaler's own was newer).",
+		Help: "Reads of a fleet model from the scaler's namespace when the scaler had none or had not fed its own for a while (a restart, KEDA back from another replica), by outcome: restored, none (no model kept of this fleet: a new one, or a ScaledObject created again, retargeted or given another objective, which learns again), older (the scaler's own was newer).",
 	}, []string{labelOutcome})
 	signalValue = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: bmetrics.Namespace, Subsystem: "scaler", Name: "signal_value",

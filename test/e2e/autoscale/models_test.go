@@ -1,8 +1,11 @@
 package autoscale_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,8 +14,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/internal/vllmsim"
+	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/modelstore"
 	"github.com/berth-dev/berth/test/rigtest"
 )
@@ -20,8 +25,8 @@ import (
 // TestARestartedScalerKeepsWhatItLearned: a fleet sized on its SLO teaches the scaler what a
 // replica carries (one replica swamped at twice its rate); the scaler, stopped as a rollout
 // stops it and started again, sizes the fleet on that capacity from its first evaluation — the
-// model written to its namespace at the stop and read back — where a scaler without it would
-// hold the fleet to learn again.
+// model written to its namespace at the stop (not only at the minute's write before) and read
+// back — where a scaler without it would hold the fleet to learn again.
 func TestARestartedScalerKeepsWhatItLearned(t *testing.T) {
 	ctx := context.Background()
 	r := rigtest.Current()
@@ -37,27 +42,56 @@ func TestARestartedScalerKeepsWhatItLearned(t *testing.T) {
 		c := capacityGauge(ctx)
 		return c > 0, fmt.Sprintf("capacity %v; scaler: %s", c, scalerState(ctx)), nil
 	})
-	// No load: no window teaches anything more, so the capacity stays what it is.
+	// No load: the windows after the restart teach nothing, so the restarted scaler's
+	// capacity is the one it read back.
 	if err := sim.SetRate(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(70 * time.Second)
-	learned := capacityGauge(ctx)
-	if learned <= 0 {
-		t.Fatalf("capacity %v once the load stopped; scaler: %s", learned, scalerState(ctx))
-	}
+	stop := time.Now().Truncate(time.Second)
 	if err := scalerProc.Restart(ctx, r, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	var cm corev1.ConfigMap
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rig.BerthNamespace, Name: modelstore.Name(namespace, appLabel)}, &cm); err != nil {
-		t.Fatalf("the model's ConfigMap after the stop: %v", err)
-	}
+	stored := storedCapacity(ctx, t, stop)
 	rigtest.Eventually(t, time.Minute, time.Second, "the restarted scaler sizes on the capacity learned before", func(ctx context.Context) (bool, string, error) {
 		c := capacityGauge(ctx)
 		restored := scalerSeries(ctx, `berth_scaler_models_restored_total{outcome="restored"}`)
-		return c == learned && strings.HasSuffix(restored, " 1"), fmt.Sprintf("capacity %v (learned %v); %s; scaler: %s", c, learned, restored, scalerState(ctx)), nil
+		return c == stored && strings.HasSuffix(restored, " 1"), fmt.Sprintf("capacity %v (written at the stop %v); %s; scaler: %s", c, stored, restored, scalerState(ctx)), nil
 	})
+}
+
+// storedCapacity is the capacity of the fleet model the scaler wrote at its stop (at or after
+// stop) to its namespace; the test fails if there is none.
+func storedCapacity(ctx context.Context, t *testing.T, stop time.Time) float64 {
+	t.Helper()
+	var list corev1.ConfigMapList
+	if err := rigtest.Current().Client.List(ctx, &list, client.InNamespace(rig.BerthNamespace), client.MatchingLabels{
+		berthv1alpha1.ComponentLabel: berthv1alpha1.FleetModelComponent}); err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range list.Items {
+		at, err := time.Parse(time.RFC3339, cm.Data[modelstore.KeySavedAt])
+		if cm.Data[modelstore.KeyScaledObject] != namespace+"/"+appLabel || err != nil || at.Before(stop) {
+			continue
+		}
+		zr, err := gzip.NewReader(bytes.NewReader(cm.BinaryData[modelstore.KeyModel]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := io.ReadAll(zr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m scaler.FleetModel
+		if err := m.UnmarshalBinary(data); err != nil {
+			t.Fatal(err)
+		}
+		if m.Capacity <= 0 {
+			t.Fatalf("the model written at the stop has no capacity")
+		}
+		return m.Capacity
+	}
+	t.Fatalf("no model of %s/%s written at the stop (at or after %s) among %d", namespace, appLabel, stop, len(list.Items))
+	return 0
 }
 
 // capacityGauge is the scaler's berth_scaler_replica_capacity_requests_per_second for the

@@ -12,6 +12,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	berthv1alpha1 "github.com/berth-dev/berth/api/v1alpha1"
 	"github.com/berth-dev/berth/internal/rig"
 	"github.com/berth-dev/berth/scaler"
 	"github.com/berth-dev/berth/scaler/modelstore"
@@ -20,9 +21,10 @@ import (
 
 // TestFleetModelsKeptInTheScalersNamespace: with exactly the scaler's shipped RBAC
 // (config/rbac/scaler-models.yaml) a fleet model of a day's history is written to a ConfigMap
-// in the scaler's namespace, read back whole, written again over itself, and never taken for
-// another ScaledObject's; Collect deletes the models nobody wrote for the time kept and leaves
-// the rest — and anything not a model — alone.
+// in the scaler's namespace, read back whole, written again over itself but never over one
+// that learned later, and never taken for another ScaledObject's or another fleet's; Collect
+// deletes the models nobody wrote for the time kept (and one whose time cannot be read) and
+// leaves the rest — and anything not a model — alone.
 func TestFleetModelsKeptInTheScalersNamespace(t *testing.T) {
 	ctx := context.Background()
 	r := rigtest.Current()
@@ -50,19 +52,26 @@ func TestFleetModelsKeptInTheScalersNamespace(t *testing.T) {
 	if len(data) < 100<<10 {
 		t.Fatalf("the model is %d bytes: it holds no day of history to test the store by", len(data))
 	}
-	snap := modelstore.Snapshot{Fleet: "uid|apps/v1/Deployment/llama|app=llama||2|0.15|0.99", Model: data, SavedAt: clk.Now()}
-	if err := store.Save(ctx, "inference", "llama", snap); err != nil {
-		t.Fatal(err)
+	fleet := "uid|apps/v1/Deployment/llama|app=llama||2|0.15|0.99"
+	snap := modelstore.Snapshot{Fleet: fleet, Model: data, SavedAt: clk.Now(), LastLesson: m.LastLesson()}
+	if written, err := store.Save(ctx, "inference", "llama", snap); err != nil || !written {
+		t.Fatalf("Save = %v, %v", written, err)
 	}
 	snap.SavedAt = clk.Now().Add(time.Minute)
-	if err := store.Save(ctx, "inference", "llama", snap); err != nil {
-		t.Fatalf("writing a model over itself: %v", err)
+	if written, err := store.Save(ctx, "inference", "llama", snap); err != nil || !written {
+		t.Fatalf("writing a model over itself: %v, %v", written, err)
 	}
-	got, ok, err := store.Load(ctx, "inference", "llama")
+	// A replica KEDA has just left, with lessons older than those kept: not written.
+	older := snap
+	older.LastLesson, older.Model = snap.LastLesson.Add(-time.Minute), []byte("older")
+	if written, err := store.Save(ctx, "inference", "llama", older); err != nil || written {
+		t.Fatalf("writing older lessons over newer: %v, %v; want refused without an error", written, err)
+	}
+	got, ok, err := store.Load(ctx, "inference", "llama", fleet)
 	if err != nil || !ok {
 		t.Fatalf("Load = %v, %v", ok, err)
 	}
-	if got.Fleet != snap.Fleet || !got.SavedAt.Equal(snap.SavedAt) || string(got.Model) != string(data) {
+	if got.Fleet != snap.Fleet || !got.SavedAt.Equal(snap.SavedAt) || !got.LastLesson.Equal(snap.LastLesson) || string(got.Model) != string(data) {
 		t.Fatalf("read back %q saved %v (%d bytes), want %q saved %v (%d bytes)", got.Fleet, got.SavedAt, len(got.Model), snap.Fleet, snap.SavedAt, len(data))
 	}
 	var back scaler.FleetModel
@@ -70,7 +79,7 @@ func TestFleetModelsKeptInTheScalersNamespace(t *testing.T) {
 		t.Fatalf("the model read back: capacity %v, start-up %v (%v)", back.Capacity, back.ColdStart, err)
 	}
 	var cm corev1.ConfigMap
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rig.BerthNamespace, Name: modelstore.Name("inference", "llama")}, &cm); err != nil {
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: rig.BerthNamespace, Name: modelstore.Name("inference", "llama", fleet)}, &cm); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("a day's model: %d bytes of JSON, %d in its ConfigMap", len(data), len(cm.BinaryData[modelstore.KeyModel]))
@@ -78,49 +87,60 @@ func TestFleetModelsKeptInTheScalersNamespace(t *testing.T) {
 		t.Errorf("a day's model takes %d bytes of its ConfigMap: too much to write every few minutes", n)
 	}
 
-	if _, ok, err := store.Load(ctx, "inference", "mistral"); ok || err != nil {
+	if _, ok, err := store.Load(ctx, "inference", "mistral", fleet); ok || err != nil {
 		t.Errorf("a ScaledObject with no model: ok %v, %v; want none", ok, err)
+	}
+	if _, ok, err := store.Load(ctx, "inference", "llama", fleet+"|retargeted"); ok || err != nil {
+		t.Errorf("another fleet of the same ScaledObject: ok %v, %v; want none (it learns apart)", ok, err)
 	}
 	// A ConfigMap under a model's name that holds another ScaledObject's model (a hash
 	// collision, a hand-made object): never read as this one's, never written over.
-	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: rig.BerthNamespace, Name: modelstore.Name("inference", "qwen")},
-		Data: map[string]string{modelstore.KeyScaledObject: "other/qwen"}}
+	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: rig.BerthNamespace, Name: modelstore.Name("inference", "qwen", fleet)},
+		Data: map[string]string{modelstore.KeyScaledObject: "other/qwen", modelstore.KeyFleet: fleet}}
 	if err := r.Client.Create(ctx, foreign); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := store.Load(ctx, "inference", "qwen"); !errors.Is(err, modelstore.ErrForeign) {
+	if _, _, err := store.Load(ctx, "inference", "qwen", fleet); !errors.Is(err, modelstore.ErrForeign) {
 		t.Errorf("Load of a foreign ConfigMap = %v, want ErrForeign", err)
 	}
-	if err := store.Save(ctx, "inference", "qwen", snap); !errors.Is(err, modelstore.ErrForeign) {
+	if _, err := store.Save(ctx, "inference", "qwen", snap); !errors.Is(err, modelstore.ErrForeign) {
 		t.Errorf("Save over a foreign ConfigMap = %v, want ErrForeign", err)
 	}
 
 	// A model whose data is not what berth writes (edited by hand, cut short): an error, never
 	// a model.
-	broken := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: rig.BerthNamespace, Name: modelstore.Name("inference", "phi")},
-		Data:       map[string]string{modelstore.KeyScaledObject: "inference/phi", modelstore.KeySavedAt: clk.Now().Format(time.RFC3339)},
+	broken := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: rig.BerthNamespace, Name: modelstore.Name("inference", "phi", fleet)},
+		Data: map[string]string{modelstore.KeyScaledObject: "inference/phi", modelstore.KeyFleet: fleet,
+			modelstore.KeySavedAt: clk.Now().Format(time.RFC3339), modelstore.KeyLastLesson: clk.Now().Format(time.RFC3339Nano)},
 		BinaryData: map[string][]byte{modelstore.KeyModel: []byte("not gzip")}}
 	if err := r.Client.Create(ctx, broken); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := store.Load(ctx, "inference", "phi"); ok || err == nil || !strings.Contains(err.Error(), modelstore.KeyModel) {
+	if _, ok, err := store.Load(ctx, "inference", "phi", fleet); ok || err == nil || !strings.Contains(err.Error(), modelstore.KeyModel) {
 		t.Errorf("Load of a model that is not gzip: ok %v, %v; want an error naming %s", ok, err, modelstore.KeyModel)
 	}
 
 	old := snap
 	old.SavedAt = clk.Now().Add(-4 * 24 * time.Hour)
-	if err := store.Save(ctx, "inference", "gone", old); err != nil {
+	if _, err := store.Save(ctx, "inference", "gone", old); err != nil {
+		t.Fatal(err)
+	}
+	// A model whose time cannot be read is no model anyone keeps.
+	undated := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: rig.BerthNamespace, Name: modelstore.Name("inference", "undated", fleet),
+		Labels: map[string]string{berthv1alpha1.ManagedByLabel: berthv1alpha1.ManagedByBerth, berthv1alpha1.ComponentLabel: berthv1alpha1.FleetModelComponent}},
+		Data: map[string]string{modelstore.KeyScaledObject: "inference/undated", modelstore.KeyFleet: fleet, modelstore.KeySavedAt: "yesterday"}}
+	if err := r.Client.Create(ctx, undated); err != nil {
 		t.Fatal(err)
 	}
 	clk.Step(time.Hour)
 	n, err := store.Collect(ctx, 72*time.Hour)
-	if err != nil || n != 1 {
-		t.Fatalf("Collect = %d, %v; want the one model nobody wrote for four days deleted", n, err)
+	if err != nil || n != 2 {
+		t.Fatalf("Collect = %d, %v; want the model nobody wrote for four days and the undated one deleted", n, err)
 	}
-	if _, ok, err := store.Load(ctx, "inference", "gone"); ok || err != nil {
+	if _, ok, err := store.Load(ctx, "inference", "gone", fleet); ok || err != nil {
 		t.Errorf("the collected model: ok %v, %v; want gone", ok, err)
 	}
-	if _, ok, err := store.Load(ctx, "inference", "llama"); !ok || err != nil {
+	if _, ok, err := store.Load(ctx, "inference", "llama", fleet); !ok || err != nil {
 		t.Errorf("the model written an hour ago: ok %v, %v; want kept", ok, err)
 	}
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(foreign), &corev1.ConfigMap{}); err != nil {
@@ -129,7 +149,7 @@ func TestFleetModelsKeptInTheScalersNamespace(t *testing.T) {
 
 	// Outside its namespace the scaler's RBAC writes nothing.
 	elsewhere := &modelstore.Store{Client: api, Namespace: "default", Clock: clk}
-	if err := elsewhere.Save(ctx, "inference", "llama", snap); err == nil || !strings.Contains(err.Error(), "forbidden") {
+	if _, err := elsewhere.Save(ctx, "inference", "llama", snap); err == nil || !strings.Contains(err.Error(), "forbidden") {
 		t.Errorf("a model written outside the scaler's namespace: %v, want forbidden", err)
 	}
 }
