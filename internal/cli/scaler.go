@@ -203,7 +203,9 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 			return err
 		}
 	}
+	ticking := make(chan struct{})
 	go func() { // forget pods and ScaledObjects that went away; write the models that learned
+		defer close(ticking)
 		t := time.NewTicker(time.Minute)
 		defer t.Stop()
 		var said saidOnce
@@ -218,7 +220,7 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 			}
 		}
 	}()
-	go stopModels(ctx, eng, stopServing)
+	go stopModels(ctx, eng, ticking, stopServing)
 	log.Info("serving KEDA's ExternalScaler", "address", lis.Addr().String(), "tls", f.tls.Enabled(), "mutualTLS", f.tls.ClientCAFile != "")
 	return server.Serve(serveCtx, gs, hs, lis, f.shutdownGrace)
 }
@@ -227,12 +229,15 @@ func runScaler(ctx context.Context, f scalerFlags) error {
 // which the gRPC drain takes --shutdown-grace).
 const finalSaveTimeout = 10 * time.Second
 
-// stopModels waits for ctx to end (SIGTERM), writes every fleet model the scaler feeds while
-// it still answers KEDA — so the replica KEDA turns to next, or this
-// one started again, goes on from where it stopped — and then stops the server.
-func stopModels(ctx context.Context, eng *server.Engine, stopServing context.CancelFunc) {
+// stopModels waits for ctx to end (SIGTERM) and the minute's writes to stop (ticking closed:
+// one in flight would meet the stop's), writes every fleet model that learned since its last
+// write while the scaler still answers KEDA — so the replica KEDA turns to next, or this one
+// started again, goes on from where it stopped — and then stops the server. A server that
+// failed on its own (its port taken) stops without it.
+func stopModels(ctx context.Context, eng *server.Engine, ticking <-chan struct{}, stopServing context.CancelFunc) {
 	defer stopServing()
 	<-ctx.Done()
+	<-ticking
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalSaveTimeout)
 	defer cancel()
 	if err := eng.SaveModels(sctx, true); err != nil {

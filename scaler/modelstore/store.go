@@ -51,6 +51,10 @@ const maxModelBytes = 8 << 20
 // ErrForeign is the error of a ConfigMap under a model's name that is not that model's.
 var ErrForeign = errors.New("not this ScaledObject's fleet model")
 
+// ErrUnreadable is the error of a model's ConfigMap whose content cannot be read (edited by
+// hand, cut short): unlike the API's errors, reading it again gives the same.
+var ErrUnreadable = errors.New("unreadable fleet model")
+
 // Snapshot is one fleet's model as the store keeps it.
 type Snapshot struct {
 	// Fleet is the fleet it was learned on (server's fleetOf).
@@ -92,22 +96,22 @@ func (s *Store) Load(ctx context.Context, namespace, name, fleet string) (snap S
 	}
 	savedAt, err := time.Parse(time.RFC3339, cm.Data[KeySavedAt])
 	if err != nil {
-		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s: %w", key, KeySavedAt, err)
+		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s: %w: %w", key, KeySavedAt, ErrUnreadable, err)
 	}
 	lastLesson, err := time.Parse(time.RFC3339Nano, cm.Data[KeyLastLesson])
 	if err != nil {
-		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s: %w", key, KeyLastLesson, err)
+		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s: %w: %w", key, KeyLastLesson, ErrUnreadable, err)
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(cm.BinaryData[KeyModel]))
 	if err != nil {
-		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s: %w", key, KeyModel, err)
+		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s: %w: %w", key, KeyModel, ErrUnreadable, err)
 	}
 	data, err := io.ReadAll(io.LimitReader(zr, maxModelBytes+1))
 	if err != nil {
-		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s: %w", key, KeyModel, err)
+		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s: %w: %w", key, KeyModel, ErrUnreadable, err)
 	}
 	if len(data) > maxModelBytes {
-		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s unzips to more than %d bytes", key, KeyModel, maxModelBytes)
+		return Snapshot{}, false, fmt.Errorf("ConfigMap %s: %s unzips to more than %d bytes: %w", key, KeyModel, maxModelBytes, ErrUnreadable)
 	}
 	return Snapshot{Fleet: fleet, Model: data, SavedAt: savedAt, LastLesson: lastLesson}, true, nil
 }

@@ -71,8 +71,10 @@ type modelAt struct {
 	// born is when this scaler began it; loaded when the store was last read for it; saved
 	// when it was last written, as of the window savedWindow (ModelStore).
 	born, loaded, saved, savedWindow time.Time
-	// gap is how long it may go unfed and still be this scaler's (restoreModel).
-	gap time.Duration
+	// gap is how long it may go unfed and still be this scaler's; unread says the store's
+	// model of it was not read yet (restoreModel).
+	gap    time.Duration
+	unread bool
 }
 
 // fleetOf names the fleet a ScaledObject's model is of: the ScaledObject itself (its UID), the

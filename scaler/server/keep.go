@@ -45,19 +45,25 @@ const (
 // restoreModel reads the model of a ScaledObject's fleet from the store when this scaler has
 // none or has not fed its own for a while (a restart, or KEDA back from another replica), and
 // takes it if it is of the same fleet and newer than its own. A failed read is counted and
-// logged, and the model is learned here as before: a store is never a reason not to answer.
+// logged, and the model is learned here meanwhile: a store is never a reason not to answer.
+// Until a read succeeds the model is *unread*: read again every reloadAfter and never written
+// (a few minutes of lessons must not replace a day of them kept in a store that was slow or
+// down for a moment) — but for a stored model that cannot be read at all, which the one
+// learned here replaces.
 func (e *Engine) restoreModel(ctx context.Context, namespace, name, fleet string, polling time.Duration) {
 	now := e.clock().Now()
-	if e.ModelStore == nil || !e.models.stale([3]string{namespace, name, fleet}, now, max(reloadAfter, 3*polling)) {
+	k := [3]string{namespace, name, fleet}
+	if e.ModelStore == nil || !e.models.stale(k, now, max(reloadAfter, 3*polling)) {
 		return
 	}
 	lctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
 	snap, ok, err := e.ModelStore.Load(lctx, namespace, name, fleet)
+	e.models.read(k, err == nil || errors.Is(err, modelstore.ErrUnreadable))
 	switch {
 	case err != nil:
 		modelStoreErrors.WithLabelValues("load").Inc()
-		log.FromContext(ctx).Error(err, "the fleet model is learned again", "namespace", namespace, "scaledObject", name)
+		log.FromContext(ctx).Error(err, "fleet model not read: learned here meanwhile", "namespace", namespace, "scaledObject", name)
 		return
 	case !ok:
 		// None kept: a new fleet, or a ScaledObject created again, retargeted or given
@@ -69,7 +75,7 @@ func (e *Engine) restoreModel(ctx context.Context, namespace, name, fleet string
 	var m scaler.FleetModel
 	if err := m.UnmarshalBinary(snap.Model); err != nil {
 		modelStoreErrors.WithLabelValues("load").Inc()
-		log.FromContext(ctx).Error(err, "the fleet model is learned again", "namespace", namespace, "scaledObject", name)
+		log.FromContext(ctx).Error(err, "the fleet model is learned again (the one kept is replaced)", "namespace", namespace, "scaledObject", name)
 		return
 	}
 	if e.models.install([3]string{namespace, name, fleet}, m, snap.SavedAt, now) {
@@ -82,10 +88,11 @@ func (e *Engine) restoreModel(ctx context.Context, namespace, name, fleet string
 }
 
 // SaveModels writes the models this scaler feeds that learned since it last wrote them, at
-// most once per SaveEvery each, and those it feeds but has not written for RewriteEvery; when
-// final (a clean stop), every model it feeds. A model it no longer feeds (not evaluated for
-// reloadAfter: KEDA moved to another replica) is not written: the replica that feeds it does.
-// Errors are joined; a model that failed is written again at the next call.
+// most once per SaveEvery each (at once when final: a clean stop), and those it feeds but has
+// not written for RewriteEvery. A model it no longer feeds (not evaluated for reloadAfter:
+// KEDA moved to another replica) is not written: the replica that feeds it does; nor is one
+// whose stored model it could not read yet (restoreModel). Errors are joined; a model that
+// failed is written again at the next call.
 func (e *Engine) SaveModels(ctx context.Context, final bool) error {
 	if e.ModelStore == nil {
 		return nil
@@ -93,10 +100,10 @@ func (e *Engine) SaveModels(ctx context.Context, final bool) error {
 	now := e.clock().Now()
 	due := e.models.due(now, final)
 	var errs []error
-	for _, d := range due {
+	for i, d := range due {
 		if ctx.Err() != nil {
 			// Stopping: what is left is written by the stop's own call, or not at all.
-			errs = append(errs, fmt.Errorf("%d fleet models not written: %w", len(due), ctx.Err()))
+			errs = append(errs, fmt.Errorf("%d fleet models not written: %w", len(due)-i, ctx.Err()))
 			break
 		}
 		data, err := d.model.MarshalBinary()
@@ -131,14 +138,29 @@ func (m *models) stale(k [3]string, now time.Time, gap time.Duration) bool {
 		m.m = map[[3]string]*modelAt{}
 	}
 	ma := m.m[k]
-	if ma == nil {
-		ma = &modelAt{learned: now, born: now, gap: gap}
+	switch {
+	case ma == nil:
+		ma = &modelAt{learned: now, born: now, gap: gap, unread: true}
 		m.m[k] = ma
-	} else if ma.gap = gap; now.Sub(ma.learned) <= gap || now.Sub(ma.loaded) <= gap {
+	case ma.unread && now.Sub(ma.loaded) > reloadAfter: // the last read failed: again
+	case now.Sub(ma.learned) <= gap || now.Sub(ma.loaded) <= gap:
+		ma.gap = gap
 		return false
+	default:
+		ma.unread = true
 	}
-	ma.loaded = now
+	ma.gap, ma.loaded = gap, now
 	return true
+}
+
+// read records how k's read of the store ended: done (found, none kept, or unreadable for
+// good) or failed (read again, never written meanwhile).
+func (m *models) read(k [3]string, done bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ma := m.m[k]; ma != nil {
+		ma.unread = !done
+	}
 }
 
 // install takes model for k, as saved at savedAt, if it is newer than the one there (its last
@@ -179,11 +201,11 @@ func (m *models) due(now time.Time, final bool) []dueModel {
 		// Only a model this scaler still feeds: one KEDA left for another replica is that
 		// replica's to write, and written from here it would put older lessons over newer
 		// (the store refuses that too: Save).
-		if now.Sub(ma.learned) > max(reloadAfter, ma.gap) || ma.model.LastLesson().IsZero() {
+		if now.Sub(ma.learned) > max(reloadAfter, ma.gap) || ma.model.LastLesson().IsZero() || ma.unread {
 			continue
 		}
-		learned := ma.window.After(ma.savedWindow) && now.Sub(ma.saved) >= SaveEvery
-		if !final && !learned && now.Sub(ma.saved) < RewriteEvery {
+		learned := ma.window.After(ma.savedWindow) && (final || now.Sub(ma.saved) >= SaveEvery)
+		if !learned && now.Sub(ma.saved) < RewriteEvery {
 			continue
 		}
 		out = append(out, dueModel{key: k, model: ma.model.Clone(), window: ma.window})

@@ -206,8 +206,8 @@ func TestAModelIsReadOnceAfterAGap(t *testing.T) {
 }
 
 // TestOnlyAFedModelIsWritten: SaveModels writes a model that learned since its last write
-// once per SaveEvery, every one it feeds at a clean stop, one fed but unchanged every
-// RewriteEvery, and never one this scaler no longer feeds (KEDA moved to another replica).
+// once per SaveEvery (at once at a clean stop), one fed but unchanged every RewriteEvery, and
+// never one this scaler no longer feeds (KEDA moved to another replica).
 func TestOnlyAFedModelIsWritten(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var m models
@@ -234,8 +234,8 @@ func TestOnlyAFedModelIsWritten(t *testing.T) {
 	if n := write(now.Add(time.Minute), true); n != 1 {
 		t.Fatalf("a clean stop: %d due, want the model that learned since", n)
 	}
-	if n := write(now.Add(time.Minute+time.Second), true); n != 1 {
-		t.Fatalf("a clean stop right after a write: %d due, want the model it feeds written again", n)
+	if n := write(now.Add(time.Minute+time.Second), true); n != 0 {
+		t.Fatalf("a clean stop right after a write: %d due, want none (nothing learned since)", n)
 	}
 	for at := now.Add(2 * time.Minute); at.Before(now.Add(RewriteEvery)); at = at.Add(time.Minute) {
 		m.learn(k[0], k[1], k[2], scaler.Observation{}, scaler.SLO{TTFT: 2}, at) // evaluated, no new window
@@ -243,7 +243,7 @@ func TestOnlyAFedModelIsWritten(t *testing.T) {
 			t.Fatalf("at %s: a fed model that learned nothing was written", at.Sub(now))
 		}
 	}
-	at := now.Add(time.Minute + time.Second + RewriteEvery) // the stop's write above
+	at := now.Add(time.Minute + RewriteEvery)
 	m.learn(k[0], k[1], k[2], scaler.Observation{}, scaler.SLO{TTFT: 2}, at)
 	if n := write(at, false); n != 1 {
 		t.Fatalf("a fed model not written for RewriteEvery: %d due, want 1", n)
@@ -251,5 +251,42 @@ func TestOnlyAFedModelIsWritten(t *testing.T) {
 	feed(at.Add(time.Minute))
 	if n := write(at.Add(time.Minute+reloadAfter+time.Second), true); n != 0 {
 		t.Fatalf("a model not fed for longer than reloadAfter: %d due, want none (another replica feeds it)", n)
+	}
+}
+
+// TestAFailedReadIsNeverWrittenOver: a scaler whose read of the store failed (a timeout, the
+// API server down) learns the fleet meanwhile but never writes that model — its minutes of
+// lessons would replace the day kept — and reads the store again every reloadAfter though it
+// feeds the model; once a read is done (or finds the kept model unreadable for good) the model
+// is written as any other.
+func TestAFailedReadIsNeverWrittenOver(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var m models
+	k := [3]string{"inference", "llama", "fleet"}
+	feed := func(at time.Time) {
+		w := scaler.ReplicaWindow{Span: time.Minute, End: at}
+		m.learn(k[0], k[1], k[2], scaler.Observation{Windows: []scaler.ReplicaWindow{w}}, scaler.SLO{TTFT: 2}, at)
+	}
+	if !m.stale(k, now, reloadAfter) {
+		t.Fatal("no model: want the store read")
+	}
+	m.read(k, false) // the read failed
+	for at := now.Add(15 * time.Second); at.Before(now.Add(reloadAfter)); at = at.Add(15 * time.Second) {
+		feed(at)
+		if m.stale(k, at, reloadAfter) {
+			t.Fatalf("at %s: read again before reloadAfter", at.Sub(now))
+		}
+		if d := m.due(at, true); len(d) != 0 {
+			t.Fatalf("at %s: a model whose stored one was not read is due to be written", at.Sub(now))
+		}
+	}
+	at := now.Add(reloadAfter + 15*time.Second)
+	feed(at)
+	if !m.stale(k, at, reloadAfter) {
+		t.Fatal("fed, but the last read failed reloadAfter ago: want the store read again")
+	}
+	m.read(k, true) // none kept, or unreadable for good
+	if d := m.due(at, true); len(d) != 1 {
+		t.Fatalf("read: %d due, want the model written", len(d))
 	}
 }
