@@ -72,9 +72,9 @@ type modelAt struct {
 	// when it was last written, as of the window savedWindow (ModelStore).
 	born, loaded, saved, savedWindow time.Time
 	// gap is how long it may go unfed and still be this scaler's; unread says the store's
-	// model of it was not read yet (restoreModel).
-	gap    time.Duration
-	unread bool
+	// model of it was not read yet, failed that the last read failed (restoreModel).
+	gap            time.Duration
+	unread, failed bool
 }
 
 // fleetOf names the fleet a ScaledObject's model is of: the ScaledObject itself (its UID), the

@@ -59,7 +59,9 @@ func (e *Engine) restoreModel(ctx context.Context, namespace, name, fleet string
 	lctx, cancel := context.WithTimeout(ctx, loadTimeout)
 	defer cancel()
 	snap, ok, err := e.ModelStore.Load(lctx, namespace, name, fleet)
-	e.models.read(k, err == nil || errors.Is(err, modelstore.ErrUnreadable))
+	// Recorded once the model read is installed: install lets it replace lessons learned
+	// since a failed read.
+	defer func() { e.models.read(k, err == nil || errors.Is(err, modelstore.ErrUnreadable)) }()
 	switch {
 	case err != nil:
 		modelStoreErrors.WithLabelValues("load").Inc()
@@ -73,9 +75,9 @@ func (e *Engine) restoreModel(ctx context.Context, namespace, name, fleet string
 		return
 	}
 	var m scaler.FleetModel
-	if err := m.UnmarshalBinary(snap.Model); err != nil {
+	if uerr := m.UnmarshalBinary(snap.Model); uerr != nil {
 		modelStoreErrors.WithLabelValues("load").Inc()
-		log.FromContext(ctx).Error(err, "the fleet model is learned again (the one kept is replaced)", "namespace", namespace, "scaledObject", name)
+		log.FromContext(ctx).Error(uerr, "the fleet model is learned again (the one kept is replaced)", "namespace", namespace, "scaledObject", name)
 		return
 	}
 	if e.models.install([3]string{namespace, name, fleet}, m, snap.SavedAt, now) {
@@ -159,14 +161,15 @@ func (m *models) read(k [3]string, done bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if ma := m.m[k]; ma != nil {
-		ma.unread = !done
+		ma.unread, ma.failed = !done, !done
 	}
 }
 
 // install takes model for k, as saved at savedAt, if it is newer than the one there (its last
-// lesson later) or the one there was begun by the read that brought it (what an evaluation
-// beside the read learned meanwhile is seconds of lessons); the window it learned last is
-// forgotten (the next one is learned).
+// lesson later), or the one there was begun by the read that brought it (what an evaluation
+// beside the read learned meanwhile is seconds of lessons) or learned only since a read that
+// failed (minutes of lessons against the day kept); the window it learned last is forgotten
+// (the next one is learned).
 func (m *models) install(k [3]string, model scaler.FleetModel, savedAt, now time.Time) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -175,7 +178,7 @@ func (m *models) install(k [3]string, model scaler.FleetModel, savedAt, now time
 		ma = &modelAt{learned: now, born: now, loaded: now}
 		m.m[k] = ma
 	}
-	begun := ma.born.Equal(ma.loaded) && !model.LastLesson().IsZero()
+	begun := (ma.born.Equal(ma.loaded) || ma.failed) && !model.LastLesson().IsZero()
 	if !begun && !model.LastLesson().After(ma.model.LastLesson()) {
 		return false
 	}

@@ -285,8 +285,20 @@ func TestAFailedReadIsNeverWrittenOver(t *testing.T) {
 	if !m.stale(k, at, reloadAfter) {
 		t.Fatal("fed, but the last read failed reloadAfter ago: want the store read again")
 	}
-	m.read(k, true) // none kept, or unreadable for good
-	if d := m.due(at, true); len(d) != 1 {
-		t.Fatalf("read: %d due, want the model written", len(d))
+	// The read succeeds: the day kept replaces the minutes learned since the failed read,
+	// though their last lesson is later.
+	var kept scaler.FleetModel
+	kept.Learn(scaler.Observation{}, scaler.SLO{TTFT: 2}, now.Add(-time.Hour))
+	kept.Capacity = 0.61
+	if !m.install(k, kept, now.Add(-time.Hour), at) {
+		t.Fatal("the model kept did not replace lessons learned only since a failed read")
+	}
+	m.read(k, true)
+	if d := m.due(at, true); len(d) != 0 {
+		t.Fatalf("the model just read: %d due, want none (kept already)", len(d))
+	}
+	feed(at.Add(15 * time.Second))
+	if d := m.due(at.Add(15*time.Second), true); len(d) != 1 || d[0].model.Capacity != 0.61 {
+		t.Fatalf("the model read, after a lesson: %v due, want it written with its capacity", d)
 	}
 }
