@@ -3,8 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -18,7 +16,6 @@ import (
 	"github.com/berth-dev/berth/scaler/modelstore"
 	"github.com/berth-dev/berth/scaler/pods"
 	"github.com/berth-dev/berth/scaler/promsource"
-	"github.com/berth-dev/berth/test/scalertest"
 )
 
 // memStore is a ModelStore in memory, as modelstore.Store keeps models (one per fleet, never
@@ -74,18 +71,8 @@ func counterValue(t *testing.T, c interface{ Write(*dto.Metric) error }) float64
 // nothing new is not written again before RewriteEvery, and a store that fails never fails an
 // evaluation.
 func TestARestartedScalerGoesOnFromTheStoredModel(t *testing.T) {
-	reps, port, podList := scalertest.Fleet(t, 2)
 	var finished, late atomic.Int64
-	for _, r := range reps {
-		r.Set(func(w http.ResponseWriter, _ *http.Request) {
-			f, l := finished.Load(), late.Load()
-			fmt.Fprintf(w, "vllm:num_requests_waiting 6\nvllm:num_requests_running 8\n# TYPE vllm:request_success_total counter\n"+
-				"vllm:request_success_total{finished_reason=\"stop\"} %d\n# TYPE vllm:time_to_first_token_seconds histogram\n"+
-				"vllm:time_to_first_token_seconds_bucket{le=\"1\"} %d\nvllm:time_to_first_token_seconds_bucket{le=\"5\"} %d\n"+
-				"vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} %d\nvllm:time_to_first_token_seconds_sum 1\nvllm:time_to_first_token_seconds_count %d\n",
-				f, f-l, f-l, f, f)
-		})
-	}
+	port, podList := queuedFleet(t, &finished, &late)
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	store := &memStore{}
 	newEngine := func(s ModelStore) *Engine {
@@ -212,10 +199,7 @@ func TestOnlyAFedModelIsWritten(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var m models
 	k := [3]string{"inference", "llama", "fleet"}
-	feed := func(at time.Time) {
-		w := scaler.ReplicaWindow{Span: time.Minute, End: at}
-		m.learn(k[0], k[1], k[2], scaler.Observation{Windows: []scaler.ReplicaWindow{w}}, scaler.SLO{TTFT: 2}, at)
-	}
+	feed := func(at time.Time) { feedAt(&m, k, at) }
 	write := func(at time.Time, final bool) int {
 		d := m.due(at, final)
 		for _, x := range d {
@@ -263,10 +247,7 @@ func TestAFailedReadIsNeverWrittenOver(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var m models
 	k := [3]string{"inference", "llama", "fleet"}
-	feed := func(at time.Time) {
-		w := scaler.ReplicaWindow{Span: time.Minute, End: at}
-		m.learn(k[0], k[1], k[2], scaler.Observation{Windows: []scaler.ReplicaWindow{w}}, scaler.SLO{TTFT: 2}, at)
-	}
+	feed := func(at time.Time) { feedAt(&m, k, at) }
 	if !m.stale(k, now, reloadAfter) {
 		t.Fatal("no model: want the store read")
 	}
@@ -301,4 +282,10 @@ func TestAFailedReadIsNeverWrittenOver(t *testing.T) {
 	if d := m.due(at.Add(15*time.Second), true); len(d) != 1 || d[0].model.Capacity != 0.61 {
 		t.Fatalf("the model read, after a lesson: %v due, want it written with its capacity", d)
 	}
+}
+
+// feedAt feeds k's model a window that ends at at.
+func feedAt(m *models, k [3]string, at time.Time) {
+	w := scaler.ReplicaWindow{Span: time.Minute, End: at}
+	m.learn(k[0], k[1], k[2], scaler.Observation{Windows: []scaler.ReplicaWindow{w}}, scaler.SLO{TTFT: 2}, at)
 }

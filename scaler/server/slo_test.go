@@ -23,18 +23,8 @@ import (
 // (requests waiting throughout, first tokens late) teaches the capacity, and the next call sizes
 // the demand on it; a ScaledObject KEDA stops asking about is forgotten with its series.
 func TestSLOSignalLearnsAcrossEvaluations(t *testing.T) {
-	reps, port, podList := scalertest.Fleet(t, 2)
 	var finished, late atomic.Int64
-	for _, r := range reps {
-		r.Set(func(w http.ResponseWriter, _ *http.Request) {
-			f, l := finished.Load(), late.Load()
-			fmt.Fprintf(w, "vllm:num_requests_waiting 6\nvllm:num_requests_running 8\n# TYPE vllm:request_success_total counter\n"+
-				"vllm:request_success_total{finished_reason=\"stop\"} %d\n# TYPE vllm:time_to_first_token_seconds histogram\n"+
-				"vllm:time_to_first_token_seconds_bucket{le=\"1\"} %d\nvllm:time_to_first_token_seconds_bucket{le=\"5\"} %d\n"+
-				"vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} %d\nvllm:time_to_first_token_seconds_sum 1\nvllm:time_to_first_token_seconds_count %d\n",
-				f, f-l, f-l, f, f)
-		})
-	}
+	port, podList := queuedFleet(t, &finished, &late)
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	eng := &Engine{Resolver: &staticResolver{pods: podList}, Pods: pods.New(pods.Options{Clock: clk, TTFTWindow: time.Minute}),
 		Prometheus: promsource.New(promsource.Options{}), Policy: scaler.DefaultPolicy, Clock: clk}
@@ -73,4 +63,22 @@ func TestSLOSignalLearnsAcrossEvaluations(t *testing.T) {
 	if sd, _ := ev.Decision.Signal(scaler.SignalSLO); sd.Held != scaler.HeldLearning {
 		t.Errorf("a forgotten ScaledObject: held %q, want learning again", sd.Held)
 	}
+}
+
+// queuedFleet is two replicas with 6 requests waiting throughout, each reporting finished
+// requests and, of their first tokens, late ones after 5 s (the rest within 1 s).
+func queuedFleet(t *testing.T, finished, late *atomic.Int64) (int, []scaler.Pod) {
+	t.Helper()
+	reps, port, podList := scalertest.Fleet(t, 2)
+	for _, r := range reps {
+		r.Set(func(w http.ResponseWriter, _ *http.Request) {
+			f, l := finished.Load(), late.Load()
+			fmt.Fprintf(w, "vllm:num_requests_waiting 6\nvllm:num_requests_running 8\n# TYPE vllm:request_success_total counter\n"+
+				"vllm:request_success_total{finished_reason=\"stop\"} %d\n# TYPE vllm:time_to_first_token_seconds histogram\n"+
+				"vllm:time_to_first_token_seconds_bucket{le=\"1\"} %d\nvllm:time_to_first_token_seconds_bucket{le=\"5\"} %d\n"+
+				"vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} %d\nvllm:time_to_first_token_seconds_sum 1\nvllm:time_to_first_token_seconds_count %d\n",
+				f, f-l, f-l, f, f)
+		})
+	}
+	return port, podList
 }
