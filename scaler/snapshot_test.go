@@ -53,14 +53,7 @@ func TestASnapshotIsTheModel(t *testing.T) {
 		t.Run(span.String(), func(t *testing.T) {
 			m, slo, now := learnedModel(t, span)
 			m.ColdStart = 190 * time.Second
-			data, err := m.MarshalBinary()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var back FleetModel
-			if err := back.UnmarshalBinary(data); err != nil {
-				t.Fatal(err)
-			}
+			back, data := roundTrip(t, m)
 			if !reflect.DeepEqual(*m, back) {
 				t.Fatalf("the model read back differs from the one written:\n%+v\n%+v", m.stats, back.stats)
 			}
@@ -143,14 +136,7 @@ func TestASnapshotOfADenseHistoryIsThinned(t *testing.T) {
 	}
 	now := start.Add(24 * time.Hour)
 	m.stats = m.computeStats(m.horizon(slo), slo, now)
-	data, err := m.MarshalBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var back FleetModel
-	if err := back.UnmarshalBinary(data); err != nil {
-		t.Fatal(err)
-	}
+	back, data := roundTrip(t, m)
 	if n := len(back.demand); n > maxSnapshotPoints+1 || n < maxSnapshotPoints/2 {
 		t.Fatalf("%d points read back of %d, want about %d", n, len(m.demand), maxSnapshotPoints)
 	}
@@ -167,4 +153,18 @@ func TestASnapshotOfADenseHistoryIsThinned(t *testing.T) {
 			t.Errorf("%s read back %v, written %v: more than 5 %% apart", c.name, c.got, c.want)
 		}
 	}
+}
+
+// roundTrip is m written and read back, and what was written.
+func roundTrip(t *testing.T, m *FleetModel) (FleetModel, []byte) {
+	t.Helper()
+	data, err := m.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back FleetModel
+	if err := back.UnmarshalBinary(data); err != nil {
+		t.Fatal(err)
+	}
+	return back, data
 }
